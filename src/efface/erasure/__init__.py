@@ -1,0 +1,1 @@
+"""Erasure machinery: keyed hashing and the hash-chained ledger, the compactor."""

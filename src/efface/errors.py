@@ -1,0 +1,61 @@
+"""The errors efface raises: each one is part of the contract.
+
+    EffaceError
+     ├── InvalidInput          (also a ValueError) bad key, text, ttl, metadata ...
+     │    ├── UnknownPurpose   a purpose the tenant has never written under
+     │    └── UnknownBasis     a basis outside the closed list
+     ├── ScopeError            a forget selector that names nothing beyond the tenant
+     ├── NotFound              (also a KeyError) no such handle, or no such record to retain
+     ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
+     ├── UnverifiableDeletion  an erasure could not be proven
+     ├── StoreLocked           another process has the store open
+     └── EmbedderMismatch      the store was built with another embedder
+
+Messages say what happened and what the caller can do. They never echo keys, texts,
+subjects or identifiers: those may be personal data.
+"""
+
+from __future__ import annotations
+
+
+class EffaceError(Exception):
+    """Base of every error efface raises on purpose."""
+
+
+class InvalidInput(EffaceError, ValueError):
+    """An argument is malformed; nothing was written or changed."""
+
+
+class UnknownPurpose(InvalidInput):
+    """The tenant has no record written under this purpose; likely a typo."""
+
+
+class UnknownBasis(InvalidInput):
+    """The basis is not one of efface's known lawful bases."""
+
+
+class ScopeError(EffaceError):
+    """The selector is empty or too broad; nothing was forgotten."""
+
+
+class NotFound(EffaceError, KeyError):
+    """The handle or record does not exist (or is no longer live)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class ErasureNotSettled(EffaceError):
+    """A read path has not absorbed an erasure in the query's scope yet."""
+
+
+class UnverifiableDeletion(EffaceError):
+    """A deletion could not be verified; fail closed."""
+
+
+class StoreLocked(EffaceError):
+    """Another process holds this store open."""
+
+
+class EmbedderMismatch(EffaceError):
+    """The store's vectors were made by another embedder than the one asked for."""

@@ -1,0 +1,205 @@
+"""Frozen value types: what efface hands back to callers.
+
+Every type has a ``to_dict()`` that gives the JSON shape the CLI prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+LEVELS = ("intent", "unreadable", "erased")
+"""The evidence ladder, lowest first (DESIGN §3)."""
+
+LEGAL_BASES = frozenset({"legal_hold", "legal_obligation"})
+"""Bases a forget releases only when it names the claim's purpose (DESIGN §7)."""
+
+BASES = frozenset(
+    {
+        "consent",
+        "contract",
+        "legal_obligation",
+        "legal_hold",
+        "vital_interests",
+        "public_task",
+        "legitimate_interests",
+    }
+)
+"""The lawful bases a claim may state (GDPR Art. 6 plus ``legal_hold``)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A reason to keep a record."""
+
+    subject: str
+    """Whose data this is."""
+    purpose: str
+    """What it may be used for; reads and recalls name a purpose."""
+    basis: str
+    """Why it may be kept: one of ``BASES``."""
+    expires_at: float | None
+    """Unix time when the claim lapses (None: until forgotten)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One record as a point read returns it."""
+
+    key: str
+    text: str
+    tenant: str
+    metadata: Mapping[str, Any]
+    sources: tuple[str, ...]
+    """Keys this record was derived from (lineage)."""
+    claims: tuple[Claim, ...]
+    """The live claims for the purpose the read named."""
+    updated_at: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["metadata"] = dict(self.metadata)
+        return d
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One recall result. ``text`` always comes from the origin, never from an index."""
+
+    key: str
+    text: str
+    score: float
+    """Reciprocal-rank-fusion score; higher is better."""
+    via: tuple[str, ...]
+    """Which indexes proposed it (``ann``, ``fts``)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["metadata"] = dict(self.metadata)
+        return d
+
+
+@dataclass(frozen=True)
+class Selector:
+    """What a forget names. The tenant is always named."""
+
+    tenant: str
+    subject: str | None = None
+    purpose: str | None = None
+    prefix: str | None = None
+    key: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Released:
+    """A claim a forget released."""
+
+    key: str
+    subject: str
+    purpose: str
+    basis: str
+
+
+@dataclass(frozen=True)
+class Retained:
+    """A record the selector matched that is kept, and why."""
+
+    key: str
+    purpose: str
+    basis: str
+    expires_at: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PathState:
+    """Where one read path stands with respect to one erasure."""
+
+    state: str
+    """``absorbed``: the path holds nothing of the erasure; ``pending``: entries remain
+    inside it but every candidate is resolved against the origin's live claims, so
+    none is served; ``refused``: the path is behind and reads through it are refused."""
+    applied_epoch: int
+    """The newest epoch this path has fully absorbed."""
+    max_propagation_s: float
+    """The bound this path declares for absorbing an erasure."""
+    read_safe: bool = True
+    """True when nothing erased can leave the store through this path right now."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The answer to ``forget`` (and to a TTL expiry): never a bare boolean."""
+
+    handle: str
+    """Verification handle: pass it to ``status``, ``wait`` and ``verify``."""
+    epoch: int
+    """Erasure epoch, assigned in the transaction that committed the tombstones."""
+    kind: str
+    """``forget`` or ``expire``."""
+    selector: Selector
+    level: str
+    """Evidence level: ``intent``, ``unreadable`` or ``erased``."""
+    released: tuple[Released, ...]
+    erased: tuple[str, ...]
+    """Keys whose last claim went: the records are gone from the origin."""
+    retained: tuple[Retained, ...]
+    quarantined: tuple[str, ...]
+    """Derived records held back from reads until re-derived (cross-subject issue)."""
+    paths: Mapping[str, PathState]
+    max_propagation_s: float
+    acknowledged_at: float
+    ledger_seq: int = 0
+    """Where this erasure sits in the hash-chained ledger."""
+    ledger_hash: str = ""
+    """The ledger entry's hash: keep it, and a later rewrite of the ledger shows."""
+
+    def to_dict(self) -> dict:
+        return {
+            "handle": self.handle,
+            "epoch": self.epoch,
+            "kind": self.kind,
+            "selector": self.selector.to_dict(),
+            "level": self.level,
+            "released": [asdict(r) for r in self.released],
+            "erased": list(self.erased),
+            "retained": [asdict(r) for r in self.retained],
+            "quarantined": list(self.quarantined),
+            "paths": {k: v.to_dict() for k, v in self.paths.items()},
+            "max_propagation_s": self.max_propagation_s,
+            "acknowledged_at": self.acknowledged_at,
+            "ledger_seq": self.ledger_seq,
+            "ledger_hash": self.ledger_hash,
+        }
+
+
+@dataclass(frozen=True)
+class Status:
+    """How far one erasure has gone, as ``status``/``wait`` report it."""
+
+    handle: str
+    epoch: int
+    kind: str
+    level: str
+    paths: Mapping[str, PathState]
+    pending_deletions: int
+    """Erased records some derived artifact has not absorbed yet (whole store)."""
+    settled: bool
+    """True when every path has absorbed this erasure."""
+    max_propagation_s: float
+    acknowledged_at: float
+    counts: Mapping[str, int]
+    """How many claims were released and records erased, retained, quarantined."""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["paths"] = {k: v.to_dict() for k, v in self.paths.items()}
+        d["counts"] = dict(self.counts)
+        return d

@@ -1,0 +1,390 @@
+"""The embedded origin: one SQLite file in WAL mode with ``secure_delete=ON``.
+
+We use apsw rather than the standard library's sqlite3 because apsw bundles a current
+SQLite (3.54 here): FTS5's ``contentless_delete`` and ``secure-delete`` need >= 3.43,
+and the Python build on this machine links 3.40.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from typing import Any, Iterable, Iterator, Sequence
+
+import apsw
+
+from .base import ClaimRow, NewRecord, RecordRow
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,   -- never reused: a stale index label can't name a new record
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    embedding BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE(tenant, key)
+);
+CREATE TABLE IF NOT EXISTS claims(
+    id INTEGER PRIMARY KEY,
+    record_id INTEGER NOT NULL REFERENCES records(id),
+    subject TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    basis TEXT NOT NULL,
+    expires_at REAL,
+    created_at REAL NOT NULL,
+    UNIQUE(record_id, subject, purpose, basis)
+);
+CREATE INDEX IF NOT EXISTS claims_subject ON claims(subject);
+CREATE INDEX IF NOT EXISTS claims_expiry ON claims(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS lineage(
+    record_id INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    source_key TEXT NOT NULL,
+    PRIMARY KEY(record_id, source_key)
+);
+CREATE INDEX IF NOT EXISTS lineage_source ON lineage(tenant, source_key);
+CREATE TABLE IF NOT EXISTS subjects(
+    tenant TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    identifiers TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY(tenant, subject)
+);
+CREATE TABLE IF NOT EXISTS purposes(tenant TEXT NOT NULL, purpose TEXT NOT NULL, PRIMARY KEY(tenant, purpose));
+CREATE TABLE IF NOT EXISTS mutations(
+    epoch INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    tenant TEXT,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS changes(
+    epoch INTEGER NOT NULL,
+    record_id INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    op TEXT NOT NULL CHECK(op IN ('put', 'drop'))
+);
+CREATE INDEX IF NOT EXISTS changes_epoch ON changes(epoch);
+CREATE TABLE IF NOT EXISTS receipts(
+    handle TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    tenant_h TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    body TEXT NOT NULL                       -- keyed hashes only, never keys or subjects
+);
+CREATE TABLE IF NOT EXISTS ledger(
+    seq INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    handle TEXT,
+    body TEXT NOT NULL,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+"""
+
+GENESIS = "0" * 64
+
+
+def chain_hash(prev: str, seq: int, at: float, kind: str, handle: str | None, body: str) -> str:
+    """The ledger's link: sha256 over the previous hash and this entry's canonical fields."""
+    payload = json.dumps([prev, seq, repr(at), kind, handle, body], separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _claim(row: tuple) -> ClaimRow:
+    return ClaimRow(*row)
+
+
+def _record(row: tuple) -> RecordRow:
+    return RecordRow(*row)
+
+
+_REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
+_CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
+_LIVE = "(c.expires_at IS NULL OR c.expires_at > ?)"
+
+
+class SQLiteTx:
+    """An open ``BEGIN IMMEDIATE`` transaction on the origin."""
+
+    def __init__(self, conn: apsw.Connection, epoch: int):
+        self._c = conn
+        self.epoch = epoch
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> apsw.Cursor:
+        return self._c.execute(sql, args)
+
+    def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
+        (rid,) = self._c.execute(
+            "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
+            " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
+            " text=excluded.text, metadata=excluded.metadata, sources=excluded.sources,"
+            " embedding=excluded.embedding, updated_at=excluded.updated_at RETURNING id",
+            (tenant, rec.key, rec.text, rec.metadata, json.dumps(list(rec.sources)), rec.embedding, now, now),
+        ).fetchone()
+        self._c.execute("DELETE FROM lineage WHERE record_id=?", (rid,))
+        self._c.executemany(
+            "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+            [(rid, tenant, s) for s in rec.sources],
+        )
+        self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
+        return rid
+
+    def add_claim(self, record_id: int, subject: str, purpose: str, basis: str,
+                  expires_at: float | None, now: float) -> None:
+        # Restating a claim replaces its expiry: the newest statement of a scope wins.
+        self._c.execute(
+            "INSERT INTO claims(record_id, subject, purpose, basis, expires_at, created_at)"
+            " VALUES(?,?,?,?,?,?) ON CONFLICT(record_id, subject, purpose, basis) DO UPDATE SET"
+            " expires_at=excluded.expires_at, created_at=excluded.created_at",
+            (record_id, subject, purpose, basis, expires_at, now),
+        )
+
+    def record_id(self, tenant: str, key: str) -> int | None:
+        row = self._c.execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+        return row[0] if row else None
+
+    def match_claims(self, tenant: str, subject: str | None, purpose: str | None,
+                     prefix: str | None, key: str | None) -> list[ClaimRow]:
+        where, args = ["r.tenant=?"], [tenant]
+        if subject is not None:
+            where.append("c.subject=?")
+            args.append(subject)
+        if purpose is not None:
+            where.append("c.purpose=?")
+            args.append(purpose)
+        if prefix is not None:
+            # The range lets SQLite use the (tenant, key) index; substr() is the exact test.
+            where.append("r.key>=? AND substr(r.key, 1, ?)=?")
+            args += [prefix, len(prefix), prefix]
+        if key is not None:
+            where.append("r.key=?")
+            args.append(key)
+        sql = f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE {' AND '.join(where)}"
+        return [_claim(r) for r in self._c.execute(sql, args)]
+
+    def due_claims(self, now: float) -> list[tuple[str, ClaimRow]]:
+        rows = self._c.execute(
+            f"SELECT r.tenant, {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id"
+            " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? ORDER BY r.tenant",
+            (now,),
+        ).fetchall()
+        return [(r[0], _claim(r[1:])) for r in rows]
+
+    def release(self, claim_ids: Sequence[int]) -> None:
+        self._c.executemany("DELETE FROM claims WHERE id=?", [(i,) for i in claim_ids])
+
+    def remaining_claims(self, record_id: int) -> list[ClaimRow]:
+        return [
+            _claim(r)
+            for r in self._c.execute(
+                f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE c.record_id=?",
+                (record_id,),
+            )
+        ]
+
+    def erase_record(self, record_id: int) -> None:
+        self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
+        self._c.execute("DELETE FROM claims WHERE record_id=?", (record_id,))
+        self._c.execute("DELETE FROM records WHERE id=?", (record_id,))
+
+    def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
+        rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
+        self._c.executemany("INSERT INTO changes(epoch, record_id, tenant, op) VALUES(?,?,?,?)", rows)
+
+    def save_receipt(self, handle: str, kind: str, tenant_h: str, body: dict, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO receipts(handle, epoch, kind, tenant_h, created_at, body) VALUES(?,?,?,?,?,?)",
+            (handle, self.epoch, kind, tenant_h, now, json.dumps(body, sort_keys=True)),
+        )
+
+    def append_ledger(self, kind: str, handle: str | None, body: dict, now: float) -> tuple[int, str]:
+        last = self._c.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = chain_hash(prev, seq, now, kind, handle, text)
+        self._c.execute(
+            "INSERT INTO ledger(seq, at, kind, handle, body, prev, hash) VALUES(?,?,?,?,?,?,?)",
+            (seq, now, kind, handle, text, prev, digest),
+        )
+        return seq, digest
+
+    def register_purpose(self, tenant: str, purpose: str) -> None:
+        self._c.execute("INSERT OR IGNORE INTO purposes(tenant, purpose) VALUES(?,?)", (tenant, purpose))
+
+    def set_subject(self, tenant: str, subject: str, identifiers: str, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO subjects(tenant, subject, identifiers, updated_at) VALUES(?,?,?,?)"
+            " ON CONFLICT(tenant, subject) DO UPDATE SET identifiers=excluded.identifiers,"
+            " updated_at=excluded.updated_at",
+            (tenant, subject, identifiers, now),
+        )
+
+
+class SQLiteOrigin:
+    """The origin on one SQLite file. Not thread-safe by itself: the store serialises access."""
+
+    def __init__(self, path: str):
+        self.path = path
+        new = not os.path.exists(path)
+        self._c = apsw.Connection(path)
+        self._c.setbusytimeout(5000)
+        self._c.execute("PRAGMA journal_mode=WAL")
+        # FULL: every commit fsyncs the WAL, so an acknowledgement means the tombstone is durable.
+        self._c.execute("PRAGMA synchronous=FULL")
+        # Freed pages and cells are overwritten with zeros, not left behind.
+        self._c.execute("PRAGMA secure_delete=ON")
+        self._c.execute("PRAGMA foreign_keys=ON")
+        with self._c:
+            self._c.execute(_SCHEMA)
+        if new:
+            _fsync_dir(os.path.dirname(os.path.abspath(path)))
+        if self.meta_get("schema") is None:
+            self.meta_set("schema", SCHEMA_VERSION)
+
+    @property
+    def connection(self) -> apsw.Connection:
+        return self._c
+
+    @contextlib.contextmanager
+    def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
+        self._c.execute("BEGIN IMMEDIATE")
+        try:
+            self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))
+            tx = SQLiteTx(self._c, self._c.last_insert_rowid())
+            yield tx
+        except BaseException:
+            self._c.execute("ROLLBACK")
+            raise
+        self._c.execute("COMMIT")
+
+    def read(self, tenant: str, key: str, purpose: str, now: float):
+        row = self._c.execute(
+            f"SELECT {_REC_COLS} FROM records r WHERE r.tenant=? AND r.key=?", (tenant, key)
+        ).fetchone()
+        if row is None:
+            return None
+        claims = [
+            _claim(c)
+            for c in self._c.execute(
+                f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id"
+                f" WHERE c.record_id=? AND c.purpose=? AND {_LIVE}",
+                (row[0], purpose, now),
+            )
+        ]
+        return (_record(row), claims) if claims else None
+
+    def resolve(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
+                now: float) -> dict[int, RecordRow]:
+        """The live records among ``ids`` for this tenant and purpose: the gate every index
+        candidate passes before any text leaves the store."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        sub = " AND c.subject=?" if subject is not None else ""
+        args: list[Any] = [*ids, tenant, purpose, now] + ([subject] if subject is not None else [])
+        rows = self._c.execute(
+            f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND EXISTS"
+            f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
+            args,
+        )
+        return {r[0]: _record(r) for r in rows}
+
+    def purposes(self, tenant: str) -> list[str]:
+        return [r[0] for r in self._c.execute("SELECT purpose FROM purposes WHERE tenant=? ORDER BY 1", (tenant,))]
+
+    def changes_since(self, epoch: int, upto: int | None = None) -> list[tuple[int, int, str, str]]:
+        if upto is None:
+            return self._c.execute(
+                "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? ORDER BY epoch, rowid", (epoch,)
+            ).fetchall()
+        return self._c.execute(
+            "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
+            (epoch, upto),
+        ).fetchall()
+
+    def due_tenant(self, now: float) -> str | None:
+        """A tenant with a claim whose TTL has passed, if any (uses the partial expiry index)."""
+        row = self._c.execute(
+            "SELECT r.tenant FROM claims c JOIN records r ON r.id=c.record_id"
+            " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? LIMIT 1",
+            (now,),
+        ).fetchone()
+        return row[0] if row else None
+
+    def pending_drops(self, applied: int) -> int:
+        (n,) = self._c.execute("SELECT count(*) FROM changes WHERE op='drop' AND epoch>?", (applied,)).fetchone()
+        return n
+
+    def prune_changes(self, upto: int) -> None:
+        with self._c:
+            self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
+
+    def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        return dict(self._c.execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", list(ids)))
+
+    def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
+        return self._c.execute("SELECT id, embedding FROM records WHERE tenant=?", (tenant,))
+
+    def tenants(self) -> list[str]:
+        return [r[0] for r in self._c.execute("SELECT DISTINCT tenant FROM records")]
+
+    def current_epoch(self) -> int:
+        row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='mutations'").fetchone()
+        return row[0] if row else 0
+
+    def receipt(self, handle: str) -> dict[str, Any] | None:
+        row = self._c.execute(
+            "SELECT handle, epoch, kind, tenant_h, created_at, body FROM receipts WHERE handle=?", (handle,)
+        ).fetchone()
+        if row is None:
+            return None
+        return {"handle": row[0], "epoch": row[1], "kind": row[2], "tenant_h": row[3],
+                "created_at": row[4], "body": json.loads(row[5])}
+
+    def receipts(self, tenant_h: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT handle FROM receipts" + (" WHERE tenant_h=?" if tenant_h else "") + " ORDER BY epoch"
+        return [self.receipt(h) for (h,) in self._c.execute(sql, (tenant_h,) if tenant_h else ())]
+
+    def ledger(self) -> list[dict[str, Any]]:
+        return [
+            {"seq": s, "at": at, "kind": k, "handle": h, "body": b, "prev": p, "hash": hh}
+            for s, at, k, h, b, p, hh in self._c.execute(
+                "SELECT seq, at, kind, handle, body, prev, hash FROM ledger ORDER BY seq"
+            )
+        ]
+
+    def meta_get(self, key: str) -> str | None:
+        row = self._c.execute("SELECT v FROM meta WHERE k=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self._c:
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v", (key, value))
+
+    def count_records(self) -> int:
+        return self._c.execute("SELECT count(*) FROM records").fetchone()[0]
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

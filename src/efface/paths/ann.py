@@ -1,0 +1,149 @@
+"""Vector read path: one usearch HNSW index per tenant, labelled by origin record id.
+
+It absorbs the origin's change log *after* the commit, so it may lag an erasure; that
+is safe because recall resolves every candidate it returns against the origin's live
+claims before any text leaves the store (invariant 1). Writes are absorbed at once
+(so new memories are recallable); erasures are absorbed by the compactor, or by the
+next write, whichever comes first. The index files are saved atomically with the epoch
+they hold; on open, the change log since that epoch is replayed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from typing import Callable, Sequence
+
+import numpy as np
+from usearch.index import Index
+
+from .base import Query
+
+SAVED_EPOCH = "ann.saved_epoch"
+
+
+class VectorIndex:
+    name = "ann"
+    synchronous = False
+
+    def __init__(self, origin, directory: str, dim: int, file_for: Callable[[str], str],
+                 max_propagation_s: float = 5.0):
+        self._origin = origin
+        self._dir = directory
+        self._dim = dim
+        self._file_for = file_for
+        self.max_propagation_s = max_propagation_s
+        os.makedirs(directory, exist_ok=True)
+        self._indexes: dict[str, Index] = {}
+        self._dirty: set[str] = set()
+        self._saved = int(origin.meta_get(SAVED_EPOCH) or 0)
+        self._applied = self._saved
+        self.catch_up()
+
+    # -- state -------------------------------------------------------------------------
+    def _new(self) -> Index:
+        return Index(ndim=self._dim, metric="cos", dtype="f32", connectivity=16,
+                     expansion_add=128, expansion_search=64)
+
+    def _path(self, tenant: str) -> str:
+        return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
+
+    def _index(self, tenant: str) -> Index:
+        idx = self._indexes.get(tenant)
+        if idx is None:
+            idx = self._new()
+            path = self._path(tenant)
+            try:
+                if os.path.exists(path):
+                    idx.load(path)
+                else:
+                    self._rebuild(idx, tenant)
+            except Exception:  # a torn or foreign file: the origin can always rebuild it
+                idx = self._new()
+                self._rebuild(idx, tenant)
+            self._indexes[tenant] = idx
+        return idx
+
+    def _rebuild(self, idx: Index, tenant: str) -> None:
+        ids, vecs = [], []
+        for rid, blob in self._origin.records_of_tenant(tenant):
+            ids.append(rid)
+            vecs.append(np.frombuffer(blob, dtype=np.float32))
+        if ids:
+            idx.add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
+        self._dirty.add(tenant)
+
+    def applied_epoch(self) -> int:
+        return self._applied
+
+    def saved_epoch(self) -> int:
+        return self._saved
+
+    def stage(self, tx, tenant, puts, drops, texts) -> None:  # pragma: no cover - asynchronous artifact
+        raise NotImplementedError("the ANN index absorbs after commit, through catch_up()")
+
+    def catch_up(self, upto: int | None = None) -> int:
+        """Absorb the change log from the applied epoch up to ``upto`` (default: everything)."""
+        target = self._origin.current_epoch() if upto is None else upto
+        if target <= self._applied:
+            return self._applied
+        changes = self._origin.changes_since(self._applied, target)
+        latest: dict[int, tuple[str, str]] = {}
+        for _epoch, rid, tenant, op in changes:
+            latest[rid] = (tenant, op)  # only the last change per record matters
+        vectors = self._origin.embeddings([rid for rid, (_, op) in latest.items() if op == "put"])
+        adds: dict[str, tuple[list[int], list[np.ndarray]]] = defaultdict(lambda: ([], []))
+        for rid, (tenant, _op) in latest.items():
+            idx = self._index(tenant)
+            if rid in idx:
+                idx.remove(rid)
+            blob = vectors.get(rid)
+            if blob is not None:
+                ids, vecs = adds[tenant]
+                ids.append(rid)
+                vecs.append(np.frombuffer(blob, dtype=np.float32))
+            self._dirty.add(tenant)
+        for tenant, (ids, vecs) in adds.items():
+            self._index(tenant).add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
+        self._applied = target
+        return self._applied
+
+    def persist(self) -> None:
+        """Save every changed tenant index atomically, then record the epoch they hold."""
+        for tenant in sorted(self._dirty):
+            path = self._path(tenant)
+            fd, tmp = tempfile.mkstemp(dir=self._dir, suffix=".tmp")
+            os.close(fd)
+            try:
+                self._indexes[tenant].save(tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        if self._dirty:
+            fd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty.clear()
+        if self._applied != self._saved:
+            self._origin.meta_set(SAVED_EPOCH, str(self._applied))
+            self._saved = self._applied
+
+    def candidates(self, query: Query, n: int) -> list[int]:
+        idx = self._index(query.tenant)
+        size = len(idx)
+        if size == 0:
+            return []
+        found = idx.search(query.vector, min(n, size))
+        return [int(k) for k in found.keys]
+
+    def size(self, tenant: str) -> int:
+        return len(self._index(tenant))
+
+    def close(self) -> None:
+        self._indexes.clear()

@@ -1,0 +1,617 @@
+"""The embedded store: one directory, one origin, every read path, one chokepoint.
+
+Every mutation (write, retain, register_subject, forget, TTL expiry) goes through
+:meth:`Store._mutate`, which honours due expiries first, opens one origin transaction,
+assigns the epoch there, stages the synchronous artifacts (full-text) inside it, commits
+durably, and only then lets the asynchronous artifacts (ANN) catch up. Nothing is
+acknowledged before the commit, and no read returns text that did not come from the
+origin's live claims at the moment of the read.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import validate as v
+from .embed import Embedder, resolve
+from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
+from .errors import (
+    EffaceError,
+    EmbedderMismatch,
+    InvalidInput,
+    NotFound,
+    ScopeError,
+    StoreLocked,
+    UnknownPurpose,
+)
+from .model import (
+    LEGAL_BASES,
+    Claim,
+    Hit,
+    Memory,
+    PathState,
+    Receipt,
+    Released,
+    Retained,
+    Selector,
+    Status,
+)
+from .origin.base import ClaimRow, NewRecord
+from .origin.sqlite import SQLiteOrigin
+from .paths.ann import VectorIndex
+from .paths.base import Query
+from .paths.fts import FullTextIndex
+
+RRF_K = 60
+"""Reciprocal rank fusion constant (Cormack et al. 2009)."""
+
+_PERSIST_EVERY_S = 30.0
+
+
+@dataclass
+class _ForgetOutcome:
+    selector: Selector
+    kind: str
+    released: list[Released]
+    erased: list[str]
+    retained: list[Retained]
+    drops: list[int]
+    handle: str = ""
+    acknowledged_at: float = 0.0
+    ledger_seq: int = 0
+    ledger_hash: str = ""
+
+
+class Store:
+    """An efface store in one directory. Use :func:`efface.open` to get one."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        embedder: "str | Embedder | None" = None,
+        *,
+        background: bool = True,
+        clock: Callable[[], float] = time.time,
+        compact_interval: float = 0.5,
+        ann_max_propagation_s: float = 5.0,
+    ):
+        self.path = os.path.abspath(os.fspath(path))
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise InvalidInput("the store path exists and is not a directory: give a directory path")
+        os.makedirs(self.path, exist_ok=True)
+        self._lockfile = open(os.path.join(self.path, "efface.lock"), "a+")
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lockfile.close()
+            raise StoreLocked(
+                "another process has this store open; close it (or stop `efface serve`) and try again"
+            ) from None
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        try:
+            self._origin = SQLiteOrigin(os.path.join(self.path, "origin.db"))
+            secret = self._origin.meta_get(SECRET_KEY)
+            if secret is None:
+                secret = Hasher.new_secret()
+                self._origin.meta_set(SECRET_KEY, secret)
+            self._hash = Hasher(bytes.fromhex(secret))
+            recorded = self._origin.meta_get("embedder")
+            self.embedder = resolve(embedder, recorded)
+            if recorded is None:
+                self._origin.meta_set("embedder", self.embedder.name)
+            elif recorded != self.embedder.name:
+                raise EmbedderMismatch(
+                    f"this store's vectors were made by embedder '{recorded}', not '{self.embedder.name}': "
+                    f"open it with embedder='{recorded.split('-')[0]}' (or None), or use a new store"
+                )
+            self._fts = FullTextIndex(self._origin)
+            self._ann = VectorIndex(
+                self._origin,
+                os.path.join(self.path, "ann"),
+                self.embedder.dim,
+                lambda tenant: "t" + self._hash("tenant-file", tenant),
+                max_propagation_s=ann_max_propagation_s,
+            )
+        except BaseException:
+            self._release_lock()
+            raise
+        self._synchronous = [self._fts]
+        self._asynchronous = [self._ann]
+        self._last_persist = time.monotonic()
+        self._compact_interval = compact_interval
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        if background:
+            self._worker = threading.Thread(target=self._background, name="efface-compactor", daemon=True)
+            self._worker.start()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the compactor, absorb and save every artifact, and release the store."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join()
+        with self._lock:
+            try:
+                self._compact(persist=True)
+            finally:
+                self._closed = True
+                self._ann.close()
+                self._origin.close()
+                self._release_lock()
+
+    def _release_lock(self) -> None:
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_UN)
+        finally:
+            self._lockfile.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EffaceError("the store is closed; open it again with efface.open()")
+
+    # -- the chokepoint ----------------------------------------------------------------
+    def _mutate(self, kind: str, tenant: str, body: Callable, *, sweep: bool = True) -> tuple[int, Any]:
+        """The only way anything changes. ``body(tx, now)`` returns
+        ``(result, puts, drops, texts)``; it runs inside the origin transaction.
+        Due expiries are honoured first, so a write can never revive an expired claim."""
+        with self._lock:
+            self._check_open()
+            if sweep:
+                self._expire_due(self._clock())
+            now = self._clock()
+            with self._origin.transaction(kind, tenant, now) as tx:
+                result, puts, drops, texts = body(tx, now)
+                if puts or drops:
+                    tx.log_changes(tenant, puts, drops)
+                    for artifact in self._synchronous:
+                        artifact.stage(tx, tenant, puts, drops, texts)
+            # Committed and fsynced. New content becomes recallable through the ANN now;
+            # an erasure is absorbed there by the compactor (reads are safe meanwhile).
+            if puts:
+                for artifact in self._asynchronous:
+                    artifact.catch_up()
+            return tx.epoch, result
+
+    # -- writes --------------------------------------------------------------------------
+    def write(
+        self,
+        key: str,
+        text: str,
+        *,
+        tenant: str,
+        subject: str,
+        purpose: str,
+        basis: str = "consent",
+        ttl: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        sources: Iterable[str] | None = None,
+    ) -> int:
+        """Store ``text`` under ``key`` with one claim. Writing an existing key replaces its
+        text and adds (or restates) the claim; other claims on it stay. Returns the epoch."""
+        return self.write_many(
+            [{"key": key, "text": text, "metadata": metadata, "sources": sources}],
+            tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl,
+        )
+
+    def write_many(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        tenant: str,
+        subject: str | None = None,
+        purpose: str | None = None,
+        basis: str = "consent",
+        ttl: Any = None,
+        embeddings: np.ndarray | None = None,
+    ) -> int:
+        """Write many records in one transaction (one epoch). Each item is a mapping with
+        ``key`` and ``text`` and optionally ``subject``, ``purpose``, ``basis``, ``ttl``,
+        ``metadata``, ``sources``, overriding the keyword defaults. ``embeddings`` may
+        carry precomputed vectors (one row per item) from this store's embedder."""
+        tenant = v.name(tenant, "tenant")
+        items = list(items)
+        if not items:
+            raise InvalidInput("write_many needs at least one item")
+        prepared = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise InvalidInput("each item must be a mapping with 'key' and 'text'")
+            unknown = set(item) - {"key", "text", "subject", "purpose", "basis", "ttl", "metadata", "sources"}
+            if unknown:
+                raise InvalidInput(f"unknown item fields: {', '.join(sorted(unknown))}")
+            s = item.get("subject", subject)
+            p = item.get("purpose", purpose)
+            if s is None or p is None:
+                raise InvalidInput("every record needs a subject and a purpose (a claim)")
+            prepared.append(
+                (
+                    v.key(item.get("key")),
+                    v.text(item.get("text")),
+                    v.name(s, "subject"),
+                    v.purpose(p),
+                    v.basis(item.get("basis", basis)),
+                    v.ttl(item.get("ttl", ttl)),
+                    v.metadata(item.get("metadata")),
+                    v.sources(item.get("sources")),
+                )
+            )
+        if len({p[0] for p in prepared}) != len(prepared):
+            raise InvalidInput("the same key appears twice in one batch: write it once")
+        if embeddings is None:
+            vectors = self.embedder.embed([p[1] for p in prepared])
+        else:
+            vectors = np.asarray(embeddings, dtype=np.float32)
+            if vectors.shape != (len(prepared), self.embedder.dim):
+                raise InvalidInput(f"embeddings must have shape ({len(prepared)}, {self.embedder.dim})")
+
+        def body(tx, now):
+            puts, texts = [], {}
+            for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors):
+                rec = NewRecord(key, text, meta, srcs, np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+                                subj, purp, bas, None if ttl_s is None else now + ttl_s)
+                rid = tx.upsert(tenant, rec, now)
+                tx.register_purpose(tenant, purp)
+                puts.append(rid)
+                texts[rid] = text
+            return None, puts, [], texts
+
+        epoch, _ = self._mutate("write", tenant, body)
+        return epoch
+
+    def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
+        """Add a claim to an existing record (a second reason to keep it). Returns the epoch."""
+        tenant, key = v.name(tenant, "tenant"), v.key(key)
+        subject, purpose, basis, ttl_s = v.name(subject, "subject"), v.purpose(purpose), v.basis(basis), v.ttl(ttl)
+
+        def body(tx, now):
+            rid = tx.record_id(tenant, key)
+            if rid is None:
+                raise NotFound("no live record with that key in this tenant: write it before retaining it")
+            tx.add_claim(rid, subject, purpose, basis, None if ttl_s is None else now + ttl_s, now)
+            tx.register_purpose(tenant, purpose)
+            return None, [], [], {}
+
+        epoch, _ = self._mutate("retain", tenant, body)
+        return epoch
+
+    def register_subject(self, subject: str, *, tenant: str, identifiers: Iterable[str]) -> int:
+        """Record the identifiers (names, e-mails, phones, handles) that name a subject."""
+        tenant, subject = v.name(tenant, "tenant"), v.name(subject, "subject")
+        if isinstance(identifiers, str):
+            raise InvalidInput("identifiers must be a list of strings, not one string")
+        ids = sorted({v.name(i, "each identifier") for i in identifiers})
+
+        def body(tx, now):
+            tx.set_subject(tenant, subject, json.dumps(ids, ensure_ascii=False), now)
+            return None, [], [], {}
+
+        epoch, _ = self._mutate("subject", tenant, body)
+        return epoch
+
+    # -- reads -----------------------------------------------------------------------------
+    def _known_purpose(self, tenant: str, purpose: str) -> None:
+        known = self._origin.purposes(tenant)
+        if purpose not in known:
+            listing = ", ".join(known) if known else "none yet"
+            raise UnknownPurpose(
+                f"tenant '{tenant}' has no record written for purpose '{purpose}' "
+                f"(known purposes: {listing}); check the spelling"
+            )
+
+    def read(self, key: str, *, tenant: str, purpose: str) -> Memory | None:
+        """The record under ``key``, if it has a live claim for ``purpose``; else None."""
+        tenant, key, purpose = v.name(tenant, "tenant"), v.key(key), v.purpose(purpose)
+        with self._lock:
+            self._check_open()
+            self._known_purpose(tenant, purpose)
+            found = self._origin.read(tenant, key, purpose, self._clock())
+        if found is None:
+            return None
+        rec, claims = found
+        return Memory(
+            key=rec.key, text=rec.text, tenant=rec.tenant, metadata=json.loads(rec.metadata),
+            sources=tuple(json.loads(rec.sources)),
+            claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
+            updated_at=rec.updated_at,
+        )
+
+    def recall(self, query: str, *, tenant: str, purpose: str, subject: str | None = None, k: int = 10) -> list[Hit]:
+        """Hybrid recall: ANN over embeddings and FTS5 over words, fused by reciprocal rank.
+        Every candidate is resolved against the origin's live claims for ``tenant`` and
+        ``purpose`` (and ``subject`` if given) before its text, read from the origin, is
+        returned."""
+        tenant, purpose, query, k = v.name(tenant, "tenant"), v.purpose(purpose), v.query(query), v.k(k)
+        if subject is not None:
+            subject = v.name(subject, "subject")
+        with self._lock:
+            self._check_open()
+            self._known_purpose(tenant, purpose)
+        vector = self.embedder.embed([query])[0]
+        with self._lock:
+            self._check_open()
+            q = Query(tenant, query, vector, purpose, subject, self._clock())
+            n = max(4 * k, 40)
+            fts_ids = self._fts.candidates(q, n)
+            ann_ids = self._ann.candidates(q, n)
+            live = self._origin.resolve(list({*fts_ids, *ann_ids}), tenant, purpose, subject, q.now)
+            ann_live = [i for i in ann_ids if i in live]
+            size = self._ann.size(tenant)
+            # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
+            while len(ann_live) < k and len(ann_ids) == n and n < size:
+                n *= 4
+                ann_ids = self._ann.candidates(q, n)
+                more = [i for i in ann_ids if i not in live]
+                live.update(self._origin.resolve(more, tenant, purpose, subject, q.now))
+                ann_live = [i for i in ann_ids if i in live]
+        scores: dict[int, float] = {}
+        via: dict[int, list[str]] = {}
+        for name, ranked in (("ann", ann_live), ("fts", [i for i in fts_ids if i in live])):
+            for rank, rid in enumerate(ranked):
+                scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank + 1)
+                via.setdefault(rid, []).append(name)
+        best = sorted(scores, key=lambda r: (-scores[r], r))[:k]
+        return [
+            Hit(key=live[r].key, text=live[r].text, score=round(scores[r], 6), via=tuple(via[r]),
+                metadata=json.loads(live[r].metadata))
+            for r in best
+        ]
+
+    # -- forget ----------------------------------------------------------------------------
+    def forget(
+        self,
+        *,
+        tenant: str,
+        subject: str | None = None,
+        purpose: str | None = None,
+        prefix: str | None = None,
+        key: str | None = None,
+    ) -> Receipt:
+        """Release the claims the selector matches, erase records left with none, and
+        return a receipt once the tombstones and the epoch are durable. From that moment
+        nothing erased is served through any read path."""
+        tenant = v.name(tenant, "tenant")
+        if subject is None and purpose is None and prefix is None and key is None:
+            raise ScopeError(
+                "forget must name a subject, purpose, prefix or key besides the tenant; "
+                "erasing a whole tenant is not a forget"
+            )
+        if subject is not None:
+            subject = v.name(subject, "subject")
+        if purpose is not None:
+            purpose = v.purpose(purpose)
+        if prefix is not None:
+            prefix = v.key(prefix, "prefix")
+        if key is not None:
+            key = v.key(key)
+        selector = Selector(tenant, subject, purpose, prefix, key)
+        with self._lock:
+            self._check_open()
+            if purpose is not None:
+                self._known_purpose(tenant, purpose)
+
+            def body(tx, now):
+                matched = tx.match_claims(tenant, subject, purpose, prefix, key)
+                outcome = self._release(tx, selector, "forget", matched, now)
+                return outcome, [], outcome.drops, {}
+
+            epoch, outcome = self._mutate("forget", tenant, body)
+            return self._receipt(epoch, outcome)
+
+    def _release(self, tx, selector: Selector, kind: str, matched: Sequence[ClaimRow], now: float) -> _ForgetOutcome:
+        """Release claims, erase records left with none, list what stays and why, and
+        write the receipt and the ledger entry: all inside the caller's transaction."""
+        held = [c for c in matched if kind == "forget" and c.basis in LEGAL_BASES and selector.purpose is None]
+        held_ids = {c.id for c in held}
+        released = [c for c in matched if c.id not in held_ids]
+        tx.release([c.id for c in released])
+        out = _ForgetOutcome(selector, kind, [Released(c.key, c.subject, c.purpose, c.basis) for c in released],
+                             [], [], [])
+        for rid in sorted({c.record_id for c in matched}):
+            remaining = tx.remaining_claims(rid)
+            if not remaining:
+                out.erased.append(next(c.key for c in matched if c.record_id == rid))
+                out.drops.append(rid)
+                tx.erase_record(rid)
+                continue
+            for c in remaining:
+                if c.id in held_ids:
+                    reason = (f"basis {c.basis} is kept unless the forget names purpose '{c.purpose}'")
+                else:
+                    reason = "another live claim keeps the record (retention scopes are a union)"
+                out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
+        handle = "efr_" + secrets.token_hex(12)
+        body = self._hashed_body(out, tx.epoch, now)
+        tenant_h = self._hash("tenant", selector.tenant)
+        tx.save_receipt(handle, kind, tenant_h, body, now)
+        out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
+        out.handle, out.acknowledged_at = handle, now
+        return out
+
+    def _hashed_body(self, out: _ForgetOutcome, epoch: int, now: float) -> dict:
+        """The receipt as it is kept: keyed hashes in place of every key, subject and tenant."""
+        t = out.selector.tenant
+        h = lambda kind, value: None if value is None else self._hash(kind, t, value)  # noqa: E731
+        return {
+            "epoch": epoch,
+            "kind": out.kind,
+            "level": "intent",
+            "selector": {
+                "tenant_h": self._hash("tenant", t),
+                "subject_h": h("subject", out.selector.subject),
+                "purpose": out.selector.purpose,
+                "prefix_h": h("key", out.selector.prefix),
+                "key_h": h("key", out.selector.key),
+            },
+            "released": [{"key_h": h("key", r.key), "subject_h": h("subject", r.subject),
+                          "purpose": r.purpose, "basis": r.basis} for r in out.released],
+            "erased": [h("key", k) for k in out.erased],
+            "retained": [{"key_h": h("key", r.key), "purpose": r.purpose, "basis": r.basis,
+                          "expires_at": r.expires_at, "reason": r.reason} for r in out.retained],
+            "quarantined": [],
+            "max_propagation_s": self._max_propagation(),
+            "acknowledged_at": now,
+        }
+
+    def _max_propagation(self) -> float:
+        return max(a.max_propagation_s for a in (*self._synchronous, *self._asynchronous))
+
+    def _paths(self, epoch: int) -> dict[str, PathState]:
+        paths = {"origin": PathState("absorbed", self._origin.current_epoch(), 0.0)}
+        for a in (*self._synchronous, *self._asynchronous):
+            applied = a.applied_epoch()
+            paths[a.name] = PathState("absorbed" if applied >= epoch else "pending", applied, a.max_propagation_s)
+        return paths
+
+    def _receipt(self, epoch: int, out: _ForgetOutcome) -> Receipt:
+        return Receipt(
+            handle=out.handle,
+            epoch=epoch,
+            kind=out.kind,
+            selector=out.selector,
+            level="intent",
+            released=tuple(out.released),
+            erased=tuple(out.erased),
+            retained=tuple(out.retained),
+            quarantined=(),
+            paths=self._paths(epoch),
+            max_propagation_s=self._max_propagation(),
+            acknowledged_at=out.acknowledged_at,
+            ledger_seq=out.ledger_seq,
+            ledger_hash=out.ledger_hash,
+        )
+
+    # -- expiry ----------------------------------------------------------------------------
+    def _expire_due(self, now: float) -> list[Receipt]:
+        """Release every claim whose TTL has passed: one erasure (and receipt) per tenant."""
+        receipts = []
+        while (tenant := self._origin.due_tenant(now)) is not None:
+
+            def body(tx, _now, tenant=tenant):
+                matched = [c for t, c in tx.due_claims(now) if t == tenant]
+                outcome = self._release(tx, Selector(tenant), "expire", matched, now)
+                return outcome, [], outcome.drops, {}
+
+            epoch, outcome = self._mutate("expire", tenant, body, sweep=False)
+            receipts.append(self._receipt(epoch, outcome))
+        return receipts
+
+    def sweep(self) -> list[Receipt]:
+        """Expire every claim whose TTL has passed now; returns the expiry receipts.
+        The background compactor does this on its own; call it to force it."""
+        with self._lock:
+            self._check_open()
+            return self._expire_due(self._clock())
+
+    # -- status ------------------------------------------------------------------------------
+    def status(self, handle: str) -> Status:
+        """Where an erasure stands on every read path, now."""
+        if not isinstance(handle, str) or not handle:
+            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        with self._lock:
+            self._check_open()
+            row = self._origin.receipt(handle)
+            if row is None:
+                raise NotFound("no receipt with that handle in this store")
+            epoch, body = row["epoch"], row["body"]
+            paths = self._paths(epoch)
+            pending = self._origin.pending_drops(min(a.applied_epoch() for a in self._asynchronous))
+        return Status(
+            handle=handle, epoch=epoch, kind=row["kind"], level=body["level"], paths=paths,
+            pending_deletions=pending, settled=all(p.state == "absorbed" for p in paths.values()),
+            max_propagation_s=body["max_propagation_s"], acknowledged_at=body["acknowledged_at"],
+            counts={"released": len(body["released"]), "erased": len(body["erased"]),
+                    "retained": len(body["retained"]), "quarantined": len(body["quarantined"])},
+        )
+
+    def wait(self, handle: str, timeout: float = 30.0) -> Status:
+        """Block until every read path has absorbed the erasure, or ``timeout`` seconds
+        pass. Returns the status either way: check ``.settled``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status(handle)
+            if st.settled or time.monotonic() >= deadline:
+                return st
+            if self._worker is None:
+                self.compact()
+            else:
+                time.sleep(0.01)
+
+    def receipts(self, tenant: str | None = None) -> list[dict]:
+        """Every stored receipt (hashed form), oldest first, optionally for one tenant."""
+        with self._lock:
+            self._check_open()
+            th = self._hash("tenant", v.name(tenant, "tenant")) if tenant is not None else None
+            return self._origin.receipts(th)
+
+    # -- ledger ------------------------------------------------------------------------------
+    def ledger(self) -> list[dict]:
+        """The erasure ledger, oldest first. It holds keyed hashes, never personal data."""
+        with self._lock:
+            self._check_open()
+            return self._origin.ledger()
+
+    def verify_ledger(self) -> ChainCheck:
+        """Recompute the ledger's hash chain; any gap or altered entry is reported."""
+        return verify_chain(self.ledger())
+
+    # -- compaction ----------------------------------------------------------------------------
+    def compact(self) -> int:
+        """Bring every derived artifact up to the newest epoch and save it. Returns that epoch."""
+        with self._lock:
+            self._check_open()
+            return self._compact(persist=True)
+
+    def _compact(self, persist: bool) -> int:
+        for a in self._asynchronous:
+            a.catch_up()
+        if persist:
+            for a in self._asynchronous:
+                a.persist()
+            self._origin.prune_changes(min(a.saved_epoch() for a in self._asynchronous))
+            self._last_persist = time.monotonic()
+        return min(a.applied_epoch() for a in (*self._synchronous, *self._asynchronous))
+
+    def _background(self) -> None:
+        while not self._stop.wait(self._compact_interval):
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._expire_due(self._clock())
+                    due = time.monotonic() - self._last_persist > _PERSIST_EVERY_S
+                    self._compact(persist=due)
+            except Exception:  # keep the worker alive; the next round retries
+                import logging
+
+                logging.getLogger("efface").exception("compactor round failed")
+
+    # -- introspection ---------------------------------------------------------------------------
+    def stats(self) -> dict:
+        with self._lock:
+            self._check_open()
+            return {
+                "records": self._origin.count_records(),
+                "epoch": self._origin.current_epoch(),
+                "embedder": self.embedder.name,
+                "paths": {n: p.to_dict() for n, p in self._paths(self._origin.current_epoch()).items()},
+            }

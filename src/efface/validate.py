@@ -1,0 +1,144 @@
+"""Input checks shared by every interface. Each failure is a typed, actionable error
+that never repeats the offending value (it may be personal data)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+from typing import Any, Iterable
+
+from .errors import InvalidInput, UnknownBasis
+from .model import BASES
+
+MAX_KEY_BYTES = 1024
+MAX_TEXT_BYTES = 1 << 20
+MAX_NAME_BYTES = 256
+MAX_METADATA_BYTES = 64 << 10
+MAX_SOURCES = 1000
+
+_PURPOSE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+
+
+def _utf8(value: Any, what: str) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"{what} must be str, not bytes: decode it (e.g. .decode('utf-8')) first")
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be str, not {type(value).__name__}")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{what} is not valid Unicode (it holds a lone surrogate, often from bytes decoded "
+            "with errors='surrogateescape'); decode the source bytes with the right encoding"
+        ) from None
+
+
+def key(value: Any, what: str = "key") -> str:
+    raw = _utf8(value, what)
+    if not raw:
+        raise InvalidInput(f"{what} must not be empty")
+    if len(raw) > MAX_KEY_BYTES:
+        raise InvalidInput(f"{what} is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}: use a shorter key")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    return value
+
+
+def text(value: Any) -> str:
+    raw = _utf8(value, "text")
+    if not raw.strip():
+        raise InvalidInput("text must not be empty or blank: to remove a memory use forget()")
+    if len(raw) > MAX_TEXT_BYTES:
+        raise InvalidInput(
+            f"text is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES}: split it into several memories"
+        )
+    return value
+
+
+def name(value: Any, what: str) -> str:
+    """Tenants and subjects: any non-empty string up to 256 bytes."""
+    raw = _utf8(value, what)
+    if not raw.strip():
+        raise InvalidInput(f"{what} must not be empty")
+    if len(raw) > MAX_NAME_BYTES:
+        raise InvalidInput(f"{what} is {len(raw)} bytes; the limit is {MAX_NAME_BYTES}")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    return value
+
+
+def purpose(value: Any) -> str:
+    _utf8(value, "purpose")
+    if not _PURPOSE.match(value):
+        raise InvalidInput(
+            "purpose must be 1-64 characters: a letter, then letters, digits or _ . : - "
+            "(for example 'support' or 'analytics')"
+        )
+    return value
+
+
+def basis(value: Any) -> str:
+    if value not in BASES:
+        raise UnknownBasis(f"basis must be one of {', '.join(sorted(BASES))}")
+    return value
+
+
+def ttl(value: Any) -> float | None:
+    """Seconds (int/float) or a timedelta; None means no expiry."""
+    if value is None:
+        return None
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput("ttl must be seconds (int or float) or a datetime.timedelta")
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidInput("ttl must be a positive, finite duration; to remove a memory now use forget()")
+    return seconds
+
+
+def metadata(value: Any) -> str:
+    """Returns the canonical JSON to store."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, dict):
+        raise InvalidInput("metadata must be a dict of JSON values")
+    try:
+        encoded = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        _utf8(encoded, "metadata")
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput("metadata must hold only JSON values (str, int, float, bool, None, list, dict)") from None
+    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
+        raise InvalidInput(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+    return encoded
+
+
+def sources(value: Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise InvalidInput("sources must be a list of keys, not a single string")
+    out = tuple(dict.fromkeys(key(v, "each source") for v in value))
+    if len(out) > MAX_SOURCES:
+        raise InvalidInput(f"a record may name at most {MAX_SOURCES} sources")
+    return out
+
+
+def k(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise InvalidInput("k must be an int from 1 to 1000")
+    return value
+
+
+def query(value: Any) -> str:
+    raw = _utf8(value, "query")
+    if not raw.strip():
+        raise InvalidInput("query must not be empty")
+    if len(raw) > MAX_TEXT_BYTES:
+        raise InvalidInput(f"query is larger than {MAX_TEXT_BYTES} bytes")
+    return value
