@@ -54,6 +54,9 @@ from .paths.fts import FullTextIndex
 RRF_K = 60
 """Reciprocal rank fusion constant (Cormack et al. 2009)."""
 
+MAX_ANN_CANDIDATES = 4096
+"""How far recall widens the ANN candidate list when filters thin it."""
+
 _PERSIST_EVERY_S = 30.0
 
 
@@ -185,11 +188,9 @@ class Store:
                     tx.log_changes(tenant, puts, drops)
                     for artifact in self._synchronous:
                         artifact.stage(tx, tenant, puts, drops, texts)
-            # Committed and fsynced. New content becomes recallable through the ANN now;
-            # an erasure is absorbed there by the compactor (reads are safe meanwhile).
-            if puts:
-                for artifact in self._asynchronous:
-                    artifact.catch_up()
+            # Committed and fsynced: acknowledged. Asynchronous artifacts (ANN) absorb it
+            # in the compactor; recall catches them up on new content first (read-your-writes),
+            # and reads are safe meanwhile because every candidate is resolved in the origin.
             return tx.epoch, result
 
     # -- writes --------------------------------------------------------------------------
@@ -349,6 +350,7 @@ class Store:
         vector = self.embedder.embed([query])[0]
         with self._lock:
             self._check_open()
+            self._absorb_new_content()
             q = Query(tenant, query, vector, purpose, subject, self._clock())
             n = max(4 * k, 40)
             fts_ids = self._fts.candidates(q, n)
@@ -356,9 +358,10 @@ class Store:
             live = self._origin.resolve(list({*fts_ids, *ann_ids}), tenant, purpose, subject, q.now)
             ann_live = [i for i in ann_ids if i in live]
             size = self._ann.size(tenant)
-            # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
-            while len(ann_live) < k and len(ann_ids) == n and n < size:
-                n *= 4
+            # Purpose, subject and pending erasures thin the ANN list; widen until k survive
+            # (bounded: records too rare for that are still found by their words, via FTS).
+            while len(ann_live) < k and len(ann_ids) == n and n < min(size, MAX_ANN_CANDIDATES):
+                n = min(n * 4, MAX_ANN_CANDIDATES)
                 ann_ids = self._ann.candidates(q, n)
                 more = [i for i in ann_ids if i not in live]
                 live.update(self._origin.resolve(more, tenant, purpose, subject, q.now))
@@ -375,6 +378,15 @@ class Store:
                 metadata=json.loads(live[r].metadata))
             for r in best
         ]
+
+    def _absorb_new_content(self) -> None:
+        """Read-your-writes for recall: bring asynchronous artifacts up to the newest write.
+        Erasures committed after that write stay for the compactor: they are unreadable
+        already, and absorbing them is not needed for a correct answer."""
+        for a in self._asynchronous:
+            target = self._origin.latest_put_epoch(after=a.applied_epoch())
+            if target is not None:
+                a.catch_up(upto=target)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(

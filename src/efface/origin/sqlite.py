@@ -288,17 +288,19 @@ class SQLiteOrigin:
                 now: float) -> dict[int, RecordRow]:
         """The live records among ``ids`` for this tenant and purpose: the gate every index
         candidate passes before any text leaves the store."""
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
+        out: dict[int, RecordRow] = {}
         sub = " AND c.subject=?" if subject is not None else ""
-        args: list[Any] = [*ids, tenant, purpose, now] + ([subject] if subject is not None else [])
-        rows = self._c.execute(
-            f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND EXISTS"
-            f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
-            args,
-        )
-        return {r[0]: _record(r) for r in rows}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
+            rows = self._c.execute(
+                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND EXISTS"
+                f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
+                args,
+            )
+            out.update((r[0], _record(r)) for r in rows)
+        return out
 
     def purposes(self, tenant: str) -> list[str]:
         return [r[0] for r in self._c.execute("SELECT purpose FROM purposes WHERE tenant=? ORDER BY 1", (tenant,))]
@@ -312,6 +314,11 @@ class SQLiteOrigin:
             "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
             (epoch, upto),
         ).fetchall()
+
+    def latest_put_epoch(self, after: int) -> int | None:
+        """The newest epoch after ``after`` that added or changed content, if any."""
+        row = self._c.execute("SELECT max(epoch) FROM changes WHERE epoch>? AND op='put'", (after,)).fetchone()
+        return row[0]
 
     def due_tenant(self, now: float) -> str | None:
         """A tenant with a claim whose TTL has passed, if any (uses the partial expiry index)."""
@@ -331,10 +338,12 @@ class SQLiteOrigin:
             self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
 
     def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        return dict(self._c.execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", list(ids)))
+        out: dict[int, bytes] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            out.update(self._c.execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", chunk))
+        return out
 
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         return self._c.execute("SELECT id, embedding FROM records WHERE tenant=?", (tenant,))

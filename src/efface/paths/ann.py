@@ -1,10 +1,10 @@
 """Vector read path: one usearch HNSW index per tenant, labelled by origin record id.
 
-It absorbs the origin's change log *after* the commit, so it may lag an erasure; that
-is safe because recall resolves every candidate it returns against the origin's live
-claims before any text leaves the store (invariant 1). Writes are absorbed at once
-(so new memories are recallable); erasures are absorbed by the compactor, or by the
-next write, whichever comes first. The index files are saved atomically with the epoch
+It absorbs the origin's change log *after* the commit, so it may lag; that is safe
+because recall resolves every candidate it returns against the origin's live claims
+before any text leaves the store (invariant 1). The compactor absorbs the log in the
+background; recall first absorbs any new content (read-your-writes), so a memory is
+recallable by meaning as soon as its write is acknowledged. The index files are saved atomically with the epoch
 they hold; on open, the change log since that epoch is replayed.
 """
 
@@ -43,8 +43,10 @@ class VectorIndex:
 
     # -- state -------------------------------------------------------------------------
     def _new(self) -> Index:
-        return Index(ndim=self._dim, metric="cos", dtype="f32", connectivity=16,
-                     expansion_add=128, expansion_search=64)
+        # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
+        # insert rate here, at a recall@10 we measured within 1% of f32 (docs/benchmarks.md).
+        return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16,
+                     expansion_add=64, expansion_search=64)
 
     def _path(self, tenant: str) -> str:
         return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
