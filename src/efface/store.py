@@ -230,6 +230,8 @@ class Store:
         ``metadata``, ``sources``, overriding the keyword defaults. ``embeddings`` may
         carry precomputed vectors (one row per item) from this store's embedder."""
         tenant = v.name(tenant, "tenant")
+        if not isinstance(items, Iterable):
+            raise InvalidInput("items must be a list of mappings with 'key' and 'text'")
         items = list(items)
         if not items:
             raise InvalidInput("write_many needs at least one item")
@@ -300,6 +302,8 @@ class Store:
         tenant, subject = v.name(tenant, "tenant"), v.name(subject, "subject")
         if isinstance(identifiers, str):
             raise InvalidInput("identifiers must be a list of strings, not one string")
+        if not isinstance(identifiers, Iterable):
+            raise InvalidInput("identifiers must be a list of strings")
         ids = sorted({v.name(i, "each identifier") for i in identifiers})
 
         def body(tx, now):
@@ -315,8 +319,9 @@ class Store:
         if purpose not in known:
             listing = ", ".join(known) if known else "none yet"
             raise UnknownPurpose(
-                f"tenant '{tenant}' has no record written for purpose '{purpose}' "
-                f"(known purposes: {listing}); check the spelling"
+                # Neither the tenant nor the purpose is echoed (errors never repeat input).
+                f"this tenant has no record written under that purpose (known purposes: {listing}); "
+                "check the spelling"
             )
 
     def read(self, key: str, *, tenant: str, purpose: str) -> Memory | None:

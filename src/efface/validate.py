@@ -48,7 +48,7 @@ def key(value: Any, what: str = "key") -> str:
 
 def text(value: Any) -> str:
     raw = _utf8(value, "text")
-    if not raw.strip():
+    if not value.strip():  # str.strip: Unicode whitespace too (bytes.strip knows only ASCII)
         raise InvalidInput("text must not be empty or blank: to remove a memory use forget()")
     if len(raw) > MAX_TEXT_BYTES:
         raise InvalidInput(
@@ -60,7 +60,7 @@ def text(value: Any) -> str:
 def name(value: Any, what: str) -> str:
     """Tenants and subjects: any non-empty string up to 256 bytes."""
     raw = _utf8(value, what)
-    if not raw.strip():
+    if not value.strip():
         raise InvalidInput(f"{what} must not be empty")
     if len(raw) > MAX_NAME_BYTES:
         raise InvalidInput(f"{what} is {len(raw)} bytes; the limit is {MAX_NAME_BYTES}")
@@ -80,7 +80,7 @@ def purpose(value: Any) -> str:
 
 
 def basis(value: Any) -> str:
-    if value not in BASES:
+    if not isinstance(value, str) or value not in BASES:
         raise UnknownBasis(f"basis must be one of {', '.join(sorted(BASES))}")
     return value
 
@@ -123,6 +123,8 @@ def sources(value: Iterable[str] | None) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         raise InvalidInput("sources must be a list of keys, not a single string")
+    if not isinstance(value, Iterable):
+        raise InvalidInput("sources must be a list of keys")
     out = tuple(dict.fromkeys(key(v, "each source") for v in value))
     if len(out) > MAX_SOURCES:
         raise InvalidInput(f"a record may name at most {MAX_SOURCES} sources")
@@ -137,7 +139,7 @@ def k(value: Any) -> int:
 
 def query(value: Any) -> str:
     raw = _utf8(value, "query")
-    if not raw.strip():
+    if not value.strip():
         raise InvalidInput("query must not be empty")
     if len(raw) > MAX_TEXT_BYTES:
         raise InvalidInput(f"query is larger than {MAX_TEXT_BYTES} bytes")

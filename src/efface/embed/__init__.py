@@ -43,7 +43,10 @@ def resolve(spec: "str | Embedder | None", recorded: str | None = None) -> Embed
     if wanted is None:
         wanted = "minilm" if minilm_available() else "hashing"
     if wanted.startswith("hashing"):
-        return HashingEmbedder()
+        # The size is part of the name ("hashing-384"): a store built at another size reopens at it.
+        source = recorded if recorded and recorded.startswith("hashing-") else wanted
+        size = source.partition("-")[2]
+        return HashingEmbedder(int(size)) if size.isdigit() and int(size) > 0 else HashingEmbedder()
     if wanted == "minilm":
         from .minilm import MiniLMEmbedder
 

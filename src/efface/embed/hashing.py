@@ -21,7 +21,12 @@ def fold(text: str) -> str:
 
 
 def _features(text: str) -> list[tuple[str, float]]:
-    words = _WORD.findall(fold(text))
+    folded = fold(text)
+    words = _WORD.findall(folded)
+    if not words:
+        # Punctuation or emoji only: hash the characters, so the row is still a unit vector
+        # (a zero vector has no cosine distance) and equal texts still match.
+        return [("s:" + c, 1.0) for c in folded if not c.isspace()]
     feats: list[tuple[str, float]] = [("w:" + w, 1.0) for w in words]
     feats += [("b:" + a + " " + b, 0.5) for a, b in zip(words, words[1:])]
     for w in words:

@@ -1,0 +1,116 @@
+"""Shared fixtures.
+
+* ``backend``     the origin backend a test runs on; every store fixture is parametrized
+                  over ``BACKENDS`` (only ``sqlite``, the embedded store, exists today), so
+                  adding PostgreSQL later runs every contract test on it too.
+* ``store_path``  a fresh directory for one store (it does not exist yet).
+* ``clock``       a :class:`FakeClock`; stores opened through the fixtures read time from
+                  it, so TTLs are tested by ``clock.advance(...)``, never by sleeping.
+* ``open_store``  a factory: ``open_store(path=None, **options)`` opens a store with test
+                  defaults (hashing embedder, no background compactor, the fake clock)
+                  and closes it at teardown.
+* ``store``       one store opened by ``open_store()``.
+* ``reopen``      ``reopen(store, **options)`` closes a store and opens the same one again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import efface
+
+BACKENDS = ("sqlite",)
+"""Backends the contract tests run on. Add a name here and teach ``store_location`` about it."""
+
+T0 = 1_800_000_000.0
+"""Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
+
+
+class FakeClock:
+    """A clock the test moves by hand. Pass it as ``clock=``: the store calls it for now."""
+
+    def __init__(self, start: float = T0):
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        """Move time forward and return the new now."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        self.now += float(seconds)
+        return self.now
+
+    def set(self, when: float) -> None:
+        self.now = float(when)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """A directory path for one embedded store (created by efface.open)."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def store_location(backend: str, store_path: Path) -> str:
+    """What to pass to efface.open for a backend: a directory, or later a URL."""
+    if backend == "sqlite":
+        return os.fspath(store_path)
+    raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
+
+
+@pytest.fixture
+def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[..., efface.Store]:
+    """Factory: open (or reopen) a store with the test defaults; every store it opened is
+    closed at teardown (close() is idempotent, so tests may close stores themselves)."""
+    opened: list[efface.Store] = []
+
+    def _open(path: "str | os.PathLike | None" = None, **options) -> efface.Store:
+        options.setdefault("embedder", "hashing")
+        options.setdefault("background", False)
+        options.setdefault("clock", clock)
+        target = store_location(backend, store_path) if path is None else os.fspath(path)
+        s = efface.open(target, **options)
+        opened.append(s)
+        return s
+
+    yield _open
+    errors = []
+    for s in reversed(opened):
+        try:
+            s.close()
+        except Exception as exc:  # close every store even if one fails, then report
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def store(open_store) -> efface.Store:
+    return open_store()
+
+
+@pytest.fixture
+def reopen(open_store) -> Callable[..., efface.Store]:
+    """``reopen(store, **options)``: close ``store`` and open the same store again with the
+    test defaults (options override them)."""
+
+    def _reopen(s: efface.Store, **options) -> efface.Store:
+        s.close()
+        return open_store(s.path, **options)
+
+    return _reopen

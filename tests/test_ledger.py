@@ -1,0 +1,186 @@
+"""The erasure ledger (invariant 7): hash-chained, tamper-evident, free of personal data."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import apsw
+
+
+# Values chosen so none of them can appear inside a hex digest or a handle by chance.
+TENANT = "tenant-Quokka-Wharf"
+SUBJECTS = ("subject-Zelda-Nyquist", "subject-Quentin-Pryor")
+KEY_PREFIX = "memkey:Kowalski:"
+TEXT_WORD = "xylophonist"
+
+
+def _populate(store, clock):
+    """Several erasures of every kind; returns the receipts and every identifying string."""
+    keys = [f"{KEY_PREFIX}{i}" for i in range(6)]
+    for i, key in enumerate(keys):
+        store.write(key, f"{TEXT_WORD} memory {i} of {SUBJECTS[i % 2]}", tenant=TENANT,
+                    subject=SUBJECTS[i % 2], purpose="support", ttl=60 if i == 5 else None)
+    store.retain(keys[1], tenant=TENANT, subject=SUBJECTS[0], purpose="audit", basis="legal_hold")
+    store.register_subject(SUBJECTS[0], tenant=TENANT, identifiers=["Zelda Nyquist"])
+    receipts = [
+        store.forget(tenant=TENANT, subject=SUBJECTS[0]),
+        store.forget(tenant=TENANT, key=keys[3]),
+        store.forget(tenant=TENANT, prefix=KEY_PREFIX, purpose="support"),
+    ]
+    clock.advance(61)
+    receipts += store.sweep()
+    secrets = [TENANT, *SUBJECTS, KEY_PREFIX, *keys, TEXT_WORD, "Zelda Nyquist"]
+    return receipts, secrets
+
+
+def _rows(db_path, table):
+    conn = apsw.Connection(db_path)
+    try:
+        return conn.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+    finally:
+        conn.close()
+
+
+def _origin_db(store):
+    return os.path.join(store.path, "origin.db")
+
+
+def test_the_chain_verifies_and_holds_one_entry_per_receipt(store, clock):
+    receipts, _ = _populate(store, clock)
+    check = store.verify_ledger()
+    assert check.ok, check.problems
+    assert check.entries == len(receipts) == len(store.ledger())
+    assert [e["handle"] for e in store.ledger()] == [r.handle for r in receipts]
+    assert [e["seq"] for e in store.ledger()] == list(range(1, len(receipts) + 1))
+
+
+def test_receipt_carries_its_ledger_entry(store, clock):
+    receipts, _ = _populate(store, clock)
+    by_seq = {e["seq"]: e for e in store.ledger()}
+    for r in receipts:
+        entry = by_seq[r.ledger_seq]
+        assert entry["handle"] == r.handle
+        assert entry["hash"] == r.ledger_hash
+        assert entry["kind"] == r.kind
+        assert json.loads(entry["body"])["epoch"] == r.epoch
+    prev = "0" * 64
+    for e in store.ledger():
+        assert e["prev"] == prev
+        prev = e["hash"]
+
+
+def _tamper(store, reopen, sql, args=()):
+    path = _origin_db(store)
+    store.close()
+    conn = apsw.Connection(path)
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+    return reopen(store)
+
+
+def test_an_altered_entry_body_is_detected(store, clock, reopen):
+    receipts, _ = _populate(store, clock)
+    entry = store.ledger()[1]
+    body = json.loads(entry["body"])
+    body["erased"] = []  # hide what was erased
+    store = _tamper(store, reopen, "UPDATE ledger SET body=? WHERE seq=?",
+                    (json.dumps(body, sort_keys=True, separators=(",", ":")), entry["seq"]))
+    check = store.verify_ledger()
+    assert not check.ok
+    assert any(f"seq {entry['seq']}" in p and "altered" in p for p in check.problems), check.problems
+    assert check.entries == len(receipts)
+
+
+def test_an_altered_timestamp_is_detected(store, clock, reopen):
+    _populate(store, clock)
+    store = _tamper(store, reopen, "UPDATE ledger SET at=at+1 WHERE seq=1")
+    check = store.verify_ledger()
+    assert not check.ok
+    assert any("seq 1" in p for p in check.problems), check.problems
+
+
+def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
+    """Rewriting an entry and recomputing its own hash does not help: the next entry's
+    link, and the hash the caller kept on the receipt, no longer match."""
+    from efface.origin.sqlite import chain_hash
+
+    receipts, _ = _populate(store, clock)
+    e = store.ledger()[0]
+    body = e["body"].replace('"kind":"forget"', '"kind":"forgot"')
+    assert body != e["body"]
+    new_hash = chain_hash(e["prev"], e["seq"], e["at"], e["kind"], e["handle"], body)
+    store = _tamper(store, reopen, "UPDATE ledger SET body=?, hash=? WHERE seq=1", (body, new_hash))
+    check = store.verify_ledger()
+    assert not check.ok
+    assert any("seq 2" in p and "link" in p for p in check.problems), check.problems
+    assert store.ledger()[0]["hash"] != receipts[0].ledger_hash
+
+
+def test_a_deleted_middle_entry_is_a_gap(store, clock, reopen):
+    receipts, _ = _populate(store, clock)
+    assert len(receipts) >= 3
+    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=2")
+    check = store.verify_ledger()
+    assert not check.ok
+    assert check.entries == len(receipts) - 1
+    assert any("gap" in p and "seq 3" in p for p in check.problems), check.problems
+
+
+def test_a_deleted_last_entry_is_visible_to_the_receipt_holder(store, clock, reopen):
+    """A truncated tail keeps a valid chain; the receipt's ledger_seq/hash then name an
+    entry that no longer exists, which is how a holder of the receipt sees it."""
+    receipts, _ = _populate(store, clock)
+    last = receipts[-1]
+    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=?", (last.ledger_seq,))
+    assert store.verify_ledger().ok
+    assert last.ledger_hash not in {e["hash"] for e in store.ledger()}
+
+
+def test_ledger_and_stored_receipts_hold_no_plaintext(store, clock):
+    receipts, secrets = _populate(store, clock)
+    # Sanity: the caller's receipt does name them (the caller knows them) ...
+    assert any(SUBJECTS[0] == x.subject for r in receipts for x in r.released)
+    path = _origin_db(store)
+    store.close()
+    # ... but nothing the store keeps about erasures does: scan every column of every row.
+    for table in ("ledger", "receipts"):
+        rows = _rows(path, table)
+        assert rows, table
+        blob = json.dumps(rows, default=str)
+        blob_folded = blob.lower()
+        for s in secrets:
+            assert s not in blob, (table, s)
+            assert s.lower() not in blob_folded, (table, s)
+            assert json.dumps(s)[1:-1] not in blob, (table, s)
+
+
+def test_ledger_holds_no_plaintext_for_unicode_values(store):
+    tenant, subject, key = "Zoë-Ångström GmbH", "Søren Kierkegård", "clé:événement:1"
+    store.write(key, "un souvenir", tenant=tenant, subject=subject, purpose="support")
+    store.forget(tenant=tenant, subject=subject)
+    path = _origin_db(store)
+    store.close()
+    for table in ("ledger", "receipts"):
+        rows = _rows(path, table)
+        raw = json.dumps(rows, default=str, ensure_ascii=False)
+        escaped = json.dumps(rows, default=str, ensure_ascii=True)
+        for s in (tenant, subject, key):
+            assert s not in raw and json.dumps(s)[1:-1] not in escaped, (table, s)
+
+
+def test_hashes_are_keyed_per_store(store, open_store, tmp_path):
+    """The same key forgotten in two stores hashes differently (per-store secret), so a
+    ledger cannot be matched against a dictionary of likely keys."""
+    other = open_store(tmp_path / "other")
+    for s in (store, other):
+        s.write("same-key", "same text", tenant="acme", subject="alice", purpose="support")
+        s.forget(tenant="acme", key="same-key")
+    b1 = json.loads(store.ledger()[0]["body"])
+    b2 = json.loads(other.ledger()[0]["body"])
+    assert b1["erased"] != b2["erased"]
+    assert b1["selector"]["tenant_h"] != b2["selector"]["tenant_h"]
+    assert len(b1["erased"]) == 1 and len(b1["erased"][0]) >= 32
