@@ -101,23 +101,46 @@ def test_incident_a_erasure_stays_read_safe_across_a_restart(incident_a, reopen)
     assert store.status(receipt.handle).settled
 
 
-def test_incident_a_digest_under_another_subject_is_not_touched(incident_a):
+def test_incident_a_digest_under_another_subject_is_quarantined(incident_a):
     store, alice, _, digest = incident_a
     receipt = store.forget(tenant=TENANT, subject="alice")
+    # Policy-correct: another subject's claim keeps the digest, so it is not erased ...
     assert "acme:digest:w14" not in receipt.erased
     assert all(r.key != "acme:digest:w14" for r in receipt.released)
-    # Current, honest behaviour: another subject's claim keeps the digest, and since the
-    # mention index and quarantine do not exist yet, the receipt quarantines nothing and
-    # the digest is still recalled by Alice's name.
-    # TODO(issue #4): mention index + quarantine will list the digest in
-    # receipt.quarantined and hide it from recall until re-derived; flip these asserts then.
-    assert receipt.quarantined == ()
-    assert store.status(receipt.handle).counts["quarantined"] == 0
+    # ... and read-correct: it was built from Alice's records (lineage) and names her
+    # (mention), so the forget enumerates it, quarantines it, and says so (invariant 4).
+    assert receipt.quarantined == ("acme:digest:w14",)
+    (d,) = receipt.derivations
+    assert (d.key, d.why, d.action) == ("acme:digest:w14", "lineage+mention", "quarantined")
+    assert store.status(receipt.handle).counts["quarantined"] == 1
+    assert store.read("acme:digest:w14", tenant=TENANT, purpose="analytics") is None
+    assert "acme:digest:w14" not in [h.key for h in _hits(store, "alice", "analytics")]
+    assert "acme:digest:w14" not in [h.key for h in _hits(store, digest, "analytics")]
+    (item,) = store.quarantined(tenant=TENANT)
+    assert item.key == "acme:digest:w14" and item.handle == receipt.handle
+    assert set(item.sources) <= set(alice) and len(item.sources) == 3
+    assert item.surviving_sources == ()
+    # Re-derived without her, it is served again.
+    store.rederive("acme:digest:w14", "week 14: three support calls about tea", tenant=TENANT, sources=[])
     m = store.read("acme:digest:w14", tenant=TENANT, purpose="analytics")
-    assert m is not None and m.text == digest
-    assert "acme:digest:w14" in [h.key for h in _hits(store, "alice", "analytics")]
-    # Its lineage still names the (now erased) source keys.
-    assert set(m.sources) <= set(alice) and len(m.sources) == 3
+    assert m is not None and m.text == "week 14: three support calls about tea"
+    assert store.quarantined(tenant=TENANT) == []
+
+
+def test_incident_a_digest_that_only_names_her_is_found_by_mention(store):
+    store.register_subject("alice", tenant=TENANT, identifiers=["Alice Martin", "alice@example.com"])
+    store.write("acme:t:1", "Alice Martin asked about her order", tenant=TENANT, subject="alice", purpose="support")
+    digest = "Digest: ALICE MARTIN (alice@Example.com) called about an order twice"
+    store.write("acme:digest", digest, tenant=TENANT, subject="svc", purpose="analytics")  # no sources
+    store.write("acme:other", "Digest: Bob called about invoices", tenant=TENANT, subject="svc", purpose="analytics")
+    assert "acme:digest" in [h.key for h in _hits(store, "alice", "analytics")]
+    receipt = store.forget(tenant=TENANT, subject="alice")
+    assert receipt.quarantined == ("acme:digest",)
+    assert receipt.derivations[0].why == "mention"
+    assert receipt.identifiers_erased
+    for query in ("alice", "Alice Martin", "alice@example.com", digest):
+        assert "acme:digest" not in [h.key for h in _hits(store, query, "analytics")]
+    assert "acme:other" in [h.key for h in _hits(store, "Bob invoices", "analytics")]
 
 
 # -- Incident B ------------------------------------------------------------------------------

@@ -116,6 +116,36 @@ class Retained:
 
 
 @dataclass(frozen=True)
+class Derivation:
+    """A record derived from what a forget erased, and what the tenant's policy did to it."""
+
+    key: str
+    why: str
+    """``lineage`` (built from an erased record), ``mention`` (names the erased subject),
+    or ``lineage+mention`` (both)."""
+    action: str
+    """``quarantined``, ``redacted`` or ``kept``."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class QuarantineItem:
+    """A record held back from reads until it is re-derived or released."""
+
+    key: str
+    why: str
+    handle: str
+    """The erasure that quarantined it."""
+    since: float
+    sources: tuple[str, ...]
+    surviving_sources: tuple[str, ...]
+    """The sources that still exist: what a re-derivation can be built from."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class PathState:
     """Where one read path stands with respect to one erasure."""
 
@@ -156,6 +186,12 @@ class Receipt:
     paths: Mapping[str, PathState]
     max_propagation_s: float
     acknowledged_at: float
+    derivations: tuple[Derivation, ...] = ()
+    """Every record derived from the erasure (lineage, mentions) and what was done to it."""
+    policy: str = "quarantine"
+    """The tenant's derivation policy that applied."""
+    identifiers_erased: bool = False
+    """True when the forgotten subject's registered identifiers were erased with them."""
     ledger_seq: int = 0
     """Where this erasure sits in the hash-chained ledger."""
     ledger_hash: str = ""
@@ -172,6 +208,9 @@ class Receipt:
             "erased": list(self.erased),
             "retained": [asdict(r) for r in self.retained],
             "quarantined": list(self.quarantined),
+            "derivations": [asdict(d) for d in self.derivations],
+            "policy": self.policy,
+            "identifiers_erased": self.identifiers_erased,
             "paths": {k: v.to_dict() for k, v in self.paths.items()},
             "max_propagation_s": self.max_propagation_s,
             "acknowledged_at": self.acknowledged_at,

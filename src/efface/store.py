@@ -16,12 +16,13 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from . import validate as v
+from .derivations import Derivations, validate_policy
 from .embed import Embedder, resolve
 from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
 from .errors import (
@@ -36,9 +37,11 @@ from .errors import (
 from .model import (
     LEGAL_BASES,
     Claim,
+    Derivation,
     Hit,
     Memory,
     PathState,
+    QuarantineItem,
     Receipt,
     Released,
     Retained,
@@ -68,6 +71,11 @@ class _ForgetOutcome:
     erased: list[str]
     retained: list[Retained]
     drops: list[int]
+    puts: list[int] = field(default_factory=list)
+    texts: dict[int, str] = field(default_factory=dict)
+    derivations: list[Derivation] = field(default_factory=list)
+    policy: str = "quarantine"
+    identifiers_erased: bool = False
     handle: str = ""
     acknowledged_at: float = 0.0
     ledger_seq: int = 0
@@ -118,6 +126,7 @@ class Store:
                     f"this store's vectors were made by embedder '{recorded}', not '{self.embedder.name}': "
                     f"open it with embedder='{recorded.split('-')[0]}' (or None), or use a new store"
                 )
+            self._derivations = Derivations(self._origin, self.embedder)
             self._fts = FullTextIndex(self._origin)
             self._ann = VectorIndex(
                 self._origin,
@@ -131,6 +140,7 @@ class Store:
             raise
         self._synchronous = [self._fts]
         self._asynchronous = [self._ann]
+        self._on_quarantine: list[Callable[[Receipt, list[QuarantineItem]], None]] = []
         self._last_persist = time.monotonic()
         self._compact_interval = compact_interval
         self._stop = threading.Event()
@@ -173,14 +183,16 @@ class Store:
             raise EffaceError("the store is closed; open it again with efface.open()")
 
     # -- the chokepoint ----------------------------------------------------------------
-    def _mutate(self, kind: str, tenant: str, body: Callable, *, sweep: bool = True) -> tuple[int, Any]:
+    def _mutate(self, kind: str, tenant: str, body: Callable, *, sweep: bool = True,
+                after: Callable[[Any], None] | None = None) -> tuple[int, Any]:
         """The only way anything changes. ``body(tx, now)`` returns
         ``(result, puts, drops, texts)``; it runs inside the origin transaction.
-        Due expiries are honoured first, so a write can never revive an expired claim."""
+        ``after(result)`` runs once it has committed, still under the store lock (for
+        in-memory state that must follow the origin). Due expiries are honoured first, so
+        a write can never revive an expired claim."""
         with self._lock:
             self._check_open()
-            if sweep:
-                self._expire_due(self._clock())
+            pass
             now = self._clock()
             with self._origin.transaction(kind, tenant, now) as tx:
                 result, puts, drops, texts = body(tx, now)
@@ -188,6 +200,8 @@ class Store:
                     tx.log_changes(tenant, puts, drops)
                     for artifact in self._synchronous:
                         artifact.stage(tx, tenant, puts, drops, texts)
+            if after is not None:
+                after(result)
             # Committed and fsynced: acknowledged. Asynchronous artifacts (ANN) absorb it
             # in the compactor; recall catches them up on new content first (read-your-writes),
             # and reads are safe meanwhile because every candidate is resolved in the origin.
@@ -274,6 +288,7 @@ class Store:
                                 subj, purp, bas, None if ttl_s is None else now + ttl_s)
                 rid = tx.upsert(tenant, rec, now)
                 tx.register_purpose(tenant, purp)
+                self._derivations.on_write(tx, tenant, rid, text)
                 puts.append(rid)
                 texts[rid] = text
             return None, puts, [], texts
@@ -308,9 +323,12 @@ class Store:
 
         def body(tx, now):
             tx.set_subject(tenant, subject, json.dumps(ids, ensure_ascii=False), now)
+            self._derivations.on_register(tx, tenant, subject, ids)
             return None, [], [], {}
 
-        epoch, _ = self._mutate("subject", tenant, body)
+        epoch, _ = self._mutate(
+            "subject", tenant, body, after=lambda _: self._derivations.mentions.set_subject(tenant, subject, ids)
+        )
         return epoch
 
     # -- reads -----------------------------------------------------------------------------
@@ -429,10 +447,24 @@ class Store:
             def body(tx, now):
                 matched = tx.match_claims(tenant, subject, purpose, prefix, key)
                 outcome = self._release(tx, selector, "forget", matched, now)
-                return outcome, [], outcome.drops, {}
+                return outcome, outcome.puts, outcome.drops, outcome.texts
 
-            epoch, outcome = self._mutate("forget", tenant, body)
-            return self._receipt(epoch, outcome)
+            def after(outcome):
+                if outcome.identifiers_erased:
+                    self._derivations.mentions.drop_subject(tenant, subject)
+
+            epoch, outcome = self._mutate("forget", tenant, body, after=after)
+            receipt = self._receipt(epoch, outcome)
+        if receipt.quarantined and self._on_quarantine:
+            items = [i for i in self.quarantined(tenant=tenant) if i.handle == receipt.handle]
+            for callback in list(self._on_quarantine):
+                try:
+                    callback(receipt, items)
+                except Exception:  # the erasure is committed; a failing callback must not hide that
+                    import logging
+
+                    logging.getLogger("efface").exception("on_quarantine callback failed")
+        return receipt
 
     def _release(self, tx, selector: Selector, kind: str, matched: Sequence[ClaimRow], now: float) -> _ForgetOutcome:
         """Release claims, erase records left with none, list what stays and why, and
@@ -457,6 +489,13 @@ class Store:
                     reason = "another live claim keeps the record (retention scopes are a union)"
                 out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
         handle = "efr_" + secrets.token_hex(12)
+        subject = selector.subject if kind == "forget" else None
+        out.derivations, out.puts, out.texts = self._derivations.process(
+            tx, tenant=selector.tenant, subject=subject, erased_keys=out.erased,
+            erased_ids=set(out.drops), handle=handle, now=now)
+        out.policy = tx.policy(selector.tenant)[0]
+        if subject is not None:
+            out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
         body = self._hashed_body(out, tx.epoch, now)
         tenant_h = self._hash("tenant", selector.tenant)
         tx.save_receipt(handle, kind, tenant_h, body, now)
@@ -484,7 +523,10 @@ class Store:
             "erased": [h("key", k) for k in out.erased],
             "retained": [{"key_h": h("key", r.key), "purpose": r.purpose, "basis": r.basis,
                           "expires_at": r.expires_at, "reason": r.reason} for r in out.retained],
-            "quarantined": [],
+            "quarantined": [h("key", d.key) for d in out.derivations if d.action == "quarantined"],
+            "derivations": [{"key_h": h("key", d.key), "why": d.why, "action": d.action} for d in out.derivations],
+            "policy": out.policy,
+            "identifiers_erased": out.identifiers_erased,
             "max_propagation_s": self._max_propagation(),
             "acknowledged_at": now,
         }
@@ -509,13 +551,95 @@ class Store:
             released=tuple(out.released),
             erased=tuple(out.erased),
             retained=tuple(out.retained),
-            quarantined=(),
+            quarantined=tuple(d.key for d in out.derivations if d.action == "quarantined"),
             paths=self._paths(epoch),
             max_propagation_s=self._max_propagation(),
             acknowledged_at=out.acknowledged_at,
+            derivations=tuple(out.derivations),
+            policy=out.policy,
+            identifiers_erased=out.identifiers_erased,
             ledger_seq=out.ledger_seq,
             ledger_hash=out.ledger_hash,
         )
+
+    # -- derivations: policy, quarantine, re-derivation ------------------------------------
+    def set_policy(self, tenant: str, policy: str, *, reason: str | None = None) -> int:
+        """What a forget does to records derived from what it erased, for one tenant:
+        ``quarantine`` (default), ``redact``, or ``keep`` (needs a ``reason``)."""
+        tenant = v.name(tenant, "tenant")
+        policy, reason = validate_policy(policy, reason)
+
+        def body(tx, now):
+            tx.set_policy(tenant, policy, reason)
+            tx.append_ledger("policy", None, {"tenant_h": self._hash("tenant", tenant), "policy": policy,
+                                              "reason": reason}, now)
+            return None, [], [], {}
+
+        return self._mutate("policy", tenant, body)[0]
+
+    def on_quarantine(self, callback: Callable[[Receipt, list[QuarantineItem]], None]) -> None:
+        """Call ``callback(receipt, items)`` after a forget quarantines derived records, so the
+        agent learns what to re-derive. It runs after the commit; its errors are logged."""
+        if not callable(callback):
+            raise InvalidInput("callback must be callable")
+        self._on_quarantine.append(callback)
+
+    def quarantined(self, *, tenant: str) -> list[QuarantineItem]:
+        """Records held back from reads in ``tenant``, with the sources that survive."""
+        tenant = v.name(tenant, "tenant")
+        with self._lock:
+            self._check_open()
+            rows = self._origin.quarantined(tenant)
+            all_sources = sorted({s for row in rows for s in json.loads(row[5])})
+            live = self._origin.live_keys(tenant, all_sources)
+        return [
+            QuarantineItem(key=key, why=why, handle=handle, since=since, sources=tuple(json.loads(src)),
+                           surviving_sources=tuple(s for s in json.loads(src) if s in live))
+            for _rid, key, why, handle, since, src in rows
+        ]
+
+    def rederive(self, key: str, text: str, *, tenant: str, sources: Iterable[str] | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> int:
+        """Write a new version of a derived record (its claims stay) and lift its quarantine.
+        ``sources`` replaces its lineage when given. Returns the epoch."""
+        tenant, key, text = v.name(tenant, "tenant"), v.key(key), v.text(text)
+        new_sources = None if sources is None else v.sources(sources)
+        meta = None if metadata is None else v.metadata(metadata)
+        vec = np.ascontiguousarray(self.embedder.embed([text])[0], dtype=np.float32).tobytes()
+
+        def body(tx, now):
+            rid = tx.record_id(tenant, key)
+            if rid is None:
+                raise NotFound("no live record with that key in this tenant: write it instead")
+            tx.replace_text(rid, text, vec, now)
+            if meta is not None:
+                tx.execute("UPDATE records SET metadata=? WHERE id=?", (meta, rid))
+            if new_sources is not None:
+                tx.set_sources(rid, tenant, new_sources)
+            self._derivations.on_write(tx, tenant, rid, text)
+            lifted = tx.lift_quarantine(rid)
+            tx.append_ledger("rederive", None, {"tenant_h": self._hash("tenant", tenant),
+                                                "key_h": self._hash("key", tenant, key), "lifted": lifted}, now)
+            return None, [rid], [], {rid: text}
+
+        return self._mutate("rederive", tenant, body)[0]
+
+    def release(self, key: str, *, tenant: str, reason: str) -> int:
+        """Lift a quarantine without changing the record (a policy decision: ``reason`` is
+        recorded in the ledger). Returns the epoch."""
+        tenant, key = v.name(tenant, "tenant"), v.key(key)
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 500:
+            raise InvalidInput("release needs a reason (1-500 characters); it is recorded in the ledger")
+
+        def body(tx, now):
+            rid = tx.record_id(tenant, key)
+            if rid is None or not tx.lift_quarantine(rid):
+                raise NotFound("no quarantined record with that key in this tenant")
+            tx.append_ledger("release", None, {"tenant_h": self._hash("tenant", tenant),
+                                               "key_h": self._hash("key", tenant, key), "reason": reason}, now)
+            return None, [], [], {}
+
+        return self._mutate("release", tenant, body)[0]
 
     # -- expiry ----------------------------------------------------------------------------
     def _expire_due(self, now: float) -> list[Receipt]:
@@ -526,7 +650,7 @@ class Store:
             def body(tx, _now, tenant=tenant):
                 matched = [c for t, c in tx.due_claims(now) if t == tenant]
                 outcome = self._release(tx, Selector(tenant), "expire", matched, now)
-                return outcome, [], outcome.drops, {}
+                return outcome, outcome.puts, outcome.drops, outcome.texts
 
             epoch, outcome = self._mutate("expire", tenant, body, sweep=False)
             receipts.append(self._receipt(epoch, outcome))
@@ -605,6 +729,7 @@ class Store:
             for a in self._asynchronous:
                 a.persist()
             self._origin.prune_changes(min(a.saved_epoch() for a in self._asynchronous))
+            self._origin.checkpoint()
             self._last_persist = time.monotonic()
         return min(a.applied_epoch() for a in (*self._synchronous, *self._asynchronous))
 

@@ -59,6 +59,21 @@ CREATE TABLE IF NOT EXISTS subjects(
     updated_at REAL NOT NULL,
     PRIMARY KEY(tenant, subject)
 );
+CREATE TABLE IF NOT EXISTS mentions(
+    record_id INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    PRIMARY KEY(record_id, subject)
+);
+CREATE INDEX IF NOT EXISTS mentions_subject ON mentions(tenant, subject);
+CREATE TABLE IF NOT EXISTS quarantine(
+    record_id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    why TEXT NOT NULL,                       -- 'lineage' or 'mention'
+    handle TEXT NOT NULL,                    -- the erasure that caused it
+    since REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS policies(tenant TEXT PRIMARY KEY, policy TEXT NOT NULL, reason TEXT);
 CREATE TABLE IF NOT EXISTS purposes(tenant TEXT NOT NULL, purpose TEXT NOT NULL, PRIMARY KEY(tenant, purpose));
 CREATE TABLE IF NOT EXISTS mutations(
     epoch INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -112,6 +127,7 @@ def _record(row: tuple) -> RecordRow:
 _REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
 _CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
 _LIVE = "(c.expires_at IS NULL OR c.expires_at > ?)"
+_NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
 
 
 class SQLiteTx:
@@ -120,11 +136,23 @@ class SQLiteTx:
     def __init__(self, conn: apsw.Connection, epoch: int):
         self._c = conn
         self.epoch = epoch
+        self.old_texts: dict[int, str] = {}
+        """Each changed record's text as it was before this transaction: the full-text index
+        needs it to delete exactly the tokens it holds for that record."""
+
+    def _remember(self, record_id: int | None = None, tenant: str | None = None, key: str | None = None) -> None:
+        if record_id is None:
+            row = self._c.execute("SELECT id, text FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+        else:
+            row = self._c.execute("SELECT id, text FROM records WHERE id=?", (record_id,)).fetchone()
+        if row is not None:
+            self.old_texts.setdefault(row[0], row[1])
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> apsw.Cursor:
         return self._c.execute(sql, args)
 
     def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
+        self._remember(tenant=tenant, key=rec.key)
         (rid,) = self._c.execute(
             "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
             " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
@@ -194,9 +222,101 @@ class SQLiteTx:
         ]
 
     def erase_record(self, record_id: int) -> None:
+        self._remember(record_id)
         self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
+        self._c.execute("DELETE FROM mentions WHERE record_id=?", (record_id,))
+        self._c.execute("DELETE FROM quarantine WHERE record_id=?", (record_id,))
         self._c.execute("DELETE FROM claims WHERE record_id=?", (record_id,))
         self._c.execute("DELETE FROM records WHERE id=?", (record_id,))
+
+    # -- derivations (lineage, mentions, quarantine) ------------------------------------
+    def set_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        self._c.execute("DELETE FROM mentions WHERE record_id=?", (record_id,))
+        self.add_mentions(record_id, tenant, subjects)
+
+    def add_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        self._c.executemany(
+            "INSERT OR IGNORE INTO mentions(record_id, tenant, subject) VALUES(?,?,?)",
+            [(record_id, tenant, s) for s in subjects],
+        )
+
+    def mentioning(self, tenant: str, subject: str) -> list[tuple[int, str]]:
+        return self._c.execute(
+            "SELECT m.record_id, r.key FROM mentions m JOIN records r ON r.id=m.record_id"
+            " WHERE m.tenant=? AND m.subject=?",
+            (tenant, subject),
+        ).fetchall()
+
+    def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            out += self._c.execute(
+                "SELECT DISTINCT l.record_id, r.key FROM lineage l JOIN records r ON r.id=l.record_id"
+                f" WHERE l.tenant=? AND l.source_key IN ({marks})",
+                [tenant, *chunk],
+            ).fetchall()
+        return out
+
+    def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
+        self._remember(record_id)
+        self._c.execute("UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?",
+                        (text, embedding, now, record_id))
+
+    def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
+        self._c.execute("UPDATE records SET sources=? WHERE id=?", (json.dumps(list(sources)), record_id))
+        self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
+        self._c.executemany("INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+                            [(record_id, tenant, s) for s in sources])
+
+    def record(self, record_id: int) -> RecordRow | None:
+        row = self._c.execute(f"SELECT {_REC_COLS} FROM records r WHERE r.id=?", (record_id,)).fetchone()
+        return _record(row) if row else None
+
+    def quarantine(self, record_id: int, tenant: str, why: str, handle: str, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO quarantine(record_id, tenant, why, handle, since) VALUES(?,?,?,?,?)"
+            " ON CONFLICT(record_id) DO NOTHING",
+            (record_id, tenant, why, handle, now),
+        )
+
+    def is_quarantined(self, record_id: int) -> bool:
+        return self._c.execute("SELECT 1 FROM quarantine WHERE record_id=?", (record_id,)).fetchone() is not None
+
+    def lift_quarantine(self, record_id: int) -> bool:
+        self._c.execute("DELETE FROM quarantine WHERE record_id=?", (record_id,))
+        return self._c.changes() > 0
+
+    def subject_has_claims(self, tenant: str, subject: str) -> bool:
+        return self._c.execute(
+            "SELECT 1 FROM claims c JOIN records r ON r.id=c.record_id WHERE r.tenant=? AND c.subject=? LIMIT 1",
+            (tenant, subject),
+        ).fetchone() is not None
+
+    def drop_subject(self, tenant: str, subject: str) -> bool:
+        """Erase a subject's registered identifiers and the mention rows that point at it."""
+        self._c.execute("DELETE FROM mentions WHERE tenant=? AND subject=?", (tenant, subject))
+        self._c.execute("DELETE FROM subjects WHERE tenant=? AND subject=?", (tenant, subject))
+        return self._c.changes() > 0
+
+    def policy(self, tenant: str) -> tuple[str, str | None]:
+        row = self._c.execute("SELECT policy, reason FROM policies WHERE tenant=?", (tenant,)).fetchone()
+        return (row[0], row[1]) if row else ("quarantine", None)
+
+    def set_policy(self, tenant: str, policy: str, reason: str | None) -> None:
+        self._c.execute(
+            "INSERT INTO policies(tenant, policy, reason) VALUES(?,?,?) ON CONFLICT(tenant)"
+            " DO UPDATE SET policy=excluded.policy, reason=excluded.reason",
+            (tenant, policy, reason),
+        )
+
+    def fts_phrase(self, tenant: str, phrase: str, limit: int = 100000) -> list[tuple[int, str]]:
+        """Records of the tenant whose words contain ``phrase`` (an FTS5 phrase query)."""
+        return self._c.execute(
+            "SELECT r.id, r.text FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ? AND r.tenant=? LIMIT ?",
+            (phrase, tenant, limit),
+        ).fetchall()
 
     def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
         rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
@@ -270,7 +390,7 @@ class SQLiteOrigin:
 
     def read(self, tenant: str, key: str, purpose: str, now: float):
         row = self._c.execute(
-            f"SELECT {_REC_COLS} FROM records r WHERE r.tenant=? AND r.key=?", (tenant, key)
+            f"SELECT {_REC_COLS} FROM records r WHERE r.tenant=? AND r.key=? AND {_NOT_QUARANTINED}", (tenant, key)
         ).fetchone()
         if row is None:
             return None
@@ -295,11 +415,31 @@ class SQLiteOrigin:
             marks = ",".join("?" * len(chunk))
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
             rows = self._c.execute(
-                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND EXISTS"
+                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND {_NOT_QUARANTINED} AND EXISTS"
                 f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
                 args,
             )
             out.update((r[0], _record(r)) for r in rows)
+        return out
+
+    def all_subjects(self) -> list[tuple[str, str, str]]:
+        return self._c.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
+
+    def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
+        """(record id, key, why, handle, since, sources JSON) of every quarantined record."""
+        return self._c.execute(
+            "SELECT q.record_id, r.key, q.why, q.handle, q.since, r.sources FROM quarantine q"
+            " JOIN records r ON r.id=q.record_id WHERE q.tenant=? ORDER BY r.key",
+            (tenant,),
+        ).fetchall()
+
+    def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            out |= {r[0] for r in self._c.execute(
+                f"SELECT key FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk])}
         return out
 
     def purposes(self, tenant: str) -> list[str]:
@@ -383,6 +523,11 @@ class SQLiteOrigin:
     def meta_set(self, key: str, value: str) -> None:
         with self._c:
             self._c.execute("INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v", (key, value))
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate it to zero bytes, so no old page
+        image (with secure_delete, the only place deleted bytes can linger) stays in the WAL."""
+        self._c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count_records(self) -> int:
         return self._c.execute("SELECT count(*) FROM records").fetchone()[0]

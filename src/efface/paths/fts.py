@@ -1,10 +1,12 @@
 """Full-text read path: an SQLite FTS5 index inside the origin file.
 
-The table is *contentless* (``content=''``): it keeps tokens, never a copy of the text,
-so text can only ever be served from the origin. ``contentless_delete=1`` lets a row be
-deleted by rowid, and the ``secure-delete`` option makes a delete remove the row's tokens
-from the index segments at once instead of leaving them until the next merge. It is
-updated inside the origin's transaction, so its applied epoch never lags the origin.
+The table is *external-content* over ``records`` (``content='records'``): it keeps tokens,
+never a copy of the text, so text can only ever be served from the origin. With the
+``secure-delete`` option, deleting a row's tokens (the ``'delete'`` command, given the text
+they were indexed from) removes them from the index segments at once, rather than
+leaving tombstones until the next merge; measured, a contentless table keeps deleted tokens
+in its segments until ``optimize``. It is updated inside the origin's transaction, so its
+applied epoch never lags the origin.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ MAX_QUERY_TERMS = 32
 
 SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    text, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+    text, content='records', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
 );
 """
 
@@ -32,6 +34,12 @@ def match_expression(text: str) -> str | None:
     if not words:
         return None
     return " OR ".join(f'"{w}"' for w in words)
+
+
+def phrase_query(text: str) -> str | None:
+    """An FTS5 phrase query for the words of ``text`` in order."""
+    words = _WORD.findall(fold(text))
+    return '"' + " ".join(words) + '"' if words else None
 
 
 class FullTextIndex:
@@ -51,7 +59,9 @@ class FullTextIndex:
 
     def stage(self, tx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
         for rid in list(puts) + list(drops):
-            tx.execute("DELETE FROM fts WHERE rowid=?", (rid,))
+            old = tx.old_texts.get(rid)
+            if old is not None:
+                tx.execute("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", (rid, old))
         for rid in puts:
             tx.execute("INSERT INTO fts(rowid, text) VALUES(?,?)", (rid, texts[rid]))
 
@@ -69,7 +79,9 @@ class FullTextIndex:
         args = [expr, query.tenant, query.purpose, query.now] + ([query.subject] if query.subject is not None else []) + [n]
         rows = self._origin.connection.execute(
             "SELECT f.rowid FROM fts f JOIN records r ON r.id=f.rowid"
-            " WHERE fts MATCH ? AND r.tenant=? AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
+            " WHERE fts MATCH ? AND r.tenant=?"
+            " AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
+            " AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
             f" AND c.purpose=? AND (c.expires_at IS NULL OR c.expires_at>?){sub})"
             " ORDER BY bm25(fts) LIMIT ?",
             args,

@@ -1,0 +1,175 @@
+"""Cross-subject derivations (invariant 4): lineage, mentions and what a forget does to them.
+
+At forget time the store enumerates every record that is *derived* from what it erased:
+
+* **lineage** — records written with ``sources=`` naming an erased key, and, transitively,
+  records derived from those;
+* **mention** — when the forget names a subject, records whose text names one of the
+  subject's registered identifiers (found through :class:`~efface.mentions.MentionIndex`,
+  kept up to date on every write, so no scan happens at forget time).
+
+Each tenant's policy decides what happens to them, and the receipt says it:
+``quarantine`` (default: unreadable and unrecallable until re-derived or released),
+``redact`` (a new version with the subject's identifiers replaced by ``[redacted]``; the old
+version is erased like any erased record — lineage-derived records are quarantined, since
+a derived fact cannot be redacted by identifiers), or ``keep`` (only with a stated reason).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InvalidInput
+from .mentions import PHONE_PREFIX, MentionIndex
+from .model import Derivation
+from .paths.fts import phrase_query
+
+POLICIES = ("quarantine", "redact", "keep")
+REDACTION_MARK = "[redacted]"
+
+
+class Derivations:
+    """The mention index and the forget-time derivation logic of one store."""
+
+    def __init__(self, origin, embedder):
+        self._origin = origin
+        self._embedder = embedder
+        self.mentions = MentionIndex()
+        for tenant, subject, identifiers in origin.all_subjects():
+            self.mentions.set_subject(tenant, subject, json.loads(identifiers))
+
+    # -- writes ----------------------------------------------------------------------------
+    def on_write(self, tx, tenant: str, record_id: int, text: str) -> None:
+        """Record which registered subjects this text names."""
+        tx.set_mentions(record_id, tenant, self.mentions.find(tenant, text))
+
+    def on_register(self, tx, tenant: str, subject: str, identifiers: Sequence[str]) -> MentionIndex:
+        """Find the tenant's existing records that name the newly registered identifiers.
+        Candidates come from the full-text index (a phrase query per identifier), then the
+        normalised matcher confirms them; returns the subject's own matcher for the caller
+        to install after the commit."""
+        own = MentionIndex()
+        own.set_subject(tenant, subject, identifiers)
+        candidates: dict[int, str] = {}
+        for pattern in own.identifiers(tenant, subject):
+            words = pattern[len(PHONE_PREFIX):] if pattern.startswith(PHONE_PREFIX) else pattern
+            for variant in _phone_variants(words) if pattern.startswith(PHONE_PREFIX) else [words]:
+                query = phrase_query(variant)
+                if query:
+                    candidates.update(tx.fts_phrase(tenant, query))
+        for rid, text in candidates.items():
+            if own.find(tenant, text):
+                tx.add_mentions(rid, tenant, [subject])
+        return own
+
+    # -- forget ----------------------------------------------------------------------------
+    def process(self, tx, *, tenant: str, subject: str | None, erased_keys: Sequence[str],
+                erased_ids: set[int], handle: str, now: float) -> tuple[list[Derivation], list[int], dict[int, str]]:
+        """Enumerate and treat the records derived from this erasure, inside its transaction.
+        Returns (derivations for the receipt, record ids rewritten, their new texts)."""
+        policy, reason = tx.policy(tenant)
+        affected: dict[int, tuple[str, str]] = {}  # record id -> (key, why)
+        if subject is not None:
+            for rid, key in tx.mentioning(tenant, subject):
+                if rid not in erased_ids:
+                    affected[rid] = (key, "mention")
+        # Lineage, transitively: anything built from an erased record, or from a record
+        # that is itself held back because of this erasure.
+        frontier = list(erased_keys) + [k for k, _ in affected.values()]
+        seen = set(frontier)
+        while frontier:
+            nxt = []
+            for rid, key in tx.derived_from(tenant, frontier):
+                if rid in erased_ids:
+                    continue
+                if rid not in affected:
+                    affected[rid] = (key, "lineage")
+                elif "lineage" not in affected[rid][1]:
+                    affected[rid] = (key, "lineage+mention")
+                if key not in seen:
+                    seen.add(key)
+                    nxt.append(key)
+            frontier = nxt
+
+        out: list[Derivation] = []
+        puts: list[int] = []
+        texts: dict[int, str] = {}
+        for rid, (key, why) in sorted(affected.items(), key=lambda kv: kv[1][0]):
+            if policy == "keep":
+                out.append(Derivation(key, why, "kept", f"tenant policy keep: {reason}"))
+                continue
+            if policy == "redact" and why == "mention":  # lineage cannot be redacted away
+                new_text = self._redacted(tx, tenant, subject, rid)
+                if new_text is not None:
+                    vec = self._embedder.embed([new_text])[0]
+                    tx.replace_text(rid, new_text, np.ascontiguousarray(vec, dtype=np.float32).tobytes(), now)
+                    tx.set_mentions(rid, tenant, self.mentions.find(tenant, new_text) - {subject})
+                    puts.append(rid)
+                    texts[rid] = new_text
+                    out.append(Derivation(key, why, "redacted", f"identifiers replaced by {REDACTION_MARK}"))
+                    continue
+            tx.quarantine(rid, tenant, why, handle, now)
+            detail = {
+                "lineage": "derived from an erased record: re-derive it from its surviving sources or release it",
+                "mention": "names the erased subject: re-derive it without them or release it",
+                "lineage+mention": "derived from an erased record and names the erased subject: "
+                                   "re-derive it or release it",
+            }[why]
+            if policy == "redact":
+                detail += " (no identifier span could be located for redaction)" if why == "mention" else \
+                    " (redaction cannot remove what was derived)"
+            out.append(Derivation(key, why, "quarantined", detail))
+        return out, puts, texts
+
+    def _redacted(self, tx, tenant: str, subject: str | None, record_id: int) -> str | None:
+        rec = tx.record(record_id)
+        if rec is None or subject is None:
+            return None
+        spans = _merge(self.mentions.spans(tenant, subject, rec.text))
+        if not spans:
+            return None
+        text = rec.text
+        for start, end in reversed(spans):
+            text = text[:start] + REDACTION_MARK + text[end:]
+        return text
+
+    def forget_subject(self, tx, tenant: str, subject: str) -> bool:
+        """Erase the subject's identifiers once no claim of theirs is left in the tenant.
+        Returns True when they were erased (the caller drops them from memory after commit)."""
+        if tx.subject_has_claims(tenant, subject):
+            return False
+        return tx.drop_subject(tenant, subject)
+
+
+def validate_policy(policy: str, reason: str | None) -> tuple[str, str | None]:
+    if policy not in POLICIES:
+        raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}")
+    if policy == "keep" and (not isinstance(reason, str) or not reason.strip()):
+        raise InvalidInput("policy 'keep' needs a stated reason (it is recorded in every receipt and the ledger)")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 500):
+        raise InvalidInput("reason must be a string of at most 500 characters")
+    return policy, reason
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _phone_variants(e164: str) -> list[str]:
+    """Word sequences a phone number may be indexed as by FTS5 (digits split on punctuation
+    are found by their last group; the whole digit run by itself)."""
+    digits = e164.lstrip("+")
+    out = [digits]
+    if len(digits) > 10:
+        out.append(digits[-10:])
+    out.append(digits[-4:])
+    return out
