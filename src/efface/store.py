@@ -192,7 +192,8 @@ class Store:
         a write can never revive an expired claim."""
         with self._lock:
             self._check_open()
-            pass
+            if sweep:
+                self._expire_due(self._clock())
             now = self._clock()
             with self._origin.transaction(kind, tenant, now) as tx:
                 result, puts, drops, texts = body(tx, now)
