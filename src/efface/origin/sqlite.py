@@ -415,7 +415,8 @@ class SQLiteOrigin:
             marks = ",".join("?" * len(chunk))
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
             rows = self._c.execute(
-                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND r.tenant=? AND {_NOT_QUARANTINED} AND EXISTS"
+                # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
+                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {_NOT_QUARANTINED} AND EXISTS"
                 f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
                 args,
             )

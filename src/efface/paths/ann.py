@@ -21,6 +21,9 @@ from usearch.index import Index
 from .base import Query
 
 SAVED_EPOCH = "ann.saved_epoch"
+ABSORB_CHUNK = 10_000
+SENTINEL_BASE = 1 << 62
+"""Labels at and above this are scrub sentinels, never record ids."""
 
 
 class VectorIndex:
@@ -37,6 +40,8 @@ class VectorIndex:
         os.makedirs(directory, exist_ok=True)
         self._indexes: dict[str, Index] = {}
         self._dirty: set[str] = set()
+        self._rng = np.random.default_rng()
+        self._sentinel = SENTINEL_BASE
         self._saved = int(origin.meta_get(SAVED_EPOCH) or 0)
         self._applied = self._saved
         self.catch_up()
@@ -46,7 +51,7 @@ class VectorIndex:
         # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
         # insert rate here, at a recall@10 we measured within 1% of f32 (docs/benchmarks.md).
         return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16,
-                     expansion_add=64, expansion_search=64)
+                     expansion_add=64, expansion_search=128)
 
     def _path(self, tenant: str) -> str:
         return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
@@ -59,13 +64,18 @@ class VectorIndex:
             try:
                 if os.path.exists(path):
                     idx.load(path)
-                else:
+                elif self._origin.meta_get(self._saved_key(tenant)) is not None:
+                    # It was saved once and is gone: replaying the log cannot bring it back.
                     self._rebuild(idx, tenant)
+                # else: never saved, so every change it holds is still in the log: start empty.
             except Exception:  # a torn or foreign file: the origin can always rebuild it
                 idx = self._new()
                 self._rebuild(idx, tenant)
             self._indexes[tenant] = idx
         return idx
+
+    def _saved_key(self, tenant: str) -> str:
+        return "ann.file." + self._file_for(tenant)
 
     def _rebuild(self, idx: Index, tenant: str) -> None:
         ids, vecs = [], []
@@ -86,30 +96,49 @@ class VectorIndex:
         raise NotImplementedError("the ANN index absorbs after commit, through catch_up()")
 
     def catch_up(self, upto: int | None = None) -> int:
-        """Absorb the change log from the applied epoch up to ``upto`` (default: everything)."""
+        """Absorb the change log from the applied epoch up to ``upto`` (default: everything).
+        A removed vector's slot is overwritten at once (see :meth:`_scrub`), so the erased
+        vector is gone from memory, and from the file at the next :meth:`persist`."""
         target = self._origin.current_epoch() if upto is None else upto
         if target <= self._applied:
             return self._applied
-        changes = self._origin.changes_since(self._applied, target)
         latest: dict[int, tuple[str, str]] = {}
-        for _epoch, rid, tenant, op in changes:
+        for _epoch, rid, tenant, op in self._origin.changes_since(self._applied, target):
             latest[rid] = (tenant, op)  # only the last change per record matters
-        vectors = self._origin.embeddings([rid for rid, (_, op) in latest.items() if op == "put"])
-        adds: dict[str, tuple[list[int], list[np.ndarray]]] = defaultdict(lambda: ([], []))
-        for rid, (tenant, _op) in latest.items():
-            idx = self._index(tenant)
-            if rid in idx:
-                idx.remove(rid)
-            blob = vectors.get(rid)
-            if blob is not None:
-                ids, vecs = adds[tenant]
-                ids.append(rid)
-                vecs.append(np.frombuffer(blob, dtype=np.float32))
-            self._dirty.add(tenant)
-        for tenant, (ids, vecs) in adds.items():
-            self._index(tenant).add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
+        items = list(latest.items())
+        for start in range(0, len(items), ABSORB_CHUNK):  # bounded memory for big imports
+            chunk = items[start : start + ABSORB_CHUNK]
+            vectors = self._origin.embeddings([rid for rid, (_, op) in chunk if op == "put"])
+            removed: dict[str, int] = defaultdict(int)
+            adds: dict[str, tuple[list[int], list[np.ndarray]]] = defaultdict(lambda: ([], []))
+            for rid, (tenant, _op) in chunk:
+                idx = self._index(tenant)
+                if rid in idx:
+                    idx.remove(rid)
+                    removed[tenant] += 1
+                blob = vectors.get(rid)
+                if blob is not None:
+                    ids, vecs = adds[tenant]
+                    ids.append(rid)
+                    vecs.append(np.frombuffer(blob, dtype=np.float32))
+                self._dirty.add(tenant)
+            for tenant, count in removed.items():
+                self._scrub(self._index(tenant), count)
+            for tenant, (ids, vecs) in adds.items():
+                self._index(tenant).add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
         self._applied = target
         return self._applied
+
+    def _scrub(self, idx: Index, count: int) -> None:
+        """Overwrite the slots of ``count`` just-removed vectors. usearch's ``remove`` only marks
+        a node deleted and keeps its vector (we found the bytes in the saved file); a later
+        ``add`` reuses freed slots, so adding and removing as many random vectors under
+        reserved labels leaves noise where the erased vectors were."""
+        self._sentinel += count
+        keys = np.arange(self._sentinel - count, self._sentinel, dtype=np.uint64)
+        noise = self._rng.standard_normal((count, self._dim)).astype(np.float32)
+        idx.add(keys, noise)
+        idx.remove(keys)
 
     def persist(self) -> None:
         """Save every changed tenant index atomically, then record the epoch they hold."""
@@ -122,6 +151,8 @@ class VectorIndex:
                 with open(tmp, "rb+") as f:
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
+                if self._origin.meta_get(self._saved_key(tenant)) is None:
+                    self._origin.meta_set(self._saved_key(tenant), "1")
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

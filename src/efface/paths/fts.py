@@ -17,7 +17,8 @@ from typing import Sequence
 from ..embed.hashing import fold
 from .base import Query
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# unicode61 splits on everything but letters and digits, "_" included
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_QUERY_TERMS = 32
 
 SCHEMA = """
@@ -27,10 +28,20 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 """
 
 
-def match_expression(text: str) -> str | None:
-    """Turn free text into a safe FTS5 query: each word quoted, OR-ed. Operators, quotes and
+MAX_FTS_CANDIDATES = 20000
+COMMON_TERM_SHARE = 0.02
+"""Query terms in more than this share of all records are dropped (BM25 gives them almost no
+weight, and scoring their long doclists is what makes a query slow); if every term is that
+common, the rarest one is kept. The same idea as Lucene's common-terms query."""
+
+
+def query_words(text: str) -> list[str]:
+    return list(dict.fromkeys(_WORD.findall(fold(text))))[:MAX_QUERY_TERMS]
+
+
+def match_expression(words: list[str]) -> str | None:
+    """Turn words into a safe FTS5 query: each word quoted, OR-ed. Operators, quotes and
     column filters in the input are just words here, so no input is an FTS syntax error."""
-    words = list(dict.fromkeys(_WORD.findall(fold(text))))[:MAX_QUERY_TERMS]
     if not words:
         return None
     return " OR ".join(f'"{w}"' for w in words)
@@ -52,7 +63,9 @@ class FullTextIndex:
         conn = origin.connection
         with conn:
             conn.execute(SCHEMA)
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row')")
             conn.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 1)")
+        self._docs = conn.execute("SELECT count(*) FROM records").fetchone()[0]
 
     def applied_epoch(self) -> int:
         return self._origin.current_epoch()
@@ -64,6 +77,8 @@ class FullTextIndex:
                 tx.execute("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", (rid, old))
         for rid in puts:
             tx.execute("INSERT INTO fts(rowid, text) VALUES(?,?)", (rid, texts[rid]))
+        # A running document count for the common-term cut-off (an estimate is enough).
+        self._docs += sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
 
     def catch_up(self, upto: int | None = None) -> int:
         return self.applied_epoch()
@@ -71,22 +86,49 @@ class FullTextIndex:
     def persist(self) -> None:
         return None
 
+    def _selective(self, words: list[str]) -> list[str]:
+        """Drop the query's very common terms (keeping at least the rarest one)."""
+        if len(words) <= 1:
+            return words
+        conn = self._origin.connection
+        marks = ",".join("?" * len(words))
+        df = dict(conn.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", words))
+        present = sorted((w for w in words if df.get(w)), key=lambda w: df[w])
+        if not present:
+            return []
+        limit = max(50, COMMON_TERM_SHARE * self._docs)
+        return [w for w in present if df[w] <= limit] or present[:1]
+
     def candidates(self, query: Query, n: int) -> list[int]:
-        expr = match_expression(query.text)
+        """Rank inside FTS5 first (cheap), then keep the rows live for the tenant, purpose and
+        subject; widen the ranked list while filters thin it below ``n``."""
+        expr = match_expression(self._selective(query_words(query.text)))
         if expr is None:
             return []
         sub = " AND c.subject=?" if query.subject is not None else ""
-        args = [expr, query.tenant, query.purpose, query.now] + ([query.subject] if query.subject is not None else []) + [n]
-        rows = self._origin.connection.execute(
-            "SELECT f.rowid FROM fts f JOIN records r ON r.id=f.rowid"
-            " WHERE fts MATCH ? AND r.tenant=?"
-            " AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
-            " AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
-            f" AND c.purpose=? AND (c.expires_at IS NULL OR c.expires_at>?){sub})"
-            " ORDER BY bm25(fts) LIMIT ?",
-            args,
-        )
-        return [r[0] for r in rows]
+        extra = [query.subject] if query.subject is not None else []
+        conn = self._origin.connection
+        m = 4 * n
+        while True:
+            rows = conn.execute(
+                "SELECT i.rowid FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
+                "  ORDER BY score LIMIT ?) i JOIN records r ON r.id=i.rowid"
+                # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
+                " WHERE +r.tenant=? AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
+                " AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
+                f" AND c.purpose=? AND (c.expires_at IS NULL OR c.expires_at>?){sub})"
+                " ORDER BY i.score LIMIT ?",
+                [expr, m, query.tenant, query.purpose, query.now, *extra, n],
+            ).fetchall()
+            if len(rows) >= n or m >= MAX_FTS_CANDIDATES or not self._more(expr, m):
+                return [r[0] for r in rows]
+            m = min(m * 4, MAX_FTS_CANDIDATES)
+
+    def _more(self, expr: str, m: int) -> bool:
+        """Whether the match has more than ``m`` rows (so widening can find more)."""
+        row = self._origin.connection.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (expr, m + 1)).fetchone()
+        return row[0] > m
 
     def close(self) -> None:
         return None

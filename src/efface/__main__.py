@@ -1,0 +1,5 @@
+"""``python -m efface``: the same command line as the ``efface`` script."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,502 @@
+"""The ``efface`` command line: parse, call the library, render. Nothing else.
+
+Every command takes ``--store DIR`` (or ``EFFACE_STORE``), ``--tenant`` (or
+``EFFACE_TENANT``), ``--embedder`` and ``--json``, before or after the command name.
+With ``--json`` a command prints exactly one JSON document on stdout, errors included
+(``{"error": {"type": ..., "message": ...}}``). Library errors are turned into exit codes
+here and nowhere else: 2 for bad input or scope (as click does for usage errors), 1 for
+the rest.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import efface
+from efface.errors import EffaceError, InvalidInput, ScopeError
+
+DEFAULT_TENANT = "default"
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+
+@dataclass
+class Settings:
+    """The common options, gathered from the group and the command (the command wins)."""
+
+    store: str | None = None
+    tenant: str | None = None
+    embedder: str | None = None
+    json: bool = False
+
+
+# -- the edge: errors -> exit codes ---------------------------------------------------------
+def _json_requested(args: Iterable[str]) -> bool:
+    args = list(args)
+    if "--" in args:
+        args = args[: args.index("--")]
+    return "--json" in args
+
+
+def _fail(ctx: click.Context, kind: str, message: str, code: int) -> None:
+    if ctx.meta.get("efface.json"):
+        click.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False))
+    else:
+        click.echo(f"Error: {message}", err=True)
+    ctx.exit(code)
+
+
+class EffaceGroup(click.Group):
+    """The root group: translates efface errors (and, under ``--json``, usage errors)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Known before parsing, so even a usage error can be answered as JSON.
+        ctx.meta["efface.json"] = _json_requested(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EffaceError as exc:
+            bad_input = isinstance(exc, (InvalidInput, ScopeError))
+            _fail(ctx, type(exc).__name__, str(exc), EXIT_BAD_INPUT if bad_input else EXIT_FAILED)
+        except click.ClickException as exc:
+            if not ctx.meta.get("efface.json"):
+                raise
+            _fail(ctx, type(exc).__name__, exc.format_message(), exc.exit_code)
+
+
+# -- common options ----------------------------------------------------------------------------
+def _setter(field: str) -> Callable:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        settings = ctx.ensure_object(Settings)
+        if value is not None and value is not False:
+            setattr(settings, field, value)
+
+    return callback
+
+
+def _common_options(*, root: bool = False, store: bool = True) -> Callable:
+    """The shared options. On the root group they read the environment; on a command they
+    override what the root was given."""
+
+    def env(name: str) -> dict:
+        return {"envvar": name, "show_envvar": True} if root else {}
+
+    def decorate(f: Callable) -> Callable:
+        options = [
+            click.option("--json", "json_", is_flag=True, default=False, expose_value=False,
+                         callback=_setter("json"),
+                         help="Print exactly one JSON document on stdout (errors too) instead of tables."),
+        ]
+        if store:
+            options += [
+                click.option("--store", metavar="DIR", expose_value=False, callback=_setter("store"),
+                             help="The store's directory (created if missing).", **env("EFFACE_STORE")),
+                click.option("--tenant", metavar="TENANT", expose_value=False, callback=_setter("tenant"),
+                             help=f"Tenant to act in (default: '{DEFAULT_TENANT}').", **env("EFFACE_TENANT")),
+                click.option("--embedder", type=click.Choice(["hashing", "minilm"]), expose_value=False,
+                             callback=_setter("embedder"),
+                             help="Embedder for a new store (default: the store's own, else the best installed)."),
+            ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _settings() -> Settings:
+    return click.get_current_context().ensure_object(Settings)
+
+
+def _tenant() -> str:
+    return _settings().tenant or DEFAULT_TENANT
+
+
+def _open() -> efface.Store:
+    """Open the store for this one command; it is closed (and compacted) when the command ends."""
+    settings = _settings()
+    if not settings.store:
+        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    ctx = click.get_current_context()
+    return ctx.with_resource(efface.open(settings.store, embedder=settings.embedder, background=False))
+
+
+def _emit(doc: Any, human: Callable[[Console], None]) -> None:
+    """One JSON document, or the human rendering. Never both."""
+    if _settings().json:
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+    else:
+        human(console())
+
+
+def console() -> Console:
+    """A console on the current stdout (CliRunner swaps it), without guessing markup in data."""
+    return Console(file=sys.stdout, highlight=False, emoji=False)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    table = Table(title=Text(title), show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, Text(str(value)))  # data, never markup
+    return table
+
+
+def paths_table(paths: dict, title: str = "Read paths") -> Table:
+    """``paths`` in the to_dict() form: name -> {state, applied_epoch, max_propagation_s, read_safe}."""
+    table = Table(title=title, title_justify="left")
+    for col in ("path", "state", "applied epoch", "max propagation", "read-safe"):
+        table.add_column(col)
+    for name, p in paths.items():
+        style = "green" if p["state"] == "absorbed" else "yellow" if p.get("read_safe", True) else "red"
+        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]),
+                      f"{p['max_propagation_s']:g} s", "yes" if p.get("read_safe", True) else "NO")
+    return table
+
+
+def _listing(keys: list[str], limit: int = 20) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" … and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
+    """A receipt (Receipt.to_dict()) as tables: the summary, its read paths, what stays and why."""
+    out.print(_kv_table(title or f"Receipt {r['handle']}", [
+        ("handle", r["handle"]),
+        ("epoch", r["epoch"]),
+        ("kind", r["kind"]),
+        ("level", r["level"]),
+        ("released", f"{len(r['released'])} claim(s)"),
+        ("erased", f"{len(r['erased'])} record(s)" + (f": {_listing(r['erased'])}" if r["erased"] else "")),
+        ("retained", f"{len(r['retained'])} record(s)"),
+        ("quarantined", f"{len(r['quarantined'])} record(s)"
+         + (f": {_listing(r['quarantined'])}" if r["quarantined"] else "")),
+        ("max propagation", f"{r['max_propagation_s']:g} s"),
+        ("acknowledged", fmt_time(r["acknowledged_at"])),
+        ("ledger", f"seq {r['ledger_seq']}, hash {r['ledger_hash'][:16]}…"),
+    ]))
+    out.print(paths_table(r["paths"], "Read paths at acknowledgement"))
+    if r["retained"]:
+        table = Table(title="Retained (the selector matched them; another claim keeps them)", title_justify="left")
+        for col in ("key", "purpose", "basis", "until", "why"):
+            table.add_column(col, overflow="fold")
+        for x in r["retained"]:
+            table.add_row(Text(x["key"]), x["purpose"], x["basis"], fmt_time(x["expires_at"]), x["reason"])
+        out.print(table)
+    if r.get("derivations"):
+        table = Table(title=f"Derived records (tenant policy: {r['policy']})", title_justify="left")
+        for col in ("key", "why", "action", "detail"):
+            table.add_column(col, overflow="fold")
+        for d in r["derivations"]:
+            table.add_row(Text(d["key"]), d["why"], d["action"], d["detail"])
+        out.print(table)
+
+
+def render_status(out: Console, s: dict) -> None:
+    """A status (Status.to_dict()) as tables."""
+    counts = s["counts"]
+    out.print(_kv_table(f"Erasure {s['handle']}", [
+        ("epoch", s["epoch"]),
+        ("kind", s["kind"]),
+        ("level", s["level"]),
+        ("settled", "yes" if s["settled"] else "no"),
+        ("pending deletions", s["pending_deletions"]),
+        ("released / erased / retained / quarantined",
+         f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}"),
+        ("max propagation", f"{s['max_propagation_s']:g} s"),
+        ("acknowledged", fmt_time(s["acknowledged_at"])),
+    ]))
+    out.print(paths_table(s["paths"]))
+
+
+# -- commands ------------------------------------------------------------------------------------
+@click.group("efface", cls=EffaceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@_common_options(root=True)
+@click.version_option(efface.__version__, prog_name="efface", help="Show the version and exit.")
+def cli() -> None:
+    """efface: a memory store for AI agents whose forget can be proven.
+
+    Write memories, read and recall them, forget them by subject, purpose, key prefix or
+    key, and follow each erasure through every read path with its receipt.
+    """
+
+
+@cli.command()
+@click.argument("key")
+@click.argument("text")
+@click.option("--subject", required=True, help="Whose data this is (the claim's subject).")
+@click.option("--purpose", required=True, help="What it may be used for (the claim's purpose), e.g. support.")
+@click.option("--basis", default="consent", show_default=True,
+              help="Why it may be kept: consent, contract, legal_obligation, legal_hold, ...")
+@click.option("--ttl", type=float, help="Seconds until this claim expires (default: until forgotten).")
+@click.option("--metadata", metavar="JSON", help="A JSON object stored with the record.")
+@click.option("--source", "sources", multiple=True, metavar="KEY",
+              help="A key this record was derived from (repeat for several).")
+@_common_options()
+def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
+    """Store TEXT under KEY with one claim. TEXT '-' reads it from stdin."""
+    if text == "-":
+        text = sys.stdin.read()
+    meta = None
+    if metadata is not None:
+        try:
+            meta = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise InvalidInput("--metadata must be a JSON object, e.g. '{\"channel\": \"chat\"}'") from None
+    store = _open()
+    epoch = store.write(key, text, tenant=_tenant(), subject=subject, purpose=purpose, basis=basis, ttl=ttl,
+                        metadata=meta, sources=list(sources) or None)
+    _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"written at epoch {epoch}"))
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--subject", required=True, help="Whose claim this is.")
+@click.option("--purpose", required=True, help="The purpose the record is kept for.")
+@click.option("--basis", required=True, help="Why it may be kept: consent, contract, legal_hold, ...")
+@click.option("--ttl", type=float, help="Seconds until this claim expires (default: until forgotten).")
+@_common_options()
+def retain(key, subject, purpose, basis, ttl) -> None:
+    """Add a claim (another reason to keep it) to the existing record KEY."""
+    epoch = _open().retain(key, tenant=_tenant(), subject=subject, purpose=purpose, basis=basis, ttl=ttl)
+    _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"claim added at epoch {epoch}"))
+
+
+@cli.command("register-subject")
+@click.argument("subject")
+@click.option("--identifier", "identifiers", multiple=True, required=True,
+              help="A name, e-mail, phone number or handle that names SUBJECT (repeat for several).")
+@_common_options()
+def register_subject(subject, identifiers) -> None:
+    """Record the identifiers that name SUBJECT, so a forget finds records mentioning them."""
+    epoch = _open().register_subject(subject, tenant=_tenant(), identifiers=list(identifiers))
+    n = len(set(identifiers))
+    _emit({"epoch": epoch, "identifiers": n},
+          lambda out: out.print(f"{n} identifier(s) registered at epoch {epoch}"))
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--purpose", required=True, help="The purpose you read for; only claims for it are visible.")
+@_common_options()
+def read(key, purpose) -> None:
+    """Print the record under KEY. Exits 1 when there is none live for this purpose."""
+    memory = _open().read(key, tenant=_tenant(), purpose=purpose)
+
+    def human(out: Console) -> None:
+        if memory is None:
+            return
+        out.print(_kv_table(memory.key, [
+            ("text", memory.text),
+            ("metadata", json.dumps(dict(memory.metadata), ensure_ascii=False)),
+            ("sources", ", ".join(memory.sources) or "-"),
+            ("updated", fmt_time(memory.updated_at)),
+            ("claims", "; ".join(f"{c.subject} / {c.purpose} / {c.basis} / until {fmt_time(c.expires_at)}"
+                                 for c in memory.claims)),
+        ]))
+
+    _emit({"found": memory is not None, "memory": None if memory is None else memory.to_dict()}, human)
+    if memory is None:
+        if not _settings().json:
+            click.echo("no live record under that key for this purpose", err=True)
+        click.get_current_context().exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--purpose", required=True, help="The purpose you recall for; only claims for it are visible.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="How many hits at most.")
+@click.option("--subject", help="Only records with a live claim of this subject.")
+@_common_options()
+def recall(query, purpose, k, subject) -> None:
+    """Find memories by meaning and by words for QUERY."""
+    hits = _open().recall(query, tenant=_tenant(), purpose=purpose, subject=subject, k=k)
+
+    def human(out: Console) -> None:
+        table = Table(title=f"{len(hits)} hit(s)", title_justify="left")
+        for col in ("#", "key", "score", "via", "text"):
+            table.add_column(col, overflow="fold")
+        for i, h in enumerate(hits, 1):
+            table.add_row(str(i), Text(h.key), f"{h.score:.4f}", "+".join(h.via), Text(h.text))
+        out.print(table)
+
+    _emit({"hits": [h.to_dict() for h in hits]}, human)
+
+
+@cli.command()
+@click.option("--subject", help="Release this subject's claims.")
+@click.option("--purpose", help="Release claims for this purpose.")
+@click.option("--prefix", help="Release claims on keys starting with this prefix.")
+@click.option("--key", help="Release claims on this one key.")
+@_common_options()
+def forget(subject, purpose, prefix, key) -> None:
+    """Release the claims the selector names; erase records left with none; print the receipt.
+
+    Name at least one of --subject, --purpose, --prefix, --key (they combine with AND).
+    """
+    receipt = _open().forget(tenant=_tenant(), subject=subject, purpose=purpose, prefix=prefix, key=key)
+    doc = receipt.to_dict()
+    _emit(doc, lambda out: render_receipt(out, doc))
+
+
+@cli.command()
+@click.argument("handle")
+@_common_options()
+def status(handle) -> None:
+    """Show how far the erasure HANDLE has gone through every read path, now."""
+    doc = _open().status(handle).to_dict()
+    _emit(doc, lambda out: render_status(out, doc))
+
+
+@cli.command()
+@click.argument("handle")
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds to wait at most. Exits 1 if the erasure has not settled by then.")
+@_common_options()
+def wait(handle, timeout) -> None:
+    """Drive the erasure HANDLE through every read path and wait until it has settled."""
+    st = _open().wait(handle, timeout=timeout)
+    doc = st.to_dict()
+    _emit(doc, lambda out: render_status(out, doc))
+    if not st.settled:
+        if not _settings().json:
+            click.echo("not settled within the timeout: run `efface wait` again or check the paths above", err=True)
+        click.get_current_context().exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.option("--all-tenants", is_flag=True, help="List the receipts of every tenant, not just --tenant's.")
+@_common_options()
+def receipts(all_tenants) -> None:
+    """List stored receipts, oldest first (as kept: hashes in place of keys and subjects)."""
+    rows = _open().receipts(None if all_tenants else _tenant())
+
+    def human(out: Console) -> None:
+        table = Table(title=f"{len(rows)} receipt(s)", title_justify="left", box=None, pad_edge=False,
+                      caption="counts: released / erased / retained / quarantined; times in UTC",
+                      caption_justify="left")
+        table.add_column("handle", no_wrap=True, min_width=28)
+        for col in ("epoch", "kind", "level", "counts", "acknowledged"):
+            table.add_column(col, no_wrap=True)
+        for row in rows:
+            b = row["body"]
+            counts = "/".join(str(len(b[f])) for f in ("released", "erased", "retained", "quarantined"))
+            table.add_row(row["handle"], str(row["epoch"]), row["kind"], b["level"], counts,
+                          fmt_time(b["acknowledged_at"])[:16])
+        out.print(table)
+
+    _emit({"receipts": rows}, human)
+
+
+@cli.group(invoke_without_command=True)
+@_common_options()
+@click.pass_context
+def ledger(ctx) -> None:
+    """The erasure ledger: hash-chained, free of personal data. Alone, it lists the entries."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(ledger_list)
+
+
+@ledger.command("list")
+@_common_options()
+def ledger_list() -> None:
+    """List the ledger's entries, oldest first."""
+    entries = _open().ledger()
+
+    def human(out: Console) -> None:
+        table = Table(title=f"{len(entries)} ledger entr{'y' if len(entries) == 1 else 'ies'}", title_justify="left")
+        for col in ("seq", "at", "kind", "handle", "hash"):
+            table.add_column(col, overflow="fold")
+        for e in entries:
+            table.add_row(str(e["seq"]), fmt_time(e["at"]), e["kind"], e["handle"] or "-", e["hash"][:16] + "…")
+        out.print(table)
+
+    _emit({"entries": entries}, human)
+
+
+@ledger.command("verify")
+@_common_options()
+def ledger_verify() -> None:
+    """Recompute the ledger's hash chain. Exits 1 when an entry is missing or altered."""
+    check = _open().verify_ledger()
+
+    def human(out: Console) -> None:
+        if check.ok:
+            out.print(f"[green]ledger intact[/]: {check.entries} entr{'y' if check.entries == 1 else 'ies'}, "
+                      "every link verified")
+        else:
+            out.print(f"[red]ledger BROKEN[/]: {len(check.problems)} problem(s) in {check.entries} entries")
+            for p in check.problems:
+                out.print(Text(f"  - {p}"))
+
+    _emit(check.to_dict(), human)
+    if not check.ok:
+        click.get_current_context().exit(EXIT_FAILED)
+
+
+@cli.command()
+@_common_options()
+def compact() -> None:
+    """Bring every derived read path up to the newest epoch and save it."""
+    store = _open()
+    epoch = store.compact()
+    stats = store.stats()
+
+    def human(out: Console) -> None:
+        out.print(f"every read path at epoch {epoch} ({stats['records']} records, embedder {stats['embedder']})")
+        out.print(paths_table(stats["paths"]))
+
+    _emit({"epoch": epoch, "stats": stats}, human)
+
+
+@cli.command()
+@_common_options()
+def sweep() -> None:
+    """Expire every claim whose TTL has passed now, and print the expiry receipts."""
+    docs = [r.to_dict() for r in _open().sweep()]
+
+    def human(out: Console) -> None:
+        if not docs:
+            out.print("nothing was due to expire")
+        for doc in docs:
+            render_receipt(out, doc, title=f"Expiry receipt {doc['handle']}")
+
+    _emit({"receipts": docs}, human)
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Keep the demo's temporary store and print where it is.")
+@_common_options(store=False)
+def demo(keep) -> None:
+    """Replay the two incidents of DESIGN.md against a naive store and against efface."""
+    from .demo import run
+
+    run(keep=keep, as_json=_settings().json, out=console())
+
+
+def main() -> None:
+    """Entry point of the ``efface`` script and of ``python -m efface``."""
+    cli(prog_name="efface")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
