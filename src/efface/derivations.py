@@ -101,7 +101,9 @@ class Derivations:
             if policy == "keep":
                 out.append(Derivation(key, why, "kept", f"tenant policy keep: {reason}"))
                 continue
-            if policy == "redact" and why == "mention":  # lineage cannot be redacted away
+            redacted = False
+            if policy == "redact" and "mention" in why:
+                # The name must not outlive the erasure on disk, whatever else happens here.
                 new_text = self._redacted(tx, tenant, subject, rid)
                 if new_text is not None:
                     vec = self._embedder.embed([new_text])[0]
@@ -109,8 +111,10 @@ class Derivations:
                     tx.set_mentions(rid, tenant, self.mentions.find(tenant, new_text) - {subject})
                     puts.append(rid)
                     texts[rid] = new_text
-                    out.append(Derivation(key, why, "redacted", f"identifiers replaced by {REDACTION_MARK}"))
-                    continue
+                    redacted = True
+                    if why == "mention":
+                        out.append(Derivation(key, why, "redacted", f"identifiers replaced by {REDACTION_MARK}"))
+                        continue
             tx.quarantine(rid, tenant, why, handle, now)
             detail = {
                 "lineage": "derived from an erased record: re-derive it from its surviving sources or release it",
@@ -118,7 +122,9 @@ class Derivations:
                 "lineage+mention": "derived from an erased record and names the erased subject: "
                                    "re-derive it or release it",
             }[why]
-            if policy == "redact":
+            if redacted:
+                detail = f"identifiers replaced by {REDACTION_MARK}; still " + detail
+            elif policy == "redact":
                 detail += " (no identifier span could be located for redaction)" if why == "mention" else \
                     " (redaction cannot remove what was derived)"
             out.append(Derivation(key, why, "quarantined", detail))

@@ -144,6 +144,7 @@ class Store:
         self._last_persist = time.monotonic()
         self._compact_interval = compact_interval
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         if background:
             self._worker = threading.Thread(target=self._background, name="efface-compactor", daemon=True)
@@ -155,6 +156,7 @@ class Store:
         if self._closed:
             return
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join()
         with self._lock:
@@ -203,6 +205,8 @@ class Store:
                         artifact.stage(tx, tenant, puts, drops, texts)
             if after is not None:
                 after(result)
+            if drops:
+                self._wake.set()  # the compactor absorbs erasures promptly
             # Committed and fsynced: acknowledged. Asynchronous artifacts (ANN) absorb it
             # in the compactor; recall catches them up on new content first (read-your-writes),
             # and reads are safe meanwhile because every candidate is resolved in the origin.
@@ -476,10 +480,11 @@ class Store:
         tx.release([c.id for c in released])
         out = _ForgetOutcome(selector, kind, [Released(c.key, c.subject, c.purpose, c.basis) for c in released],
                              [], [], [])
-        for rid in sorted({c.record_id for c in matched}):
+        key_of = {c.record_id: c.key for c in matched}
+        for rid in sorted(key_of):
             remaining = tx.remaining_claims(rid)
             if not remaining:
-                out.erased.append(next(c.key for c in matched if c.record_id == rid))
+                out.erased.append(key_of[rid])
                 out.drops.append(rid)
                 tx.erase_record(rid)
                 continue
@@ -507,7 +512,15 @@ class Store:
     def _hashed_body(self, out: _ForgetOutcome, epoch: int, now: float) -> dict:
         """The receipt as it is kept: keyed hashes in place of every key, subject and tenant."""
         t = out.selector.tenant
-        h = lambda kind, value: None if value is None else self._hash(kind, t, value)  # noqa: E731
+        memo: dict[tuple[str, str], str] = {}
+
+        def h(kind: str, value: str | None) -> str | None:
+            if value is None:
+                return None
+            if (kind, value) not in memo:
+                memo[kind, value] = self._hash(kind, t, value)
+            return memo[kind, value]
+
         return {
             "epoch": epoch,
             "kind": out.kind,
@@ -665,15 +678,16 @@ class Store:
             return self._expire_due(self._clock())
 
     # -- status ------------------------------------------------------------------------------
-    def status(self, handle: str) -> Status:
-        """Where an erasure stands on every read path, now."""
+    def status(self, handle: str, *, tenant: str | None = None) -> Status:
+        """Where an erasure stands on every read path, now. Naming ``tenant`` also checks
+        that the receipt belongs to it (servers pass the caller's tenant)."""
         if not isinstance(handle, str) or not handle:
             raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
         with self._lock:
             self._check_open()
             row = self._origin.receipt(handle)
-            if row is None:
-                raise NotFound("no receipt with that handle in this store")
+            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+                raise NotFound("no receipt with that handle in this store (for this tenant)")
             epoch, body = row["epoch"], row["body"]
             paths = self._paths(epoch)
             pending = self._origin.pending_drops(min(a.applied_epoch() for a in self._asynchronous))
@@ -685,18 +699,21 @@ class Store:
                     "retained": len(body["retained"]), "quarantined": len(body["quarantined"])},
         )
 
-    def wait(self, handle: str, timeout: float = 30.0) -> Status:
+    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None) -> Status:
         """Block until every read path has absorbed the erasure, or ``timeout`` seconds
         pass. Returns the status either way: check ``.settled``."""
         deadline = time.monotonic() + timeout
         while True:
-            st = self.status(handle)
+            if self._worker is None:
+                # No compactor thread: absorb here (saving the files is left to compact()/close()).
+                with self._lock:
+                    self._check_open()
+                    for a in self._asynchronous:
+                        a.catch_up()
+            st = self.status(handle, tenant=tenant)
             if st.settled or time.monotonic() >= deadline:
                 return st
-            if self._worker is None:
-                self.compact()
-            else:
-                time.sleep(0.01)
+            time.sleep(0.005)
 
     def receipts(self, tenant: str | None = None) -> list[dict]:
         """Every stored receipt (hashed form), oldest first, optionally for one tenant."""
@@ -727,7 +744,7 @@ class Store:
         for a in self._asynchronous:
             a.catch_up()
         if persist:
-            for a in self._asynchronous:
+            for a in (*self._synchronous, *self._asynchronous):
                 a.persist()
             self._origin.prune_changes(min(a.saved_epoch() for a in self._asynchronous))
             self._origin.checkpoint()
@@ -735,7 +752,11 @@ class Store:
         return min(a.applied_epoch() for a in (*self._synchronous, *self._asynchronous))
 
     def _background(self) -> None:
-        while not self._stop.wait(self._compact_interval):
+        while not self._stop.is_set():
+            self._wake.wait(self._compact_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 with self._lock:
                     if self._closed:
