@@ -387,3 +387,26 @@ def test_python_dash_m_efface_help():
     assert result.stdout.startswith("Usage: efface ")
     for name in ("write", "forget", "ledger", "demo"):
         assert name in result.stdout
+
+
+def test_quarantine_and_policy_commands(efc):
+    efc("register-subject", "alice", "--identifier", "Alice Martin", "--identifier", "alice@example.com")
+    efc("write", "a1", "Alice Martin wants tea", "--subject", "alice", "--purpose", "support")
+    efc("write", "d1", "digest: Alice Martin called", "--subject", "svc", "--purpose", "analytics")
+    efc("write", "s1", "summary of a1", "--subject", "svc", "--purpose", "analytics", "--source", "a1")
+    receipt = one_json(efc("--json", "forget", "--subject", "alice"))
+    assert receipt["quarantined"] == ["d1", "s1"]
+    assert {d["key"]: d["why"] for d in receipt["derivations"]} == {"d1": "mention", "s1": "lineage"}
+    listed = one_json(efc("--json", "quarantine"))["quarantined"]
+    assert [(i["key"], i["why"], i["sources"]) for i in listed] == [("d1", "mention", []), ("s1", "lineage", ["a1"])]
+    efc("read", "d1", "--purpose", "analytics", code=1)
+    efc("quarantine", "rederive", "d1", "digest: a customer called", "--no-sources")
+    assert "a customer called" in efc("read", "d1", "--purpose", "analytics").stdout
+    efc("quarantine", "release", "s1", code=2)  # --reason is required
+    efc("quarantine", "release", "s1", "--reason", "reviewed: no personal data")
+    assert one_json(efc("--json", "quarantine", "list"))["quarantined"] == []
+    efc("quarantine", "release", "s1", "--reason", "again", code=1)  # nothing quarantined: NotFound
+    efc("policy", "keep", code=2)  # keep needs a reason
+    assert one_json(efc("--json", "policy", "redact"))["policy"] == "redact"
+    kinds = [e["kind"] for e in one_json(efc("--json", "ledger"))["entries"]]
+    assert kinds == ["forget", "rederive", "release", "policy"]

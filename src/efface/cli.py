@@ -483,6 +483,71 @@ def sweep() -> None:
     _emit({"receipts": docs}, human)
 
 
+@cli.group(invoke_without_command=True)
+@_common_options()
+@click.pass_context
+def quarantine(ctx) -> None:
+    """Records held back because a forget erased what they were derived from or whom they
+    name. Alone, it lists them."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(quarantine_list)
+
+
+@quarantine.command("list")
+@_common_options()
+def quarantine_list() -> None:
+    """List the tenant's quarantined records, why, and the sources that survive."""
+    items = [i.to_dict() for i in _open().quarantined(tenant=_tenant())]
+
+    def human(out: Console) -> None:
+        table = Table(title=f"{len(items)} quarantined record(s)", title_justify="left")
+        for col in ("key", "why", "since", "surviving sources", "erasure"):
+            table.add_column(col, overflow="fold")
+        for i in items:
+            table.add_row(Text(i["key"]), i["why"], fmt_time(i["since"]),
+                          Text(", ".join(i["surviving_sources"]) or "-"), i["handle"])
+        out.print(table)
+
+    _emit({"quarantined": items}, human)
+
+
+@quarantine.command("rederive")
+@click.argument("key")
+@click.argument("text")
+@click.option("--source", "sources", multiple=True, metavar="KEY",
+              help="A key the new version is derived from (repeat; replaces the old lineage).")
+@click.option("--no-sources", is_flag=True, help="The new version is derived from nothing (clears its lineage).")
+@_common_options()
+def quarantine_rederive(key, text, sources, no_sources) -> None:
+    """Write a new version of KEY (TEXT; '-' reads stdin) and lift its quarantine."""
+    if text == "-":
+        text = sys.stdin.read()
+    new_sources = [] if no_sources else (list(sources) if sources else None)
+    epoch = _open().rederive(key, text, tenant=_tenant(), sources=new_sources)
+    _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"re-derived and released at epoch {epoch}"))
+
+
+@quarantine.command("release")
+@click.argument("key")
+@click.option("--reason", required=True, help="Why it may be served as it is (recorded in the ledger).")
+@_common_options()
+def quarantine_release(key, reason) -> None:
+    """Lift KEY's quarantine without changing it (a policy decision, recorded with its reason)."""
+    epoch = _open().release(key, tenant=_tenant(), reason=reason)
+    _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"released at epoch {epoch}"))
+
+
+@cli.command()
+@click.argument("policy", type=click.Choice(["quarantine", "redact", "keep"]))
+@click.option("--reason", help="Required for keep: why derived records may stay served (recorded).")
+@_common_options()
+def policy(policy, reason) -> None:
+    """Set what a forget does to records derived from what it erased, for --tenant:
+    quarantine (default), redact (identifiers replaced by [redacted]) or keep."""
+    epoch = _open().set_policy(_tenant(), policy, reason=reason)
+    _emit({"policy": policy, "epoch": epoch}, lambda out: out.print(f"policy {policy} set at epoch {epoch}"))
+
+
 @cli.command()
 @click.option("--keep", is_flag=True, help="Keep the demo's temporary store and print where it is.")
 @_common_options(store=False)
