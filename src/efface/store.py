@@ -205,8 +205,8 @@ class Store:
                         artifact.stage(tx, tenant, puts, drops, texts)
             if after is not None:
                 after(result)
-            if drops:
-                self._wake.set()  # the compactor absorbs erasures promptly
+            if puts or drops:
+                self._wake.set()  # the compactor absorbs new content and erasures promptly
             # Committed and fsynced: acknowledged. Asynchronous artifacts (ANN) absorb it
             # in the compactor; recall catches them up on new content first (read-your-writes),
             # and reads are safe meanwhile because every candidate is resolved in the origin.
@@ -383,7 +383,7 @@ class Store:
             n = max(4 * k, 40)
             fts_ids = self._fts.candidates(q, n)
             ann_ids = self._ann.candidates(q, n)
-            live = self._origin.resolve(list({*fts_ids, *ann_ids}), tenant, purpose, subject, q.now)
+            live = self._origin.live_ids(list({*fts_ids, *ann_ids}), tenant, purpose, subject, q.now)
             ann_live = [i for i in ann_ids if i in live]
             size = self._ann.size(tenant)
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive
@@ -391,19 +391,20 @@ class Store:
             while len(ann_live) < k and len(ann_ids) == n and n < min(size, MAX_ANN_CANDIDATES):
                 n = min(n * 4, MAX_ANN_CANDIDATES)
                 ann_ids = self._ann.candidates(q, n)
-                more = [i for i in ann_ids if i not in live]
-                live.update(self._origin.resolve(more, tenant, purpose, subject, q.now))
+                live |= self._origin.live_ids([i for i in ann_ids if i not in live], tenant, purpose, subject, q.now)
                 ann_live = [i for i in ann_ids if i in live]
-        scores: dict[int, float] = {}
-        via: dict[int, list[str]] = {}
-        for name, ranked in (("ann", ann_live), ("fts", [i for i in fts_ids if i in live])):
-            for rank, rid in enumerate(ranked):
-                scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank + 1)
-                via.setdefault(rid, []).append(name)
-        best = sorted(scores, key=lambda r: (-scores[r], r))[:k]
+            scores: dict[int, float] = {}
+            via: dict[int, list[str]] = {}
+            for name, ranked in (("ann", ann_live), ("fts", [i for i in fts_ids if i in live])):
+                for rank, rid in enumerate(ranked):
+                    scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank + 1)
+                    via.setdefault(rid, []).append(name)
+            best = sorted(scores, key=lambda r: (-scores[r], r))[:k]
+            # Text leaves the store only here: from the origin, for ids checked live just above.
+            rows = self._origin.records_by_id(best)
         return [
-            Hit(key=live[r].key, text=live[r].text, score=round(scores[r], 6), via=tuple(via[r]),
-                metadata=json.loads(live[r].metadata))
+            Hit(key=rows[r].key, text=rows[r].text, score=round(scores[r], 6), via=tuple(via[r]),
+                metadata=json.loads(rows[r].metadata))
             for r in best
         ]
 
@@ -481,19 +482,19 @@ class Store:
         out = _ForgetOutcome(selector, kind, [Released(c.key, c.subject, c.purpose, c.basis) for c in released],
                              [], [], [])
         key_of = {c.record_id: c.key for c in matched}
+        left = tx.remaining_claims(sorted(key_of))
         for rid in sorted(key_of):
-            remaining = tx.remaining_claims(rid)
-            if not remaining:
+            if rid not in left:
                 out.erased.append(key_of[rid])
                 out.drops.append(rid)
-                tx.erase_record(rid)
                 continue
-            for c in remaining:
+            for c in left[rid]:
                 if c.id in held_ids:
                     reason = (f"basis {c.basis} is kept unless the forget names purpose '{c.purpose}'")
                 else:
                     reason = "another live claim keeps the record (retention scopes are a union)"
                 out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
+        tx.erase_records(out.drops)
         handle = "efr_" + secrets.token_hex(12)
         subject = selector.subject if kind == "forget" else None
         out.derivations, out.puts, out.texts = self._derivations.process(

@@ -212,22 +212,31 @@ class SQLiteTx:
     def release(self, claim_ids: Sequence[int]) -> None:
         self._c.executemany("DELETE FROM claims WHERE id=?", [(i,) for i in claim_ids])
 
-    def remaining_claims(self, record_id: int) -> list[ClaimRow]:
-        return [
-            _claim(r)
+    def remaining_claims(self, record_ids: Sequence[int]) -> dict[int, list[ClaimRow]]:
+        """The claims left on each of ``record_ids`` (records with none are absent)."""
+        out: dict[int, list[ClaimRow]] = {}
+        for start in range(0, len(record_ids), 500):
+            chunk = list(record_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
             for r in self._c.execute(
-                f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE c.record_id=?",
-                (record_id,),
-            )
-        ]
+                f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE c.record_id IN ({marks})",
+                chunk,
+            ):
+                out.setdefault(r[1], []).append(_claim(r))
+        return out
 
-    def erase_record(self, record_id: int) -> None:
-        self._remember(record_id)
-        self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
-        self._c.execute("DELETE FROM mentions WHERE record_id=?", (record_id,))
-        self._c.execute("DELETE FROM quarantine WHERE record_id=?", (record_id,))
-        self._c.execute("DELETE FROM claims WHERE record_id=?", (record_id,))
-        self._c.execute("DELETE FROM records WHERE id=?", (record_id,))
+    def erase_records(self, record_ids: Sequence[int]) -> None:
+        """Delete the records and everything that hangs off them (set-based)."""
+        for start in range(0, len(record_ids), 500):
+            chunk = list(record_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            self.old_texts.update(
+                (rid, text) for rid, text in self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk)
+                if rid not in self.old_texts
+            )
+            for table, col in (("lineage", "record_id"), ("mentions", "record_id"), ("quarantine", "record_id"),
+                               ("claims", "record_id"), ("records", "id")):
+                self._c.execute(f"DELETE FROM {table} WHERE {col} IN ({marks})", chunk)
 
     # -- derivations (lineage, mentions, quarantine) ------------------------------------
     def set_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
@@ -404,24 +413,29 @@ class SQLiteOrigin:
         ]
         return (_record(row), claims) if claims else None
 
-    def resolve(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
-                now: float) -> dict[int, RecordRow]:
-        """The live records among ``ids`` for this tenant and purpose: the gate every index
-        candidate passes before any text leaves the store."""
-        out: dict[int, RecordRow] = {}
+    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
+                 now: float) -> set[int]:
+        """The ids among ``ids`` that are live for this tenant and purpose (and subject):
+        the gate every index candidate passes before any text leaves the store."""
+        out: set[int] = set()
         sub = " AND c.subject=?" if subject is not None else ""
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
-            rows = self._c.execute(
+            out.update(r[0] for r in self._c.execute(
                 # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
-                f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {_NOT_QUARANTINED} AND EXISTS"
+                f"SELECT r.id FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {_NOT_QUARANTINED} AND EXISTS"
                 f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {_LIVE}{sub})",
                 args,
-            )
-            out.update((r[0], _record(r)) for r in rows)
+            ))
         return out
+
+    def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
+        """Rows by id; the caller has checked them with :meth:`live_ids` under the same lock."""
+        marks = ",".join("?" * len(ids))
+        return {r[0]: _record(r) for r in self._c.execute(
+            f"SELECT {_REC_COLS} FROM records r WHERE r.id IN ({marks})", list(ids))} if ids else {}
 
     def all_subjects(self) -> list[tuple[str, str, str]]:
         return self._c.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()

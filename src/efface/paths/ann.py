@@ -56,7 +56,7 @@ class VectorIndex:
     # -- state -------------------------------------------------------------------------
     def _new(self) -> Index:
         # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
-        # insert rate here, at a recall@10 we measured within 1% of f32 (docs/benchmarks.md).
+        # insert rate here, at a recall@10 within 0-4 points of f32 (docs/benchmarks.md).
         return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16,
                      expansion_add=64, expansion_search=128)
 

@@ -34,7 +34,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 DIRTY = "fts.dirty"
 PURGED = "fts.purged_epoch"
 MAX_FTS_CANDIDATES = 20000
-COMMON_TERM_SHARE = 0.02
+COMMON_TERM_SHARE = 0.01
 """Query terms in more than this share of all records are dropped (BM25 gives them almost no
 weight, and scoring their long doclists is what makes a query slow); if every term is that
 common, the rarest one is kept. The same idea as Lucene's common-terms query."""
