@@ -1,0 +1,195 @@
+"""A plain in-memory model of efface's contract (DESIGN §2, §4, §7), for property tests.
+
+It knows nothing of indexes, epochs or files: records per (tenant, key) with their text and
+claims, the union rule, forget by selector, TTL expiry. The property and crash tests drive
+it next to a real store and compare what each says is readable.
+
+What it models, precisely:
+
+* A record lives while at least one claim lives; claims are keyed by
+  (subject, purpose, basis). Writing a key replaces its text and adds or restates its
+  claim (a restated claim takes the newest expiry, even a shorter one or none); other
+  claims stay. ``retain`` adds a claim to a live record, or fails with :class:`ModelNotFound`.
+* A claim is live at ``now`` when ``expires_at is None or expires_at > now``. A read or
+  recall for a purpose sees a record only through a live claim for that purpose.
+* Every mutation first honours due expiries (claims with ``expires_at <= now`` are
+  released and records left with none are erased, one expiry receipt per tenant), so a
+  write or retain on a record whose claims have all lapsed sees no record.
+* ``forget`` releases the claims its selector matches, except claims whose basis is
+  ``legal_hold`` or ``legal_obligation`` when the selector names no purpose; a record with
+  no claim left is erased; every other claim of a matched record is listed as retained.
+* Reads, recalls and forgets that name a purpose the tenant never wrote under fail with
+  :class:`ModelUnknownPurpose`; such a forget changes nothing (not even expiry).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+LEGAL_BASES = frozenset({"legal_hold", "legal_obligation"})
+
+ClaimKey = tuple[str, str, str]
+"""(subject, purpose, basis)"""
+
+
+class ModelNotFound(Exception):
+    """retain on a key with no live record."""
+
+
+class ModelUnknownPurpose(Exception):
+    """A purpose the tenant has never written (or retained) under."""
+
+
+def is_live(expires_at: float | None, now: float) -> bool:
+    return expires_at is None or expires_at > now
+
+
+@dataclass
+class ModelRecord:
+    text: str
+    claims: dict[ClaimKey, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one forget (or one tenant's expiry) did, in receipt terms."""
+
+    tenant: str
+    kind: str
+    released: Counter
+    """Counter of (key, subject, purpose, basis)."""
+    erased: frozenset[str]
+    retained: Counter
+    """Counter of (key, purpose, basis, expires_at)."""
+    erased_texts: Mapping[str, str]
+    """key -> the text it had when erased."""
+
+
+class ReferenceModel:
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], ModelRecord] = {}
+        self.purposes: dict[str, set[str]] = {}
+        self.ledger_entries = 0
+        """Receipts written: one per forget, one per tenant per expiry round."""
+
+    def clone(self) -> "ReferenceModel":
+        return copy.deepcopy(self)
+
+    # -- expiry ----------------------------------------------------------------------
+    def expire(self, now: float) -> dict[str, Outcome]:
+        """Release every claim with ``expires_at <= now``; one outcome per tenant touched."""
+        due: dict[str, list[tuple[str, ClaimKey]]] = {}
+        for (tenant, key), rec in self.records.items():
+            for ck, exp in rec.claims.items():
+                if exp is not None and exp <= now:
+                    due.setdefault(tenant, []).append((key, ck))
+        out = {}
+        for tenant in sorted(due):
+            out[tenant] = self._release(tenant, "expire", due[tenant], held=set())
+        return out
+
+    def _release(self, tenant: str, kind: str, matched: list[tuple[str, ClaimKey]],
+                 held: set[tuple[str, ClaimKey]]) -> Outcome:
+        released: Counter = Counter()
+        for key, ck in matched:
+            if (key, ck) in held:
+                continue
+            del self.records[(tenant, key)].claims[ck]
+            released[(key, *ck)] += 1
+        erased, erased_texts, retained = set(), {}, Counter()
+        for key in sorted({k for k, _ in matched}):
+            rec = self.records[(tenant, key)]
+            if not rec.claims:
+                erased.add(key)
+                erased_texts[key] = rec.text
+                del self.records[(tenant, key)]
+            else:
+                for (subject, purpose, basis), exp in rec.claims.items():
+                    retained[(key, purpose, basis, exp)] += 1
+        self.ledger_entries += 1
+        return Outcome(tenant, kind, released, frozenset(erased), retained, erased_texts)
+
+    # -- mutations -------------------------------------------------------------------
+    def write(self, tenant: str, key: str, text: str, *, subject: str, purpose: str,
+              basis: str = "consent", ttl: float | None = None, now: float) -> dict[str, Outcome]:
+        return self.write_many(tenant, [dict(key=key, text=text, subject=subject, purpose=purpose,
+                                             basis=basis, ttl=ttl)], now=now)
+
+    def write_many(self, tenant: str, items: Iterable[Mapping], *, now: float) -> dict[str, Outcome]:
+        """Each item: key, text, subject, purpose, basis, ttl (all required here).
+        Returns the expiry outcomes honoured first."""
+        items = list(items)
+        assert len({i["key"] for i in items}) == len(items), "the store rejects duplicate keys"
+        expired = self.expire(now)
+        for item in items:
+            rec = self.records.setdefault((tenant, item["key"]), ModelRecord(item["text"]))
+            rec.text = item["text"]
+            ttl = item.get("ttl")
+            rec.claims[(item["subject"], item["purpose"], item["basis"])] = (
+                None if ttl is None else now + float(ttl))
+            self.purposes.setdefault(tenant, set()).add(item["purpose"])
+        return expired
+
+    def retain(self, tenant: str, key: str, *, subject: str, purpose: str, basis: str,
+               ttl: float | None = None, now: float) -> dict[str, Outcome]:
+        expired = self.expire(now)  # committed even when the retain itself fails
+        rec = self.records.get((tenant, key))
+        if rec is None:
+            raise ModelNotFound(key)
+        rec.claims[(subject, purpose, basis)] = None if ttl is None else now + float(ttl)
+        self.purposes.setdefault(tenant, set()).add(purpose)
+        return expired
+
+    def forget(self, tenant: str, *, subject: str | None = None, purpose: str | None = None,
+               prefix: str | None = None, key: str | None = None, now: float) -> Outcome:
+        assert any(x is not None for x in (subject, purpose, prefix, key)), "an empty selector is a ScopeError"
+        self.check_purpose(tenant, purpose)
+        self.expire(now)
+        matched = []
+        for (t, k), rec in self.records.items():
+            if t != tenant:
+                continue
+            if prefix is not None and not k.startswith(prefix):
+                continue
+            if key is not None and k != key:
+                continue
+            for ck in rec.claims:
+                s, p, _b = ck
+                if subject is not None and s != subject:
+                    continue
+                if purpose is not None and p != purpose:
+                    continue
+                matched.append((k, ck))
+        held = set() if purpose is not None else {(k, ck) for k, ck in matched if ck[2] in LEGAL_BASES}
+        return self._release(tenant, "forget", matched, held)
+
+    # -- reads -----------------------------------------------------------------------
+    def check_purpose(self, tenant: str, purpose: str | None) -> None:
+        if purpose is not None and purpose not in self.purposes.get(tenant, set()):
+            raise ModelUnknownPurpose(purpose)
+
+    def live_claims(self, tenant: str, key: str, purpose: str, now: float,
+                    subject: str | None = None) -> set[tuple[str, str, str, float | None]]:
+        rec = self.records.get((tenant, key))
+        if rec is None:
+            return set()
+        return {(s, p, b, exp) for (s, p, b), exp in rec.claims.items()
+                if p == purpose and is_live(exp, now) and (subject is None or s == subject)}
+
+    def read(self, tenant: str, key: str, purpose: str, now: float) -> str | None:
+        self.check_purpose(tenant, purpose)
+        if not self.live_claims(tenant, key, purpose, now):
+            return None
+        return self.records[(tenant, key)].text
+
+    def visible(self, tenant: str, purpose: str, now: float, subject: str | None = None) -> dict[str, str]:
+        """key -> text of every record a read or recall for this scope may return."""
+        return {k: rec.text for (t, k), rec in self.records.items()
+                if t == tenant and self.live_claims(tenant, k, purpose, now, subject)}
+
+    def text(self, tenant: str, key: str) -> str | None:
+        rec = self.records.get((tenant, key))
+        return None if rec is None else rec.text

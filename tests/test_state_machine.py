@@ -1,0 +1,381 @@
+"""Property test: a real embedded store and the reference model, driven by the same random
+operations, must agree on everything a caller can observe.
+
+Hypothesis picks writes, batch writes, retains, reads, recalls, forgets with every selector
+combination, clock advances (TTL expiry), sweeps, compactions (which absorb the ANN index's
+pending erasures) and close-and-reopen cycles, over two tenants, three subjects, three
+purposes (``audit`` is kept under ``legal_hold``/``legal_obligation``) and a small key space
+whose keys share prefixes. After every step:
+
+* every (tenant, key, purpose) the model says is live reads back with the model's text and
+  claims; every other one reads None (or UnknownPurpose, in both);
+* recall, queried with every word in use (and with the texts of the latest erased
+  records), returns every live record, proposed by both the full-text and the vector index,
+  and never a key the model says is not live for that tenant and purpose, nor any text but
+  the model's current text for the key: so no erased or expired content leaks through the
+  ANN index while it lags, nor through the full-text index;
+* forget receipts match the model: ``erased`` is exactly the set of keys the model erased,
+  ``released`` and ``retained`` the claims it released and kept;
+* after a reopen every earlier receipt is still found by ``status()`` with the same counts,
+  and the hash-chained ledger verifies and holds one entry per receipt.
+
+``HYPOTHESIS_PROFILE=ci`` runs more and longer examples.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+import efface
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_model import ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel  # noqa: E402
+
+TENANTS = ("acme", "globex")
+SUBJECTS = ("alice", "bob", "carol")
+PURPOSES = ("support", "analytics", "audit")
+KEYS = ("a", "a1", "a12", "a2", "b", "b1")
+PREFIXES = ("a", "a1", "b", "c")
+WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor",
+         "indigo", "juniper", "kestrel", "lumen", "meadow", "nectar")
+K_ALL = 50
+"""Larger than any tenant's record count, so recall can return every live record."""
+
+PROFILES = {
+    "default": dict(max_examples=50, stateful_step_count=50),
+    "ci": dict(max_examples=100, stateful_step_count=60),
+}
+PROFILE = PROFILES.get(os.environ.get("HYPOTHESIS_PROFILE", "default"), PROFILES["default"])
+
+tenants = st.sampled_from(TENANTS)
+subjects = st.sampled_from(SUBJECTS)
+purposes = st.sampled_from(PURPOSES)
+keys = st.sampled_from(KEYS)
+texts = st.lists(st.sampled_from(WORDS), min_size=2, max_size=4, unique=True).map(" ".join)
+ttls = st.one_of(st.none(), st.sampled_from([5, 10, 30, 2.5]))
+
+
+@st.composite
+def claims(draw):
+    """A (subject, purpose, basis): ``audit`` is held under a legal basis; the others
+    mostly under consent or contract, sometimes under a legal basis too."""
+    purpose = draw(purposes)
+    if purpose == "audit":
+        basis = draw(st.sampled_from(["legal_hold", "legal_obligation"]))
+    else:
+        basis = draw(st.sampled_from(["consent", "consent", "contract", "contract", "consent", "legal_hold"]))
+    return draw(subjects), purpose, basis
+
+
+@st.composite
+def selectors(draw):
+    """Any non-empty combination of subject, purpose, prefix and key."""
+    while True:
+        sel = {
+            "subject": draw(st.none() | subjects),
+            "purpose": draw(st.none() | purposes),
+            "prefix": draw(st.none() | st.sampled_from(PREFIXES)),
+            "key": draw(st.none() | keys),
+        }
+        if any(v is not None for v in sel.values()):
+            return sel
+
+
+@st.composite
+def aimed_selectors(draw, key, subject, purpose):
+    """A non-empty selector built from one existing claim's coordinates."""
+    while True:
+        sel = {
+            "subject": draw(st.sampled_from([None, subject])),
+            "purpose": draw(st.sampled_from([None, purpose])),
+            "prefix": draw(st.sampled_from([None, key[:1], key])),
+            "key": draw(st.sampled_from([None, key])),
+        }
+        if any(v is not None for v in sel.values()):
+            return sel
+
+
+def batches(min_size):
+    """Items for write_many: distinct keys, each maybe overriding the claim and the ttl."""
+    return st.lists(keys, min_size=min_size, max_size=min_size + 3, unique=True).flatmap(
+        lambda ks: st.tuples(*[st.tuples(st.just(k), texts, st.none() | claims(), st.none() | ttls) for k in ks]))
+
+
+class FakeClock:
+    """The store's clock; only the test moves it."""
+
+    def __init__(self, t: float = 1_700_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def released_of(receipt) -> Counter:
+    return Counter((r.key, r.subject, r.purpose, r.basis) for r in receipt.released)
+
+
+def retained_of(receipt) -> Counter:
+    return Counter((r.key, r.purpose, r.basis, r.expires_at) for r in receipt.retained)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="efface-sm-")
+        self.clock = FakeClock()
+        self.model = ReferenceModel()
+        self.store = self._open()
+        self.receipts: dict[str, Outcome] = {}
+        """handle -> the model's outcome for that receipt (forgets and sweeps)."""
+        self.erased: list[tuple[str, str, str]] = []
+        """(tenant, key, text) of every record the model erased, newest last."""
+
+    def _open(self):
+        return efface.open(self.dir, embedder="hashing", background=False, clock=self.clock)
+
+    def teardown(self):
+        try:
+            self.store.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _note_expired(self, outcomes: dict[str, Outcome]) -> None:
+        for o in outcomes.values():
+            event(f"implicit expiry: erased={bool(o.erased)}")
+            self.erased += [(o.tenant, k, t) for k, t in o.erased_texts.items()]
+
+    def _check_receipt(self, receipt, expected: Outcome) -> None:
+        assert len(receipt.erased) == len(set(receipt.erased)), "a key is listed as erased twice"
+        assert set(receipt.erased) == expected.erased
+        assert released_of(receipt) == expected.released
+        assert retained_of(receipt) == expected.retained
+        assert receipt.kind == expected.kind
+        assert receipt.selector.tenant == expected.tenant
+        assert receipt.level in ("intent", "unreadable", "erased")
+        assert receipt.quarantined == ()  # no lineage and no registered identifiers here
+        assert receipt.handle and receipt.handle not in self.receipts
+        self.receipts[receipt.handle] = expected
+        event(f"{expected.kind}: erased={bool(expected.erased)} retained={bool(expected.retained)}")
+        self.erased += [(expected.tenant, k, t) for k, t in expected.erased_texts.items()]
+
+    def _check_recall(self, query: str, tenant: str, purpose: str, subject: str | None = None,
+                      k: int = K_ALL, ann_complete: bool = False) -> list:
+        now = self.clock.t
+        try:
+            self.model.check_purpose(tenant, purpose)
+        except ModelUnknownPurpose:
+            with pytest.raises(efface.UnknownPurpose):
+                self.store.recall(query, tenant=tenant, purpose=purpose, subject=subject, k=k)
+            return []
+        hits = self.store.recall(query, tenant=tenant, purpose=purpose, subject=subject, k=k)
+        visible = self.model.visible(tenant, purpose, now, subject)
+        keys_seen = [h.key for h in hits]
+        assert len(keys_seen) == len(set(keys_seen)), "recall returned a key twice"
+        assert len(hits) <= k
+        for h in hits:
+            assert h.key in visible, (
+                f"recall returned {h.key!r} in {tenant}/{purpose}, which the model says is not live"
+                f" (model text: {self.model.text(tenant, h.key)!r}, hit text: {h.text!r})")
+            assert h.text == visible[h.key], f"recall served stale text for {h.key!r}"
+        # Full-text search ORs the query's words: when k leaves room for every live record,
+        # each one sharing a word with the query must come back.
+        if k >= len(visible):
+            words = set(query.split())
+            for key, text in visible.items():
+                if words & set(text.split()):
+                    assert key in keys_seen, f"recall missed live record {key!r} that shares a word with the query"
+        if ann_complete:
+            # A tenant's vector index holds a handful of vectors here and recall asks it for
+            # 200, so it proposes every live record: one missing means the index lost a write.
+            via = {h.key: h.via for h in hits}
+            for key in visible:
+                assert "ann" in via.get(key, ()), f"the vector index does not hold live record {key!r}"
+        return hits
+
+    # -- rules -----------------------------------------------------------------------
+    @rule(tenant=tenants, key=keys, text=texts, claim=claims(), ttl=ttls)
+    def write(self, tenant, key, text, claim, ttl):
+        subject, purpose, basis = claim
+        self.store.write(key, text, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
+        self._note_expired(self.model.write(tenant, key, text, subject=subject, purpose=purpose,
+                                            basis=basis, ttl=ttl, now=self.clock.t))
+
+    @initialize(tenant=tenants, default=claims(), items=batches(3))
+    def seed(self, tenant, default, items):
+        """Start with a few records, so forgets have something to match from step one."""
+        self.write_many(tenant, default, None, items)
+
+    @rule(tenant=tenants, default=claims(), ttl=ttls, items=batches(1))
+    def write_many(self, tenant, default, ttl, items):
+        subject, purpose, basis = default
+        batch, model_items = [], []
+        for key, text, claim, item_ttl in items:
+            item = {"key": key, "text": text}
+            s, p, b, t = subject, purpose, basis, ttl
+            if claim is not None:
+                s, p, b = claim
+                item.update(subject=s, purpose=p, basis=b)
+            if item_ttl is not None:
+                t = item_ttl
+                item["ttl"] = item_ttl
+            batch.append(item)
+            model_items.append(dict(key=key, text=text, subject=s, purpose=p, basis=b, ttl=t))
+        self.store.write_many(batch, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
+        self._note_expired(self.model.write_many(tenant, model_items, now=self.clock.t))
+
+    @rule(data=st.data(), tenant=tenants, key=keys, claim=claims(), ttl=ttls, aim=st.booleans())
+    def retain(self, data, tenant, key, claim, ttl, aim):
+        subject, purpose, basis = claim
+        existing = sorted(k for t, k in self.model.records if t == tenant)
+        if aim and existing:
+            key = data.draw(st.sampled_from(existing), label="existing key")
+        # The store honours due expiries before it looks the record up, even when the
+        # retain then fails.
+        self._note_expired(self.model.expire(self.clock.t))
+        try:
+            self.model.retain(tenant, key, subject=subject, purpose=purpose, basis=basis, ttl=ttl,
+                              now=self.clock.t)
+        except ModelNotFound:
+            event("retain: not found")
+            with pytest.raises(efface.NotFound):
+                self.store.retain(key, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
+        else:
+            self.store.retain(key, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
+
+    @rule(tenant=tenants, key=keys, purpose=purposes)
+    def read(self, tenant, key, purpose):
+        now = self.clock.t
+        try:
+            expected = self.model.read(tenant, key, purpose, now)
+        except ModelUnknownPurpose:
+            with pytest.raises(efface.UnknownPurpose):
+                self.store.read(key, tenant=tenant, purpose=purpose)
+            return
+        got = self.store.read(key, tenant=tenant, purpose=purpose)
+        if expected is None:
+            assert got is None
+            return
+        assert got is not None and got.key == key and got.text == expected and got.tenant == tenant
+        claims_got = {(c.subject, c.purpose, c.basis, c.expires_at) for c in got.claims}
+        assert claims_got == self.model.live_claims(tenant, key, purpose, now)
+
+    @rule(data=st.data(), tenant=tenants, purpose=purposes, subject=st.none() | subjects,
+          k=st.sampled_from([1, 3, K_ALL]))
+    def recall(self, data, tenant, purpose, subject, k):
+        pool = sorted({rec.text for rec in self.model.records.values()} | {t for _, _, t in self.erased})
+        query = data.draw(st.sampled_from(pool) if pool else texts, label="query")
+        hits = self._check_recall(query, tenant, purpose, subject, k)
+        event(f"recall rule: hits={bool(hits)}")
+
+    @rule(data=st.data(), tenant=tenants, selector=selectors(), aim=st.booleans())
+    def forget(self, data, tenant, selector, aim):
+        claims_here = sorted((k, ck) for (t, k), rec in self.model.records.items() if t == tenant
+                             for ck in rec.claims)
+        if aim and claims_here:
+            # Aim at a claim that exists, through a random subset of its coordinates.
+            key, (subject, purpose, _basis) = data.draw(st.sampled_from(claims_here), label="aim")
+            selector = data.draw(aimed_selectors(key, subject, purpose), label="aimed selector")
+        try:
+            expected = self.model.forget(tenant, now=self.clock.t, **selector)
+        except ModelUnknownPurpose:
+            event("forget: unknown purpose")
+            with pytest.raises(efface.UnknownPurpose):
+                self.store.forget(tenant=tenant, **selector)
+            return
+        receipt = self.store.forget(tenant=tenant, **selector)
+        self._check_receipt(receipt, expected)
+        # Right at acknowledgement (the ANN index has not absorbed it): the erased texts
+        # are not served in any purpose.
+        for key, text in expected.erased_texts.items():
+            for purpose in sorted(self.model.purposes.get(tenant, ())):
+                self._check_recall(text, tenant, purpose)
+
+    @rule(seconds=st.sampled_from([1, 2.5, 5, 10, 31]))
+    def advance(self, seconds):
+        self.clock.t += seconds
+
+    @rule()
+    def sweep(self):
+        receipts = self.store.sweep()
+        expected = self.model.expire(self.clock.t)
+        assert sorted(r.selector.tenant for r in receipts) == sorted(expected)
+        for r in receipts:
+            self._check_receipt(r, expected[r.selector.tenant])
+
+    @rule()
+    def compact(self):
+        epoch = self.store.compact()
+        for handle in self.receipts:
+            st_ = self.store.status(handle)
+            assert st_.settled, f"after compact() the erasure {handle} is still pending: {st_.paths}"
+            assert st_.epoch <= epoch
+        if self.receipts:
+            assert st_.pending_deletions == 0
+
+    @rule()
+    def reopen(self):
+        self.store.close()
+        self.store = self._open()
+        for handle, expected in self.receipts.items():
+            st_ = self.store.status(handle)
+            assert st_.kind == expected.kind
+            assert st_.counts["erased"] == len(expected.erased)
+            assert st_.counts["released"] == sum(expected.released.values())
+            assert st_.counts["retained"] == sum(expected.retained.values())
+        check = self.store.verify_ledger()
+        assert check.ok, check.problems
+        assert check.entries == self.model.ledger_entries
+
+    # -- invariants ------------------------------------------------------------------
+    @invariant()
+    def reads_agree(self):
+        now = self.clock.t
+        for tenant in TENANTS:
+            for purpose in PURPOSES:
+                known = purpose in self.model.purposes.get(tenant, ())
+                for key in KEYS:
+                    if not known:
+                        with pytest.raises(efface.UnknownPurpose):
+                            self.store.read(key, tenant=tenant, purpose=purpose)
+                        break
+                    got = self.store.read(key, tenant=tenant, purpose=purpose)
+                    expected = self.model.read(tenant, key, purpose, now)
+                    assert (got.text if got else None) == expected, (
+                        f"read({key!r}, {tenant}/{purpose}) -> {got.text if got else None!r}, "
+                        f"model says {expected!r}")
+
+    @invariant()
+    def recall_agrees(self):
+        # With every word of the vocabulary as the query, each index proposes every record
+        # it holds (live, erased-but-not-absorbed, expired): all of it passes the check.
+        everything = " ".join(WORDS)
+        for tenant in TENANTS:
+            for purpose in sorted(self.model.purposes.get(tenant, ())):
+                self._check_recall(everything, tenant, purpose, ann_complete=True)
+                for t, _key, text in self.erased[-2:]:
+                    if t == tenant:
+                        self._check_recall(text, tenant, purpose)
+
+    @invariant()
+    def ledger_counts(self):
+        assert len(self.store.ledger()) == self.model.ledger_entries
+
+
+TestStoreMachine = StoreMachine.TestCase
+TestStoreMachine.settings = settings(
+    max_examples=PROFILE["max_examples"],
+    stateful_step_count=PROFILE["stateful_step_count"],
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
