@@ -151,6 +151,10 @@ class SQLiteTx:
     def execute(self, sql: str, args: Sequence[Any] = ()) -> apsw.Cursor:
         return self._c.execute(sql, args)
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._c.executemany(sql, rows)
+
     def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
         self._remember(tenant=tenant, key=rec.key)
         (rid,) = self._c.execute(

@@ -76,16 +76,11 @@ class FullTextIndex:
         return self._origin.current_epoch()
 
     def stage(self, tx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
-        deleted = False
-        for rid in list(puts) + list(drops):
-            old = tx.old_texts.get(rid)
-            if old is not None:
-                tx.execute("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", (rid, old))
-                deleted = True
-        if deleted:  # in the same transaction: a crash cannot lose the need to purge
+        olds = [(rid, tx.old_texts[rid]) for rid in (*puts, *drops) if rid in tx.old_texts]
+        tx.executemany("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", olds)
+        if olds:  # in the same transaction: a crash cannot lose the need to purge
             tx.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
-        for rid in puts:
-            tx.execute("INSERT INTO fts(rowid, text) VALUES(?,?)", (rid, texts[rid]))
+        tx.executemany("INSERT INTO fts(rowid, text) VALUES(?,?)", [(rid, texts[rid]) for rid in puts])
         # A running document count for the common-term cut-off (an estimate is enough).
         self._docs += sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
 
