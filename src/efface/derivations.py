@@ -44,7 +44,11 @@ class Derivations:
     # -- writes ----------------------------------------------------------------------------
     def on_write(self, tx, tenant: str, record_id: int, text: str) -> None:
         """Record which registered subjects this text names."""
-        tx.set_mentions(record_id, tenant, self.mentions.find(tenant, text))
+        found = self.mentions.find(tenant, text)
+        if record_id in tx.old_texts:  # a rewrite: what the old text named no longer counts
+            tx.set_mentions(record_id, tenant, found)
+        elif found:
+            tx.add_mentions(record_id, tenant, found)
 
     def on_register(self, tx, tenant: str, subject: str, identifiers: Sequence[str]) -> MentionIndex:
         """Find the tenant's existing records that name the newly registered identifiers.
@@ -97,24 +101,29 @@ class Derivations:
         out: list[Derivation] = []
         puts: list[int] = []
         texts: dict[int, str] = {}
+        if policy == "redact":
+            # Redacted versions first, embedded in one batch.
+            for rid, (_key, why) in affected.items():
+                if "mention" in why:
+                    new_text = self._redacted(tx, tenant, subject, rid)
+                    if new_text is not None:
+                        texts[rid] = new_text
+            if texts:
+                ids = list(texts)
+                vecs = self._embedder.embed([texts[r] for r in ids])
+                for rid, vec in zip(ids, vecs):
+                    tx.replace_text(rid, texts[rid], np.ascontiguousarray(vec, dtype=np.float32).tobytes(), now)
+                    tx.set_mentions(rid, tenant, self.mentions.find(tenant, texts[rid]) - {subject})
+                    puts.append(rid)
         for rid, (key, why) in sorted(affected.items(), key=lambda kv: kv[1][0]):
             if policy == "keep":
                 out.append(Derivation(key, why, "kept", f"tenant policy keep: {reason}"))
                 continue
-            redacted = False
-            if policy == "redact" and "mention" in why:
-                # The name must not outlive the erasure on disk, whatever else happens here.
-                new_text = self._redacted(tx, tenant, subject, rid)
-                if new_text is not None:
-                    vec = self._embedder.embed([new_text])[0]
-                    tx.replace_text(rid, new_text, np.ascontiguousarray(vec, dtype=np.float32).tobytes(), now)
-                    tx.set_mentions(rid, tenant, self.mentions.find(tenant, new_text) - {subject})
-                    puts.append(rid)
-                    texts[rid] = new_text
-                    redacted = True
-                    if why == "mention":
-                        out.append(Derivation(key, why, "redacted", f"identifiers replaced by {REDACTION_MARK}"))
-                        continue
+            # Under redact, the name does not outlive the erasure on disk, whatever else happens.
+            redacted = rid in texts
+            if redacted and why == "mention":
+                out.append(Derivation(key, why, "redacted", f"identifiers replaced by {REDACTION_MARK}"))
+                continue
             tx.quarantine(rid, tenant, why, handle, now)
             detail = {
                 "lineage": "derived from an erased record: re-derive it from its surviving sources or release it",

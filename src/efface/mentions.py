@@ -4,7 +4,10 @@ Identifiers (names, e-mail addresses, phone numbers, handles) are normalised —
 accents folded, whitespace collapsed, e-mail addresses lower-cased, phone numbers to
 E.164 — and compiled per tenant into one Aho-Corasick automaton (pyahocorasick), so a
 text is matched against every identifier of the tenant in one pass. Names and handles
-match on word boundaries only ("Al" does not match inside "Alice").
+match on word boundaries only ("Al" does not match inside "Alice"). A phone number is
+matched as its E.164 form and as its national number with and without the trunk ``0``,
+against every run of 7+ digits in the text (with ``phonenumbers`` parsing only the
+registered identifiers, never every text).
 """
 
 from __future__ import annotations
@@ -24,40 +27,42 @@ _DIGITS7 = re.compile(r"(?:\d[\s().\-]*){7,}")
 PHONE_PREFIX = "tel:"
 
 
-def _phone(value: str, region: str | None) -> str | None:
-    try:
-        parsed = phonenumbers.parse(value, region)
-    except phonenumbers.NumberParseException:
-        return None
-    if not phonenumbers.is_possible_number(parsed):
-        return None
-    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
-
-
 def normalise_identifier(identifier: str, region: str | None = None) -> str:
-    """The canonical form an identifier is matched in."""
+    """The canonical form of an identifier (a phone number: E.164)."""
+    return identifier_patterns(identifier, region)[0]
+
+
+def identifier_patterns(identifier: str, region: str | None = None) -> list[str]:
+    """Every form an identifier is matched in. A phone number is matched as its E.164 form
+    and as its national number with and without the trunk ``0``, because texts write numbers
+    either way and parsing every digit run in every written text with a region's rules costs
+    far more than a few more patterns in the automaton."""
     raw = identifier.strip()
     if _EMAIL.match(raw):
-        return fold(raw)
+        return [fold(raw)]
     if _PHONEISH.match(raw):
-        e164 = _phone(raw, region)
-        if e164 is None:
-            e164 = "+" + re.sub(r"\D", "", raw) if raw.startswith("+") else re.sub(r"\D", "", raw)
-        return PHONE_PREFIX + e164
-    return _SPACE.sub(" ", fold(raw)).strip()
+        try:
+            parsed = phonenumbers.parse(raw, region)
+        except phonenumbers.NumberParseException:
+            parsed = None
+        if parsed is None or not phonenumbers.is_possible_number(parsed):
+            digits = re.sub(r"\D", "", raw)
+            return [PHONE_PREFIX + ("+" + digits if raw.startswith("+") else digits)]
+        national = phonenumbers.national_significant_number(parsed)
+        e164 = phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+        return [PHONE_PREFIX + e164, PHONE_PREFIX + national, PHONE_PREFIX + "0" + national]
+    return [_SPACE.sub(" ", fold(raw)).strip()]
 
 
 def normalise_text(text: str, region: str | None = None) -> str:
-    """The text as identifiers are searched in: folded, whitespace collapsed, and every
-    phone number found in it appended in canonical form."""
+    """The text as identifiers are searched in: folded, whitespace collapsed, and every digit
+    run that may be a phone number appended as ``tel:DIGITS`` and ``tel:+DIGITS``."""
     out = _SPACE.sub(" ", fold(text))
     if _DIGITS7.search(text):
         phones = set()
-        for m in phonenumbers.PhoneNumberMatcher(text, region or "US", leniency=phonenumbers.Leniency.POSSIBLE):
-            phones.add(phonenumbers.format_number(m.number, phonenumbers.PhoneNumberFormat.E164))
-        for m in _DIGITS7.finditer(text):  # numbers the matcher's region rules reject
+        for m in _DIGITS7.finditer(text):
             digits = re.sub(r"\D", "", m.group())
-            phones.add(("+" if m.group().lstrip().startswith("+") else "") + digits)
+            phones.add(digits)
             phones.add("+" + digits)
         out += " " + " ".join(PHONE_PREFIX + p for p in sorted(phones))
     return out
@@ -82,9 +87,9 @@ class MentionIndex:
         self.drop_subject(tenant, subject)
         patterns = self._subjects.setdefault(tenant, {})
         for ident in identifiers:
-            norm = normalise_identifier(ident, self._region)
-            if norm:
-                patterns.setdefault(norm, set()).add(subject)
+            for norm in identifier_patterns(ident, self._region):
+                if norm:
+                    patterns.setdefault(norm, set()).add(subject)
         self._automata[tenant] = None
 
     def drop_subject(self, tenant: str, subject: str) -> None:
@@ -135,14 +140,11 @@ class MentionIndex:
                 out.append((origin[m.start()], origin[m.end() - 1] + 1))
         phones = {p[len(PHONE_PREFIX):] for p in pats if p.startswith(PHONE_PREFIX)}
         if phones and _DIGITS7.search(text):
-            for m in phonenumbers.PhoneNumberMatcher(text, self._region or "US",
-                                                     leniency=phonenumbers.Leniency.POSSIBLE):
-                if phonenumbers.format_number(m.number, phonenumbers.PhoneNumberFormat.E164) in phones:
-                    out.append((m.start, m.end))
             for m in _DIGITS7.finditer(text):
                 digits = re.sub(r"\D", "", m.group())
                 if digits in phones or "+" + digits in phones:
-                    out.append((m.start(), m.end()))
+                    start = m.start() - (1 if m.start() > 0 and text[m.start() - 1] == "+" else 0)
+                    out.append((start, m.start() + len(m.group().rstrip(" \t\n().-"))))
         return sorted(set(out))
 
 
