@@ -177,6 +177,70 @@ def test_names_match_folded_and_on_word_boundaries_only(store, registered):
             assert m is None
 
 
+UK_PHONE = "+44 20 7946 0958"
+UK_TEXTS = {
+    "uk:e164-spaced": "switchboard +44 20 7946 0958 ext 12",
+    "uk:e164": "switchboard +442079460958 ext 12",
+    "uk:national": "switchboard 020 7946 0958 ext 12",
+    "uk:trunk-kept": "switchboard +44 (0)20 7946 0958 ext 12",
+    "uk:trunk-kept-spaced": "switchboard +44 (0) 20 7946 0958 ext 12",
+    "uk:00-prefix": "switchboard 0044 20 7946 0958 ext 12",
+}
+
+
+@pytest.mark.parametrize("registered", ["before-writes", "after-writes"])
+def test_international_phone_numbers_in_every_common_format(store, registered):
+    """A UK number as written in E.164, nationally with the trunk 0, internationally with
+    the trunk kept in parentheses, and with the 00 prefix; under policy redact, every one is
+    also located and replaced."""
+    if registered == "before-writes":
+        store.register_subject("uk", tenant=T, identifiers=[UK_PHONE])
+    store.write_many([{"key": k, "text": t} for k, t in UK_TEXTS.items()]
+                     + [{"key": "x:other", "text": "switchboard 020 7946 0959 ext 12"},
+                        {"key": "x:longer", "text": "switchboard +44 20 7946 09581 ext 12"}],
+                     tenant=T, subject="svc", purpose="ops")
+    if registered == "after-writes":
+        store.register_subject("uk", tenant=T, identifiers=[UK_PHONE])
+    store.set_policy(T, "redact")
+    receipt = store.forget(tenant=T, subject="uk")
+    assert derivations(receipt) == {k: ("mention", "redacted") for k in UK_TEXTS}
+    for k in UK_TEXTS:
+        assert store.read(k, tenant=T, purpose="ops").text == "switchboard [redacted] ext 12"
+    assert store.read("x:other", tenant=T, purpose="ops").text == "switchboard 020 7946 0959 ext 12"
+
+
+def test_a_phone_number_next_to_other_numbers_is_still_found(store):
+    """A number written right after a year, a room number or another phone number (only
+    spaces or brackets between them) is still a mention: reading the digits as one run
+    would miss it, and the record would stay recallable after the forget."""
+    store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)
+    texts = {
+        "adj:year": "in 2024 (212) 555-0188 was the number on file",
+        "adj:room": "Room 12 (212) 555-0188 asked for towels",
+        "adj:list": "numbers: 212 555 0188 646 555 0142",
+        "adj:count": "call (212) 555-0188 2 times before noon",
+    }
+    store.write_many([{"key": k, "text": t} for k, t in texts.items()], tenant=T, subject="svc", purpose="ops")
+    receipt = store.forget(tenant=T, subject=ZQ)
+    assert derivations(receipt) == {k: ("mention", "quarantined") for k in texts}
+
+
+def test_rewriting_a_record_drops_what_its_old_text_named(store):
+    """Mentions follow the current text: a record rewritten (or re-derived) without the name
+    is not affected by the subject's forget; one rewritten *with* it is."""
+    store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)
+    store.write("was", "Zebulon Quaxworth asked about tea", tenant=T, subject="svc", purpose="ops")
+    store.write("now", "someone asked about tea", tenant=T, subject="svc", purpose="ops")
+    store.write("rd", "call (212) 555-0188 about tea", tenant=T, subject="svc", purpose="ops")
+    store.write("was", "a customer asked about tea", tenant=T, subject="svc", purpose="ops")
+    store.write("now", "ZQ.Quax@quaxmail.example asked about tea", tenant=T, subject="svc", purpose="ops")
+    store.rederive("rd", "call the customer about tea", tenant=T)
+    receipt = store.forget(tenant=T, subject=ZQ)
+    assert derivations(receipt) == {"now": ("mention", "quarantined")}
+    assert store.read("was", tenant=T, purpose="ops").text == "a customer asked about tea"
+    assert store.read("rd", tenant=T, purpose="ops").text == "call the customer about tea"
+
+
 def test_mention_index_survives_a_reopen(store, reopen):
     """Registered identifiers are loaded again on open: a write after a restart is matched."""
     store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)

@@ -50,18 +50,41 @@ def identifier_patterns(identifier: str, region: str | None = None) -> list[str]
             return [PHONE_PREFIX + ("+" + digits if raw.startswith("+") else digits)]
         national = phonenumbers.national_significant_number(parsed)
         e164 = phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
-        return [PHONE_PREFIX + e164, PHONE_PREFIX + national, PHONE_PREFIX + "0" + national]
+        cc = str(parsed.country_code)
+        return [PHONE_PREFIX + e164, PHONE_PREFIX + national, PHONE_PREFIX + "0" + national,
+                # international with the trunk 0 kept ("+44 (0)20 ...") and with the 00 prefix
+                PHONE_PREFIX + "+" + cc + "0" + national, PHONE_PREFIX + "00" + cc + national]
     return [_SPACE.sub(" ", fold(raw)).strip()]
+
+
+_GROUP = re.compile(r"\d+")
+
+
+def _phone_candidates(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, digits) for every window of consecutive digit groups, inside a run of
+    digits and separators, that holds 7 to 15 digits: a number written right after a year,
+    a room number or another number is still found on its own."""
+    out = []
+    for run in _DIGITS7.finditer(text):
+        groups = [(run.start() + g.start(), run.start() + g.end(), g.group()) for g in _GROUP.finditer(run.group())]
+        for i in range(len(groups)):
+            digits = ""
+            for j in range(i, len(groups)):
+                digits += groups[j][2]
+                if len(digits) > 15:
+                    break
+                if len(digits) >= 7:
+                    out.append((groups[i][0], groups[j][1], digits))
+    return out
 
 
 def normalise_text(text: str, region: str | None = None) -> str:
     """The text as identifiers are searched in: folded, whitespace collapsed, and every digit
-    run that may be a phone number appended as ``tel:DIGITS`` and ``tel:+DIGITS``."""
+    window that may be a phone number appended as ``tel:DIGITS`` and ``tel:+DIGITS``."""
     out = _SPACE.sub(" ", fold(text))
     if _DIGITS7.search(text):
         phones = set()
-        for m in _DIGITS7.finditer(text):
-            digits = re.sub(r"\D", "", m.group())
+        for _start, _end, digits in _phone_candidates(text):
             phones.add(digits)
             phones.add("+" + digits)
         out += " " + " ".join(PHONE_PREFIX + p for p in sorted(phones))
@@ -140,11 +163,11 @@ class MentionIndex:
                 out.append((origin[m.start()], origin[m.end() - 1] + 1))
         phones = {p[len(PHONE_PREFIX):] for p in pats if p.startswith(PHONE_PREFIX)}
         if phones and _DIGITS7.search(text):
-            for m in _DIGITS7.finditer(text):
-                digits = re.sub(r"\D", "", m.group())
+            for start, end, digits in _phone_candidates(text):
                 if digits in phones or "+" + digits in phones:
-                    start = m.start() - (1 if m.start() > 0 and text[m.start() - 1] == "+" else 0)
-                    out.append((start, m.start() + len(m.group().rstrip(" \t\n().-"))))
+                    if start > 0 and text[start - 1] == "+":
+                        start -= 1
+                    out.append((start, end))
         return sorted(set(out))
 
 
