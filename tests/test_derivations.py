@@ -552,6 +552,9 @@ def test_redact_leaves_no_byte_of_the_identifiers_in_the_store(open_store, store
         assert not any("quaxworth" in h.text.lower() or "0188" in h.text for h in recall(store, query, "analytics"))
 
     store.compact()
+    # While the store is open the WAL (and its index) exist: nothing of the old versions there.
+    assert "origin.db-wal" in store_files(os.fspath(store_path))
+    assert scan_files(os.fspath(store_path), ZQ_TOKENS + ZQ_IDS) == {}
     store.close()
     assert "origin.db" in store_files(os.fspath(store_path))
     assert any(f.startswith("ann" + os.sep) and f.endswith(".usearch") for f in store_files(os.fspath(store_path)))

@@ -104,6 +104,7 @@ class MentionIndex:
         self._region = region
         self._subjects: dict[str, dict[str, set[str]]] = {}  # tenant -> pattern -> subjects
         self._automata: dict[str, ahocorasick.Automaton | None] = {}
+        self._by_subject: dict[str, dict[str, set[str]]] = {}  # tenant -> subject -> patterns
 
     def set_subject(self, tenant: str, subject: str, identifiers: Iterable[str]) -> None:
         """Register (or replace) a subject's identifiers."""
@@ -113,11 +114,12 @@ class MentionIndex:
             for norm in identifier_patterns(ident, self._region):
                 if norm:
                     patterns.setdefault(norm, set()).add(subject)
+                    self._by_subject.setdefault(tenant, {}).setdefault(subject, set()).add(norm)
         self._automata[tenant] = None
 
     def drop_subject(self, tenant: str, subject: str) -> None:
         patterns = self._subjects.get(tenant, {})
-        for norm in [p for p, subs in patterns.items() if subject in subs]:
+        for norm in self._by_subject.get(tenant, {}).pop(subject, ()):
             patterns[norm].discard(subject)
             if not patterns[norm]:
                 del patterns[norm]
@@ -125,7 +127,7 @@ class MentionIndex:
 
     def identifiers(self, tenant: str, subject: str) -> list[str]:
         """The normalised patterns registered for a subject."""
-        return sorted(p for p, subs in self._subjects.get(tenant, {}).items() if subject in subs)
+        return sorted(self._by_subject.get(tenant, {}).get(subject, ()))
 
     def _automaton(self, tenant: str) -> ahocorasick.Automaton | None:
         auto = self._automata.get(tenant)
