@@ -13,6 +13,8 @@ import os
 from typing import Any
 
 from .errors import (
+    BackupCorrupt,
+    BackupMismatch,
     EffaceError,
     EmbedderMismatch,
     ErasureNotSettled,
@@ -25,6 +27,7 @@ from .errors import (
     UnverifiableDeletion,
 )
 from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
+from .backup import BackupResult, RestoreResult
 from .store import Store
 
 __version__ = "0.1.0"
@@ -60,6 +63,10 @@ __all__ = [
     "Retained",
     "Selector",
     "Status",
+    "BackupResult",
+    "RestoreResult",
+    "BackupCorrupt",
+    "BackupMismatch",
     "EffaceError",
     "EmbedderMismatch",
     "ErasureNotSettled",

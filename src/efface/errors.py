@@ -9,7 +9,9 @@
      ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
      ├── UnverifiableDeletion  an erasure could not be proven
      ├── StoreLocked           another process has the store open
-     └── EmbedderMismatch      the store was built with another embedder
+     ├── EmbedderMismatch      the store was built with another embedder
+     ├── BackupCorrupt         a backup file fails authentication (altered, truncated)
+     └── BackupMismatch        a backup made by another store
 
 Messages say what happened and what the caller can do. They never echo keys, texts,
 subjects or identifiers: those may be personal data.
@@ -59,3 +61,11 @@ class StoreLocked(EffaceError):
 
 class EmbedderMismatch(EffaceError):
     """The store's vectors were made by another embedder than the one asked for."""
+
+
+class BackupCorrupt(EffaceError):
+    """A backup file fails authentication or is malformed; nothing was restored."""
+
+
+class BackupMismatch(EffaceError):
+    """The backup was made by another store; only the store that made it holds its keys."""

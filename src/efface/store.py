@@ -10,10 +10,12 @@ origin's live claims at the moment of the read.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import secrets
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,11 +23,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import backup as _backup
 from . import validate as v
 from .derivations import Derivations, validate_policy
 from .embed import Embedder, resolve
 from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
 from .errors import (
+    BackupMismatch,
     EffaceError,
     EmbedderMismatch,
     InvalidInput,
@@ -33,6 +37,7 @@ from .errors import (
     ScopeError,
     StoreLocked,
     UnknownPurpose,
+    UnverifiableDeletion,
 )
 from .model import (
     LEGAL_BASES,
@@ -49,7 +54,7 @@ from .model import (
     Status,
 )
 from .origin.base import ClaimRow, NewRecord
-from .origin.sqlite import SQLiteOrigin
+from .origin.sqlite import SQLiteOrigin, _fsync_dir
 from .paths.ann import VectorIndex
 from .paths.base import Query
 from .paths.fts import FullTextIndex
@@ -61,6 +66,10 @@ MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
 
 _PERSIST_EVERY_S = 30.0
+
+SETTLED_STATES = ("absorbed", "shredded", "ledger-replay")
+"""Path states after which nothing more happens to an erasure on that path (the backups
+path is final at acknowledgement: its keys are destroyed or its restores replay the ledger)."""
 
 
 @dataclass
@@ -80,6 +89,7 @@ class _ForgetOutcome:
     acknowledged_at: float = 0.0
     ledger_seq: int = 0
     ledger_hash: str = ""
+    backups: str | None = None
 
 
 class Store:
@@ -296,6 +306,7 @@ class Store:
                 self._derivations.on_write(tx, tenant, rid, text)
                 puts.append(rid)
                 texts[rid] = text
+            tx.ensure_subject_keys(tenant, {p[2] for p in prepared}, now, self._subject_h(tenant))
             return None, puts, [], texts
 
         epoch, _ = self._mutate("write", tenant, body)
@@ -312,6 +323,7 @@ class Store:
                 raise NotFound("no live record with that key in this tenant: write it before retaining it")
             tx.add_claim(rid, subject, purpose, basis, None if ttl_s is None else now + ttl_s, now)
             tx.register_purpose(tenant, purpose)
+            tx.ensure_subject_keys(tenant, [subject], now, self._subject_h(tenant))
             return None, [], [], {}
 
         epoch, _ = self._mutate("retain", tenant, body)
@@ -495,6 +507,9 @@ class Store:
                     reason = "another live claim keeps the record (retention scopes are a union)"
                 out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
         tx.erase_records(out.drops)
+        # Crypto-shredding: a subject left with no claim in the tenant loses its data key here,
+        # in the erasure's own transaction, so its part of every backup is unreadable from now.
+        shredded = tx.destroy_subject_keys(selector.tenant, {c.subject for c in released})
         handle = "efr_" + secrets.token_hex(12)
         subject = selector.subject if kind == "forget" else None
         out.derivations, out.puts, out.texts = self._derivations.process(
@@ -504,6 +519,7 @@ class Store:
         if subject is not None:
             out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
         body = self._hashed_body(out, tx.epoch, now)
+        body["backups"] = out.backups = self._backup_coverage(tx, out, shredded)
         tenant_h = self._hash("tenant", selector.tenant)
         tx.save_receipt(handle, kind, tenant_h, body, now)
         out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
@@ -567,7 +583,7 @@ class Store:
             erased=tuple(out.erased),
             retained=tuple(out.retained),
             quarantined=tuple(d.key for d in out.derivations if d.action == "quarantined"),
-            paths=self._paths(epoch),
+            paths=self._with_backups(self._paths(epoch), out.backups, epoch),
             max_propagation_s=self._max_propagation(),
             acknowledged_at=out.acknowledged_at,
             derivations=tuple(out.derivations),
@@ -690,11 +706,11 @@ class Store:
             if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
                 raise NotFound("no receipt with that handle in this store (for this tenant)")
             epoch, body = row["epoch"], row["body"]
-            paths = self._paths(epoch)
+            paths = self._with_backups(self._paths(epoch), body.get("backups"), epoch)
             pending = self._origin.pending_drops(min(a.applied_epoch() for a in self._asynchronous))
         return Status(
             handle=handle, epoch=epoch, kind=row["kind"], level=body["level"], paths=paths,
-            pending_deletions=pending, settled=all(p.state == "absorbed" for p in paths.values()),
+            pending_deletions=pending, settled=all(p.state in SETTLED_STATES for p in paths.values()),
             max_propagation_s=body["max_propagation_s"], acknowledged_at=body["acknowledged_at"],
             counts={"released": len(body["released"]), "erased": len(body["erased"]),
                     "retained": len(body["retained"]), "quarantined": len(body["quarantined"])},
@@ -780,3 +796,281 @@ class Store:
                 "embedder": self.embedder.name,
                 "paths": {n: p.to_dict() for n, p in self._paths(self._origin.current_epoch()).items()},
             }
+
+    # -- backups with crypto-shredding -----------------------------------------------------------
+    def _subject_h(self, tenant: str) -> Callable[[str], str]:
+        return lambda subject: self._hash("subject", tenant, subject)
+
+    def _backup_secret(self, label: str) -> bytes:
+        return _backup.derive_key(bytes.fromhex(self._origin.meta_get(SECRET_KEY)), label)
+
+    def _backup_coverage(self, tx, out: _ForgetOutcome, shredded: Sequence[str]) -> str | None:
+        """What covers this erasure in the backups taken before it (None: there are none).
+        ``shredded``: every subject whose claim it released lost its data key here, and no
+        older backup can hold an erased record under a key that still lives (a subject whose
+        claim on it went earlier but who kept others), and no record was redacted (the
+        unredacted text stays in backups under its own subjects' keys). Otherwise
+        ``ledger-replay``: the content can still be decrypted with the origin's keys, and
+        only the ledger replay that every restore runs keeps it out."""
+        floor = tx.backup_floor()
+        if floor is None:
+            return None
+        if not out.released:
+            return "absorbed"  # nothing released: nothing of this erasure is in a backup
+        gone = set(shredded)
+        if any(r.subject not in gone for r in out.released) or any(d.action == "redacted" for d in out.derivations):
+            return "ledger-replay"
+        tenant = out.selector.tenant
+        erased_h = {self._hash("key", tenant, k) for k in out.erased}
+        earlier: set[str] = set()
+        if erased_h:
+            for _seq, kind, body in tx.ledger_after(floor):
+                if kind in ("forget", "expire"):
+                    earlier |= {r["subject_h"] for r in json.loads(body)["released"] if r["key_h"] in erased_h}
+        if earlier and tx.live_subject_hashes(tenant, earlier):
+            return "ledger-replay"
+        return "shredded"
+
+    def _with_backups(self, paths: dict[str, PathState], state: str | None, epoch: int) -> dict[str, PathState]:
+        if state is not None:
+            # Decided in the erasure's transaction (keys destroyed there, or the ledger entry
+            # every restore replays committed there): nothing is left to propagate.
+            paths["backups"] = PathState(state, epoch, 0.0)
+        return paths
+
+    def backup(self, dest: str | os.PathLike) -> _backup.BackupResult:
+        """Write a backup of every live record to the file ``dest``, each record encrypted so
+        that only the data keys of the subjects holding claims on it (kept in this store's
+        origin, nowhere else) can open it. A later forget that leaves a subject with no claim
+        destroys its key, and so its part of every backup. The file appears whole or not at
+        all; the backup is recorded in the origin and the ledger."""
+        dest = os.path.abspath(os.fspath(dest))
+        parent, base = os.path.dirname(dest), os.path.basename(dest)
+        if os.path.isdir(dest):
+            raise InvalidInput("the backup destination is a directory: give a file path")
+        if not os.path.isdir(parent):
+            raise InvalidInput("the backup destination's directory does not exist: create it first")
+        with self._lock:
+            self._check_open()
+            store_id = self._hash("store-id")
+            mac_key, settings_key = self._backup_secret("backup-mac"), self._backup_secret("backup-settings")
+            backup_id = "efb_" + secrets.token_hex(12)
+            path_h = self._hash("backup-path", dest)
+            # Temporary files of an earlier backup to the same path killed mid-way (ciphertext only).
+            for name in os.listdir(parent):
+                if name.startswith(f".{base}.") and name.endswith(".efface-tmp"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(parent, name))
+            tmp: list[str] = []
+
+            def body(tx, now):
+                # Subjects of stores made before keys existed get theirs now.
+                pairs: dict[str, set[str]] = {}
+                for t, s in tx.claim_subjects(now):
+                    pairs.setdefault(t, set()).add(s)
+                for t, subjects in pairs.items():
+                    tx.ensure_subject_keys(t, subjects, now, self._subject_h(t))
+                seq, ledger_hash = tx.append_ledger("backup", None, {"backup_id": backup_id, "epoch": tx.epoch,
+                                                                     "path_h": path_h}, now)
+                keys = {(t, s): (kid, key) for t, s, kid, key in tx.subject_keys()}
+                rows = tx.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
+                subjects = [r for r in rows if (r[0], r[1]) in keys]
+                n_records = tx.execute(f"SELECT count(DISTINCT record_id) FROM claims c WHERE"
+                                       " c.expires_at IS NULL OR c.expires_at > ?", (now,)).fetchone()[0]
+                header = {"format": _backup.FORMAT, "store_id": store_id, "backup_id": backup_id,
+                          "epoch": tx.epoch, "ledger_seq": seq, "ledger_hash": ledger_hash, "created_at": now,
+                          "embedder": self.embedder.name,
+                          "counts": {"records": n_records, "subjects": len(subjects), "keys": len(keys)}}
+                fd, path = tempfile.mkstemp(prefix=f".{base}.", suffix=".efface-tmp", dir=parent)
+                tmp.append(path)
+                ctx = {"store_id": store_id, "backup_id": backup_id}
+                with os.fdopen(fd, "wb") as f:
+                    w = _backup.BackupWriter(f, mac_key, header)
+                    settings = {"t": "settings",
+                                "policies": tx.execute("SELECT tenant, policy, reason FROM policies").fetchall(),
+                                "purposes": tx.execute("SELECT tenant, purpose FROM purposes").fetchall()}
+                    w.frame(_backup.seal(json.dumps(settings).encode(), [(_backup.STORE_KID, settings_key, b"")],
+                                         index=0, **ctx))
+                    index = 1
+                    for t, s, ids in subjects:
+                        kid, key = keys[t, s]
+                        payload = json.dumps({"t": "subject", "tenant": t, "subject": s, "identifiers": ids},
+                                             ensure_ascii=False).encode()
+                        w.frame(_backup.seal(payload, [(kid, key, b"")], index=index, **ctx))
+                        index += 1
+                    written = 0
+                    for row, claims in tx.backup_rows(now):
+                        rid, t, key_, text, meta, srcs, emb, created, updated, qwhy, qhandle, qsince = row
+                        by_subject: dict[str, list] = {}
+                        for s, purpose, basis, expires_at in claims:
+                            by_subject.setdefault(s, []).append([s, purpose, basis, expires_at])
+                        wraps = [(*keys[t, s], json.dumps(cs, ensure_ascii=False).encode())
+                                 for s, cs in sorted(by_subject.items())]
+                        fields = {"t": "record", "tenant": t, "key": key_, "text": text, "metadata": meta,
+                                  "sources": srcs, "created_at": created, "updated_at": updated,
+                                  "quarantine": None if qwhy is None else [qwhy, qhandle, qsince]}
+                        w.frame(_backup.seal(_backup.encode_record(fields, emb), wraps, index=index, **ctx))
+                        index += 1
+                        written += 1
+                    size = w.finish()
+                    f.flush()
+                    os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the backup
+                tx.record_backup(backup_id, path_h, seq, now, written, len(subjects))
+                result = _backup.BackupResult(dest, backup_id, tx.epoch, seq, written, len(keys), size)
+                return result, [], [], {}
+
+            def after(_result):
+                os.replace(tmp[0], dest)
+                _fsync_dir(parent)
+
+            try:
+                _epoch, result = self._mutate("backup", None, body, after=after)
+            except BaseException:
+                for path in tmp:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise
+            return result
+
+    def restore(self, src: str | os.PathLike) -> _backup.RestoreResult:
+        """Bring back the records of a backup this store made that are missing from it, after
+        replaying the erasure ledger: nothing erased, released or expired since the backup
+        comes back, and a record whose subjects' keys were destroyed cannot be decrypted at
+        all. Records already live are left as they are. The whole file is authenticated
+        before anything is written; a failure restores nothing."""
+        src = os.path.abspath(os.fspath(src))
+        if not os.path.isfile(src):
+            raise NotFound("no backup file at that path")
+        header = _backup.read_header(src)
+        with self._lock:
+            self._check_open()
+            if header.get("store_id") != self._hash("store-id"):
+                raise BackupMismatch("this backup was made by another efface store; only the store that made it "
+                                     "holds its keys: restore it there")
+            _backup.verify_file(src, self._backup_secret("backup-mac"))
+            self._expire_due(self._clock())
+            entries = self._origin.ledger()
+            check = verify_chain(entries)
+            if not check.ok:
+                raise UnverifiableDeletion("the erasure ledger does not verify, so a restore could bring back "
+                                           "erased records; nothing was restored (run `efface ledger verify`)")
+            seq = header["ledger_seq"]
+            mark = entries[seq - 1] if 0 < seq <= len(entries) else None
+            if mark is None or mark["hash"] != header["ledger_hash"] or mark["kind"] != "backup":
+                raise BackupMismatch("this store's ledger has no record of this backup; nothing was restored")
+            erased: set[str] = set()
+            released: set[tuple] = set()
+            for e in entries[seq:]:
+                if e["kind"] in ("forget", "expire"):
+                    b = json.loads(e["body"])
+                    erased.update(b["erased"])
+                    # Records held back or redacted because of a later erasure: the backup has
+                    # the version from before it, which must not come back.
+                    erased.update(d["key_h"] for d in b["derivations"])
+                    released.update((r["key_h"], r["subject_h"], r["purpose"], r["basis"]) for r in b["released"])
+            keys = {kid: key for _t, _s, kid, key in self._origin.subject_keys()}
+            keys[_backup.STORE_KID] = self._backup_secret("backup-settings")
+            ctx = {"store_id": header["store_id"], "backup_id": header["backup_id"]}
+            n_subjects = header["counts"]["subjects"]
+            plan: dict[str, dict] = {}
+            shredded = 0
+
+            def tenant_plan(t: str) -> dict:
+                return plan.setdefault(t, {"policies": [], "purposes": [], "subjects": [], "records": []})
+
+            # Decrypt and authenticate everything before writing anything.
+            for index, frame in enumerate(_backup.frames(src)):
+                opened = _backup.open_frame(frame, keys, **ctx, index=index)
+                if opened is None:
+                    shredded += index > n_subjects  # settings and subjects are not records
+                    continue
+                payload, wraps = opened
+                if index == 0:
+                    settings = json.loads(payload)
+                    for t, policy, reason in settings["policies"]:
+                        tenant_plan(t)["policies"].append((policy, reason))
+                    for t, purpose in settings["purposes"]:
+                        tenant_plan(t)["purposes"].append(purpose)
+                elif index <= n_subjects:
+                    s = json.loads(payload)
+                    tenant_plan(s["tenant"])["subjects"].append((s["subject"], s["identifiers"], wraps[0][0]))
+                else:
+                    fields, emb = _backup.decode_record(payload)
+                    claims = [(kid, c) for kid, extra in wraps for c in json.loads(extra)]
+                    tenant_plan(fields["tenant"])["records"].append((fields, emb, claims))
+
+            totals = {"restored": 0, "shredded": shredded, "replayed": 0, "present": 0, "subjects": 0}
+            last_epoch = 0
+            for tenant in sorted(plan):
+                p = plan[tenant]
+                installed: list[str] = []
+
+                def body(tx, now, tenant=tenant, p=p, installed=installed):
+                    alive = {kid for _t, _s, kid, _k in tx.subject_keys()}
+                    n = dict.fromkeys(("restored", "shredded", "replayed", "present", "subjects"), 0)
+                    for purpose in p["purposes"]:
+                        tx.register_purpose(tenant, purpose)
+                    for policy, reason in p["policies"]:
+                        if tx.execute("SELECT 1 FROM policies WHERE tenant=?", (tenant,)).fetchone() is None:
+                            tx.set_policy(tenant, policy, reason)
+                    for subject, ids, kid in p["subjects"]:
+                        exists = tx.execute("SELECT 1 FROM subjects WHERE tenant=? AND subject=?",
+                                            (tenant, subject)).fetchone()
+                        if kid in alive and exists is None:
+                            tx.set_subject(tenant, subject, ids, now)
+                            idents = json.loads(ids)
+                            self._derivations.on_register(tx, tenant, subject, idents)
+                            # Restored records below must be checked for this subject's names too.
+                            self._derivations.mentions.set_subject(tenant, subject, idents)
+                            installed.append(subject)
+                            n["subjects"] += 1
+                    puts, texts = [], {}
+                    for fields, emb, claims in p["records"]:
+                        key = fields["key"]
+                        key_h = self._hash("key", tenant, key)
+                        if key_h in erased:
+                            n["replayed"] += 1
+                            continue
+                        live = [c for kid, c in claims if kid in alive]
+                        if not live:  # its subjects' keys went since the decryption above
+                            n["shredded"] += 1
+                            continue
+                        live = [c for c in live
+                                if (key_h, self._hash("subject", tenant, c[0]), c[1], c[2]) not in released
+                                and (c[3] is None or c[3] > now)]
+                        if not live:
+                            n["replayed"] += 1
+                            continue
+                        if tx.record_id(tenant, key) is not None:
+                            n["present"] += 1
+                            continue
+                        s0, p0, b0, e0 = live[0]
+                        rid = tx.upsert(tenant, NewRecord(key, fields["text"], fields["metadata"],
+                                                          tuple(json.loads(fields["sources"])), emb, s0, p0, b0, e0),
+                                        now)
+                        for s, purpose, basis, expires_at in live[1:]:
+                            tx.add_claim(rid, s, purpose, basis, expires_at, now)
+                        for purpose in {c[1] for c in live}:
+                            tx.register_purpose(tenant, purpose)
+                        tx.execute("UPDATE records SET created_at=?, updated_at=? WHERE id=?",
+                                   (fields["created_at"], fields["updated_at"], rid))
+                        if fields["quarantine"] is not None:
+                            why, handle, since = fields["quarantine"]
+                            tx.quarantine(rid, tenant, why, handle, since)
+                        self._derivations.on_write(tx, tenant, rid, fields["text"])
+                        puts.append(rid)
+                        texts[rid] = fields["text"]
+                        n["restored"] += 1
+                    tx.append_ledger("restore", None, {"tenant_h": self._hash("tenant", tenant),
+                                                       "backup_id": header["backup_id"], **n}, now)
+                    return n, puts, [], texts
+
+                try:
+                    last_epoch, n = self._mutate("restore", tenant, body)
+                except BaseException:
+                    for subject in installed:
+                        self._derivations.mentions.drop_subject(tenant, subject)
+                    raise
+                for name, value in n.items():
+                    totals[name] += value
+        return _backup.RestoreResult(backup_id=header["backup_id"], epoch=last_epoch, **totals)

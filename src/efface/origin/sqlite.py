@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import apsw
 
@@ -104,6 +104,24 @@ CREATE TABLE IF NOT EXISTS ledger(
     body TEXT NOT NULL,
     prev TEXT NOT NULL,
     hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS subject_keys(
+    tenant TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    kid BLOB NOT NULL UNIQUE,                -- random id that tags this key's wraps in backups
+    key BLOB NOT NULL,                       -- AES-256 data key; never leaves the origin
+    subject_h TEXT NOT NULL,                 -- keyed hash, to match the ledger's subject_h
+    created_at REAL NOT NULL,
+    PRIMARY KEY(tenant, subject)
+);
+CREATE TABLE IF NOT EXISTS backups(
+    id TEXT PRIMARY KEY,
+    path_h TEXT NOT NULL,                    -- keyed hash of the destination path
+    epoch INTEGER NOT NULL,
+    ledger_seq INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    records INTEGER NOT NULL,
+    subjects INTEGER NOT NULL
 );
 """
 
@@ -363,6 +381,86 @@ class SQLiteTx:
             (tenant, subject, identifiers, now),
         )
 
+    # -- per-subject data keys (crypto-shredding of backups) -----------------------------
+    def ensure_subject_keys(self, tenant: str, subjects: Iterable[str], now: float,
+                            subject_h: Callable[[str], str]) -> None:
+        """Give each subject that has none yet a data key in this tenant (same transaction
+        as the claim that needs it, so no claim ever exists without its key)."""
+        wanted = sorted(set(subjects))
+        have: set[str] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            have |= {r[0] for r in self._c.execute(
+                f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk])}
+        self._c.executemany(
+            "INSERT INTO subject_keys(tenant, subject, kid, key, subject_h, created_at) VALUES(?,?,?,?,?,?)",
+            [(tenant, s, os.urandom(16), os.urandom(32), subject_h(s), now) for s in wanted if s not in have],
+        )
+
+    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[str]:
+        """Delete the data key of every subject in ``subjects`` left with no claim in the
+        tenant. With ``secure_delete=ON`` the row's bytes are zeroed in the page; the old page
+        image in the WAL goes at the compactor's checkpoint. Returns the subjects shredded."""
+        gone = []
+        for s in sorted(set(subjects)):
+            if not self.subject_has_claims(tenant, s):
+                self._c.execute("DELETE FROM subject_keys WHERE tenant=? AND subject=?", (tenant, s))
+                if self._c.changes():
+                    gone.append(s)
+        return gone
+
+    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
+        """(tenant, subject, kid, key) of every live data key."""
+        return self._c.execute("SELECT tenant, subject, kid, key FROM subject_keys").fetchall()
+
+    def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
+        """Which of these keyed subject hashes still have a data key in the tenant."""
+        hs = sorted(set(hashes))
+        out: set[str] = set()
+        for start in range(0, len(hs), 500):
+            chunk = hs[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            out |= {r[0] for r in self._c.execute(
+                f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk])}
+        return out
+
+    def claim_subjects(self, now: float) -> list[tuple[str, str]]:
+        """Every (tenant, subject) with a live claim."""
+        return self._c.execute(
+            "SELECT DISTINCT r.tenant, c.subject FROM claims c JOIN records r ON r.id=c.record_id"
+            f" WHERE {_LIVE}", (now,)).fetchall()
+
+    def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
+        """Each record with a live claim, in id order, with its live claims
+        (subject, purpose, basis, expires_at) and its quarantine (why, handle, since) or None."""
+        claims: dict[int, list[tuple]] = {}
+        for rid, subject, purpose, basis, expires_at in self._c.execute(
+                f"SELECT c.record_id, c.subject, c.purpose, c.basis, c.expires_at FROM claims c WHERE {_LIVE}"
+                " ORDER BY c.record_id, c.id", (now,)):
+            claims.setdefault(rid, []).append((subject, purpose, basis, expires_at))
+        for row in self._c.execute(
+                "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
+                " r.updated_at, q.why, q.handle, q.since FROM records r LEFT JOIN quarantine q ON q.record_id=r.id"
+                " ORDER BY r.id"):
+            if row[0] in claims:
+                yield row, claims[row[0]]
+
+    def backup_floor(self) -> int | None:
+        """The ledger seq of the oldest recorded backup (None: no backup was ever taken)."""
+        return self._c.execute("SELECT min(ledger_seq) FROM backups").fetchone()[0]
+
+    def record_backup(self, backup_id: str, path_h: str, ledger_seq: int, now: float,
+                      records: int, subjects: int) -> None:
+        self._c.execute(
+            "INSERT INTO backups(id, path_h, epoch, ledger_seq, created_at, records, subjects) VALUES(?,?,?,?,?,?,?)",
+            (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
+        )
+
+    def ledger_after(self, seq: int) -> list[tuple[int, str, str]]:
+        """(seq, kind, body) of the ledger entries after ``seq``."""
+        return self._c.execute("SELECT seq, kind, body FROM ledger WHERE seq>? ORDER BY seq", (seq,)).fetchall()
+
 
 class SQLiteOrigin:
     """The origin on one SQLite file. Not thread-safe by itself: the store serialises access."""
@@ -550,6 +648,10 @@ class SQLiteOrigin:
 
     def count_records(self) -> int:
         return self._c.execute("SELECT count(*) FROM records").fetchone()[0]
+
+    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
+        """(tenant, subject, kid, key) of every live data key (restore opens backups with them)."""
+        return self._c.execute("SELECT tenant, subject, kid, key FROM subject_keys").fetchall()
 
     def close(self) -> None:
         self._c.close()
