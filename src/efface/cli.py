@@ -469,6 +469,47 @@ def compact() -> None:
 
 
 @cli.command()
+@click.argument("dest", type=click.Path(dir_okay=False))
+@_common_options()
+def backup(dest) -> None:
+    """Write an encrypted backup of every live record to the file DEST. Each subject's part
+    is sealed with a key only this store holds; forgetting the subject destroys it."""
+    result = _open().backup(dest).to_dict()
+
+    def human(out: Console) -> None:
+        out.print(_kv_table(f"Backup {result['backup_id']}", [
+            ("file", result["path"]),
+            ("records", result["records"]),
+            ("subject keys", result["subjects"]),
+            ("epoch", result["epoch"]),
+            ("ledger seq", result["ledger_seq"]),
+            ("bytes", result["bytes"]),
+        ]))
+
+    _emit(result, human)
+
+
+@cli.command()
+@click.argument("src", type=click.Path(dir_okay=False))
+@_common_options()
+def restore(src) -> None:
+    """Restore the records of the backup SRC that are missing from the store, after replaying
+    the erasure ledger: nothing erased since the backup comes back."""
+    result = _open().restore(src).to_dict()
+
+    def human(out: Console) -> None:
+        out.print(_kv_table(f"Restore of {result['backup_id']}", [
+            ("restored", f"{result['restored']} record(s)"),
+            ("shredded", f"{result['shredded']} record(s): their subjects' keys are destroyed"),
+            ("replayed", f"{result['replayed']} record(s): erased or released since the backup"),
+            ("present", f"{result['present']} record(s) already live (left as they are)"),
+            ("subjects", f"{result['subjects']} registered subject(s) restored"),
+        ]))
+
+    _emit(result, human)
+
+
+@cli.command()
 @_common_options()
 def sweep() -> None:
     """Expire every claim whose TTL has passed now, and print the expiry receipts."""

@@ -875,12 +875,12 @@ class Store:
                 keys = {(t, s): (kid, key) for t, s, kid, key in tx.subject_keys()}
                 rows = tx.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
                 subjects = [r for r in rows if (r[0], r[1]) in keys]
-                n_records = tx.execute(f"SELECT count(DISTINCT record_id) FROM claims c WHERE"
+                n_records = tx.execute("SELECT count(DISTINCT record_id) FROM claims c WHERE"
                                        " c.expires_at IS NULL OR c.expires_at > ?", (now,)).fetchone()[0]
                 header = {"format": _backup.FORMAT, "store_id": store_id, "backup_id": backup_id,
                           "epoch": tx.epoch, "ledger_seq": seq, "ledger_hash": ledger_hash, "created_at": now,
                           "embedder": self.embedder.name,
-                          "counts": {"records": n_records, "subjects": len(subjects), "keys": len(keys)}}
+                          "counts": {"records": n_records, "identifiers": len(subjects), "keys": len(keys)}}
                 fd, path = tempfile.mkstemp(prefix=f".{base}.", suffix=".efface-tmp", dir=parent)
                 tmp.append(path)
                 ctx = {"store_id": store_id, "backup_id": backup_id}
@@ -915,7 +915,7 @@ class Store:
                     size = w.finish()
                     f.flush()
                     os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the backup
-                tx.record_backup(backup_id, path_h, seq, now, written, len(subjects))
+                tx.record_backup(backup_id, path_h, seq, now, written, len(keys))
                 result = _backup.BackupResult(dest, backup_id, tx.epoch, seq, written, len(keys), size)
                 return result, [], [], {}
 
@@ -966,12 +966,12 @@ class Store:
                     erased.update(b["erased"])
                     # Records held back or redacted because of a later erasure: the backup has
                     # the version from before it, which must not come back.
-                    erased.update(d["key_h"] for d in b["derivations"])
+                    erased.update(d["key_h"] for d in b["derivations"] if d["action"] != "kept")
                     released.update((r["key_h"], r["subject_h"], r["purpose"], r["basis"]) for r in b["released"])
             keys = {kid: key for _t, _s, kid, key in self._origin.subject_keys()}
             keys[_backup.STORE_KID] = self._backup_secret("backup-settings")
             ctx = {"store_id": header["store_id"], "backup_id": header["backup_id"]}
-            n_subjects = header["counts"]["subjects"]
+            n_subjects = header["counts"]["identifiers"]
             plan: dict[str, dict] = {}
             shredded = 0
 

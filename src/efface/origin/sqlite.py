@@ -121,7 +121,7 @@ CREATE TABLE IF NOT EXISTS backups(
     ledger_seq INTEGER NOT NULL,
     created_at REAL NOT NULL,
     records INTEGER NOT NULL,
-    subjects INTEGER NOT NULL
+    subjects INTEGER NOT NULL                -- data keys the backup was sealed with
 );
 """
 
