@@ -381,7 +381,7 @@ def test_a_rewritten_ledger_refuses_the_restore(store, tmp_path):
 CHILD = textwrap.dedent("""
     import sys, efface
     store = efface.open(sys.argv[1], embedder="hashing", background=False)
-    items = [{"key": f"k{i}", "text": f"plaintextmarker{i} " + "filler words " * 60,
+    items = [{"key": f"k{i}", "text": f"plaintextmarker{i} " + "filler words " * 20,
               "subject": f"s{i % 50}", "purpose": "support"} for i in range(int(sys.argv[3]))]
     for start in range(0, len(items), 2000):
         store.write_many(items[start:start + 2000], tenant="acme")
@@ -395,7 +395,7 @@ CHILD = textwrap.dedent("""
 def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, open_store):
     store_dir, dest = tmp_path / "store", tmp_path / "out" / "b.efb"
     dest.parent.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, os.fspath(store_dir), os.fspath(dest), "6000"],
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, os.fspath(store_dir), os.fspath(dest), "2000"],
                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert proc.stdout.readline().strip() == b"ready"
@@ -415,7 +415,7 @@ def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, op
     assert scan(leftovers + [os.fspath(dest)], ["plaintextmarker", "filler words"]) == {}
     store = open_store(store_dir)
     result = store.restore(dest)  # whichever backup DEST holds is whole and authentic
-    assert result.present == 6000
+    assert result.present == 2000
     store.backup(dest)
     assert os.listdir(dest.parent) == [dest.name]  # the dead run's temporary file is cleaned up
 
