@@ -806,28 +806,26 @@ class Store:
 
     def _backup_coverage(self, tx, out: _ForgetOutcome, shredded: Sequence[str]) -> str | None:
         """What covers this erasure in the backups taken before it (None: there are none).
-        ``shredded``: every subject whose claim it released lost its data key here, and no
-        older backup can hold an erased record under a key that still lives (a subject whose
-        claim on it went earlier but who kept others), and no record was redacted (the
-        unredacted text stays in backups under its own subjects' keys). Otherwise
-        ``ledger-replay``: the content can still be decrypted with the origin's keys, and
-        only the ledger replay that every restore runs keeps it out."""
-        floor = tx.backup_floor()
-        if floor is None:
+        ``shredded``: every subject whose claim it released lost its data key here, no record
+        was redacted (the unredacted text stays in backups under its own subjects' keys), and
+        no older backup can hold an erased record under a key that still lives (a subject
+        whose claim on it went earlier but who kept others: ``backup_exposure`` remembers
+        those, as keyed hashes, until the subject's key goes). Otherwise ``ledger-replay``:
+        the content can still be decrypted with the origin's keys, and only the ledger replay
+        that every restore runs keeps it out."""
+        if tx.backup_floor() is None:
             return None
+        tenant = out.selector.tenant
+        gone = set(shredded)
+        sh = self._subject_h(tenant)
+        tx.note_exposure(tenant, {(self._hash("key", tenant, r.key), sh(r.subject))
+                                  for r in out.released if r.subject not in gone})
+        tx.drop_exposure(tenant, [sh(s) for s in gone])
         if not out.released:
             return "absorbed"  # nothing released: nothing of this erasure is in a backup
-        gone = set(shredded)
         if any(r.subject not in gone for r in out.released) or any(d.action == "redacted" for d in out.derivations):
             return "ledger-replay"
-        tenant = out.selector.tenant
-        erased_h = {self._hash("key", tenant, k) for k in out.erased}
-        earlier: set[str] = set()
-        if erased_h:
-            for _seq, kind, body in tx.ledger_after(floor):
-                if kind in ("forget", "expire"):
-                    earlier |= {r["subject_h"] for r in json.loads(body)["released"] if r["key_h"] in erased_h}
-        if earlier and tx.live_subject_hashes(tenant, earlier):
+        if tx.exposed(tenant, sorted({self._hash("key", tenant, k) for k in out.erased})):
             return "ledger-replay"
         return "shredded"
 

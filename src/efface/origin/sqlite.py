@@ -114,6 +114,13 @@ CREATE TABLE IF NOT EXISTS subject_keys(
     created_at REAL NOT NULL,
     PRIMARY KEY(tenant, subject)
 );
+CREATE TABLE IF NOT EXISTS backup_exposure(  -- see Store._backup_coverage; keyed hashes only
+    tenant TEXT NOT NULL,
+    key_h TEXT NOT NULL,
+    subject_h TEXT NOT NULL,
+    PRIMARY KEY(tenant, key_h, subject_h)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS backup_exposure_subject ON backup_exposure(tenant, subject_h);
 CREATE TABLE IF NOT EXISTS backups(
     id TEXT PRIMARY KEY,
     path_h TEXT NOT NULL,                    -- keyed hash of the destination path
@@ -457,10 +464,26 @@ class SQLiteTx:
             (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
         )
 
-    def ledger_after(self, seq: int) -> list[tuple[int, str, str]]:
-        """(seq, kind, body) of the ledger entries after ``seq``."""
-        return self._c.execute("SELECT seq, kind, body FROM ledger WHERE seq>? ORDER BY seq", (seq,)).fetchall()
+    def note_exposure(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
+        """Remember (key hash, subject hash) of claims released while their subject keeps its
+        key: older backups still hold that record's key wrapped under a key that lives."""
+        self._c.executemany("INSERT OR IGNORE INTO backup_exposure(tenant, key_h, subject_h) VALUES(?,?,?)",
+                            [(tenant, k, s) for k, s in pairs])
 
+    def drop_exposure(self, tenant: str, subject_hashes: Iterable[str]) -> None:
+        """Forget the exposures of subjects whose key was destroyed: nothing opens them any more."""
+        self._c.executemany("DELETE FROM backup_exposure WHERE tenant=? AND subject_h=?",
+                            [(tenant, s) for s in subject_hashes])
+
+    def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
+        """Subject hashes noted as exposing any of these key hashes in older backups."""
+        out: set[str] = set()
+        for start in range(0, len(key_hashes), 500):
+            chunk = list(key_hashes[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            out |= {r[0] for r in self._c.execute(
+                f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk])}
+        return out
 
 class SQLiteOrigin:
     """The origin on one SQLite file. Not thread-safe by itself: the store serialises access."""
