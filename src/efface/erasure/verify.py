@@ -43,8 +43,6 @@ PROBE_SAMPLE = 16
 """Erased records whose words and neighbours are kept for probes (a sample bounds the
 cost of a forget; the byte scan covers every record)."""
 NEIGHBOURS = 6
-ATTRIBUTE_MAX = 32
-"""Byte hits checked one by one against live records before giving up and failing."""
 
 
 def _ids(blob: bytes) -> list[int]:
@@ -115,7 +113,7 @@ class Verifier:
                                  f"no fingerprint was found in any file by {where}; the fingerprints were "
                                  "then deleted, as they must not outlive the proof", time.time(), 0.0))
         elif all(c.outcome == "pass" for c in structural):
-            check, scanned, files = self._bytes(evidence["fingerprints"])
+            check, scanned, files = self._bytes(evidence["fingerprints"], tenant)
             checks.append(check)
         else:
             checks.append(_check("bytes", "erased", "fail",
@@ -222,7 +220,7 @@ class Verifier:
             f"WAL checkpointed and truncated at epoch {ck} (erasure epoch {epoch})", t0, time.time() - t0))
         return out
 
-    def _bytes(self, blob: bytes) -> tuple[Check, int, list[str]]:
+    def _bytes(self, blob: bytes, tenant: str | None) -> tuple[Check, int, list[str]]:
         t0 = time.time()
         fp = Fingerprints.from_blob(blob)
         root = self._s.path
@@ -231,16 +229,25 @@ class Verifier:
         )
         hits, scanned = self._fp.scan(files, fp, root)
         rel = [os.path.relpath(f, root) for f in files]
-        residue, shared = [], 0
-        for hit in hits[:ATTRIBUTE_MAX]:
-            with open(os.path.join(root, hit.file), "rb") as f:
+        # Tell copies held by live records (a retained duplicate, a shared phrase) from residue.
+        windows: list[bytes] = []
+        handles: dict[str, object] = {}
+        try:
+            for hit in hits:
+                f = handles.get(hit.file) or handles.setdefault(hit.file, open(os.path.join(root, hit.file), "rb"))
                 f.seek(hit.offset)
-                window = f.read(hit.width)
-            if hit.kind != "vector" and self._s._origin.live_contains(window):
-                shared += 1
-            else:
-                residue.append(hit)
-        residue_count = len(residue) + max(0, len(hits) - ATTRIBUTE_MAX)
+                windows.append(f.read(hit.width))
+        finally:
+            for f in handles.values():
+                f.close()
+        vector = {w for h, w in zip(hits, windows) if h.kind == "vector"}
+        other = {w for h, w in zip(hits, windows) if h.kind != "vector"}
+        live = self._s._origin.live_holding(other, embeddings=any(h.kind == "embedding" for h in hits))
+        if vector and tenant is not None:
+            live |= self._s._ann.holds_bytes(tenant, sorted(vector))
+        residue = [h for h, w in zip(hits, windows) if w not in live]
+        shared = len(hits) - len(residue)
+        residue_count = len(residue)
         elapsed = time.time() - t0
         short = fp.too_short.get("text", 0)
         mbs = scanned / elapsed / 1e6 if elapsed > 0 else 0.0

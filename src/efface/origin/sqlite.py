@@ -648,14 +648,28 @@ class SQLiteOrigin:
         marks = ",".join("?" * len(ids))
         return self._c.execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0] if ids else 0
 
-    def live_contains(self, window: bytes) -> bool:
-        """True when a live record's text, key or embedding holds these bytes (a copy that
-        is allowed to be there: a retained or re-written duplicate)."""
-        row = self._c.execute(
-            "SELECT 1 FROM records WHERE instr(CAST(text AS BLOB), ?1) OR instr(CAST(key AS BLOB), ?1)"
-            " OR instr(embedding, ?1) LIMIT 1", (window,)
-        ).fetchone()
-        return row is not None
+    def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
+        """Which of these byte windows occur in a live record's text or key (or embedding):
+        copies that are allowed to be there, such as a retained duplicate. One pass over
+        the records with an Aho-Corasick automaton, whatever the number of windows."""
+        import ahocorasick
+
+        if not windows:
+            return set()
+        automaton = ahocorasick.Automaton()
+        for w in windows:
+            automaton.add_word(w.decode("latin-1"), w)
+        automaton.make_automaton()
+        found: set[bytes] = set()
+        cols = "text, key" + (", embedding" if embeddings else "")
+        for row in self._c.execute(f"SELECT {cols} FROM records"):
+            for value in row:
+                raw = value.encode("utf-8") if isinstance(value, str) else value
+                for _end, w in automaton.iter(raw.decode("latin-1")):
+                    found.add(w)
+            if len(found) == len(windows):
+                break
+        return found
 
     def fts_terms(self) -> Iterable[tuple[str, int]]:
         return self._c.execute("SELECT term, doc FROM fts_vocab")

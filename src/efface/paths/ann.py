@@ -219,6 +219,19 @@ class VectorIndex:
         idx = self._index(tenant)
         return sum(1 for i in ids if i in idx)
 
+    def holds_bytes(self, tenant: str, windows: Sequence[bytes]) -> set[bytes]:
+        """Which of these byte windows occur in a live vector of the tenant's index (a
+        vector legitimately shared with an erased one, e.g. a retained copy of its text)."""
+        idx = self._index(tenant)
+        labels = [int(k) for k in idx.keys if int(k) < SENTINEL_BASE]
+        found: set[bytes] = set()
+        for start in range(0, len(labels), ABSORB_CHUNK):
+            chunk = labels[start : start + ABSORB_CHUNK]
+            tape = b"".join(np.asarray(v, dtype=np.int8).tobytes()
+                            for v in idx.get(np.asarray(chunk, dtype=np.uint64), dtype=np.int8) if v is not None)
+            found.update(w for w in windows if w in tape)
+        return found
+
     def files(self) -> list[str]:
         return sorted(os.path.join(self._dir, f) for f in os.listdir(self._dir))
 
