@@ -830,6 +830,22 @@ class Store:
             fingerprints_discarded=body["fingerprints_discarded"], ledger_seq=seq, ledger_hash=digest,
         )
 
+    def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
+        """A deletion certificate for this erasure: what was asked, when, the epoch, what was
+        retained and why, and every verification with each check's outcome and time, with
+        the ledger entries behind them. Keyed hashes only. Render it with
+        :func:`efface.erasure.certificate.to_html`."""
+        from .erasure import certificate
+
+        if not isinstance(handle, str) or not handle:
+            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        with self._lock:
+            self._check_open()
+            row = self._origin.receipt(handle)
+            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            return certificate.build(row, self._origin.ledger(), self._hash("store", "id"), self._clock())
+
     def receipts(self, tenant: str | None = None) -> list[dict]:
         """Every stored receipt (hashed form), oldest first, optionally for one tenant."""
         with self._lock:
