@@ -259,6 +259,31 @@ def test_a_subject_released_earlier_keeps_the_backup_readable_so_the_receipt_say
     assert (result.restored, result.replayed) == (1, 1)
 
 
+def test_verify_counts_backups_on_the_erased_rung(store, tmp_path):
+    """Rung 3 for backups is crypto-shredding (DESIGN §3): a forget that destroyed the keys
+    can be proven erased, with the key bytes themselves among the fingerprints the byte scan
+    looks for; one that left the content under living keys cannot, and says why."""
+    world(store)
+    store.write("c:1", "carol keeps two records one", tenant=T, subject="carol", purpose="support")
+    store.write("c:2", "carol keeps two records two", tenant=T, subject="carol", purpose="support")
+    store.backup(tmp_path / "b.efb")
+    shredded = store.forget(tenant=T, subject="alice")
+    replayed = store.forget(tenant=T, key="c:1")
+    assert replayed.paths["backups"].state == "ledger-replay"
+    store.compact()
+    proof = store.verify(shredded.handle)
+    checks = {c.name: c for c in proof.checks}
+    assert proof.level == "erased" and checks["backups"].outcome == "pass"
+    assert "datakey" in checks["bytes"].detail
+    st = store.status(shredded.handle)
+    assert st.erased and st.paths["backups"].erased_epoch >= shredded.epoch and not st.alarms
+    other = store.verify(replayed.handle)
+    assert other.level == "unreadable"
+    assert {c.name: c.outcome for c in other.checks}["backups"] == "fail"
+    st = store.status(replayed.handle)
+    assert st.settled and not st.erased and not st.alarms
+
+
 def test_erased_then_rewritten_key_is_not_resurrected_in_its_old_version(store, tmp_path):
     store.write("k", "old version of k", tenant=T, subject="alice", purpose="support")
     store.write("keep", "alice keeps this", tenant=T, subject="alice", purpose="support")

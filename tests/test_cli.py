@@ -183,11 +183,36 @@ def test_wait_exits_1_when_not_settled(js, monkeypatch):
     handle = js("forget", "--key", "k1")["handle"]
     real_wait = efface.Store.wait
 
-    def never_settles(self, handle, timeout=30.0):
-        return dataclasses.replace(real_wait(self, handle, timeout), settled=False)
+    def never_done(self, handle, timeout=30.0, **kw):
+        return dataclasses.replace(real_wait(self, handle, timeout, **kw), settled=False, erased=False)
 
-    monkeypatch.setattr(efface.Store, "wait", never_settles)
-    assert js("wait", handle, "--timeout", "0", code=1)["settled"] is False
+    monkeypatch.setattr(efface.Store, "wait", never_done)
+    assert js("wait", handle, "--timeout", "0", code=1)["erased"] is False
+    assert js("wait", handle, "--timeout", "0", "--until", "absorbed", code=1)["settled"] is False
+
+
+def test_verify_and_ledger_export(js, efc, store_dir, tmp_path):
+    js("write", "acme:secret-key", "Zelda Quist told us about her allergy to peanuts", "--subject", "subject-zelda",
+       "--purpose", "support")
+    js("write", "other", "other text kept for someone else", "--subject", "s", "--purpose", "support")
+    handle = js("forget", "--subject", "subject-zelda")["handle"]
+    assert js("wait", handle)["erased"] is True
+    doc = js("verify", handle)
+    assert doc["level"] == "erased" and doc["receipt_level"] == "erased"
+    assert {c["name"] for c in doc["checks"]} >= {"origin.by_id", "fts.by_text", "ann.by_neighbours", "bytes"}
+    out, page = tmp_path / "cert.json", tmp_path / "cert.html"
+    js("ledger", "export", handle, "--out", str(out), "--html", str(page))
+    cert = json.loads(out.read_text())
+    assert cert["level"] == "erased" and cert["handle"] == handle
+    assert cert["ledger"]["chain"]["ok"] is True
+    assert [v["level"] for v in cert["verifications"]][-1] == "erased"
+    html = page.read_text()
+    assert "Deletion certificate" in html and "erased" in html
+    for secret in ("Zelda", "zelda", "peanuts", "secret-key"):
+        assert secret not in html and secret not in out.read_text()
+    # to stdout as one JSON document, and a typo'd handle is a clean error
+    assert js("ledger", "export", handle)["handle"] == handle
+    assert js("verify", "efr_nope", code=1)["error"]["type"] == "NotFound"
 
 
 def test_receipts_and_ledger(js, efc, store_dir):

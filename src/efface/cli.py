@@ -164,12 +164,14 @@ def _kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
 def paths_table(paths: dict, title: str = "Read paths") -> Table:
     """``paths`` in the to_dict() form: name -> {state, applied_epoch, max_propagation_s, read_safe}."""
     table = Table(title=title, title_justify="left")
-    for col in ("path", "state", "applied epoch", "max propagation", "read-safe"):
+    for col in ("path", "state", "applied epoch", "erased epoch", "max propagation", "measured", "read-safe"):
         table.add_column(col)
     for name, p in paths.items():
         style = "green" if p["state"] == "absorbed" else "yellow" if p.get("read_safe", True) else "red"
-        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]),
-                      f"{p['max_propagation_s']:g} s", "yes" if p.get("read_safe", True) else "NO")
+        measured = p.get("measured_propagation_s")
+        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]), str(p.get("erased_epoch", "-")),
+                      f"{p['max_propagation_s']:g} s", "-" if measured is None else f"{measured:.3f} s",
+                      "yes" if p.get("read_safe", True) else "NO")
     return table
 
 
@@ -218,7 +220,8 @@ def render_status(out: Console, s: dict) -> None:
         ("epoch", s["epoch"]),
         ("kind", s["kind"]),
         ("level", s["level"]),
-        ("settled", "yes" if s["settled"] else "no"),
+        ("settled (read paths absorbed)", "yes" if s["settled"] else "no"),
+        ("erased (bytes gone from every file)", "yes" if s.get("erased") else "no"),
         ("pending deletions", s["pending_deletions"]),
         ("released / erased / retained / quarantined",
          f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}"),
@@ -226,6 +229,8 @@ def render_status(out: Console, s: dict) -> None:
         ("acknowledged", fmt_time(s["acknowledged_at"])),
     ]))
     out.print(paths_table(s["paths"]))
+    for alarm in s.get("alarms", []):
+        out.print(Text(f"ALARM {alarm}", style="bold red"))
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -370,16 +375,18 @@ def status(handle) -> None:
 @cli.command()
 @click.argument("handle")
 @click.option("--timeout", type=float, default=30.0, show_default=True,
-              help="Seconds to wait at most. Exits 1 if the erasure has not settled by then.")
+              help="Seconds to wait at most. Exits 1 if the erasure is not done by then.")
+@click.option("--until", type=click.Choice(["erased", "absorbed"]), default="erased", show_default=True,
+              help="erased: until its bytes are gone from every file; absorbed: until every read path absorbed it.")
 @_common_options()
-def wait(handle, timeout) -> None:
-    """Drive the erasure HANDLE through every read path and wait until it has settled."""
-    st = _open().wait(handle, timeout=timeout)
+def wait(handle, timeout, until) -> None:
+    """Drive the erasure HANDLE through every path and wait until it is done (then `efface verify`)."""
+    st = _open().wait(handle, timeout=timeout, until=until)
     doc = st.to_dict()
     _emit(doc, lambda out: render_status(out, doc))
-    if not st.settled:
+    if not (st.erased if until == "erased" else st.settled):
         if not _settings().json:
-            click.echo("not settled within the timeout: run `efface wait` again or check the paths above", err=True)
+            click.echo(f"not {until} within the timeout: run `efface wait` again or check the paths above", err=True)
         click.get_current_context().exit(EXIT_FAILED)
 
 
@@ -450,6 +457,63 @@ def ledger_verify() -> None:
 
     _emit(check.to_dict(), human)
     if not check.ok:
+        click.get_current_context().exit(EXIT_FAILED)
+
+
+@ledger.command("export")
+@click.argument("handle")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the JSON certificate to this file (default: standard output).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
+              help="Also write a readable HTML certificate to this file.")
+@_common_options()
+def ledger_export(handle, out_path, html_path) -> None:
+    """Export the deletion certificate of erasure HANDLE: what was asked, when, the epoch,
+    each verification check with its outcome and time, and what was retained and why."""
+    from efface.erasure.certificate import to_html
+
+    cert = _open().certificate(handle, tenant=_tenant())
+    if html_path:
+        with open(html_path, "w", encoding="utf-8") as f:
+            f.write(to_html(cert))
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(cert, f, indent=2, sort_keys=True)
+
+    def human(out: Console) -> None:
+        if not out_path:
+            click.echo(json.dumps(cert, indent=2, sort_keys=True))
+        else:
+            out.print(f"certificate for {handle} (level {cert['level']}) written to {out_path}")
+        if html_path:
+            out.print(f"HTML certificate written to {html_path}", highlight=False)
+
+    _emit(cert, human)
+
+
+@cli.command()
+@click.argument("handle")
+@_common_options()
+def verify(handle) -> None:
+    """Climb the evidence ladder for erasure HANDLE with recorded checks: probes through every
+    read path (unreadable), then the artifacts and a scan of every file's bytes (erased).
+    The outcome goes to the ledger. Exits 1 unless the level reached is erased."""
+    v = _open().verify(handle, tenant=_tenant())
+    doc = v.to_dict()
+
+    def human(out: Console) -> None:
+        colour = {"erased": "green", "unreadable": "yellow"}.get(v.level, "red")
+        out.print(f"level: [{colour}]{v.level}[/] (receipt level {v.receipt_level}; ledger seq {v.ledger_seq})")
+        table = Table(box=None, pad_edge=False)
+        for col in ("check", "rung", "outcome", "evidence"):
+            table.add_column(col, overflow="fold")
+        for c in v.checks:
+            style = {"pass": "green", "recorded": "cyan"}.get(c.outcome, "red")
+            table.add_row(c.name, c.rung, Text(c.outcome, style=style), Text(c.detail))
+        out.print(table)
+
+    _emit(doc, human)
+    if v.level != "erased":
         click.get_current_context().exit(EXIT_FAILED)
 
 

@@ -152,13 +152,26 @@ class PathState:
     state: str
     """``absorbed``: the path holds nothing of the erasure; ``pending``: entries remain
     inside it but every candidate is resolved against the origin's live claims, so
-    none is served; ``refused``: the path is behind and reads through it are refused."""
+    none is served; ``refused``: the path is behind and reads through it are refused.
+    The ``backups`` path (present once a backup was taken) is final at acknowledgement:
+    ``shredded``: the keys sealing the erasure's content in every older backup were
+    destroyed in its transaction; ``ledger-replay``: some of it is still sealed under keys
+    that live (its subjects keep other claims), and only the ledger replay every restore
+    runs keeps it out; ``absorbed``: nothing was released. See docs/architecture.md."""
     applied_epoch: int
     """The newest epoch this path has fully absorbed."""
     max_propagation_s: float
     """The bound this path declares for absorbing an erasure."""
     read_safe: bool = True
     """True when nothing erased can leave the store through this path right now."""
+    erased_epoch: int = 0
+    """The newest epoch whose erased bytes are physically gone from this path's files
+    (origin: WAL checkpointed; fts: segments merged; ann: index file saved)."""
+    measured_propagation_s: float | None = None
+    """The longest time, measured by this process, this path took to absorb an erasure
+    after its acknowledgement (None: none measured yet)."""
+    measured_erasure_s: float | None = None
+    """The longest measured time from acknowledgement to physical erasure on this path."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -236,9 +249,72 @@ class Status:
     acknowledged_at: float
     counts: Mapping[str, int]
     """How many claims were released and records erased, retained, quarantined."""
+    erased: bool = False
+    """True when every path's files are physically rid of this erasure (``erased_epoch``
+    past its epoch): what ``verify`` then checks byte by byte."""
+    alarms: tuple[str, ...] = ()
+    """Paths that passed their declared bound for this erasure (also logged)."""
+    erase_bound_s: float = 0.0
+    """The declared bound from acknowledgement to physical erasure on every path."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["paths"] = {k: v.to_dict() for k, v in self.paths.items()}
         d["counts"] = dict(self.counts)
+        d["alarms"] = list(self.alarms)
+        return d
+
+
+@dataclass(frozen=True)
+class Check:
+    """One recorded check of a verification (DESIGN §3)."""
+
+    name: str
+    """What was checked, e.g. ``origin.by_id``, ``fts.by_text``, ``ann.by_neighbours``, ``bytes``."""
+    rung: str
+    """The ladder rung it supports: ``unreadable`` (probes through read paths) or
+    ``erased`` (the bytes and the structures that held them)."""
+    outcome: str
+    """``pass``, ``fail``, ``cannot_verify``, or ``recorded`` (proven by an earlier
+    verification whose fingerprints were then discarded; see ``detail``)."""
+    detail: str
+    """Counts and file names behind the outcome; never content, keys or subjects."""
+    at: float
+    """Unix time the check ran."""
+    duration_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify(handle)`` found, as appended to the ledger."""
+
+    handle: str
+    epoch: int
+    level: str
+    """The rung every check supports now: ``intent``, ``unreadable`` or ``erased``."""
+    receipt_level: str
+    """The receipt's level after this verification: the highest rung ever proven (it
+    only moves up; a later failure shows in ``level`` and ``checks``, not by erasing
+    the earlier proof)."""
+    checks: tuple[Check, ...]
+    verified_at: float
+    scanned_bytes: int
+    """Bytes of store files scanned for fingerprints (0 when no scan ran)."""
+    scanned_files: tuple[str, ...]
+    fingerprints_discarded: bool
+    """True once ``erased`` was proven and the fingerprints were deleted."""
+    ledger_seq: int
+    ledger_hash: str
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.outcome in ("fail", "cannot_verify"))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["checks"] = [c.to_dict() for c in self.checks]
+        d["scanned_files"] = list(self.scanned_files)
         return d

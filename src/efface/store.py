@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -28,6 +29,7 @@ from . import validate as v
 from .derivations import Derivations, validate_policy
 from .embed import Embedder, resolve
 from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
+from .erasure.verify import Verifier
 from .errors import (
     BackupMismatch,
     EffaceError,
@@ -52,6 +54,7 @@ from .model import (
     Retained,
     Selector,
     Status,
+    Verification,
 )
 from .origin.base import ClaimRow, NewRecord
 from .origin.sqlite import SQLiteOrigin, _fsync_dir
@@ -66,6 +69,13 @@ MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
 
 _PERSIST_EVERY_S = 30.0
+_ERASE_PERSIST_S = 0.5
+"""After an erasure, the compactor saves every artifact (and so erases the bytes) at
+most this long after its previous save."""
+ERASE_BOUND_S = 60.0
+"""Declared bound from acknowledgement to physical erasure on every path."""
+
+log = logging.getLogger("efface")
 
 SETTLED_STATES = ("absorbed", "shredded", "ledger-replay")
 """Path states after which nothing more happens to an erasure on that path (the backups
@@ -104,6 +114,7 @@ class Store:
         clock: Callable[[], float] = time.time,
         compact_interval: float = 0.5,
         ann_max_propagation_s: float = 5.0,
+        erase_bound_s: float = ERASE_BOUND_S,
     ):
         self.path = os.path.abspath(os.fspath(path))
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -127,6 +138,7 @@ class Store:
                 secret = Hasher.new_secret()
                 self._origin.meta_set(SECRET_KEY, secret)
             self._hash = Hasher(bytes.fromhex(secret))
+            self._verifier = Verifier(self, bytes.fromhex(secret))
             recorded = self._origin.meta_get("embedder")
             self.embedder = resolve(embedder, recorded)
             if recorded is None:
@@ -153,6 +165,11 @@ class Store:
         self._on_quarantine: list[Callable[[Receipt, list[QuarantineItem]], None]] = []
         self._last_persist = time.monotonic()
         self._compact_interval = compact_interval
+        self.erase_bound_s = erase_bound_s
+        # An erasure may be waiting for its bytes to go since before a restart: save soon.
+        self._erasure_unsaved = True
+        self._measured: dict[str, dict[str, float]] = {}
+        self._alarmed: set[tuple[str, str]] = set()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
@@ -215,6 +232,8 @@ class Store:
                         artifact.stage(tx, tenant, puts, drops, texts)
             if after is not None:
                 after(result)
+            if drops:
+                self._erasure_unsaved = True
             if puts or drops:
                 self._wake.set()  # the compactor absorbs new content and erasures promptly
             # Committed and fsynced: acknowledged. Asynchronous artifacts (ANN) absorb it
@@ -506,6 +525,7 @@ class Store:
                 else:
                     reason = "another live claim keeps the record (retention scopes are a union)"
                 out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
+        content = tx.content_of(out.drops)  # for the fingerprints verify needs; gone at commit
         tx.erase_records(out.drops)
         # Crypto-shredding: a subject left with no claim in the tenant loses its data key here,
         # in the erasure's own transaction, so its part of every backup is unreadable from now.
@@ -516,10 +536,19 @@ class Store:
             tx, tenant=selector.tenant, subject=subject, erased_keys=out.erased,
             erased_ids=set(out.drops), handle=handle, now=now)
         out.policy = tx.policy(selector.tenant)[0]
+        identifiers: list[str] = []
         if subject is not None:
+            row = tx.execute("SELECT identifiers FROM subjects WHERE tenant=? AND subject=?",
+                             (selector.tenant, subject)).fetchone()
             out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
+            if out.identifiers_erased or not tx.subject_has_claims(selector.tenant, subject):
+                identifiers = [subject, *(json.loads(row[0]) if row else [])]
+        quarantined_ids = [rid for d in out.derivations if d.action == "quarantined"
+                           if (rid := tx.record_id(selector.tenant, d.key)) is not None]
+        self._verifier.collect(tx, selector.tenant, handle, content, quarantined_ids, identifiers, now,
+                               keys=[key for _s, key in shredded])
         body = self._hashed_body(out, tx.epoch, now)
-        body["backups"] = out.backups = self._backup_coverage(tx, out, shredded)
+        body["backups"] = out.backups = self._backup_coverage(tx, out, [s for s, _key in shredded])
         tenant_h = self._hash("tenant", selector.tenant)
         tx.save_receipt(handle, kind, tenant_h, body, now)
         out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
@@ -565,12 +594,35 @@ class Store:
     def _max_propagation(self) -> float:
         return max(a.max_propagation_s for a in (*self._synchronous, *self._asynchronous))
 
+    def _erased_epochs(self) -> dict[str, int]:
+        """Per path, the newest epoch whose erased bytes are gone from its files."""
+        return {"origin": self._origin.checkpointed_epoch(), "fts": self._fts.purged_epoch(),
+                "ann": self._ann.saved_epoch()}
+
     def _paths(self, epoch: int) -> dict[str, PathState]:
-        paths = {"origin": PathState("absorbed", self._origin.current_epoch(), 0.0)}
+        erased = self._erased_epochs()
+        m = self._measured
+        paths = {"origin": PathState("absorbed", self._origin.current_epoch(), 0.0, True, erased["origin"],
+                                     0.0, m.get("origin", {}).get("erase"))}
         for a in (*self._synchronous, *self._asynchronous):
             applied = a.applied_epoch()
-            paths[a.name] = PathState("absorbed" if applied >= epoch else "pending", applied, a.max_propagation_s)
+            paths[a.name] = PathState("absorbed" if applied >= epoch else "pending", applied, a.max_propagation_s,
+                                      True, erased.get(a.name, 0), m.get(a.name, {}).get("absorb"),
+                                      m.get(a.name, {}).get("erase"))
         return paths
+
+    def _measure(self, what: str, before: dict[str, int], after: dict[str, int], now: float) -> None:
+        """Record how long the erasures a path just absorbed (or erased) took since their
+        acknowledgement: the measured propagation that status reports beside the bound."""
+        for name, new in after.items():
+            old = before.get(name, new)
+            if new <= old:
+                continue
+            took = self._origin.ack_times(old, new)
+            if took:
+                worst = max(now - t for t in took)
+                slot = self._measured.setdefault(name, {})
+                slot[what] = round(max(slot.get(what, 0.0), worst), 6)
 
     def _receipt(self, epoch: int, out: _ForgetOutcome) -> Receipt:
         return Receipt(
@@ -708,29 +760,110 @@ class Store:
             epoch, body = row["epoch"], row["body"]
             paths = self._with_backups(self._paths(epoch), body.get("backups"), epoch)
             pending = self._origin.pending_drops(min(a.applied_epoch() for a in self._asynchronous))
+            alarms = self._alarms(handle, epoch, body["acknowledged_at"], paths)
         return Status(
             handle=handle, epoch=epoch, kind=row["kind"], level=body["level"], paths=paths,
             pending_deletions=pending, settled=all(p.state in SETTLED_STATES for p in paths.values()),
             max_propagation_s=body["max_propagation_s"], acknowledged_at=body["acknowledged_at"],
             counts={"released": len(body["released"]), "erased": len(body["erased"]),
                     "retained": len(body["retained"]), "quarantined": len(body["quarantined"])},
+            erased=all(p.erased_epoch >= epoch for p in paths.values()),
+            alarms=alarms, erase_bound_s=self.erase_bound_s,
         )
 
-    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None) -> Status:
-        """Block until every read path has absorbed the erasure, or ``timeout`` seconds
-        pass. Returns the status either way: check ``.settled``."""
+    def _alarms(self, handle: str, epoch: int, acked: float, paths: dict[str, PathState]) -> tuple[str, ...]:
+        """Paths past their declared bound for this erasure; each is logged once."""
+        age = self._clock() - acked
+        out = []
+        for name, p in paths.items():
+            if p.state not in SETTLED_STATES and age > p.max_propagation_s:
+                out.append(f"{name}: not absorbed {age:.1f} s after the acknowledgement "
+                           f"(bound {p.max_propagation_s:g} s)")
+            elif p.erased_epoch < epoch and p.state != "ledger-replay" and age > self.erase_bound_s:
+                # (ledger-replay declares no bound: only the subject's last claim going, or the
+                # backup files being deleted, erases those bytes; status.erased stays False.)
+                out.append(f"{name}: bytes not erased {age:.1f} s after the acknowledgement "
+                           f"(bound {self.erase_bound_s:g} s)")
+        for alarm in out:
+            if (handle, alarm.split(":")[0]) not in self._alarmed:
+                self._alarmed.add((handle, alarm.split(":")[0]))
+                log.warning("erasure %s: %s", handle, alarm)  # the handle is random, not personal
+        return tuple(out)
+
+    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None,
+             until: str = "erased") -> Status:
+        """Block until the erasure has gone through every path, or ``timeout`` seconds pass.
+        ``until="erased"`` (default) waits for the bytes to be gone from every file, which
+        ``verify`` then checks; ``until="absorbed"`` only for every read path to absorb it.
+        Returns the status either way: check ``.erased`` or ``.settled``."""
+        if until not in ("erased", "absorbed"):
+            raise InvalidInput("until must be 'erased' or 'absorbed'")
         deadline = time.monotonic() + timeout
         while True:
             if self._worker is None:
-                # No compactor thread: absorb here (saving the files is left to compact()/close()).
+                # No compactor thread: do its work here.
                 with self._lock:
                     self._check_open()
-                    for a in self._asynchronous:
-                        a.catch_up()
+                    st = self.status(handle, tenant=tenant)
+                    if until == "erased" and not st.erased:
+                        self._compact(persist=True)
+                    else:
+                        self._compact(persist=False)
             st = self.status(handle, tenant=tenant)
-            if st.settled or time.monotonic() >= deadline:
+            done = st.erased if until == "erased" else st.settled
+            if done or time.monotonic() >= deadline:
                 return st
+            self._wake.set()
             time.sleep(0.005)
+
+    def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
+        """Climb the evidence ladder for this erasure with recorded checks (DESIGN §3):
+        probes through every read path for ``unreadable``; the artifacts' erased epochs and
+        a scan of every file's bytes for ``erased``. The outcome is appended to the ledger;
+        the receipt's level only moves up. Call ``wait`` first to give the compactor time
+        to erase the bytes; until then the result says which check failed and where."""
+        if not isinstance(handle, str) or not handle:
+            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        with self._lock:
+            self._check_open()
+            row = self._origin.receipt(handle)
+            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            name = next((t for t in self._origin.tenant_names() if self._hash("tenant", t) == row["tenant_h"]), None)
+            evidence = self._origin.evidence(handle)
+            proof = next((e for e in reversed(self._origin.ledger()) if e["kind"] == "verify"
+                          and e["handle"] == handle and json.loads(e["body"])["level"] == "erased"), None)
+            level, checks, scanned, files = self._verifier.verify(handle, row, evidence, name, proof)
+            ladder = ("intent", "unreadable", "erased")
+            previous = row["body"]["level"]
+            receipt_level = max(previous, level, key=ladder.index)
+            discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
+            now = self._clock()
+            body = {"level": level, "receipt_level": receipt_level, "epoch": row["epoch"],
+                    "checks": [c.to_dict() for c in checks], "scanned_bytes": scanned,
+                    "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None)}
+            seq, digest = self._origin.record_verification(handle, body, receipt_level, discard, now)
+        return Verification(
+            handle=handle, epoch=row["epoch"], level=level, receipt_level=receipt_level, checks=tuple(checks),
+            verified_at=now, scanned_bytes=scanned, scanned_files=tuple(files),
+            fingerprints_discarded=body["fingerprints_discarded"], ledger_seq=seq, ledger_hash=digest,
+        )
+
+    def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
+        """A deletion certificate for this erasure: what was asked, when, the epoch, what was
+        retained and why, and every verification with each check's outcome and time, with
+        the ledger entries behind them. Keyed hashes only. Render it with
+        :func:`efface.erasure.certificate.to_html`."""
+        from .erasure import certificate
+
+        if not isinstance(handle, str) or not handle:
+            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        with self._lock:
+            self._check_open()
+            row = self._origin.receipt(handle)
+            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            return certificate.build(row, self._origin.ledger(), self._hash("store", "id"), self._clock())
 
     def receipts(self, tenant: str | None = None) -> list[dict]:
         """Every stored receipt (hashed form), oldest first, optionally for one tenant."""
@@ -758,14 +891,19 @@ class Store:
             return self._compact(persist=True)
 
     def _compact(self, persist: bool) -> int:
+        applied = {a.name: a.applied_epoch() for a in self._asynchronous}
         for a in self._asynchronous:
             a.catch_up()
+        self._measure("absorb", applied, {a.name: a.applied_epoch() for a in self._asynchronous}, self._clock())
         if persist:
+            erased = self._erased_epochs()
+            self._erasure_unsaved = False
             for a in (*self._synchronous, *self._asynchronous):
                 a.persist()
             self._origin.prune_changes(min(a.saved_epoch() for a in self._asynchronous))
             self._origin.checkpoint()
             self._last_persist = time.monotonic()
+            self._measure("erase", erased, self._erased_epochs(), self._clock())
         return min(a.applied_epoch() for a in (*self._synchronous, *self._asynchronous))
 
     def _background(self) -> None:
@@ -779,7 +917,8 @@ class Store:
                     if self._closed:
                         return
                     self._expire_due(self._clock())
-                    due = time.monotonic() - self._last_persist > _PERSIST_EVERY_S
+                    since = time.monotonic() - self._last_persist
+                    due = since > _PERSIST_EVERY_S or (self._erasure_unsaved and since > _ERASE_PERSIST_S)
                     self._compact(persist=due)
             except Exception:  # keep the worker alive; the next round retries
                 import logging
@@ -833,7 +972,10 @@ class Store:
         if state is not None:
             # Decided in the erasure's transaction (keys destroyed there, or the ledger entry
             # every restore replays committed there): nothing is left to propagate.
-            paths["backups"] = PathState(state, epoch, 0.0)
+            # Physically erased once the destroyed keys' bytes are out of the WAL (checkpoint);
+            # under ledger-replay never: the backups can still be decrypted with living keys.
+            erased = self._origin.checkpointed_epoch() if state in ("shredded", "absorbed") else 0
+            paths["backups"] = PathState(state, epoch, 0.0, True, erased)
         return paths
 
     def backup(self, dest: str | os.PathLike) -> _backup.BackupResult:
@@ -850,7 +992,7 @@ class Store:
             raise InvalidInput("the backup destination's directory does not exist: create it first")
         with self._lock:
             self._check_open()
-            store_id = self._hash("store-id")
+            store_id = self._hash("store", "id")
             mac_key, settings_key = self._backup_secret("backup-mac"), self._backup_secret("backup-settings")
             backup_id = "efb_" + secrets.token_hex(12)
             path_h = self._hash("backup-path", dest)
@@ -942,7 +1084,7 @@ class Store:
         header = _backup.read_header(src)
         with self._lock:
             self._check_open()
-            if header.get("store_id") != self._hash("store-id"):
+            if header.get("store_id") != self._hash("store", "id"):
                 raise BackupMismatch("this backup was made by another efface store; only the store that made it "
                                      "holds its keys: restore it there")
             _backup.verify_file(src, self._backup_secret("backup-mac"))

@@ -96,6 +96,18 @@ CREATE TABLE IF NOT EXISTS receipts(
     created_at REAL NOT NULL,
     body TEXT NOT NULL                       -- keyed hashes only, never keys or subjects
 );
+CREATE TABLE IF NOT EXISTS evidence(       -- what verify() needs, kept without the content
+    handle TEXT PRIMARY KEY,
+    tenant_h TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    erased_ids BLOB NOT NULL,                -- record ids (AUTOINCREMENT: never reused)
+    quarantined_ids BLOB NOT NULL,
+    anchors BLOB NOT NULL,                   -- live neighbours of the erased vectors: NN probes
+    tokens BLOB NOT NULL,                    -- keyed hashes of the erased texts' words
+    fingerprints BLOB,                       -- keyed window hashes; NULL once erased is proven
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS receipts_epoch ON receipts(epoch);
 CREATE TABLE IF NOT EXISTS ledger(
     seq INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -133,6 +145,7 @@ CREATE TABLE IF NOT EXISTS backups(
 """
 
 GENESIS = "0" * 64
+CHECKPOINTED = "origin.checkpointed_epoch"
 
 
 def chain_hash(prev: str, seq: int, at: float, kind: str, handle: str | None, body: str) -> str:
@@ -253,6 +266,26 @@ class SQLiteTx:
             ):
                 out.setdefault(r[1], []).append(_claim(r))
         return out
+
+    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
+        """Key, text and embedding of records about to be erased (for their fingerprints)."""
+        out: dict[int, tuple[str, str, bytes]] = {}
+        for start in range(0, len(record_ids), 500):
+            chunk = list(record_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for rid, key, text, emb in self._c.execute(
+                f"SELECT id, key, text, embedding FROM records WHERE id IN ({marks})", chunk
+            ):
+                out[rid] = (key, text, emb)
+        return out
+
+    def save_evidence(self, handle: str, tenant_h: str, erased_ids: bytes, quarantined_ids: bytes,
+                      anchors: bytes, tokens: bytes, fingerprints: bytes, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO evidence(handle, tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens,"
+            " fingerprints, created_at) VALUES(?,?,?,?,?,?,?,?,?)",
+            (handle, tenant_h, self.epoch, erased_ids, quarantined_ids, anchors, tokens, fingerprints, now),
+        )
 
     def erase_records(self, record_ids: Sequence[int]) -> None:
         """Delete the records and everything that hangs off them (set-based)."""
@@ -405,16 +438,18 @@ class SQLiteTx:
             [(tenant, s, os.urandom(16), os.urandom(32), subject_h(s), now) for s in wanted if s not in have],
         )
 
-    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[str]:
+    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[tuple[str, bytes]]:
         """Delete the data key of every subject in ``subjects`` left with no claim in the
         tenant. With ``secure_delete=ON`` the row's bytes are zeroed in the page; the old page
-        image in the WAL goes at the compactor's checkpoint. Returns the subjects shredded."""
+        image in the WAL goes at the compactor's checkpoint. Returns (subject, key) of each key
+        destroyed: verify fingerprints the key bytes to prove them gone from every file."""
         gone = []
         for s in sorted(set(subjects)):
             if not self.subject_has_claims(tenant, s):
-                self._c.execute("DELETE FROM subject_keys WHERE tenant=? AND subject=?", (tenant, s))
-                if self._c.changes():
-                    gone.append(s)
+                row = self._c.execute("DELETE FROM subject_keys WHERE tenant=? AND subject=? RETURNING key",
+                                      (tenant, s)).fetchone()
+                if row is not None:
+                    gone.append((s, row[0]))
         return gone
 
     def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
@@ -664,10 +699,108 @@ class SQLiteOrigin:
         with self._c:
             self._c.execute("INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v", (key, value))
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
-        image (with secure_delete, the only place deleted bytes can linger) stays in the WAL."""
+        image (with secure_delete, the only place deleted bytes can linger) stays in the WAL.
+        Records the epoch it covers; returns False if a reader kept it from completing."""
+        epoch = self.current_epoch()
+        busy, _log, _done = self._c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            return False
+        self.meta_set(CHECKPOINTED, str(epoch))
+        # The meta row just went into the WAL; checkpoint again so the file is empty.
         self._c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return True
+
+    def checkpointed_epoch(self) -> int:
+        return int(self.meta_get(CHECKPOINTED) or 0)
+
+    # -- evidence for verify -------------------------------------------------------------
+    def evidence(self, handle: str) -> dict[str, Any] | None:
+        row = self._c.execute(
+            "SELECT tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens, fingerprints, created_at"
+            " FROM evidence WHERE handle=?", (handle,)
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
+        return dict(zip(keys, row))
+
+    def record_verification(self, handle: str, body: dict, receipt_level: str, discard: bool,
+                            now: float) -> tuple[int, str]:
+        """Append a verification to the ledger, raise the receipt's level, and (once erased is
+        proven) delete the fingerprints: one transaction, so a crash leaves all or none."""
+        self._c.execute("BEGIN IMMEDIATE")
+        try:
+            tx = SQLiteTx(self._c, self.current_epoch())
+            seq, digest = tx.append_ledger("verify", handle, body, now)
+            self._c.execute("UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?",
+                            (receipt_level, handle))
+            if discard:
+                self._c.execute("UPDATE evidence SET fingerprints=NULL WHERE handle=?", (handle,))
+        except BaseException:
+            self._c.execute("ROLLBACK")
+            raise
+        self._c.execute("COMMIT")
+        return seq, digest
+
+    def ack_times(self, after: int, upto: int) -> list[float]:
+        """Acknowledgement times of the erasures with epochs in (after, upto]."""
+        return [r[0] for r in self._c.execute(
+            "SELECT created_at FROM receipts WHERE epoch>? AND epoch<=?", (after, upto))]
+
+    def tenant_names(self) -> list[str]:
+        """Every tenant that ever wrote (its purposes outlive its records)."""
+        return [r[0] for r in self._c.execute("SELECT DISTINCT tenant FROM purposes")]
+
+    def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
+        """Rows that still name any of these record ids, per table."""
+        found: dict[str, int] = {}
+        for table, col in (("records", "id"), ("claims", "record_id"), ("lineage", "record_id"),
+                           ("mentions", "record_id"), ("quarantine", "record_id")):
+            n = 0
+            for start in range(0, len(ids), 500):
+                chunk = list(ids[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                n += self._c.execute(f"SELECT count(*) FROM {table} WHERE {col} IN ({marks})", chunk).fetchone()[0]
+            if n:
+                found[table] = n
+        return found
+
+    def still_quarantined(self, ids: Sequence[int]) -> int:
+        marks = ",".join("?" * len(ids))
+        return self._c.execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0] if ids else 0
+
+    def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
+        """Which of these byte windows occur in a live record's text or key (or embedding):
+        copies that are allowed to be there, such as a retained duplicate. One pass over
+        the records with an Aho-Corasick automaton, whatever the number of windows."""
+        import ahocorasick
+
+        if not windows:
+            return set()
+        automaton = ahocorasick.Automaton()
+        for w in windows:
+            automaton.add_word(w.decode("latin-1"), w)
+        automaton.make_automaton()
+        found: set[bytes] = set()
+        cols = "text, key" + (", embedding" if embeddings else "")
+        for row in self._c.execute(f"SELECT {cols} FROM records"):
+            for value in row:
+                raw = value.encode("utf-8") if isinstance(value, str) else value
+                for _end, w in automaton.iter(raw.decode("latin-1")):
+                    found.add(w)
+            if len(found) == len(windows):
+                break
+        return found
+
+    def fts_terms(self) -> Iterable[tuple[str, int]]:
+        return self._c.execute("SELECT term, doc FROM fts_vocab")
+
+    def fts_match_ids(self, expr: str, ids: Sequence[int]) -> list[int]:
+        marks = ",".join("?" * len(ids))
+        return [r[0] for r in self._c.execute(
+            f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (expr, *ids))]
 
     def count_records(self) -> int:
         return self._c.execute("SELECT count(*) FROM records").fetchone()[0]

@@ -194,5 +194,46 @@ class VectorIndex:
     def size(self, tenant: str) -> int:
         return len(self._index(tenant))
 
+    # -- evidence for verify -----------------------------------------------------------
+    def quantized(self, tenant: str, ids: Sequence[int]) -> list[bytes]:
+        """The i8 bytes the index holds for these records (what its file will hold)."""
+        idx = self._index(tenant)
+        present = [i for i in ids if i in idx]
+        if not present:
+            return []
+        got = idx.get(np.asarray(present, dtype=np.uint64), dtype=np.int8)
+        return [np.asarray(v, dtype=np.int8).tobytes() for v in got if v is not None]
+
+    def neighbours(self, tenant: str, vectors: np.ndarray, k: int) -> list[list[int]]:
+        """The ``k`` nearest labels of each vector (record ids; sentinels left out)."""
+        idx = self._index(tenant)
+        size = len(idx)
+        if size == 0 or len(vectors) == 0:
+            return [[] for _ in range(len(vectors))]
+        found = idx.search(vectors, min(k, size), exact=size <= EXACT_BELOW)
+        keys = np.asarray(found.keys).reshape(len(vectors), -1)
+        return [[int(x) for x in row if int(x) < SENTINEL_BASE] for row in keys]
+
+    def holding(self, tenant: str, ids: Sequence[int]) -> int:
+        """How many of these record ids the in-memory index still holds."""
+        idx = self._index(tenant)
+        return sum(1 for i in ids if i in idx)
+
+    def holds_bytes(self, tenant: str, windows: Sequence[bytes]) -> set[bytes]:
+        """Which of these byte windows occur in a live vector of the tenant's index (a
+        vector legitimately shared with an erased one, e.g. a retained copy of its text)."""
+        idx = self._index(tenant)
+        labels = [int(k) for k in idx.keys if int(k) < SENTINEL_BASE]
+        found: set[bytes] = set()
+        for start in range(0, len(labels), ABSORB_CHUNK):
+            chunk = labels[start : start + ABSORB_CHUNK]
+            tape = b"".join(np.asarray(v, dtype=np.int8).tobytes()
+                            for v in idx.get(np.asarray(chunk, dtype=np.uint64), dtype=np.int8) if v is not None)
+            found.update(w for w in windows if w in tape)
+        return found
+
+    def files(self) -> list[str]:
+        return sorted(os.path.join(self._dir, f) for f in os.listdir(self._dir))
+
     def close(self) -> None:
         self._indexes.clear()

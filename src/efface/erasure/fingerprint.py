@@ -1,0 +1,255 @@
+"""Keyed fingerprints of erased content, and the byte scanner that looks for them.
+
+``verify`` must show that no byte of an erased record is left in any file of the store,
+without keeping the record to look for it (DESIGN §3). At forget time we keep only keyed
+64-bit hashes of short windows of the erased bytes (text, key, embedding); a scan hashes
+the windows of every file the same way and looks for a match. The fingerprints are
+deleted once ``erased`` is proven.
+
+Windows and alignment. The scanner reads a file as little-endian 64-bit words and hashes
+only the windows that start at offsets divisible by 8: that is what makes it fast (a few
+vector operations per word). The fingerprints of an item therefore cover every starting
+offset inside sampled regions, so a copy of the item at any alignment is still met:
+
+- items of at least 23 bytes: 16-byte windows starting at offsets ``o`` with
+  ``o % REGION < 8``; a whole copy, or any fragment of ``REGION + 23`` bytes, is found;
+- items of 15 to 22 bytes: the 8-byte windows starting at offsets 0 to 7;
+- items of 8 to 14 bytes: the 8-byte window at offset 0, found by an unaligned pass
+  (eight shifted scans, run only when such items exist);
+- shorter items cannot be fingerprinted; :class:`Fingerprints` counts them, and verify
+  reports "cannot verify" for them rather than a silent pass.
+
+Windows with fewer than five distinct byte values (runs of zeros or spaces, which every
+file has) are skipped: they would match everywhere.
+
+Hash. For the words ``a, b`` of a window, ``h = a*K1 + b*K2 mod 2**64`` (``a*K0`` for an
+8-byte window) with secret odd multipliers, then a keyed non-linear finalisation. Without
+the store's secret a fingerprint says nothing about the bytes; with it, short windows
+could be guessed, which is why fingerprints live only in the origin beside the secret and
+are discarded as soon as the erasure is proven.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+REGION = 64
+"""Text and key windows are sampled in runs of 8 offsets every ``REGION`` bytes."""
+VECTOR_REGION = 256
+"""Embeddings are longer and uniform: sparser sampling still finds a whole copy."""
+MIN_BYTES = 8
+CHUNK = 1 << 24
+_MIN_DISTINCT = 5
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_TOP = np.uint64(40)
+
+
+def _keys(secret: bytes) -> np.ndarray:
+    raw = hashlib.blake2b(b"efface-fingerprint-keys", key=secret[:64], digest_size=48).digest()
+    k = np.frombuffer(raw, dtype="<u8").copy()
+    k[:3] |= np.uint64(1)  # odd multipliers are invertible mod 2**64: no window is lost
+    return k
+
+
+def _mix(x: np.ndarray, k3: np.uint64, k4: np.uint64) -> np.ndarray:
+    """Keyed finalisation (two splitmix64 rounds around secret offsets), in place."""
+    x ^= k3
+    for _ in range(1):
+        x ^= x >> _S30
+        x *= _M1
+        x ^= x >> _S27
+        x *= _M2
+        x ^= x >> _S31
+        x += k4
+    return x
+
+
+@dataclass
+class Fingerprints:
+    """Fingerprints of one erasure, by the kind of item they came from."""
+
+    w16: dict[str, np.ndarray] = field(default_factory=dict)
+    """Aligned 16-byte window hashes per item kind (``text``, ``key``, ``embedding`` ...)."""
+    w8: dict[str, np.ndarray] = field(default_factory=dict)
+    """Aligned 8-byte window hashes per item kind."""
+    u8: dict[str, np.ndarray] = field(default_factory=dict)
+    """8-byte window hashes found by the unaligned pass."""
+    items: dict[str, int] = field(default_factory=dict)
+    """How many items of each kind were fingerprinted."""
+    too_short: dict[str, int] = field(default_factory=dict)
+    """Items too short (or too uniform) to fingerprint, per kind."""
+
+    def count(self) -> int:
+        return sum(a.size for d in (self.w16, self.w8, self.u8) for a in d.values())
+
+    def to_blob(self) -> bytes:
+        """A compact serialisation: a JSON header and the arrays (no content, only hashes)."""
+        import json
+
+        parts, header = [], {"items": self.items, "too_short": self.too_short, "arrays": []}
+        for group in ("w16", "w8", "u8"):
+            for kind, arr in getattr(self, group).items():
+                header["arrays"].append([group, kind, int(arr.size)])
+                parts.append(np.ascontiguousarray(arr, dtype="<u8").tobytes())
+        head = json.dumps(header).encode()
+        return len(head).to_bytes(4, "little") + head + b"".join(parts)
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> "Fingerprints":
+        import json
+
+        n = int.from_bytes(blob[:4], "little")
+        header = json.loads(blob[4 : 4 + n])
+        fp = cls(items=header["items"], too_short=header["too_short"])
+        pos = 4 + n
+        for group, kind, size in header["arrays"]:
+            arr = np.frombuffer(blob, dtype="<u8", count=size, offset=pos).copy()
+            pos += size * 8
+            getattr(fp, group)[kind] = arr
+        return fp
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A fingerprint met in a file: where, and which kind of item it came from."""
+
+    file: str
+    offset: int
+    width: int
+    kind: str
+
+
+class Fingerprinter:
+    """Makes fingerprints and scans files for them, under one store's secret."""
+
+    def __init__(self, secret: bytes):
+        k = _keys(secret)
+        self._k0, self._k1, self._k2, self._k3, self._k4 = (np.uint64(x) for x in k[:5])
+
+    # -- fingerprints ------------------------------------------------------------------
+    def add(self, fp: Fingerprints, kind: str, data: bytes, region: int = REGION) -> None:
+        """Fingerprint one item of ``kind`` into ``fp``."""
+        self.add_many(fp, kind, [data], region)
+
+    def add_many(self, fp: Fingerprints, kind: str, items: list[bytes], region: int = REGION) -> None:
+        """Fingerprint many items of one kind at once (one vectorised pass per window width)."""
+        groups: dict[str, tuple[list[bytes], list[np.ndarray]]] = {"w16": ([], []), "w8": ([], []), "u8": ([], [])}
+        offset = {"w16": 0, "w8": 0, "u8": 0}
+        fp.items[kind] = fp.items.get(kind, 0) + len(items)
+        short = 0
+        for data in items:
+            n = len(data)
+            if n >= 23:
+                group, local = "w16", np.arange(0, n - 15)
+                local = local[(local % region) < 8]
+            elif n >= 15:
+                group, local = "w8", np.arange(0, 8)
+            elif n >= MIN_BYTES:
+                group, local = "u8", np.arange(0, 1)
+            else:
+                short += 1
+                continue
+            bufs, starts = groups[group]
+            bufs.append(data)
+            starts.append(local + offset[group])
+            offset[group] += n
+        for group, (bufs, starts) in groups.items():
+            if not bufs:
+                continue
+            hashes = self._windows(b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8)
+            target = getattr(fp, group)
+            prev = target.get(kind)
+            target[kind] = hashes if prev is None else np.union1d(prev, hashes)
+        if short:
+            fp.too_short[kind] = fp.too_short.get(kind, 0) + short
+
+    def _windows(self, data: bytes, starts: np.ndarray, width: int) -> np.ndarray:
+        arr = np.frombuffer(data, dtype=np.uint8)
+        win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
+        ordered = np.sort(win, axis=1)
+        distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
+        win = np.ascontiguousarray(win[distinct >= _MIN_DISTINCT])
+        if win.shape[0] == 0:
+            return np.empty(0, dtype=np.uint64)
+        words = win.view("<u8").reshape(win.shape[0], width // 8)
+        return np.unique(self._hash(words[:, 0], words[:, 1] if width == 16 else None))
+
+    def _hash(self, a: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        if b is None:
+            h = a * self._k0
+        else:
+            h = a * self._k1
+            h += b * self._k2
+        return _mix(h, self._k3, self._k4)
+
+    # -- scanning ----------------------------------------------------------------------
+    def scan(self, paths: list[str], fp: Fingerprints, root: str = "") -> tuple[list[Hit], int]:
+        """Every place in ``paths`` where a fingerprint of ``fp`` occurs, and the bytes read."""
+        tables = {}
+        for group, width in (("w16", 16), ("w8", 8), ("u8", 8)):
+            arrays = getattr(fp, group)
+            if not any(a.size for a in arrays.values()):
+                continue
+            values = np.concatenate([a for a in arrays.values()])
+            kinds = np.concatenate([np.full(a.size, i, dtype=np.int32) for i, a in enumerate(arrays.values())])
+            order = np.argsort(values, kind="stable")
+            bitmap = np.zeros(1 << 24, dtype=bool)
+            bitmap[(values >> _TOP).astype(np.int64)] = True
+            tables[group] = (values[order], kinds[order], list(arrays), bitmap, width)
+        hits: list[Hit] = []
+        scanned = 0
+        for path in paths:
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue  # gone between listing and reading (a temp file renamed): nothing to scan
+            scanned += size
+            if size < 8 or not tables:
+                continue
+            name = os.path.relpath(path, root) if root else path
+            with open(path, "rb") as f:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    for start in range(0, size, CHUNK):
+                        # chunks overlap by one word so a 16-byte window across the seam is seen
+                        end = min(size, start + CHUNK + 8)
+                        hits.extend(self._scan_chunk(mm, start, end, tables, name))
+        return hits, scanned
+
+    def _scan_chunk(self, mm, start: int, end: int, tables, name: str) -> list[Hit]:
+        out: list[Hit] = []
+        nwords = (end - start) // 8
+        words = np.frombuffer(mm, dtype="<u8", count=nwords, offset=start)
+        limit = min(CHUNK // 8, nwords)  # windows starting past the chunk belong to the next one
+        for group, (values, kinds, names, bitmap, width) in tables.items():
+            if group == "u8":
+                shifts = range(8)
+            else:
+                shifts = (0,)
+            for r in shifts:
+                if r:
+                    n = (end - start - r) // 8
+                    if n <= 0:
+                        continue
+                    w = np.frombuffer(mm, dtype="<u8", count=n, offset=start + r)
+                else:
+                    w = words
+                if width == 16:
+                    h = self._hash(w[:-1], w[1:])[:limit]
+                else:
+                    h = self._hash(w, None)[:limit]
+                cand = np.flatnonzero(bitmap[(h >> _TOP).astype(np.int64)])
+                if cand.size == 0:
+                    continue
+                pos = np.searchsorted(values, h[cand])
+                pos[pos >= values.size] = values.size - 1
+                found = values[pos] == h[cand]
+                for i, p in zip(cand[found], pos[found]):
+                    out.append(Hit(name, start + r + 8 * int(i), width, names[int(kinds[p])]))
+        return out

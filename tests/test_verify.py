@@ -1,0 +1,253 @@
+"""verify(handle): the ladder intent -> unreadable -> erased, checked, recorded, replayable.
+
+Every "erased" here is also checked by the test itself, reading the raw bytes of every
+file in the store directory: the test fails if verify claims more than the disk shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import efface
+from efface.erasure.fingerprint import Fingerprinter, Fingerprints
+
+TENANT = "acme"
+
+
+def alice_text(i: int) -> str:
+    return f"Alice Smith told the nurse that her daughter Maya starts school in Lyon, note {i:03d}"
+
+
+def bob_text(i: int) -> str:
+    return f"Bob Jones ordered a blue bicycle and asked about delivery slots, note {i:03d}"
+
+
+def fill(store, n: int = 20) -> None:
+    store.write_many([{"key": f"alice:{i}", "text": alice_text(i)} for i in range(n)],
+                     tenant=TENANT, subject="alice", purpose="support")
+    store.write_many([{"key": f"bob:{i}", "text": bob_text(i)} for i in range(n)],
+                     tenant=TENANT, subject="bob", purpose="support")
+    store.compact()
+
+
+def raw_bytes(path) -> dict[str, bytes]:
+    out = {}
+    for d, _, names in os.walk(path):
+        for f in names:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), path)] = fh.read()
+    return out
+
+
+def found_in_files(path, needle: bytes) -> list[str]:
+    return [name for name, data in raw_bytes(path).items() if needle in data]
+
+
+def outcome(v, name: str) -> str:
+    return next(c.outcome for c in v.checks if c.name == name)
+
+
+def test_forget_wait_verify_reaches_erased_and_the_disk_agrees(store):
+    fill(store)
+    r = store.forget(tenant=TENANT, subject="alice")
+    assert r.level == "intent"
+    st = store.wait(r.handle, timeout=30)
+    assert st.erased and st.settled
+    v = store.verify(r.handle)
+    assert v.level == "erased", [c.to_dict() for c in v.failed]
+    assert v.receipt_level == "erased"
+    assert v.scanned_bytes > 0 and "origin.db" in v.scanned_files
+    for i in range(20):
+        assert found_in_files(store.path, alice_text(i).encode()) == []
+    # the retained subject is untouched, and its bytes are still there (the scan is real)
+    assert found_in_files(store.path, bob_text(3).encode())
+    assert store.read("bob:3", tenant=TENANT, purpose="support").text == bob_text(3)
+    # the receipt's level moved up and stays up
+    assert store.receipts(TENANT)[-1]["body"]["level"] == "erased"
+
+
+def test_right_after_forget_it_is_unreadable_not_erased_and_says_why(store):
+    fill(store)
+    r = store.forget(tenant=TENANT, subject="alice")
+    v = store.verify(r.handle)
+    assert v.level == "unreadable"
+    failed = {c.name for c in v.failed}
+    assert {"ann.erased", "fts.erased", "origin.wal", "bytes"} <= failed
+    assert all(c.outcome == "pass" for c in v.checks if c.rung == "unreadable")
+    # and nothing of it is served meanwhile
+    assert store.read("alice:1", tenant=TENANT, purpose="support") is None
+    assert not [h for h in store.recall(alice_text(1), tenant=TENANT, purpose="support") if h.key.startswith("alice")]
+
+
+def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store):
+    fill(store)
+    r = store.forget(tenant=TENANT, subject="alice")
+    store.wait(r.handle, timeout=30)
+    # a cache file some component left behind, with the erased text at an odd offset
+    blob = bytearray(os.urandom(100_003))
+    payload = alice_text(7).encode()
+    blob[50_001 : 50_001 + len(payload)] = payload
+    with open(os.path.join(store.path, "ann", "chunk-cache.bin"), "wb") as f:
+        f.write(blob)
+    v = store.verify(r.handle)
+    assert v.level == "unreadable"
+    bytes_check = next(c for c in v.checks if c.name == "bytes")
+    assert bytes_check.outcome == "fail"
+    assert "chunk-cache.bin" in bytes_check.detail and "text" in bytes_check.detail
+    assert "Alice" not in bytes_check.detail
+    # fingerprints are kept while erased is not proven: remove the copy and it passes
+    os.unlink(os.path.join(store.path, "ann", "chunk-cache.bin"))
+    assert store.verify(r.handle).level == "erased"
+
+
+@pytest.mark.parametrize("text", ["Alice likes tea", "Zoe 4411", "Alice Smith, nurse, Lyon"])
+def test_short_texts_are_found_at_any_alignment(tmp_path, text):
+    fpr = Fingerprinter(os.urandom(32))
+    fp = Fingerprints()
+    fpr.add(fp, "text", text.encode())
+    for shift in range(8):
+        data = bytearray(os.urandom(4096))
+        data[1000 + shift : 1000 + shift + len(text)] = text.encode()
+        path = tmp_path / f"f{shift}.bin"
+        path.write_bytes(bytes(data))
+        hits, scanned = fpr.scan([str(path)], Fingerprints.from_blob(fp.to_blob()), str(tmp_path))
+        assert hits and scanned == 4096, (text, shift)
+        assert all(h.kind == "text" for h in hits)
+    # and random bytes alone do not match
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(os.urandom(1 << 20))
+    assert fpr.scan([str(noise)], fp)[0] == []
+
+
+def test_a_fingerprint_is_keyed(tmp_path):
+    data = alice_text(1).encode()
+    a, b = Fingerprints(), Fingerprints()
+    Fingerprinter(b"k" * 32).add(a, "text", data)
+    Fingerprinter(b"j" * 32).add(b, "text", data)
+    assert not np.intersect1d(a.w16["text"], b.w16["text"]).size
+    path = tmp_path / "copy.bin"
+    path.write_bytes(data)
+    assert Fingerprinter(b"k" * 32).scan([str(path)], a)[0]
+    assert not Fingerprinter(b"j" * 32).scan([str(path)], a)[0]  # another store's key finds nothing
+
+
+def test_too_short_to_fingerprint_is_cannot_verify_not_a_pass(store):
+    store.write("tiny", "ok tea", tenant=TENANT, subject="carol", purpose="support")
+    store.write("other", bob_text(1), tenant=TENANT, subject="bob", purpose="support")
+    r = store.forget(tenant=TENANT, subject="carol")
+    store.wait(r.handle, timeout=30)
+    v = store.verify(r.handle)
+    assert outcome(v, "bytes") == "cannot_verify"
+    assert v.level == "unreadable"
+    assert v.receipt_level == "unreadable"
+
+
+def test_a_live_duplicate_is_told_apart_from_residue(store):
+    fill(store, 5)
+    store.write("copy", alice_text(2), tenant=TENANT, subject="bob", purpose="support")  # bob keeps a copy
+    r = store.forget(tenant=TENANT, subject="alice")
+    store.wait(r.handle, timeout=30)
+    v = store.verify(r.handle)
+    assert v.level == "erased", [c.to_dict() for c in v.failed]
+    assert "held by live records" in next(c for c in v.checks if c.name == "bytes").detail
+
+
+def test_fingerprints_are_discarded_once_erased_and_later_verifies_replay_the_proof(store, reopen):
+    fill(store, 5)
+    r = store.forget(tenant=TENANT, subject="alice")
+    store.wait(r.handle, timeout=30)
+    first = store.verify(r.handle)
+    assert first.level == "erased" and first.fingerprints_discarded
+    evidence = store._origin.evidence(r.handle)
+    assert evidence["fingerprints"] is None
+    store = reopen(store)
+    again = store.verify(r.handle)
+    assert again.level == "erased"
+    recorded = next(c for c in again.checks if c.name == "bytes")
+    assert recorded.outcome == "recorded" and f"seq {first.ledger_seq}" in recorded.detail
+    entries = [e for e in store.ledger() if e["kind"] == "verify" and e["handle"] == r.handle]
+    assert [json.loads(e["body"])["level"] for e in entries] == ["erased", "erased"]
+    assert store.verify_ledger().ok
+
+
+def test_verification_holds_no_personal_data(store):
+    fill(store, 5)
+    store.register_subject("alice", tenant=TENANT, identifiers=["Alice Smith", "alice@example.com"])
+    r = store.forget(tenant=TENANT, subject="alice")
+    v1 = store.verify(r.handle)
+    store.wait(r.handle, timeout=30)
+    v2 = store.verify(r.handle)
+    dumped = json.dumps([v1.to_dict(), v2.to_dict(), store.ledger()])
+    for secret in ("Alice", "alice", "Maya", "Lyon", "example.com"):
+        assert secret not in dumped
+    assert v2.level == "erased"
+    assert found_in_files(store.path, b"alice@example.com") == []
+
+
+def test_verify_checks_the_tenant_and_the_handle(store):
+    fill(store, 3)
+    r = store.forget(tenant=TENANT, subject="alice")
+    with pytest.raises(efface.NotFound):
+        store.verify(r.handle, tenant="someone-else")
+    with pytest.raises(efface.NotFound):
+        store.verify("efr_nope")
+    with pytest.raises(efface.InvalidInput):
+        store.verify("")
+
+
+def test_expiry_receipts_verify_too(store, clock):
+    store.write("note", alice_text(1), tenant=TENANT, subject="alice", purpose="support", ttl=60)
+    store.write("keep", bob_text(1), tenant=TENANT, subject="bob", purpose="support")
+    clock.advance(61)
+    (receipt,) = store.sweep()
+    store.wait(receipt.handle, timeout=30)
+    assert store.verify(receipt.handle).level == "erased"
+    assert found_in_files(store.path, alice_text(1).encode()) == []
+
+
+def test_a_path_past_its_bound_raises_an_alarm(open_store, clock, caplog):
+    s = open_store(ann_max_propagation_s=2.0, erase_bound_s=10.0)
+    fill(s, 3)
+    r = s.forget(tenant=TENANT, subject="alice")
+    assert s.status(r.handle).alarms == ()
+    clock.advance(3)
+    with caplog.at_level(logging.WARNING, logger="efface"):
+        st = s.status(r.handle)
+    assert any(a.startswith("ann: not absorbed") for a in st.alarms)
+    assert r.handle in caplog.text and "alice" not in caplog.text
+    s.wait(r.handle, timeout=30, until="absorbed")
+    clock.advance(20)
+    st = s.status(r.handle)
+    assert st.settled and any("bytes not erased" in a for a in st.alarms)
+    s.wait(r.handle, timeout=30)
+    assert s.status(r.handle).alarms == ()
+
+
+def test_status_measures_propagation_per_path(store):
+    fill(store, 3)
+    r = store.forget(tenant=TENANT, subject="alice")
+    st = store.wait(r.handle, timeout=30)
+    for name in ("origin", "fts", "ann"):
+        assert st.paths[name].erased_epoch >= r.epoch
+        assert st.paths[name].measured_erasure_s is not None
+    assert st.paths["ann"].measured_propagation_s is not None
+
+
+def test_a_tampered_verification_entry_is_detected(store):
+    fill(store, 3)
+    r = store.forget(tenant=TENANT, subject="alice")
+    store.wait(r.handle, timeout=30)
+    v = store.verify(r.handle)
+    conn = store._origin.connection
+    body = json.loads(conn.execute("SELECT body FROM ledger WHERE seq=?", (v.ledger_seq,)).fetchone()[0])
+    body["level"] = "erased" if body["level"] != "erased" else "intent"
+    with conn:
+        conn.execute("UPDATE ledger SET body=? WHERE seq=?",
+                     (json.dumps(body, sort_keys=True, separators=(",", ":")), v.ledger_seq))
+    check = store.verify_ledger()
+    assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
