@@ -284,6 +284,21 @@ def test_verify_counts_backups_on_the_erased_rung(store, tmp_path):
     assert st.settled and not st.erased and not st.alarms
 
 
+def test_a_record_redacted_after_the_backup_does_not_come_back_unredacted(store, tmp_path):
+    world(store)
+    store.write("digest", "Digest: Zebulon Quaxworth wants marmalade", tenant=T, subject="svc", purpose="analytics")
+    store.set_policy(T, "redact")
+    store.backup(tmp_path / "b.efb")
+    receipt = store.forget(tenant=T, subject="alice")
+    assert [(d.key, d.action) for d in receipt.derivations] == [("digest", "redacted")]
+    # The unredacted text is still in the backup under svc's (living) key: not shredded.
+    assert receipt.paths["backups"].state == "ledger-replay"
+    lose_everything(store)
+    result = store.restore(tmp_path / "b.efb")
+    assert store.read("digest", tenant=T, purpose="analytics") is None
+    assert result.replayed == 1 and result.shredded == 2
+
+
 def test_erased_then_rewritten_key_is_not_resurrected_in_its_old_version(store, tmp_path):
     store.write("k", "old version of k", tenant=T, subject="alice", purpose="support")
     store.write("keep", "alice keeps this", tenant=T, subject="alice", purpose="support")

@@ -167,7 +167,7 @@ def paths_table(paths: dict, title: str = "Read paths") -> Table:
     for col in ("path", "state", "applied epoch", "erased epoch", "max propagation", "measured", "read-safe"):
         table.add_column(col)
     for name, p in paths.items():
-        style = "green" if p["state"] == "absorbed" else "yellow" if p.get("read_safe", True) else "red"
+        style = "green" if p["state"] in ("absorbed", "shredded") else "yellow" if p.get("read_safe", True) else "red"
         measured = p.get("measured_propagation_s")
         table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]), str(p.get("erased_epoch", "-")),
                       f"{p['max_propagation_s']:g} s", "-" if measured is None else f"{measured:.3f} s",
