@@ -206,6 +206,33 @@ class ReplicaTool:
             verification=VerificationRead("origin", tuple(k for k in keys if k in self.primary), self.clock()))
 
 
+class EvidenceTool(IncidentATool):
+    """A tool with no epoch whose acknowledgement is otherwise full evidence: handle, origin
+    read, scopes, structures and a declared bound ``bound_s``. Its ANN really lags ``stale_s``
+    (longer than the bound when the tool is lying)."""
+
+    name = "evidence"
+
+    def __init__(self, clock, stale_s=60.0, bound_s=60.0):
+        super().__init__(clock, stale_s)
+        self.bound_s = bound_s
+
+    def forget(self, *, scope, subject=None, keys=None):
+        ack = super().forget(scope=scope, subject=subject, keys=keys)
+        return replace(ack, handle=f"e-{self.epoch}", scopes_cleared=("tenant:30d",), derived_covered=("ann",),
+                       max_propagation_s=self.bound_s,
+                       verification=VerificationRead("origin", tuple(k for k in ack.keys if k in self.primary),
+                                                     self.clock()))
+
+
+class BareTool(IncidentATool):
+    """The MCP reference memory server's answer: a bare boolean."""
+
+    def forget(self, *, scope, subject=None, keys=None):
+        super().forget(scope=scope, subject=subject, keys=keys)
+        return True
+
+
 @pytest.fixture
 def gate_path(tmp_path):
     return tmp_path / "gate.db"
@@ -431,6 +458,45 @@ def test_hits_the_gate_cannot_judge_count_as_found(gates, clock):
         gate.recall("flowerpot", scope=SCOPE)
 
 
+def test_evidence_settles_an_epochless_scope_once_its_window_elapsed_even_under_refuse(gates, clock):
+    tool = EvidenceTool(clock, stale_s=60, bound_s=60)
+    _seed(tool)
+    gate = gates(tool, policy="refuse", settle_s=3600)
+    result = gate.forget(scope=SCOPE, keys=[SECRET_KEY], required_scopes=["tenant:30d"])
+    assert [ch.name for ch in result.classification.checks if not ch.met] == ["propagation"]
+    clock.advance(30)
+    with pytest.raises(ErasureNotSettled, match="policy 'refuse'"):
+        gate.recall("bike", scope=SCOPE)
+    clock.advance(31)
+    assert _keys(gate.recall("blue", scope=SCOPE)) == {"acme:bob:1"}
+    assert gate.pending(SCOPE) == 0
+
+
+def test_a_tool_that_breaks_its_declared_bound_is_caught_by_the_probe(gates, clock):
+    tool = EvidenceTool(clock, stale_s=900, bound_s=60)
+    _seed(tool)
+    gate = gates(tool, policy="refuse")
+    gate.forget(scope=SCOPE, keys=[SECRET_KEY], required_scopes=["tenant:30d"], probes=["flowerpot"])
+    clock.advance(61)
+    with pytest.raises(ErasureNotSettled, match="sentinel probe still found 1"):
+        gate.recall("bike", scope=SCOPE)
+    clock.advance(900)
+    assert _keys(gate.recall("bike", scope=SCOPE)) == {"acme:bob:1"}
+
+
+def test_a_bare_boolean_forget_is_recorded_as_intent_and_gated(gates, clock):
+    tool = BareTool(clock, stale_s=0)
+    _seed(tool)
+    gate = gates(tool, settle_s=60)
+    result = gate.forget(scope=SCOPE, keys=[SECRET_KEY], required_scopes=["tenant:30d"])
+    assert result.ack.raw is True and result.ack.keys == (SECRET_KEY,) and result.ack.acknowledged_at == clock()
+    assert result.classification.level == "intent" and len(result.classification.reasons) == 5
+    with pytest.raises(ErasureNotSettled, match="settling interval"):
+        gate.recall("bike", scope=SCOPE)
+    clock.advance(60)
+    assert _keys(gate.recall("flowerpot bike", scope=SCOPE)) == {"acme:bob:1"}
+
+
 # -- Incident B: cached listing and lagging replica ------------------------------------------------
 def test_incident_b_cached_listing_is_not_evidence(clock):
     tool = IncidentBTool(clock, lag_s=300)
@@ -484,6 +550,12 @@ def test_lagging_replica_is_refused_until_it_reflects_the_erasure_epoch(gates, c
     tool.write("acme:carol:1", "carol paints the blue door", scope=SCOPE, subject="carol")
     tool.replicate(upto=3)
     assert _keys(gate.recall("blue", scope=SCOPE)) == {"acme:bob:1"}
+    assert gate.pending(SCOPE) == 0
+
+    tool.applied, tool.replica = 2, {**tool.replica, SECRET_KEY: (SECRET_TEXT, SECRET_SUBJECT)}  # failover
+    with pytest.raises(ErasureNotSettled) as exc:
+        gate.recall("blue", scope=SCOPE)
+    assert (exc.value.required_epoch, exc.value.applied_epoch) == (3, 2)
 
 
 # -- persistence and privacy ---------------------------------------------------------------------------

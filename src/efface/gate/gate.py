@@ -9,7 +9,9 @@ An erasure settles in one of three ways, tried in this order:
 
 - **epoch**: the acknowledgement carried an epoch and the tool has ``read_epoch(scope)``;
   the erasure settles when the tool's reads reflect that epoch, and until then recall raises
-  naming both epochs. This is the only way for such tools: the policy does not apply.
+  naming both epochs. This is the only way for such tools: the policy does not apply. The
+  check outlives settlement: whenever the tool's read epoch falls behind the newest erasure
+  recorded in the scope (a failover to a stale replica), recall there raises again.
 - **evidence**: the acknowledgement met every requirement of evidence but the elapsed
   propagation window (see :mod:`.classify`), and that window has now elapsed.
 - **probe** (policy ``"probe"``, the default): the settling interval (``settle_s``, or the
@@ -161,17 +163,19 @@ class Gate:
         raise :class:`ErasureNotSettled` saying what is awaited."""
         scope_h = self._scope_h(scope)
         pending = self._state.unsettled(scope_h)
+        floor = self._state.floor(scope_h)
+        read_epoch = getattr(self.tool, "read_epoch", None)
+        applied = read_epoch(scope) if callable(read_epoch) and (pending or floor is not None) else None
+        # Checked on every recall, settled or not: a failover to a replica that is behind
+        # an erasure already settled would otherwise serve it again.
+        if applied is not None and floor is not None and applied < floor:
+            raise self._not_settled(
+                scope, f"an erasure there has epoch {floor} and the tool's reads reflect epoch {applied}; "
+                       "retry once the tool has caught up", required=floor, applied=applied)
         if not pending:
             return list(self.tool.recall(query, scope=scope, k=k))
         now = self._clock()
-        read_epoch = getattr(self.tool, "read_epoch", None)
-        applied = read_epoch(scope) if callable(read_epoch) else None
         by_epoch = [e for e in pending if e.epoch is not None and applied is not None]
-        behind = [e.epoch for e in by_epoch if applied < e.epoch]
-        if behind:
-            raise self._not_settled(
-                scope, f"an erasure there has epoch {max(behind)} and the tool's reads reflect epoch {applied}; "
-                       "retry once the tool has caught up", required=max(behind), applied=applied)
         self._settle(by_epoch, now, "epoch")
         rest = [e for e in pending if e not in by_epoch]
         if not rest:

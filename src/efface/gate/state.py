@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS erasures(
     settled_by TEXT
 );
 CREATE INDEX IF NOT EXISTS erasures_unsettled ON erasures(scope_h) WHERE settled_at IS NULL;
+CREATE INDEX IF NOT EXISTS erasures_epoch ON erasures(scope_h, epoch);
 CREATE TABLE IF NOT EXISTS erased_keys(
     erasure_id INTEGER NOT NULL REFERENCES erasures(id),
     key_h TEXT NOT NULL,
@@ -131,17 +132,22 @@ class GateState:
     def unsettled(self, scope_h: str | None = None) -> list[Erasure]:
         """Erasures not settled yet, oldest first (in one scope, or all)."""
         with self._lock:
+            where, args = " WHERE settled_at IS NULL" + (" AND scope_h=?" if scope_h else ""), (scope_h,) if scope_h else ()
             rows = self._c.execute(
                 "SELECT id, scope_h, subject_h, requested_at, acknowledged_at, epoch, window_s, evidence_but_window"
-                " FROM erasures WHERE settled_at IS NULL" + (" AND scope_h=?" if scope_h else "") + " ORDER BY id",
-                (scope_h,) if scope_h else ()).fetchall()
+                " FROM erasures" + where + " ORDER BY id", args).fetchall()
             keys: dict[int, set[str]] = {}
             for eid, key_h in self._c.execute(
-                    "SELECT erasure_id, key_h FROM erased_keys WHERE erasure_id IN"
-                    " (SELECT id FROM erasures WHERE settled_at IS NULL)"):
+                    "SELECT erasure_id, key_h FROM erased_keys WHERE erasure_id IN (SELECT id FROM erasures" + where + ")",
+                    args):
                 keys.setdefault(eid, set()).add(key_h)
         return [Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), frozenset(keys.get(r[0], ())))
                 for r in rows]
+
+    def floor(self, scope_h: str) -> int | None:
+        """The newest erasure epoch recorded in a scope, settled or not (None: no epoch)."""
+        with self._lock:
+            return self._c.execute("SELECT max(epoch) FROM erasures WHERE scope_h=?", (scope_h,)).fetchone()[0]
 
     def settle(self, ids: Iterable[int], now: float, by: str) -> None:
         """Mark erasures settled (``by``: ``epoch``, ``probe``, ``evidence`` or ``released``)."""
