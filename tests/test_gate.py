@@ -627,6 +627,8 @@ def test_gate_rejects_bad_configuration(gate_path, clock):
         Gate(IncidentATool(clock), gate_path, settle_s=math.inf)
     with pytest.raises(InvalidInput):
         Gate(object(), gate_path)
+    with pytest.raises(InvalidInput):
+        Gate(IncidentATool(clock), gate_path, probe_k=0)
 
 
 # -- EffaceTool: an efface store through the protocol -----------------------------------------------------
@@ -672,3 +674,9 @@ def test_efface_tool_behind_a_gate_is_read_safe_at_acknowledgement(efface_tool, 
     assert efface_tool.verification_read([SECRET_KEY], SCOPE).found == ()
     with pytest.raises(InvalidInput):
         efface_tool.recall("blue", scope="another-tenant")
+
+
+def test_efface_tool_checks_every_key_before_forgetting_any(efface_tool, store):
+    with pytest.raises(InvalidInput):
+        efface_tool.forget(scope=SCOPE, keys=[SECRET_KEY, ""])
+    assert store.read(SECRET_KEY, tenant=SCOPE, purpose="support") is not None

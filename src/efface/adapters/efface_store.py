@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from .. import validate
 from ..errors import InvalidInput, UnknownPurpose
 from ..gate.protocol import ForgetAck, ToolHit, VerificationRead
 
@@ -52,6 +53,8 @@ class EffaceTool:
         verification read of every erased key at the origin."""
         self._scope(scope)
         if keys:
+            for k in keys:  # all checked before the first erasure commits
+                validate.key(k)
             receipts = [self.store.forget(tenant=self.tenant, subject=subject, key=k) for k in keys]
         else:
             receipts = [self.store.forget(tenant=self.tenant, subject=subject)]

@@ -105,6 +105,18 @@ class Classification:
                 "structures": dict(self.structures), "settles_at": self.settles_at}
 
 
+def finite_seconds(x: Any) -> float | None:
+    """``x`` as a float when it is a finite, non-negative number of seconds; else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        return None
+    return float(x)
+
+
+def seconds(x: float) -> str:
+    """A duration for a message: whole seconds, or tenths below ten."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def _as_ack(ack: Any) -> ForgetAck:
     # A tool that hands back a bare value (True, {"status": "erased"}, a string) said nothing
     # the gate can check: wrap it verbatim, every evidence field empty.
@@ -164,8 +176,8 @@ def _check_scopes(ack: ForgetAck, required: tuple[str, ...]) -> tuple[Check, dic
                      f"retention scope(s) {_quote(missing)} are not enumerated by the acknowledgement, which names "
                      "only others: the data may still be held there", UnenumeratedScope), states
     if held:
-        return Check("scopes", False,
-                     f"retention scope(s) {_quote(held)} were enumerated but left in force: the data is still held"), states
+        return Check("scopes", False, f"retention scope(s) {_quote(held)} were enumerated but left in force: "
+                                      "the data is still held"), states
     return Check("scopes", True, f"every required retention scope was cleared ({len(required)})"), states
 
 
@@ -177,8 +189,10 @@ def _check_structures(ack: ForgetAck, required: tuple[str, ...]) -> tuple[Check,
                                           "summaries) its forget covers"), states
     missing = [s for s in required if not states[s]]
     if missing:
-        return Check("structures", False, f"derived structure(s) {_quote(missing)} are not covered by the forget"), states
-    return Check("structures", True, "the forget covers every derived structure it names and every one required"), states
+        return Check("structures", False,
+                     f"derived structure(s) {_quote(missing)} are not covered by the forget"), states
+    return Check("structures", True,
+                 "the forget covers every derived structure it names and every one required"), states
 
 
 def _check_propagation(ack: ForgetAck, now: float) -> tuple[Check, float | None]:
@@ -188,16 +202,17 @@ def _check_propagation(ack: ForgetAck, now: float) -> tuple[Check, float | None]
             return Check("propagation", False, "the tool covers derived structures but declares no bound on how "
                                                "long they may still serve erased content", UnboundedPropagation), None
         return Check("propagation", False, "the tool declares no propagation bound"), None
-    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or math.isnan(bound) or math.isinf(bound) or bound < 0:
-        return Check("propagation", False, "the tool's propagation bound is infinite or not a number: its derived "
-                                           "structures may serve erased content indefinitely", UnboundedPropagation), None
+    if finite_seconds(bound) is None:
+        return Check("propagation", False,
+                     "the tool's propagation bound is infinite or not a number: its derived structures may serve "
+                     "erased content indefinitely", UnboundedPropagation), None
     if not ack.acknowledged_at:
         return Check("propagation", False, "the acknowledgement has no time, so its propagation window cannot be "
                                            "measured"), None
     settles_at = ack.acknowledged_at + bound
     if now < settles_at:
         return Check("propagation", False, f"the declared propagation window ({bound:g} s) has not elapsed: "
-                                           f"{settles_at - now:.3g} s left"), settles_at
+                                           f"{seconds(settles_at - now)} s left"), settles_at
     return Check("propagation", True, f"the declared propagation window ({bound:g} s) has elapsed"), settles_at
 
 

@@ -36,14 +36,13 @@ the probe.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import ErasureNotSettled, InvalidInput
-from .classify import Classification, _as_ack, _names, classify
+from .classify import Classification, _as_ack, _names, classify, finite_seconds, seconds
 from .protocol import ForgetAck, MemoryTool, ToolHit
 from .state import Erasure, GateState
 
@@ -57,12 +56,6 @@ class ForgetResult:
 
     ack: ForgetAck
     classification: Classification
-
-
-def _finite(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-        return None
-    return float(x)
 
 
 class Gate:
@@ -80,8 +73,10 @@ class Gate:
                  reveal_scopes: bool = True):
         if policy not in POLICIES:
             raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}")
-        if _finite(settle_s) is None:
+        if finite_seconds(settle_s) is None:
             raise InvalidInput("settle_s must be a finite number of seconds, 0 or more")
+        if isinstance(probe_k, bool) or not isinstance(probe_k, int) or probe_k < 1:
+            raise InvalidInput("probe_k must be a positive integer")
         if not all(callable(getattr(tool, m, None)) for m in ("write", "recall", "forget")):
             raise InvalidInput("the tool must have write, recall and forget (see efface.gate.MemoryTool)")
         self.tool = tool
@@ -118,8 +113,8 @@ class Gate:
               metadata: Mapping[str, Any] | None = None) -> None:
         """Write through the tool. Writing a key again after an unsettled forget of it is
         remembered (as hashes), so that recalling the new text is not taken for the old."""
-        self.tool.write(key, text, scope=scope, subject=subject, metadata=metadata)
         scope_h = self._scope_h(scope)
+        self.tool.write(key, text, scope=scope, subject=subject, metadata=metadata)
         key_h = self._state.hash("key", scope, key)
         subject_h = None if subject is None else self._state.hash("subject", scope, subject)
         if any(key_h in e.key_hs or (subject_h is not None and subject_h == e.subject_h)
@@ -149,7 +144,7 @@ class Gate:
         if not ack.acknowledged_at:
             ack = replace(ack, acknowledged_at=self._clock())  # the time the gate received it
         c = classify(ack, required_scopes, required_structures=required_structures, now=self._clock())
-        window = _finite(ack.max_propagation_s)
+        window = finite_seconds(ack.max_propagation_s)
         epoch = ack.epoch if isinstance(ack.epoch, int) and not isinstance(ack.epoch, bool) else None
         self._state.acknowledge(
             eid, acknowledged_at=ack.acknowledged_at, epoch=epoch, window_s=window,
@@ -195,7 +190,7 @@ class Gate:
                 left = acked + max(self.settle_s, e.window_s or 0.0) - now
                 raise self._not_settled(
                     scope, f"an erasure there is settling and the tool reports no epoch; sentinel probes run "
-                           f"after the settling interval ({left:.3g} s left)")
+                           f"after the settling interval ({seconds(left)} s left)")
             else:
                 ways[e.id] = "probe"
         hits = list(self.tool.recall(query, scope=scope, k=k))

@@ -132,14 +132,15 @@ class GateState:
     def unsettled(self, scope_h: str | None = None) -> list[Erasure]:
         """Erasures not settled yet, oldest first (in one scope, or all)."""
         with self._lock:
-            where, args = " WHERE settled_at IS NULL" + (" AND scope_h=?" if scope_h else ""), (scope_h,) if scope_h else ()
+            where = " WHERE settled_at IS NULL" + (" AND scope_h=?" if scope_h else "")
+            args = (scope_h,) if scope_h else ()
             rows = self._c.execute(
                 "SELECT id, scope_h, subject_h, requested_at, acknowledged_at, epoch, window_s, evidence_but_window"
                 " FROM erasures" + where + " ORDER BY id", args).fetchall()
             keys: dict[int, set[str]] = {}
             for eid, key_h in self._c.execute(
-                    "SELECT erasure_id, key_h FROM erased_keys WHERE erasure_id IN (SELECT id FROM erasures" + where + ")",
-                    args):
+                    "SELECT erasure_id, key_h FROM erased_keys"
+                    " WHERE erasure_id IN (SELECT id FROM erasures" + where + ")", args):
                 keys.setdefault(eid, set()).add(key_h)
         return [Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), frozenset(keys.get(r[0], ())))
                 for r in rows]
