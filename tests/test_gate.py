@@ -309,6 +309,7 @@ def test_bare_acknowledgements_are_intent_with_every_reason(raw):
     (dict(verification=None), "verification", None),
     (dict(verification=VerificationRead("origin", (SECRET_KEY,), T0 + 1)), "verification", None),
     (dict(verification=VerificationRead("origin", (), T0 - 5)), "verification", None),
+    (dict(keys=()), "verification", None),
     (dict(verification=VerificationRead("cache", (), T0 + 1)), "verification", CacheRoutedVerification),
     (dict(verification=VerificationRead("replica", (), T0 + 1)), "verification", CacheRoutedVerification),
     (dict(verification=VerificationRead("unknown", (), T0 + 1)), "verification", CacheRoutedVerification),
@@ -614,6 +615,7 @@ def test_state_file_and_errors_hold_no_personal_data(gates, clock, gate_path):
     gate.close()
     data = b"".join(p.read_bytes() for p in gate_path.parent.iterdir() if p.name.startswith(gate_path.name))
     assert len(data) > 0
+    assert gate_path.stat().st_mode & 0o077 == 0  # the HMAC secret is in there
     for secret in (SECRET_KEY, SECRET_TEXT, SECRET_SUBJECT, scope, "alice", "flowerpot"):
         assert secret.encode() not in data
         assert all(secret not in m for m in messages)

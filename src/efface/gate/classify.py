@@ -4,7 +4,7 @@ An acknowledgement is **evidence** only when all five requirements hold:
 
 1. ``handle``: the tool gave a verification handle it can check later;
 2. ``verification``: a verification read, made after the acknowledgement and routed to the
-   origin, came back without any of the keys;
+   origin, came back without any of the keys (and the acknowledgement names its keys);
 3. ``scopes``: every retention scope the caller says the data lived under is enumerated by
    the acknowledgement *and cleared* (retention scopes compose as a union: one left is enough
    to keep the data);
@@ -151,6 +151,9 @@ def _check_verification(ack: ForgetAck) -> Check:
                      f"the verification read was served by '{v.routed_to}', not the origin: an empty "
                      "answer from a cache or a replica proves nothing; verify with a read routed to the origin",
                      CacheRoutedVerification)
+    if not ack.keys:
+        return Check("verification", False, "the acknowledgement names no keys, so the verification read cannot be "
+                                            "shown to cover what was forgotten")
     if ack.acknowledged_at and v.checked_at < ack.acknowledged_at:
         return Check("verification", False, "the verification read was made before the forget was acknowledged")
     if v.found:

@@ -79,6 +79,7 @@ class GateState:
             self._c.executescript(_SCHEMA)
             row = self._c.execute("SELECT v FROM meta WHERE k='secret'").fetchone()
             if row is None:
+                os.chmod(self.path, 0o600)  # the secret is in here: readable by its owner only
                 self._c.execute("INSERT OR IGNORE INTO meta(k, v) VALUES ('secret', ?)", (secrets.token_hex(32),))
                 row = self._c.execute("SELECT v FROM meta WHERE k='secret'").fetchone()
         self._secret = bytes.fromhex(row[0])
