@@ -323,6 +323,35 @@ class StoreMachine(RuleBasedStateMachine):
         if self.receipts:
             assert st_.pending_deletions == 0
 
+    @rule(data=st.data(), settle=st.booleans())
+    def verify(self, data, settle):
+        """verify never claims more than the disk shows: unreadable at once (nothing is ever
+        served), and erased only when no file of the store holds an erased text (unless a
+        live record holds the same text)."""
+        if not self.receipts:
+            return
+        handle = data.draw(st.sampled_from(sorted(self.receipts)), label="handle")
+        if settle:
+            self.store.wait(handle, timeout=30)
+        v = self.store.verify(handle)
+        self.model.ledger_entries += 1
+        event(f"verify: {v.level}")
+        assert v.level in ("unreadable", "erased"), [c.to_dict() for c in v.failed]
+        if settle:
+            short = any(len(t.encode()) < 8 for t in self.receipts[handle].erased_texts.values())
+            assert v.level == "erased" or short, [c.to_dict() for c in v.failed]
+        if v.level == "erased":
+            live = [rec.text for rec in self.model.records.values()]
+            blobs = []
+            for d, _, names in os.walk(self.dir):
+                for f in names:
+                    with open(os.path.join(d, f), "rb") as fh:
+                        blobs.append(fh.read())
+            for text in self.receipts[handle].erased_texts.values():
+                if any(text in other for other in live):
+                    continue
+                assert not any(text.encode() in b for b in blobs), "verify said erased; the bytes remain"
+
     @rule()
     def reopen(self):
         self.store.close()

@@ -8,6 +8,9 @@
      ├── NotFound              (also a KeyError) no such handle, or no such record to retain
      ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
      ├── UnverifiableDeletion  an erasure could not be proven
+     │    ├── UnenumeratedScope        the ack enumerates scopes but misses a required one
+     │    ├── CacheRoutedVerification  the verification read was not served by the origin
+     │    └── UnboundedPropagation     derived structures with no finite propagation bound
      ├── StoreLocked           another process has the store open
      ├── EmbedderMismatch      the store was built with another embedder
      ├── BackupCorrupt         a backup file fails authentication (altered, truncated)
@@ -69,3 +72,18 @@ class BackupCorrupt(EffaceError):
 
 class BackupMismatch(EffaceError):
     """The backup was made by another store; only the store that made it holds its keys."""
+
+
+class UnenumeratedScope(UnverifiableDeletion):
+    """The acknowledgement enumerates retention scopes but not every one the data lived
+    under: the union was not cleared, whatever the scopes it names say."""
+
+
+class CacheRoutedVerification(UnverifiableDeletion):
+    """The verification read was served by a cache, a replica or an unnamed place, not
+    by the origin: an empty answer from there proves nothing."""
+
+
+class UnboundedPropagation(UnverifiableDeletion):
+    """The tool's derived structures may serve erased content for an unbounded time: it
+    declares an infinite bound, or covers derived structures and declares none."""

@@ -19,8 +19,10 @@ offset inside sampled regions, so a copy of the item at any alignment is still m
 - shorter items cannot be fingerprinted; :class:`Fingerprints` counts them, and verify
   reports "cannot verify" for them rather than a silent pass.
 
-Windows with fewer than five distinct byte values (runs of zeros or spaces, which every
-file has) are skipped: they would match everywhere.
+Windows with fewer than five distinct byte values, or more than a quarter zero bytes, are
+skipped: runs of zeros or spaces, and the mostly-zero windows of sparse vectors (a single
+common float among zeros), occur everywhere and would match everywhere. A sparse vector can
+therefore end up with no fingerprint at all; its text still has them.
 
 Hash. For the words ``a, b`` of a window, ``h = a*K1 + b*K2 mod 2**64`` (``a*K0`` for an
 8-byte window) with secret odd multipliers, then a keyed non-linear finalisation. Without
@@ -175,7 +177,8 @@ class Fingerprinter:
         win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
         ordered = np.sort(win, axis=1)
         distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
-        win = np.ascontiguousarray(win[distinct >= _MIN_DISTINCT])
+        zeros = width - np.count_nonzero(win, axis=1)
+        win = np.ascontiguousarray(win[(distinct >= _MIN_DISTINCT) & (zeros <= width // 4)])
         if win.shape[0] == 0:
             return np.empty(0, dtype=np.uint64)
         words = win.view("<u8").reshape(win.shape[0], width // 8)

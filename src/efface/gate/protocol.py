@@ -70,6 +70,9 @@ class ForgetAck:
     """Declared bound on propagation to every derived structure (None: unbounded)."""
     verification: VerificationRead | None = None
     """A verification read made after the forget, if any."""
+    scopes_retained: tuple[str, ...] | None = None
+    """Retention scopes the forget enumerated and left in force (a legal hold, another
+    live claim): named, so not hidden, but not cleared either."""
 
 
 @runtime_checkable
