@@ -154,8 +154,16 @@ def test_incident_b(incidents):
 
 def test_ledger_is_intact_and_holds_no_personal_data(findings):
     ledger = findings["ledger"]
-    assert ledger["ok"] is True and ledger["entries"] == 3 and ledger["problems"] == []
+    # three erasures (incident A's forget, incident B's two) and a verification of each incident's last
+    assert ledger["ok"] is True and ledger["entries"] == 5 and ledger["problems"] == []
     assert ledger["personal_data_found"] == []
+
+
+def test_each_incident_ends_verified_erased(findings):
+    for inc in findings["incidents"]:
+        v = inc["verification"]
+        assert v["level"] == "erased", v["checks"]
+        assert v["scanned_bytes"] > 0 and v["checks"]["bytes"] == "pass"
 
 
 def test_naive_store_is_not_fixed_by_a_later_read():

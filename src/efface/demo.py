@@ -237,6 +237,13 @@ def _timed(fn):
 
 
 # == Incident A =====================================================================================
+def _verification(store: efface.Store, handle: str) -> dict:
+    """verify() after wait(): the checks behind the level, as the ledger records them."""
+    v = store.verify(handle)
+    return {"level": v.level, "scanned_bytes": v.scanned_bytes, "files": len(v.scanned_files),
+            "checks": {c.name: c.outcome for c in v.checks}, "ledger_seq": v.ledger_seq}
+
+
 def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
     store.register_subject("alice", tenant=TENANT, identifiers=["Alice", "alice@example.com"])
     store.write_many([{"key": k, "text": t} for k, t in ALICE.items()], tenant=TENANT,
@@ -296,6 +303,7 @@ def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
     still = store.status(receipt.handle)
     settled = store.wait(receipt.handle, timeout=30)
     after_wait = _hits(store, by_words + by_meaning, ["support"])
+    verification = _verification(store, receipt.handle)
     return {
         "id": "A",
         "title": "Incident A: the acknowledgement was a policy fact, not a read fact",
@@ -315,6 +323,7 @@ def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
             "after_wait": settled.to_dict(),
         },
         "efface_after_wait": {"served": after_wait, "leaked": bool(leaked(after_wait, erased))},
+        "verification": verification,
         "receipts": [receipt.to_dict()],
     }
 
@@ -391,6 +400,7 @@ def incident_b(store: efface.Store, naive: NaiveStore) -> dict:
     still = store.status(r2.handle)
     settled = store.wait(r2.handle, timeout=30)
     after_wait = _hits(store, words + unrelated, both)
+    verification = _verification(store, r2.handle)
     return {
         "id": "B",
         "title": "Incident B: the acknowledgement was intent, not evidence",
@@ -411,6 +421,7 @@ def incident_b(store: efface.Store, naive: NaiveStore) -> dict:
             "after_wait": settled.to_dict(),
         },
         "efface_after_wait": {"served": after_wait, "leaked": bool(leaked(after_wait, everything))},
+        "verification": verification,
         "bystanders_after": _reads(store, [FAQ[0]], "session") + _reads(store, [BILLING[0]], "tenant-retention"),
         "receipts": [r1.to_dict(), r2.to_dict()],
     }
@@ -510,6 +521,12 @@ def render(out: Console, f: dict) -> None:
                   f"{paths['after_wait']['pending_deletions']}; the same probes still serve nothing forbidden: "
                   f"{not inc['efface_after_wait']['leaked']}")
         out.print(paths_table(paths["after_wait"]["paths"], "efface read paths after wait()"))
+        v = inc.get("verification")
+        if v:
+            passed = sum(1 for o in v["checks"].values() if o in ("pass", "recorded"))
+            out.print(f"verify(): level [bold]{v['level']}[/] — {passed}/{len(v['checks'])} checks passed "
+                      f"(probes by id, by words, by nearest neighbours; a byte scan of {v['files']} files, "
+                      f"{v['scanned_bytes']:,} bytes); recorded in the ledger at seq {v['ledger_seq']}")
     out.rule("[bold]efface receipts")
     for inc in f["incidents"]:
         for r in inc["receipts"]:
