@@ -250,8 +250,9 @@ class Status:
     counts: Mapping[str, int]
     """How many claims were released and records erased, retained, quarantined."""
     erased: bool = False
-    """True when every path's files are physically rid of this erasure (``erased_epoch``
-    past its epoch): what ``verify`` then checks byte by byte."""
+    """True when the store's own files (origin, fts, ann) are physically rid of this erasure
+    (``erased_epoch`` past its epoch): what ``verify`` then checks byte by byte. Backups
+    are reported by their own path (``shredded`` or ``ledger-replay``) and by verify."""
     alarms: tuple[str, ...] = ()
     """Paths that passed their declared bound for this erasure (also logged)."""
     erase_bound_s: float = 0.0
