@@ -747,16 +747,22 @@ class Store:
             return self._expire_due(self._clock())
 
     # -- status ------------------------------------------------------------------------------
+    def _receipt_row(self, handle: str, tenant: str | None) -> dict:
+        """The stored receipt for ``handle`` (checked against ``tenant`` when named). Call with
+        the lock held."""
+        if not isinstance(handle, str) or not handle:
+            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        self._check_open()
+        row = self._origin.receipt(handle)
+        if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+            raise NotFound("no receipt with that handle in this store (for this tenant)")
+        return row
+
     def status(self, handle: str, *, tenant: str | None = None) -> Status:
         """Where an erasure stands on every read path, now. Naming ``tenant`` also checks
         that the receipt belongs to it (servers pass the caller's tenant)."""
-        if not isinstance(handle, str) or not handle:
-            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
         with self._lock:
-            self._check_open()
-            row = self._origin.receipt(handle)
-            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
-                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            row = self._receipt_row(handle, tenant)
             epoch, body = row["epoch"], row["body"]
             paths = self._with_backups(self._paths(epoch), body.get("backups"), epoch)
             pending = self._origin.pending_drops(min(a.applied_epoch() for a in self._asynchronous))
@@ -825,13 +831,8 @@ class Store:
         a scan of every file's bytes for ``erased``. The outcome is appended to the ledger;
         the receipt's level only moves up. Call ``wait`` first to give the compactor time
         to erase the bytes; until then the result says which check failed and where."""
-        if not isinstance(handle, str) or not handle:
-            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
         with self._lock:
-            self._check_open()
-            row = self._origin.receipt(handle)
-            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
-                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            row = self._receipt_row(handle, tenant)
             name = next((t for t in self._origin.tenant_names() if self._hash("tenant", t) == row["tenant_h"]), None)
             evidence = self._origin.evidence(handle)
             proof = next((e for e in reversed(self._origin.ledger()) if e["kind"] == "verify"
@@ -859,13 +860,8 @@ class Store:
         :func:`efface.erasure.certificate.to_html`."""
         from .erasure import certificate
 
-        if not isinstance(handle, str) or not handle:
-            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
         with self._lock:
-            self._check_open()
-            row = self._origin.receipt(handle)
-            if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
-                raise NotFound("no receipt with that handle in this store (for this tenant)")
+            row = self._receipt_row(handle, tenant)
             return certificate.build(row, self._origin.ledger(), self._hash("store", "id"), self._clock())
 
     def receipts(self, tenant: str | None = None) -> list[dict]:
