@@ -24,6 +24,10 @@ from ..errors import InvalidInput
 from ..gate.protocol import ForgetAck, ToolHit
 from ._common import check_selector, need, now
 
+# mem0 reads this when it is first imported; without it, it opens a second Qdrant store
+# (``~/.mem0/migrations_qdrant``) and sends telemetry.
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+
 OFFLINE_LLM_URL = "http://127.0.0.1:9/v1"
 """Where the placeholder LLM client points: a port nothing listens on."""
 
@@ -56,10 +60,14 @@ def open_offline(root: "str | os.PathLike", collection: str = "mem0"):
 
 
 def close(memory: Any) -> None:
-    """Release mem0's Qdrant client (local mode locks its directory)."""
-    client = getattr(getattr(memory, "vector_store", None), "client", None)
-    if client is not None:
-        client.close()
+    """Release mem0's Qdrant clients (local mode locks its directory) and its history DB."""
+    for store in (getattr(memory, "vector_store", None), getattr(memory, "_telemetry_vector_store", None)):
+        client = getattr(store, "client", None)
+        if client is not None:
+            client.close()
+    db = getattr(memory, "db", None)
+    if db is not None and hasattr(db, "close"):
+        db.close()
 
 
 class Mem0Tool:

@@ -68,7 +68,7 @@ class LanceDBDriver:
     def open(self, root: Path) -> None:
         lancedb = need("lancedb", "lancedb")
         self._db = lancedb.connect(str(root))
-        names = list(self._db.table_names())
+        names = _table_names(self._db)
         if not self.collection:
             if len(names) != 1:
                 raise InvalidInput(f"the database has {len(names)} tables: name one with --collection")
@@ -189,3 +189,12 @@ class LanceDBDriver:
         except ImportError:
             return ()
         return (LanceDecoder(),)
+
+
+def _table_names(db) -> list[str]:
+    """Table names across LanceDB versions (``list_tables`` replaced ``table_names``)."""
+    if hasattr(db, "list_tables"):
+        got = db.list_tables()
+        names = getattr(got, "tables", got)
+        return [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in names]
+    return list(db.table_names())
