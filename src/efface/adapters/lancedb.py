@@ -21,6 +21,12 @@ def _q(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def _table_names(db) -> list[str]:
+    from ..audit.drivers.lancedb import _table_names as names
+
+    return names(db)
+
+
 class LanceDBTool:
     """A LanceDB database directory as a MemoryTool."""
 
@@ -32,7 +38,7 @@ class LanceDBTool:
         self.embedder = embedder(embedder_spec)
 
     def _table(self, scope: str, create_with: list | None = None):
-        if scope in self.db.table_names():
+        if scope in _table_names(self.db):
             return self.db.open_table(scope)
         if create_with is None:
             return None
