@@ -123,7 +123,7 @@ class Stage:
     calls: tuple[str, ...]
     """The store's calls this stage made, with what they returned (repr, truncated)."""
     seconds: float
-    """Wall time of the calls (not of the probes or scans)."""
+    """Wall time of the calls plus closing the store (which flushes it); not the probes or scans."""
     probes: tuple[ProbeResult, ...]
     scan: ByteScan
     cells: tuple[Cell, ...]

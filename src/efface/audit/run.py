@@ -88,6 +88,17 @@ def run_audit(kind: str, path: "str | os.PathLike", selection: Selection, *, col
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _look(name: str, calls: list, seconds: float, driver, root: Path, selection: Selection, targets: Targets,
+          fp: Fingerprints, baseline: ByteScan) -> Stage:
+    driver.open(root)
+    try:
+        probes = driver.probes(selection, targets)
+    finally:
+        driver.close()
+    scan = scan_tree(root, fp, driver.decoders())
+    return _stage(name, calls, seconds, probes, scan, len(targets.ids), bool(len(targets.vectors)), baseline)
+
+
 def _audit(driver, root: Path, selection: Selection, maintenance: bool) -> dict:
     driver.open(root)
     targets: Targets = driver.targets(selection)
@@ -95,17 +106,16 @@ def _audit(driver, root: Path, selection: Selection, maintenance: bool) -> dict:
     driver.close()
     fp = Fingerprints(targets, other_texts, other_vectors)
     del other_texts, other_vectors
-    decoders = driver.decoders()
-    n, has_vectors = len(targets.ids), bool(len(targets.vectors))
-    baseline = scan_tree(root, fp, decoders)
+    baseline = scan_tree(root, fp, driver.decoders())
 
+    # Each stage: the store's calls, then close (flushes what the store persists; timed
+    # with the calls), then probes on a freshly opened store, then the byte scan.
     driver.open(root)
     t0 = time.perf_counter()
     call = driver.delete(selection, targets)
-    seconds = time.perf_counter() - t0
-    probes = driver.probes(selection, targets)
     driver.close()
-    stages = [_stage("delete", [call], seconds, probes, scan_tree(root, fp, decoders), n, has_vectors, baseline)]
+    seconds = time.perf_counter() - t0
+    stages = [_look("delete", [call], seconds, driver, root, selection, targets, fp, baseline)]
     notes = []
     if maintenance:
         t0 = time.perf_counter()
@@ -113,13 +123,9 @@ def _audit(driver, root: Path, selection: Selection, maintenance: bool) -> dict:
         seconds = time.perf_counter() - t0
         if not calls:
             notes.append(f"{driver.kind} has no maintenance call of its own; the maintenance stage only looks again")
-        driver.open(root)
-        probes = driver.probes(selection, targets)
-        driver.close()
-        stages.append(_stage("maintenance", calls, seconds, probes, scan_tree(root, fp, decoders), n, has_vectors,
-                             baseline))
+        stages.append(_look("maintenance", calls, seconds, driver, root, selection, targets, fp, baseline))
     return {
-        "targets": n,
+        "targets": len(targets.ids),
         "detectable_texts": baseline.texts,
         "detectable_vectors": baseline.vectors,
         "delete_returned": _short(call.returned),
