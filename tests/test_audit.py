@@ -254,3 +254,33 @@ def test_absence_in_bytes_proves_nothing_for_undetectable_targets():
     left = ByteScan((FileResidue("x.db", 10, 2, 1, 0),), 3, 100, 2, 0)
     assert _bytes_cell(left, 10, True, ByteScan((), 3, 100, 10, 10)).level == "unreadable"
     assert re.search(r"x\.db: 2/10 texts", _bytes_cell(left, 10, True, clean).evidence)
+
+
+def test_lancedb_optimize_keeps_a_small_forget_in_the_data_file(originals, tmp_path):
+    """LanceDB rewrites a fragment only once 10% of its rows are deleted: forgetting 3 of
+    100 leaves them in the data file (masked) after optimize; Lance's own compaction with
+    every deletion materialised erases them."""
+    require("lancedb")
+    from datetime import timedelta
+
+    import lancedb
+    from lance.file import LanceFileReader
+
+    ids, texts, _, _ = dataset()
+    few = tuple(ids[:3])
+    report = run_audit("lancedb", originals("lancedb"), Selection(ids=few), maintenance=True)
+    levels = [s.level for s in report.stages]
+    assert levels == ["intent", "unreadable", "erased"], levels
+    assert report.stages[1].scan.texts == 3 and report.stages[2].scan.texts == 0
+    # Independently, on another copy: delete, optimize, and read the data files back.
+    root = tmp_path / "manual"
+    shutil.copytree(originals("lancedb"), root)
+    table = lancedb.connect(str(root)).open_table("memories")
+    table.delete("id IN ('" + "', '".join(few) + "')")
+    with pytest.warns(UserWarning):
+        table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+    kept = set()
+    for path in files(root):
+        if path.suffix == ".lance" and "/data/" in path.as_posix():
+            kept |= set(LanceFileReader(str(path)).read_all().to_table()["text"].to_pylist())
+    assert set(texts[:3]) <= kept

@@ -124,6 +124,13 @@ def _audit(driver, root: Path, selection: Selection, maintenance: bool) -> dict:
         if not calls:
             notes.append(f"{driver.kind} has no maintenance call of its own; the maintenance stage only looks again")
         stages.append(_look("maintenance", calls, seconds, driver, root, selection, targets, fp, baseline))
+        # Deeper calls some libraries offer beyond their usual maintenance, each its own
+        # clearly named stage (e.g. Lance's compaction with every deletion materialised).
+        for name, step in getattr(driver, "extra_maintenance", lambda: [])():
+            t0 = time.perf_counter()
+            calls = step(root)
+            seconds = time.perf_counter() - t0
+            stages.append(_look(name, calls, seconds, driver, root, selection, targets, fp, baseline))
     return {
         "targets": len(targets.ids),
         "detectable_texts": baseline.texts,

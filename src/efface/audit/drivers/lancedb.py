@@ -4,7 +4,9 @@ Read paths probed: a filter on the id column, a filter on the subject column, ne
 neighbours of the deleted vectors, full-text search when the table has an FTS index, and
 every older version still on disk (LanceDB's time travel, ``checkout(version)``).
 Maintenance: ``optimize(cleanup_older_than=timedelta(0), delete_unverified=True)``,
-LanceDB's own compaction plus removal of old versions. Lance files compress strings, so a
+LanceDB's own compaction plus removal of old versions; it rewrites a fragment only when at
+least 10% of its rows are deleted, so an extra stage runs Lance's ``compact_files`` with
+every deletion materialised (pylance, the library underneath LanceDB). Lance files compress strings, so a
 raw byte scan misses texts; the driver adds a decoded view of each ``.lance`` file, read
 with pylance's ``LanceFileReader`` (it sees rows a deletion file only masks).
 """
@@ -182,6 +184,24 @@ class LanceDBDriver:
         finally:
             self.close()
         return [Call("table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)", ret)]
+
+    def extra_maintenance(self):
+        """Lance's own compaction with every deletion materialised, then cleanup: LanceDB's
+        ``optimize`` only rewrites a fragment once 10% of its rows are deleted
+        (``materialize_deletions_threshold``), so a small forget stays in the data file."""
+        return [("extra: lance compact_files(materialize_deletions_threshold=0) + cleanup_old_versions(0) "
+                 "(pylance, beyond LanceDB's optimize)", self._compact_all)]
+
+    def _compact_all(self, root: Path) -> list[Call]:
+        import lance
+
+        ds = lance.dataset(str(root / f"{self.collection}.lance"))
+        metrics = ds.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)
+        stats = lance.dataset(str(root / f"{self.collection}.lance")).cleanup_old_versions(
+            older_than=timedelta(0), delete_unverified=True)
+        return [Call("dataset.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)",
+                     metrics),
+                Call("dataset.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)", stats)]
 
     def decoders(self):
         try:
