@@ -116,7 +116,7 @@ def _audit(driver, root: Path, selection: Selection, maintenance: bool) -> dict:
     driver.close()
     seconds = time.perf_counter() - t0
     stages = [_look("delete", [call], seconds, driver, root, selection, targets, fp, baseline)]
-    notes = []
+    notes = list(getattr(driver, "notes", lambda: [])())
     if maintenance:
         t0 = time.perf_counter()
         calls = driver.maintenance(root)

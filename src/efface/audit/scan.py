@@ -114,18 +114,30 @@ class Fingerprints:
                 tol = np.abs(vals) * 1e-5 + 1e-7
                 lo = np.searchsorted(sorted_anchors, vals - tol, side="left")
                 hi = np.searchsorted(sorted_anchors, vals + tol, side="right")
-                hit = np.nonzero(hi > lo)[0]
-                for h in hit:
-                    pos = cand[h]
-                    for k in order[lo[h] : hi[h]]:
-                        if owner[k] in found:
-                            continue
-                        start = pos - anchor_pos[k]
-                        if start < 0 or start + WINDOW > n:
-                            continue
-                        if np.allclose(arr[start : start + WINDOW], wins[k], rtol=1e-5, atol=1e-7):
-                            found.add(int(owner[k]))
+                counts = hi - lo
+                hit = np.nonzero(counts > 0)[0]
+                if not len(hit):
+                    continue
+                found |= _verify(arr, cand[hit], lo[hit], counts[hit], order, wins, owner, anchor_pos)
         return found
+
+
+def _verify(arr, pos, lo, counts, order, wins, owner, anchor_pos, chunk: int = 200_000) -> set[int]:
+    """Check every (position, window) candidate pair at once: the whole window must match."""
+    total = int(counts.sum())
+    offsets = np.repeat(np.cumsum(counts) - counts, counts)
+    k = order[np.repeat(lo, counts) + (np.arange(total) - offsets)]
+    start = np.repeat(pos, counts) - anchor_pos[k]
+    ok = (start >= 0) & (start + WINDOW <= len(arr))
+    k, start = k[ok], start[ok]
+    found: set[int] = set()
+    steps = np.arange(WINDOW)
+    for i in range(0, len(k), chunk):
+        kk, ss = k[i:i + chunk], start[i:i + chunk]
+        seg = arr[ss[:, None] + steps]
+        match = np.isclose(seg, wins[kk], rtol=1e-5, atol=1e-7).all(axis=1)
+        found.update(int(o) for o in np.unique(owner[kk[match]]))
+    return found
 
 
 def _occurring(owners: dict[str, set[int]], targets: list[str], others: Iterable[str]) -> set[str]:

@@ -112,3 +112,8 @@ class Mem0Driver:
 
     def decoders(self):
         return ()
+
+    def notes(self) -> list[str]:
+        from .qdrant import sqlite_note
+
+        return [sqlite_note()]

@@ -152,3 +152,19 @@ class QdrantLocalDriver:
 
     def decoders(self):
         return ()
+
+    def notes(self) -> list[str]:
+        return [sqlite_note()]
+
+
+def sqlite_note() -> str:
+    """Qdrant's local mode keeps points in SQLite and never sets ``secure_delete`` itself:
+    whether deleted points are zeroed depends on how Python's SQLite was built."""
+    import sqlite3
+
+    con = sqlite3.connect(":memory:")
+    on = con.execute("PRAGMA secure_delete").fetchone()[0]
+    con.close()
+    return (f"Qdrant's local mode stores points in SQLite via Python's sqlite3 (SQLite {sqlite3.sqlite_version}, "
+            f"secure_delete {'on' if on else 'off'} by default in this build) and does not set secure_delete "
+            f"itself: with a build where it is off, deleted points stay in free pages until VACUUM")
