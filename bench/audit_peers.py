@@ -91,7 +91,7 @@ def _explain(kind: str, stage, n: int) -> str:
     """One sentence per verdict, derived from the stage's own numbers."""
     returning = [f"{p.path} ({p.returned}/{p.checked})" for p in stage.probes if p.returned]
     if stage.level == "intent":
-        return f"Still readable: {', '.join(returning)} return forgotten records."
+        return f"Still readable: forgotten records come back through {', '.join(returning)}."
     files = "; ".join(f"`{r.file}` ({r.texts} texts, {r.vectors} vectors)" for r in stage.scan.files)
     if stage.level == "unreadable":
         if files:
@@ -137,6 +137,21 @@ def render(reports: dict, bench: dict | None) -> str:
         "",
         LADDER,
         "",
+        "Run it on your own store (it works on a temporary copy unless `--in-place`; install the store's "
+        "extra, e.g. `pip install 'efface[chroma]'`, or `efface[peers]` for all):",
+        "",
+        "```console",
+        "$ efface audit chroma ./chroma-dir --subject alice --collection memories --maintenance",
+        "$ efface audit lancedb ./lance-dir --ids r1,r2,r3 --maintenance --html report.html",
+        "$ efface audit qdrant ./qdrant-dir --subject alice --json",
+        "$ efface audit mem0 ./mem0-dir --subject alice        # qdrant/ and history.db inside",
+        "$ efface audit efface ./memories --subject alice --collection acme   # collection = tenant",
+        "```",
+        "",
+        "The subject is matched on the metadata field / column / payload key `subject` (mem0: `user_id`; "
+        "change it with `--subject-field`). Scope mapping: a Chroma or Qdrant collection, a LanceDB table, "
+        "an efface tenant, mem0's Qdrant collection.",
+        "",
         "## Summary",
         "",
         "| store | delete returned | after delete | after its maintenance | extra stage | time to physical erasure |",
@@ -160,7 +175,8 @@ def render(reports: dict, bench: dict | None) -> str:
                     "| read path | level | evidence |", "|---|---|---|"]
             out += [f"| {_md(c.path)} | {c.level} | {_md(c.evidence)} |" for c in stage.cells]
             out.append("")
-        out += [f"Note: {_md(n)}" for n in r.notes] + ([""] if r.notes else [])
+        for note in r.notes:
+            out += [f"Note: {_md(note)}.", ""]
     if "mem0" not in reports:
         out += ["## mem0", "", "Not run in this generation (`--no-mem0`).", ""]
     out += ["## mem0 offline", "",

@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from efface.audit import Selection, run_audit
 from efface.audit.drivers.base import version

@@ -1,7 +1,9 @@
 """The per-kind driver protocol: how the audit opens, reads, deletes from and maintains a store.
 
 A driver works on a directory it is given (the audit's copy, or the original with
-``--in-place``) and uses only the store's own library. It never writes what it reads
+``--in-place``) and uses only the store's own library. Two optional methods:
+``notes()`` (facts about the platform the verdict depends on) and ``extra_maintenance()``
+(``(stage name, step)`` pairs for deeper calls than the store's usual maintenance). It never writes what it reads
 anywhere: texts and vectors go into :class:`~efface.audit.model.Targets`, in memory.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -99,5 +101,3 @@ def no_targets() -> InvalidInput:
         "the ids, or --collection"
     )
 
-
-Check = Callable[[], int]
