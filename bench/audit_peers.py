@@ -188,6 +188,20 @@ def render(reports: dict, bench: dict | None) -> str:
             "`http://127.0.0.1:9/v1`, where nothing listens: any LLM call would fail instead of leaving the machine. "
             "None is made. `MEM0_TELEMETRY=False` is set before mem0 is imported (otherwise it opens a second "
             "Qdrant store under `~/.mem0` and sends telemetry).", ""]
+    out += ["## The adapters (`efface.adapters`)", "",
+            "Each presents its store to the gate as a `MemoryTool`; `ForgetAck.raw` is exactly what the library's "
+            "delete returned and every field the store does not give (handle, epoch, scopes cleared, derived "
+            "structures, propagation bound, verification read) stays `None`, so the gate classifies each as intent.",
+            "",
+            "| adapter | scope is | key is | subject is | forget returns |", "|---|---|---|---|---|",
+            "| `ChromaTool` | a collection (cosine) | the Chroma id | metadata `subject` | `{'deleted': N}` |",
+            "| `LanceDBTool` | a table | column `key` | column `subject` | `DeleteResult(num_deleted_rows, version)` |",
+            "| `QdrantTool` | a collection (cosine) | payload `key`, point id `uuid5(key)` | payload `subject` "
+            "| `UpdateResult(operation_id, status)` |",
+            "| `Mem0Tool` | mem0 `agent_id` | `metadata['key']` | mem0 `user_id` "
+            "| `{'message': 'Memories deleted successfully!'}` |", "",
+            "Vectors come from an efface embedder (hashing by default), so Chroma's default embedding function "
+            "(which downloads an ONNX model) is never used.", ""]
     if bench:
         out += side_by_side(bench)
     return "\n".join(out)

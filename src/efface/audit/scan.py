@@ -168,13 +168,13 @@ def _windows(vectors: np.ndarray, others: "np.ndarray | None"):
         starts = list(range(0, max(1, len(v) - WINDOW + 1), WINDOW))
         scored = sorted(starts, key=lambda s: -int(np.count_nonzero(np.abs(v[s : s + WINDOW]) > 1e-6)))
         kept = 0
+        rivals = [x for x in (others, np.delete(vectors, i, axis=0)) if x is not None and len(x)]
         for s in scored:
             if kept == 3:
                 break
             w = v[s : s + WINDOW].astype(np.float64)
             if np.count_nonzero(np.abs(w) > 1e-6) < 4 or len(w) < WINDOW:
                 continue
-            rivals = [x for x in (others, np.delete(vectors, i, axis=0)) if x is not None and len(x)]
             if any(np.isclose(r[:, s : s + WINDOW], w, rtol=1e-5, atol=1e-7).all(axis=1).any() for r in rivals):
                 continue
             kept += 1
