@@ -284,3 +284,31 @@ def test_lancedb_optimize_keeps_a_small_forget_in_the_data_file(originals, tmp_p
         if path.suffix == ".lance" and "/data/" in path.as_posix():
             kept |= set(LanceFileReader(str(path)).read_all().to_table()["text"].to_pylist())
     assert set(texts[:3]) <= kept
+
+
+def test_cli_human_output_names_levels_and_files_but_no_texts(originals):
+    require("chromadb")
+    result = CliRunner().invoke(cli, ["audit", "chroma", str(originals("chroma")), "--ids", "m0000,m0001"])
+    assert result.exit_code == 0, result.output
+    assert "after delete: unreadable" in result.output and "chroma.sqlite3" in result.output
+    ids, texts, _, _ = dataset()
+    assert not any(" ".join(t.split()[3:6]) in result.output for t in texts)
+
+
+def test_scan_finds_renormalised_vectors_and_ignores_a_similar_record(tmp_path):
+    """Stores re-normalise vectors (a few ULPs change); a record sharing most components is
+    not counted as the target."""
+    import numpy as np
+
+    from efface.audit.model import Targets
+    from efface.audit.scan import Fingerprints, scan_tree
+
+    _, texts, _, vectors = dataset(n=5)
+    target, rival = vectors[0].copy(), vectors[0].copy()
+    rival[::2] = 0  # shares half the components with the target
+    bumped = (target.view(np.int32) + np.where(target != 0, 3, 0).astype(np.int32)).view(np.float32)
+    (tmp_path / "a.bin").write_bytes(b"\x01\x02\x03" + bumped.tobytes())  # misaligned on purpose
+    (tmp_path / "b.bin").write_bytes(rival.tobytes())
+    fp = Fingerprints(Targets(("t",), (texts[0],), target[None, :]), [texts[1]], np.stack([rival, vectors[1]]))
+    scan = scan_tree(tmp_path, fp)
+    assert [(r.file, r.vectors) for r in scan.files] == [("a.bin", 1)]
