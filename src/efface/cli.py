@@ -663,6 +663,15 @@ def demo(keep) -> None:
     run(keep=keep, as_json=_settings().json, out=console())
 
 
+def _register_audit() -> None:
+    from .audit.cli import audit  # the command lives with the audit package
+
+    cli.add_command(audit)
+
+
+_register_audit()
+
+
 def main() -> None:
     """Entry point of the ``efface`` script and of ``python -m efface``."""
     cli(prog_name="efface")

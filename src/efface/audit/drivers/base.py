@@ -1,0 +1,103 @@
+"""The per-kind driver protocol: how the audit opens, reads, deletes from and maintains a store.
+
+A driver works on a directory it is given (the audit's copy, or the original with
+``--in-place``) and uses only the store's own library. Two optional methods:
+``notes()`` (facts about the platform the verdict depends on) and ``extra_maintenance()``
+(``(stage name, step)`` pairs for deeper calls than the store's usual maintenance). It never writes what it reads
+anywhere: texts and vectors go into :class:`~efface.audit.model.Targets`, in memory.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from ...errors import InvalidInput
+from ..model import ProbeResult, Selection, Targets
+from ..scan import Decoder
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call the driver made to the store, and what it returned."""
+
+    name: str
+    returned: Any
+
+
+class Driver(Protocol):
+    """What the audit needs from one kind of store."""
+
+    kind: str
+    collection: str
+
+    def library(self) -> str:
+        """``name version`` of the library that reads and writes the store."""
+
+    def open(self, root: Path) -> None:
+        """Open the store at ``root`` (the copy)."""
+
+    def close(self) -> None:
+        """Release the store, so its files are flushed and can be scanned or maintained."""
+
+    def targets(self, selection: Selection) -> Targets:
+        """The records the selection names, with their texts and vectors (raise if none)."""
+
+    def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
+        """Texts and vectors of every other record (they make fingerprints specific)."""
+
+    def delete(self, selection: Selection, targets: Targets) -> Call:
+        """Run the store's own delete for the selection."""
+
+    def probes(self, selection: Selection, targets: Targets) -> list[ProbeResult]:
+        """Probe every read path the store exposes with every target."""
+
+    def maintenance(self, root: Path) -> list[Call]:
+        """Run the store's own maintenance calls (the store is closed; reopen if needed)."""
+
+    def decoders(self) -> Sequence[Decoder]:
+        """Decoded views of files whose format hides bytes from a raw scan."""
+
+
+def version(dist: str) -> str:
+    """``dist version``, or ``dist (not installed)``."""
+    try:
+        return f"{dist} {importlib.metadata.version(dist)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{dist} (not installed)"
+
+
+def need(module: str, extra: str):
+    """Import an optional store library, or say which extra installs it."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise InvalidInput(
+            f"this store kind needs the '{module}' library: pip install 'efface[{extra}]'"
+        ) from None
+
+
+def count_returned(targets: Targets, ids: Iterable[Any], texts: Iterable[Any] = ()) -> int:
+    """How many targets came back, recognised by id or by exact text."""
+    by_id = {str(i): n for n, i in enumerate(targets.ids)}
+    by_text = {t: n for n, t in enumerate(targets.texts) if t}
+    hit: set[int] = set()
+    for i in ids:
+        if str(i) in by_id:
+            hit.add(by_id[str(i)])
+    for t in texts:
+        if isinstance(t, str) and t in by_text:
+            hit.add(by_text[t])
+    return len(hit)
+
+
+def no_targets() -> InvalidInput:
+    return InvalidInput(
+        "the selection names no record in this store: check the subject (and --subject-field), "
+        "the ids, or --collection"
+    )
+

@@ -1,0 +1,170 @@
+"""Qdrant's local mode (``QdrantClient(path=...)``). Scope = one collection.
+
+Read paths probed: ``retrieve`` by point id, ``scroll`` with a payload filter on the
+subject, ``query_points`` by the deleted vectors, and ``scroll`` with a full-text match on
+the text payload field. Qdrant's local mode has no maintenance call of its own (no
+optimizer, no snapshot pruning): the maintenance stage is empty and says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import InvalidInput
+from ..model import ProbeResult, Selection, Targets
+from .base import Call, count_returned, need, no_targets, version
+
+_PAGE = 1000
+TEXT_PROBES = 25
+"""How many deleted texts the full-text probe tries (each query scans every point)."""
+
+
+def _point_id(x: str):
+    return int(x) if str(x).isdigit() else str(x)
+
+
+class QdrantLocalDriver:
+    kind = "qdrant"
+
+    def __init__(self, collection: str | None = None, text_field: str = "text"):
+        self.collection = collection or ""
+        self.text_field = text_field
+        self._c = None
+
+    def library(self) -> str:
+        return version("qdrant-client")
+
+    def open(self, root: Path) -> None:
+        need("qdrant_client", "qdrant")
+        from qdrant_client import QdrantClient
+
+        self._c = QdrantClient(path=str(root))
+        names = [c.name for c in self._c.get_collections().collections]
+        if not self.collection:
+            if len(names) != 1:
+                raise InvalidInput(f"the store has {len(names)} collections: name one with --collection")
+            self.collection = names[0]
+        if self.collection not in names:
+            raise InvalidInput("no such collection in this Qdrant store: check --collection")
+
+    def close(self) -> None:
+        if self._c is not None:
+            self._c.close()
+        self._c = None
+
+    def _filter(self, selection: Selection):
+        from qdrant_client import models
+
+        return models.Filter(must=[models.FieldCondition(key=selection.subject_field,
+                                                         match=models.MatchValue(value=selection.subject))])
+
+    def _scroll(self, flt=None, vectors: bool = False) -> list:
+        points, offset = [], None
+        while True:
+            batch, offset = self._c.scroll(self.collection, scroll_filter=flt, limit=_PAGE, offset=offset,
+                                           with_payload=True, with_vectors=vectors)
+            points += batch
+            if offset is None:
+                return points
+
+    def _text(self, p) -> str:
+        return str((p.payload or {}).get(self.text_field) or "")
+
+    @staticmethod
+    def _vector(p):
+        v = p.vector
+        if isinstance(v, dict):  # named vectors: the first one
+            v = next(iter(v.values()), None)
+        return v
+
+    def targets(self, selection: Selection) -> Targets:
+        if selection.ids is not None:
+            pts = self._c.retrieve(self.collection, [_point_id(i) for i in selection.ids],
+                                   with_payload=True, with_vectors=True)
+        else:
+            pts = self._scroll(self._filter(selection), vectors=True)
+        if not pts:
+            raise no_targets()
+        vecs = [self._vector(p) for p in pts]
+        vectors = (np.asarray(vecs, dtype=np.float32) if all(v is not None for v in vecs)
+                   else np.zeros((0, 0), np.float32))
+        return Targets(tuple(str(p.id) for p in pts), tuple(self._text(p) for p in pts), vectors)
+
+    def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
+        mine = set(targets.ids)
+        pts = [p for p in self._scroll(vectors=True) if str(p.id) not in mine]
+        vecs = [self._vector(p) for p in pts]
+        ok = [v for v in vecs if v is not None]
+        return [self._text(p) for p in pts], np.asarray(ok, dtype=np.float32).reshape(len(ok), -1)
+
+    def delete(self, selection: Selection, targets: Targets) -> Call:
+        from qdrant_client import models
+
+        if selection.ids is not None:
+            sel = models.PointIdsList(points=[_point_id(i) for i in selection.ids])
+        else:
+            sel = models.FilterSelector(filter=self._filter(selection))
+        return Call("client.delete(collection, points_selector)", self._c.delete(self.collection, points_selector=sel))
+
+    def probes(self, selection: Selection, targets: Targets) -> list[ProbeResult]:
+        from qdrant_client import models
+
+        n = len(targets.ids)
+        out = []
+        pts = self._c.retrieve(self.collection, [_point_id(i) for i in targets.ids], with_payload=True)
+        out.append(ProbeResult("retrieve by id", n, count_returned(targets, [p.id for p in pts],
+                                                                   [self._text(p) for p in pts]),
+                               f"{len(pts)} points returned for {n} ids"))
+        if selection.subject is not None:
+            pts = self._scroll(self._filter(selection))
+            out.append(ProbeResult("scroll with payload filter", n,
+                                   count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
+                                   f"{len(pts)} points matched"))
+        pts = self._scroll()
+        out.append(ProbeResult("full listing (scroll)", n,
+                               count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
+                               f"{len(pts)} points listed"))
+        if len(targets.vectors):
+            ids, texts = [], []
+            for v in targets.vectors:
+                res = self._c.query_points(self.collection, query=v.tolist(), limit=10, with_payload=True).points
+                ids += [p.id for p in res]
+                texts += [self._text(p) for p in res]
+            out.append(ProbeResult("nearest neighbours of the deleted vectors", n,
+                                   count_returned(targets, ids, texts), f"{len(targets.vectors)} queries, k=10"))
+        # Qdrant's local mode filters every point in Python for each full-text query: probe
+        # a sample of the texts so a large store stays auditable, and say so.
+        sample = [t for t in targets.texts if t][:TEXT_PROBES]
+        found = 0
+        for text in sample:
+            if text:
+                flt = models.Filter(must=[models.FieldCondition(key=self.text_field, match=models.MatchText(text=text))])
+                pts = self._scroll(flt)
+                found += bool(count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]))
+        out.append(ProbeResult("full-text match on the text payload", len(sample), found,
+                               f"{len(sample)} of {n} deleted texts probed, one query each"))
+        return out
+
+    def maintenance(self, root: Path) -> list[Call]:
+        return []
+
+    def decoders(self):
+        return ()
+
+    def notes(self) -> list[str]:
+        return [sqlite_note()]
+
+
+def sqlite_note() -> str:
+    """Qdrant's local mode keeps points in SQLite and never sets ``secure_delete`` itself:
+    whether deleted points are zeroed depends on how Python's SQLite was built."""
+    import sqlite3
+
+    con = sqlite3.connect(":memory:")
+    on = con.execute("PRAGMA secure_delete").fetchone()[0]
+    con.close()
+    return (f"Qdrant's local mode stores points in SQLite via Python's sqlite3 (SQLite {sqlite3.sqlite_version}, "
+            f"secure_delete {'on' if on else 'off'} by default in this build) and does not set secure_delete "
+            f"itself: with a build where it is off, deleted points stay in free pages until VACUUM")
