@@ -251,3 +251,32 @@ def test_a_tampered_verification_entry_is_detected(store):
                      (json.dumps(body, sort_keys=True, separators=(",", ":")), v.ledger_seq))
     check = store.verify_ledger()
     assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
+
+
+def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
+    """Not just the first: usearch reuses the oldest freed slots first, so a scrub that freed
+    its own noise again would leave the next erasure's vectors in the file."""
+    rng = np.random.default_rng(5)
+    rounds, per = 4, 40
+    vectors = rng.standard_normal((rounds * per + 200, store.embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    items = [{"key": f"r{i // per}:{i}", "text": f"round {i // per} memory number {i:04d} about the orchard",
+              "subject": f"s{i // per}"} for i in range(rounds * per)]
+    items += [{"key": f"keep:{i}", "text": f"kept memory number {i:04d} about the harbour", "subject": "keep"}
+              for i in range(200)]
+    store.write_many(items, tenant=TENANT, purpose="support", embeddings=vectors)
+    store.compact()
+    tenant_index = store._ann._index(TENANT)
+    for r in range(rounds):
+        ids = [store._origin.connection.execute("SELECT id FROM records WHERE key=?", (f"r{r}:{i}",)).fetchone()[0]
+               for i in range(r * per, (r + 1) * per)]
+        quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
+        receipt = store.forget(tenant=TENANT, subject=f"s{r}")
+        store.wait(receipt.handle, timeout=30)
+        files = raw_bytes(store.path)
+        left = sum(1 for q in quantized if any(q in data for data in files.values()))
+        assert left == 0, f"round {r}: {left} of {per} erased vectors still in a file"
+        assert store.verify(receipt.handle).level == "erased"
+    # and the kept records are still found by meaning
+    hits = store.recall("kept memory number 0007 about the harbour", tenant=TENANT, purpose="support")
+    assert hits and all(h.key.startswith("keep:") for h in hits)

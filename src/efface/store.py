@@ -57,7 +57,7 @@ from .model import (
     Verification,
 )
 from .origin.base import ClaimRow, NewRecord
-from .origin.sqlite import SQLiteOrigin, _fsync_dir
+from .origin.sqlite import SQLiteOrigin, SQLiteTx, _fsync_dir
 from .paths.ann import VectorIndex
 from .paths.base import Query
 from .paths.fts import FullTextIndex
@@ -835,8 +835,8 @@ class Store:
             row = self._receipt_row(handle, tenant)
             name = next((t for t in self._origin.tenant_names() if self._hash("tenant", t) == row["tenant_h"]), None)
             evidence = self._origin.evidence(handle)
-            proof = next((e for e in reversed(self._origin.ledger()) if e["kind"] == "verify"
-                          and e["handle"] == handle and json.loads(e["body"])["level"] == "erased"), None)
+            row = self._backups_now(row, name)
+            proof = self._origin.erased_proof(handle)
             level, checks, scanned, files = self._verifier.verify(handle, row, evidence, name, proof)
             ladder = ("intent", "unreadable", "erased")
             previous = row["body"]["level"]
@@ -852,6 +852,21 @@ class Store:
             verified_at=now, scanned_bytes=scanned, scanned_files=tuple(files),
             fingerprints_discarded=body["fingerprints_discarded"], ledger_seq=seq, ledger_hash=digest,
         )
+
+    def _backups_now(self, row: dict, tenant: str | None) -> dict:
+        """A ``ledger-replay`` erasure becomes ``shredded`` once every key that could still open
+        its part of older backups is gone (its subjects' later erasures destroyed them)."""
+        body = row["body"]
+        if body.get("backups") != "ledger-replay" or tenant is None:
+            return row
+        if any(d["action"] in ("redacted", "quarantined") for d in body.get("derivations", [])):
+            return row
+        reader = SQLiteTx(self._origin.connection, self._origin.current_epoch())
+        if reader.live_subject_hashes(tenant, [r["subject_h"] for r in body["released"]]):
+            return row
+        if reader.exposed(tenant, body["erased"]):
+            return row
+        return {**row, "body": {**body, "backups": "shredded"}}
 
     def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
         """A deletion certificate for this erasure: what was asked, when, the epoch, what was
@@ -961,7 +976,10 @@ class Store:
         tx.drop_exposure(tenant, [sh(s) for s in gone])
         if not out.released:
             return "absorbed"  # nothing released: nothing of this erasure is in a backup
-        if any(r.subject not in gone for r in out.released) or any(d.action == "redacted" for d in out.derivations):
+        # A derived record quarantined or redacted here is in older backups, unchanged, under
+        # its own subjects' keys (which live): only the ledger replay keeps it out.
+        if any(r.subject not in gone for r in out.released) or any(d.action in ("redacted", "quarantined")
+                                                                     for d in out.derivations):
             return "ledger-replay"
         if tx.exposed(tenant, sorted({self._hash("key", tenant, k) for k in out.erased})):
             return "ledger-replay"

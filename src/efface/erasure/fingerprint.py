@@ -158,6 +158,9 @@ class Fingerprinter:
             else:
                 short += 1
                 continue
+            if self._windows(data, local, 16 if group == "w16" else 8).size == 0:
+                short += 1  # every sampled window is too uniform: no fingerprint, say so
+                continue
             bufs, starts = groups[group]
             bufs.append(data)
             starts.append(local + offset[group])

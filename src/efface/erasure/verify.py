@@ -255,11 +255,24 @@ class Verifier:
         live = self._s._origin.live_holding(other, embeddings=any(h.kind == "embedding" for h in hits))
         if vector and tenant is not None:
             live |= self._s._ann.holds_bytes(tenant, sorted(vector))
-        residue = [h for h, w in zip(hits, windows) if w not in live]
+        # A live copy can only sit where live content is stored: texts, keys and embeddings on
+        # the pages of the records table (and its key index), vectors in the ANN index files.
+        origin = self._s._origin
+        origin_name = os.path.relpath(origin.path, root)
+        owned, page = origin.pages_of(("records", "sqlite_autoindex_records_1")), origin.page_size()
+
+        def where_live(h) -> bool:
+            if h.kind == "vector":
+                return h.file.startswith("ann" + os.sep) and h.file.endswith(".usearch")
+            first, last = h.offset // page + 1, (h.offset + h.width - 1) // page + 1
+            return h.file == origin_name and first == last and first in owned
+
+        residue = [h for h, w in zip(hits, windows) if not (w in live and where_live(h))]
         shared = len(hits) - len(residue)
         residue_count = len(residue)
         elapsed = time.time() - t0
         short = fp.too_short.get("text", 0)
+        unchecked = {k: n for k, n in fp.too_short.items() if k != "text"}
         mbs = scanned / elapsed / 1e6 if elapsed > 0 else 0.0
         if residue_count:
             where: dict[str, int] = {}
@@ -269,7 +282,8 @@ class Verifier:
                       + ", ".join(f"{k}: {n}" for k, n in sorted(where.items())))
             outcome = "fail"
         elif short:
-            detail = (f"{short} erased texts are shorter than 8 bytes and cannot be fingerprinted; "
+            detail = (f"{short} erased items ({', '.join(f'{n} {k}' for k, n in sorted(fp.too_short.items()))}) "
+                      "are too short or too uniform to fingerprint; "
                       f"the other items were not found in {len(files)} files")
             outcome = "cannot_verify"
         else:
@@ -277,7 +291,9 @@ class Verifier:
             detail = (f"none of {fp.count()} fingerprints ({items}) found in {len(files)} files, "
                       f"{scanned:,} bytes at {mbs:,.0f} MB/s"
                       + (f"; {shared} windows are held by live records (retained or re-written copies)"
-                         if shared else ""))
+                         if shared else "")
+                      + (f"; not checkable (under 8 bytes or too uniform): "
+                         + ", ".join(f"{n} {k}" for k, n in sorted(unchecked.items())) if unchecked else ""))
             outcome = "pass"
         return _check("bytes", "erased", outcome, detail, t0, elapsed), scanned, rel
 

@@ -117,6 +117,7 @@ CREATE TABLE IF NOT EXISTS ledger(
     prev TEXT NOT NULL,
     hash TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS ledger_handle ON ledger(handle) WHERE handle IS NOT NULL;
 CREATE TABLE IF NOT EXISTS subject_keys(
     tenant TEXT NOT NULL,
     subject TEXT NOT NULL,
@@ -726,6 +727,14 @@ class SQLiteOrigin:
         keys = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
         return dict(zip(keys, row))
 
+    def erased_proof(self, handle: str) -> dict[str, Any] | None:
+        """The newest verification of ``handle`` that proved ``erased`` (one indexed lookup
+        per handle instead of reading the whole ledger)."""
+        row = self._c.execute(
+            "SELECT seq, at, kind, handle, body, prev, hash FROM ledger WHERE handle=? AND kind='verify'"
+            " AND json_extract(body, '$.level')='erased' ORDER BY seq DESC LIMIT 1", (handle,)).fetchone()
+        return None if row is None else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row))
+
     def record_verification(self, handle: str, body: dict, receipt_level: str, discard: bool,
                             now: float) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level, and (once erased is
@@ -737,7 +746,8 @@ class SQLiteOrigin:
             self._c.execute("UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?",
                             (receipt_level, handle))
             if discard:
-                self._c.execute("UPDATE evidence SET fingerprints=NULL WHERE handle=?", (handle,))
+                # the word hashes too: beside the secret they are a dictionary away from the words
+                self._c.execute("UPDATE evidence SET fingerprints=NULL, tokens=X'5B5D' WHERE handle=?", (handle,))
         except BaseException:
             self._c.execute("ROLLBACK")
             raise
@@ -793,6 +803,14 @@ class SQLiteOrigin:
             if len(found) == len(windows):
                 break
         return found
+
+    def pages_of(self, names: Sequence[str]) -> set[int]:
+        """Page numbers (1-based) of these b-trees, overflow pages included."""
+        marks = ",".join("?" * len(names))
+        return {r[0] for r in self._c.execute(f"SELECT pageno FROM dbstat WHERE name IN ({marks})", list(names))}
+
+    def page_size(self) -> int:
+        return self._c.execute("PRAGMA page_size").fetchone()[0]
 
     def fts_terms(self) -> Iterable[tuple[str, int]]:
         return self._c.execute("SELECT term, doc FROM fts_vocab")
