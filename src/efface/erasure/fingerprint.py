@@ -141,12 +141,15 @@ class Fingerprinter:
         self.add_many(fp, kind, [data], region)
 
     def add_many(self, fp: Fingerprints, kind: str, items: list[bytes], region: int = REGION) -> None:
-        """Fingerprint many items of one kind at once (one vectorised pass per window width)."""
-        groups: dict[str, tuple[list[bytes], list[np.ndarray]]] = {"w16": ([], []), "w8": ([], []), "u8": ([], [])}
+        """Fingerprint many items of one kind at once (one vectorised pass per window width).
+        An item too short, or whose every sampled window is too uniform, gets no fingerprint
+        and is counted in ``fp.too_short``."""
+        groups: dict[str, tuple[list[bytes], list[np.ndarray], list[np.ndarray]]] = {
+            "w16": ([], [], []), "w8": ([], [], []), "u8": ([], [], [])}
         offset = {"w16": 0, "w8": 0, "u8": 0}
         fp.items[kind] = fp.items.get(kind, 0) + len(items)
         short = 0
-        for data in items:
+        for number, data in enumerate(items):
             n = len(data)
             if n >= 23:
                 group, local = "w16", np.arange(0, n - 15)
@@ -158,34 +161,40 @@ class Fingerprinter:
             else:
                 short += 1
                 continue
-            if self._windows(data, local, 16 if group == "w16" else 8).size == 0:
-                short += 1  # every sampled window is too uniform: no fingerprint, say so
-                continue
-            bufs, starts = groups[group]
+            bufs, starts, owners = groups[group]
             bufs.append(data)
             starts.append(local + offset[group])
+            owners.append(np.full(local.size, number))
             offset[group] += n
-        for group, (bufs, starts) in groups.items():
+        for group, (bufs, starts, owners) in groups.items():
             if not bufs:
                 continue
-            hashes = self._windows(b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8)
+            hashes, kept = self._windows(b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8,
+                                         np.concatenate(owners))
+            short += len(bufs) - kept
+            if hashes.size == 0:
+                continue
             target = getattr(fp, group)
             prev = target.get(kind)
             target[kind] = hashes if prev is None else np.union1d(prev, hashes)
         if short:
             fp.too_short[kind] = fp.too_short.get(kind, 0) + short
 
-    def _windows(self, data: bytes, starts: np.ndarray, width: int) -> np.ndarray:
+    def _windows(self, data: bytes, starts: np.ndarray, width: int,
+                 owners: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """Hashes of the usable windows, and how many distinct owners kept at least one."""
         arr = np.frombuffer(data, dtype=np.uint8)
         win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
         ordered = np.sort(win, axis=1)
         distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
         zeros = width - np.count_nonzero(win, axis=1)
-        win = np.ascontiguousarray(win[(distinct >= _MIN_DISTINCT) & (zeros <= width // 4)])
+        usable = (distinct >= _MIN_DISTINCT) & (zeros <= width // 4)
+        kept = int(np.unique(owners[usable]).size) if owners is not None else int(usable.any())
+        win = np.ascontiguousarray(win[usable])
         if win.shape[0] == 0:
-            return np.empty(0, dtype=np.uint64)
+            return np.empty(0, dtype=np.uint64), kept
         words = win.view("<u8").reshape(win.shape[0], width // 8)
-        return np.unique(self._hash(words[:, 0], words[:, 1] if width == 16 else None))
+        return np.unique(self._hash(words[:, 0], words[:, 1] if width == 16 else None)), kept
 
     def _hash(self, a: np.ndarray, b: np.ndarray | None) -> np.ndarray:
         if b is None:
