@@ -44,14 +44,21 @@ files = sorted(os.path.join(a, f) for a, _, n in os.walk(path) for f in n)
 hits, _ = st._verifier._fp.scan(files, fp, path)
 by_kind = collections.Counter(h.kind for h in hits)
 held = collections.Counter()
+windows = []
 for h in hits:
     if h.kind == "vector":
         continue
     with open(os.path.join(path, h.file), "rb") as f:
         f.seek(h.offset)
-        w = f.read(h.width)
-    if st._origin.live_contains(w):
-        held[h.kind] += 1
+        windows.append((h.kind, f.read(h.width)))
+# live_contains (one instr() scan per window) became live_holding (one Aho-Corasick pass) in cebab66
+if hasattr(st._origin, "live_holding"):
+    live = st._origin.live_holding({w for _k, w in windows}, embeddings=True)
+    for k, w in windows:
+        held[k] += w in live
+else:
+    for k, w in windows:
+        held[k] += bool(st._origin.live_contains(w))
 print("vectors:", "dense random" if dense else "hashing")
 print("fingerprints per kind:", {k: int(a.size) for g in (fp.w16, fp.w8, fp.u8) for k, a in g.items()})
 print("hits per kind:", dict(by_kind))

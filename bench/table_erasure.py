@@ -36,6 +36,11 @@ def main(path: str) -> None:
                 vals.append("—")
         print(f"| {label} | " + " | ".join(vals) + " |")
 
+    if any("measured_on" in sizes[c] for c in cols):
+        print("### Code measured\n")
+        print(head)
+        row("commit (src last changed in)", lambda r: f"{r['measured_on']['git_commit']} ({r['measured_on']['src_last_changed_in']})")
+        print()
     print("### forget → unreadable\n")
     print(head)
     u = lambda r: r["unreadable"]  # noqa: E731
