@@ -43,6 +43,11 @@ PROBE_SAMPLE = 16
 """Erased records whose words and neighbours are kept for probes (a sample bounds the
 cost of a forget; the byte scan covers every record)."""
 NEIGHBOURS = 6
+LIVE_BTREES = ("records", "sqlite_autoindex_records_1", "claims", "claims_subject", "sqlite_autoindex_claims_1",
+               "subjects", "sqlite_autoindex_subjects_1", "mentions", "sqlite_autoindex_mentions_1",
+               "mentions_subject", "subject_keys", "sqlite_autoindex_subject_keys_1",
+               "sqlite_autoindex_subject_keys_2")
+"""The b-trees where a live record, claim or subject legitimately holds bytes."""
 ANCHOR_QUERIES = 4
 
 
@@ -256,10 +261,11 @@ class Verifier:
         if vector and tenant is not None:
             live |= self._s._ann.holds_bytes(tenant, sorted(vector))
         # A live copy can only sit where live content is stored: texts, keys and embeddings on
-        # the pages of the records table (and its key index), vectors in the ANN index files.
+        # the pages of the records table (and its key index), subjects and identifiers on the
+        # pages of the tables that name live subjects, vectors in the ANN index files.
         origin = self._s._origin
         origin_name = os.path.relpath(origin.path, root)
-        owned, page = origin.pages_of(("records", "sqlite_autoindex_records_1")), origin.page_size()
+        owned, page = origin.pages_of(LIVE_BTREES), origin.page_size()
 
         def where_live(h) -> bool:
             if h.kind == "vector":

@@ -782,8 +782,9 @@ class SQLiteOrigin:
         return self._c.execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0] if ids else 0
 
     def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
-        """Which of these byte windows occur in a live record's text or key (or embedding):
-        copies that are allowed to be there, such as a retained duplicate. One pass over
+        """Which of these byte windows occur in a live record's text or key (or embedding), or
+        in a live subject's name or identifiers: copies that are allowed to be there, such as
+        a retained duplicate or another subject whose name shares the bytes. One pass over
         the records with an Aho-Corasick automaton, whatever the number of windows."""
         import ahocorasick
 
@@ -795,13 +796,16 @@ class SQLiteOrigin:
         automaton.make_automaton()
         found: set[bytes] = set()
         cols = "text, key" + (", embedding" if embeddings else "")
-        for row in self._c.execute(f"SELECT {cols} FROM records"):
-            for value in row:
-                raw = value.encode("utf-8") if isinstance(value, str) else value
-                for _end, w in automaton.iter(raw.decode("latin-1")):
-                    found.add(w)
-            if len(found) == len(windows):
-                break
+        queries = (f"SELECT {cols} FROM records", "SELECT DISTINCT subject FROM claims",
+                   "SELECT subject, identifiers FROM subjects", "SELECT subject FROM subject_keys")
+        for sql in queries:
+            for row in self._c.execute(sql):
+                for value in row:
+                    raw = value.encode("utf-8") if isinstance(value, str) else value
+                    for _end, w in automaton.iter(raw.decode("latin-1")):
+                        found.add(w)
+                if len(found) == len(windows):
+                    return found
         return found
 
     def pages_of(self, names: Sequence[str]) -> set[int]:
