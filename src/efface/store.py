@@ -915,6 +915,7 @@ class Store:
             for a in (*self._synchronous, *self._asynchronous):
                 a.persist()
             self._origin.prune_changes(min(a.saved_epoch() for a in self._asynchronous))
+            self._origin.rebuild_indexes()
             self._origin.checkpoint()
             self._last_persist = time.monotonic()
             self._measure("erase", erased, self._erased_epochs(), self._clock())

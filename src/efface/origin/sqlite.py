@@ -147,6 +147,10 @@ CREATE TABLE IF NOT EXISTS backups(
 
 GENESIS = "0" * 64
 CHECKPOINTED = "origin.checkpointed_epoch"
+REINDEX = "origin.reindex"
+REINDEXED = ("sqlite_autoindex_records_1", "claims_subject", "sqlite_autoindex_claims_1", "lineage_source",
+             "sqlite_autoindex_lineage_1", "mentions_subject", "sqlite_autoindex_mentions_1",
+             "sqlite_autoindex_subjects_1")
 
 
 def chain_hash(prev: str, seq: int, at: float, kind: str, handle: str | None, body: str) -> str:
@@ -290,6 +294,8 @@ class SQLiteTx:
 
     def erase_records(self, record_ids: Sequence[int]) -> None:
         """Delete the records and everything that hangs off them (set-based)."""
+        if record_ids:  # in the same transaction: a crash cannot lose the need to rebuild
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
         for start in range(0, len(record_ids), 500):
             chunk = list(record_ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
@@ -711,6 +717,20 @@ class SQLiteOrigin:
         self.meta_set(CHECKPOINTED, str(epoch))
         # The meta row just went into the WAL; checkpoint again so the file is empty.
         self._c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return True
+
+    def rebuild_indexes(self) -> bool:
+        """Rebuild the indexes that hold keys and subjects if anything was erased since the last
+        rebuild. secure_delete zeroes a deleted cell, but when SQLite rebuilds an index page
+        it leaves the old cell bytes in the page's unallocated gap (found by verify's byte
+        scan: fragments of erased keys and subject names in live pages of these indexes).
+        A rebuild writes fresh pages and frees the old ones, which secure_delete zeroes."""
+        if self.meta_get(REINDEX) != "1":
+            return False
+        with self._c:
+            for index in REINDEXED:
+                self._c.execute(f"REINDEX {index}")
+            self._c.execute("UPDATE meta SET v='0' WHERE k=?", (REINDEX,))
         return True
 
     def checkpointed_epoch(self) -> int:
