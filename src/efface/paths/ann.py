@@ -245,8 +245,6 @@ class VectorIndex:
             found.update(w for w in windows if w in tape)
         return found
 
-    def files(self) -> list[str]:
-        return sorted(os.path.join(self._dir, f) for f in os.listdir(self._dir))
 
     def close(self) -> None:
         self._indexes.clear()
