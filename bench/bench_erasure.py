@@ -42,10 +42,8 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -65,6 +63,7 @@ from bench_store import (  # noqa: E402  (reused, not copied)
     peak_rss_mib,
     pct,
     rss_mib,
+    run_child,
 )
 
 BIG, BIG_SIZE = 3, 1000
@@ -526,30 +525,8 @@ def child(n: int, args) -> dict[str, Any]:
         cmd += ["--dir", args.dir]
     if args.keep:
         cmd.append("--keep")
-    samples: list[float] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(5.0):
-            samples.append(os.getloadavg()[0])
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-    finally:
-        stop.set()
-        th.join()
-    if proc.returncode != 0:
-        return {"error": f"child exited with {proc.returncode}"}
-    out = json.loads(proc.stdout)
-    if samples:
-        out["loadavg_1min_during"] = {"mean": round(float(np.mean(samples)), 2), "max": round(max(samples), 2),
-                                      "samples": len(samples),
-                                      "note": "1-minute load average sampled every 5 s; this benchmark alone keeps "
-                                              "it near 1-1.5 (compactor thread + main thread); more means other "
-                                              "work competed for the 2 cores"}
-    return out
+    return run_child(cmd, "1-minute load average sampled every 5 s; this benchmark alone keeps it near "
+                          "1-1.5 (compactor thread + main thread); more means other work competed for the 2 cores")
 
 
 def judge(sizes: dict[str, dict]) -> list[dict]:

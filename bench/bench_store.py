@@ -649,12 +649,19 @@ def child(argv_extra: list[str], args) -> dict[str, Any]:
         cmd += ["--profile", args.profile]
     if args.keep:
         cmd.append("--keep")
+    return run_child(cmd, "this benchmark alone keeps it near 1 (usearch inserts use 2 threads); "
+                          "more means other work competed for the 2 cores")
+
+
+def run_child(cmd: list[str], note: str) -> dict[str, Any]:
+    """Run one benchmark child process and parse its JSON, sampling the 1-minute load average
+    every 5 s meanwhile (the machine is shared: record how busy it was)."""
     import threading
 
     samples: list[float] = []
     stop = threading.Event()
 
-    def sample() -> None:  # the machine is shared: record how busy it was meanwhile
+    def sample() -> None:
         while not stop.wait(5.0):
             samples.append(os.getloadavg()[0])
 
@@ -670,9 +677,7 @@ def child(argv_extra: list[str], args) -> dict[str, Any]:
     out = json.loads(proc.stdout)
     if samples:
         out["loadavg_1min_during"] = {"mean": round(float(np.mean(samples)), 2), "max": round(max(samples), 2),
-                                      "samples": len(samples),
-                                      "note": "this benchmark alone keeps it near 1 (usearch inserts use 2 threads); "
-                                              "more means other work competed for the 2 cores"}
+                                      "samples": len(samples), "note": note}
     return out
 
 
