@@ -262,9 +262,7 @@ class SQLiteTx:
     def remaining_claims(self, record_ids: Sequence[int]) -> dict[int, list[ClaimRow]]:
         """The claims left on each of ``record_ids`` (records with none are absent)."""
         out: dict[int, list[ClaimRow]] = {}
-        for start in range(0, len(record_ids), 500):
-            chunk = list(record_ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(record_ids):
             for r in self._c.execute(
                 f"SELECT {_CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE c.record_id IN ({marks})",
                 chunk,
@@ -275,9 +273,7 @@ class SQLiteTx:
     def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
         """Key, text and embedding of records about to be erased (for their fingerprints)."""
         out: dict[int, tuple[str, str, bytes]] = {}
-        for start in range(0, len(record_ids), 500):
-            chunk = list(record_ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(record_ids):
             for rid, key, text, emb in self._c.execute(
                 f"SELECT id, key, text, embedding FROM records WHERE id IN ({marks})", chunk
             ):
@@ -296,9 +292,7 @@ class SQLiteTx:
         """Delete the records and everything that hangs off them (set-based)."""
         if record_ids:  # in the same transaction: a crash cannot lose the need to rebuild
             self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
-        for start in range(0, len(record_ids), 500):
-            chunk = list(record_ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(record_ids):
             self.old_texts.update(
                 (rid, text) for rid, text in self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk)
                 if rid not in self.old_texts
@@ -327,9 +321,7 @@ class SQLiteTx:
 
     def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
-        for start in range(0, len(keys), 500):
-            chunk = list(keys[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(keys):
             out += self._c.execute(
                 "SELECT DISTINCT l.record_id, r.key FROM lineage l JOIN records r ON r.id=l.record_id"
                 f" WHERE l.tenant=? AND l.source_key IN ({marks})",
@@ -435,9 +427,7 @@ class SQLiteTx:
         as the claim that needs it, so no claim ever exists without its key)."""
         wanted = sorted(set(subjects))
         have: set[str] = set()
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(wanted):
             have |= {r[0] for r in self._c.execute(
                 f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk])}
         self._c.executemany(
@@ -467,9 +457,7 @@ class SQLiteTx:
         """Which of these keyed subject hashes still have a data key in the tenant."""
         hs = sorted(set(hashes))
         out: set[str] = set()
-        for start in range(0, len(hs), 500):
-            chunk = hs[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(hs):
             out |= {r[0] for r in self._c.execute(
                 f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk])}
         return out
@@ -520,9 +508,7 @@ class SQLiteTx:
     def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
         """Subject hashes noted as exposing any of these key hashes in older backups."""
         out: set[str] = set()
-        for start in range(0, len(key_hashes), 500):
-            chunk = list(key_hashes[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(key_hashes):
             out |= {r[0] for r in self._c.execute(
                 f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk])}
         return out
@@ -586,9 +572,7 @@ class SQLiteOrigin:
         the gate every index candidate passes before any text leaves the store."""
         out: set[int] = set()
         sub = " AND c.subject=?" if subject is not None else ""
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(ids):
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
             out.update(r[0] for r in self._c.execute(
                 # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
@@ -617,9 +601,7 @@ class SQLiteOrigin:
 
     def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
         out: set[str] = set()
-        for start in range(0, len(keys), 500):
-            chunk = list(keys[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(keys):
             out |= {r[0] for r in self._c.execute(
                 f"SELECT key FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk])}
         return out
@@ -661,9 +643,7 @@ class SQLiteOrigin:
 
     def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
         out: dict[int, bytes] = {}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(ids):
             out.update(self._c.execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", chunk))
         return out
 
@@ -789,9 +769,7 @@ class SQLiteOrigin:
         for table, col in (("records", "id"), ("claims", "record_id"), ("lineage", "record_id"),
                            ("mentions", "record_id"), ("quarantine", "record_id")):
             n = 0
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in _in_chunks(ids):
                 n += self._c.execute(f"SELECT count(*) FROM {table} WHERE {col} IN ({marks})", chunk).fetchone()[0]
             if n:
                 found[table] = n
@@ -853,6 +831,13 @@ class SQLiteOrigin:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _in_chunks(values: Sequence[Any], size: int = 500) -> Iterator[tuple[list[Any], str]]:
+    """``values`` in chunks small enough for one ``IN (...)``, each with its placeholders."""
+    for start in range(0, len(values), size):
+        chunk = list(values[start : start + size])
+        yield chunk, ",".join("?" * len(chunk))
 
 
 def _fsync_dir(path: str) -> None:
