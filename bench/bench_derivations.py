@@ -43,7 +43,7 @@ import numpy as np
 
 import efface
 from efface.embed.hashing import HashingEmbedder
-from efface.mentions import MentionIndex
+from efface.derivations.mentions import MentionIndex
 
 TENANT = "acme"
 PURPOSE = "support"

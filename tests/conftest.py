@@ -114,3 +114,18 @@ def reopen(open_store) -> Callable[..., efface.Store]:
         return open_store(s.path, **options)
 
     return _reopen
+
+
+def raw_db(store):
+    """A read-only connection to a SQLite store's origin file, for tests of what the file holds
+    (bytes, FTS rows, raw tables): the store's own objects are not touched."""
+    import apsw
+
+    conn = apsw.Connection(os.path.join(store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READWRITE)
+    conn.setbusytimeout(5000)
+    return conn
+
+
+def ann_vectors(store, tenant: str) -> int:
+    """Record vectors the store's ANN index holds for ``tenant`` (public stats)."""
+    return store.stats(tenant=tenant)["ann_vectors"]

@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import efface
+from conftest import raw_db
 from efface import BackupCorrupt, BackupMismatch
-from efface.backup import read_header
+from efface.backups.format import read_header
 
 T = "acme"
 ALICE_TEXTS = {
@@ -40,7 +41,7 @@ ALICE_NEEDLES = ["Quaxworth", "vermilion", "marmalade subscriptions", "Zebulon"]
 def lose_everything(store, tenant: str | None = None) -> None:
     """The incident a backup is for: rows deleted behind the store's back (not a forget, so no
     receipt, no ledger entry, no key destroyed)."""
-    conn = store._origin.connection
+    conn = raw_db(store)
     where, args = ("WHERE tenant=?", (tenant,)) if tenant else ("", ())
     ids = [r[0] for r in conn.execute(f"SELECT id FROM records {where}", args)]
     with conn:
@@ -53,7 +54,7 @@ def lose_everything(store, tenant: str | None = None) -> None:
 def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
     """(tenant, key) -> (text, {(subject, purpose, basis, expires_at)}) of every record, from the origin."""
     out: dict = {}
-    rows = store._origin.connection.execute(
+    rows = raw_db(store).execute(
         "SELECT r.tenant, r.key, r.text, c.subject, c.purpose, c.basis, c.expires_at"
         " FROM records r JOIN claims c ON c.record_id=r.id").fetchall()
     for tenant, key, text, *claim in rows:
@@ -63,7 +64,7 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
 
 
 def subject_key(store, subject: str, tenant: str = T) -> bytes | None:
-    row = store._origin.connection.execute(
+    row = raw_db(store).execute(
         "SELECT key FROM subject_keys WHERE tenant=? AND subject=?", (tenant, subject)).fetchone()
     return None if row is None else row[0]
 
@@ -150,7 +151,7 @@ def test_restored_quarantine_and_identifiers(store, tmp_path):
     assert store.read("q", tenant=T, purpose="analytics") is None
     store.backup(tmp_path / "b.efb")
     lose_everything(store)
-    store._origin.connection.execute("DELETE FROM subjects")
+    raw_db(store).execute("DELETE FROM subjects")
     result = store.restore(tmp_path / "b.efb")
     assert result.subjects == 1
     assert store.read("q", tenant=T, purpose="analytics") is None  # still quarantined
@@ -370,7 +371,7 @@ def test_a_frame_that_fails_authentication_after_the_file_check_restores_nothing
     """Belt and braces: the per-entry AES-GCM check stands even if the file changes between the
     whole-file MAC check and the decryption (the restore is one transaction per tenant, after
     every entry was decrypted)."""
-    import efface.backup as b
+    import efface.backups.format as b
 
     world(store)
     dest = tmp_path / "b.efb"
@@ -411,7 +412,7 @@ def test_a_rewritten_ledger_refuses_the_restore(store, tmp_path):
     world(store)
     store.backup(tmp_path / "b.efb")
     store.forget(tenant=T, subject="alice")
-    conn = store._origin.connection
+    conn = raw_db(store)
     conn.execute("UPDATE ledger SET body='{}' WHERE kind='forget'")  # someone hides the erasure
     lose_everything(store)
     with pytest.raises(efface.UnverifiableDeletion):

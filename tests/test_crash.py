@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import efface
+from conftest import ann_vectors
 from efface.paths.ann import SENTINEL_BASE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -245,7 +246,7 @@ def check_store(store_dir: str, rp: Replay, rng: random.Random) -> ReferenceMode
             assert not lost, f"after recovery the vector index lacks live records {lost[:10]} ({tenant})"
             # (scrub noise under reserved labels stays until the next rebuild; size() leaves it out)
             records = [int(k) for k in index.keys if int(k) < SENTINEL_BASE]
-            assert len(records) == len(live_ids) == store._ann.size(tenant), (
+            assert len(records) == len(live_ids) == ann_vectors(store, tenant), (
                 f"after recovery the vector index holds {len(records)} vectors for {len(live_ids)} live records")
         seen = observed(store, rp.keys)
         candidates = [rp.before] + ([rp.after] if rp.after is not None else [])

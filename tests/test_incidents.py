@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest import raw_db, ann_vectors
 
 DAY = 86_400.0
 TENANT = "acme"
@@ -56,7 +57,7 @@ def test_incident_a_forget_subject_is_read_safe_at_acknowledgement(incident_a):
     for key, text in list(alice.items())[:5]:
         hit = next(h for h in _hits(store, text, "support") if h.key == key)
         assert set(hit.via) == {"ann", "fts"}
-    ann_size = store._ann.size(TENANT)
+    ann_size = ann_vectors(store, TENANT)
 
     receipt = store.forget(tenant=TENANT, subject="alice")
     assert sorted(receipt.erased) == sorted(alice)
@@ -65,7 +66,7 @@ def test_incident_a_forget_subject_is_read_safe_at_acknowledgement(incident_a):
     # The vector index has not absorbed the erasure: it still holds every vector ...
     assert receipt.paths["ann"].state == "pending"
     assert store.status(receipt.handle).paths["ann"].state == "pending"
-    assert store._ann.size(TENANT) == ann_size
+    assert ann_vectors(store, TENANT) == ann_size
     # ... and still no recall scoped to the tenant, by any erased text, returns any of them.
     erased = set(alice)
     live = {"support": set(bob), "analytics": {"acme:digest:w14"}}
@@ -86,7 +87,7 @@ def test_incident_a_forget_subject_is_read_safe_at_acknowledgement(incident_a):
 
     st = store.wait(receipt.handle, timeout=30)
     assert st.settled and st.pending_deletions == 0
-    assert store._ann.size(TENANT) == ann_size - N_ALICE
+    assert ann_vectors(store, TENANT) == ann_size - N_ALICE
     for text in list(alice.values())[:10]:
         assert not erased & {h.key for h in _hits(store, text, "support")}
 
@@ -185,7 +186,7 @@ def _served_anywhere(store, *, key=KEY, text=SECRET):
 
 def _fts_rows(store, word):
     """Rows of the full-text index that hold ``word`` (read from the index itself)."""
-    return store._origin.connection.execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)).fetchall()
+    return raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)).fetchall()
 
 
 def test_incident_b_two_retention_scopes(incident_b):
@@ -193,7 +194,7 @@ def test_incident_b_two_retention_scopes(incident_b):
     # The vector path alone finds it by meaning-ish similarity (no shared word with the text).
     vec = [h for h in _hits(store, "callers cards addresses streets", "session") if h.key == KEY]
     assert vec and vec[0].via == ("ann",)
-    ann_size = store._ann.size(TENANT)
+    ann_size = ann_vectors(store, TENANT)
 
     r1 = store.forget(tenant=TENANT, prefix=PREFIX, purpose="session")
     assert sorted((x.key, x.purpose) for x in r1.released) == [(PREFIX + "42", "session"), (PREFIX + "43", "session")]
@@ -213,10 +214,10 @@ def test_incident_b_two_retention_scopes(incident_b):
     # After the acknowledgement: no point read, no listing-like recall, no FTS, no vector hit.
     assert _served_anywhere(store) == []
     assert _fts_rows(store, "4242") == [] and _fts_rows(store, "baker") == []
-    assert r2.paths["ann"].state == "pending" and store._ann.size(TENANT) == ann_size
+    assert r2.paths["ann"].state == "pending" and ann_vectors(store, TENANT) == ann_size
     st = store.wait(r2.handle, timeout=30)
     assert st.settled
-    assert store._ann.size(TENANT) == ann_size - 2
+    assert ann_vectors(store, TENANT) == ann_size - 2
     assert _served_anywhere(store) == []
     # Nothing outside the selector was lost.
     for k, (t, p) in bystanders.items():

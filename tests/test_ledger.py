@@ -106,7 +106,7 @@ def test_an_altered_timestamp_is_detected(store, clock, reopen):
 def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
     """Rewriting an entry and recomputing its own hash does not help: the next entry's
     link, and the hash the caller kept on the receipt, no longer match."""
-    from efface.origin.sqlite import chain_hash
+    from efface.origin.ledger import chain_hash
 
     receipts, _ = _populate(store, clock)
     e = store.ledger()[0]

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 import efface
+from conftest import ann_vectors
 
 DAY = 86_400.0
 
@@ -298,7 +299,7 @@ def test_recall_never_returns_erased_records_while_ann_is_pending(store):
     # A recall brings the ANN up to date with the writes: both paths now propose them.
     hits = store.recall(secrets["al0"], tenant="acme", purpose="support", k=100)
     assert {"ann", "fts"} <= set(next(h.via for h in hits if h.key == "al0"))
-    ann_size = store._ann.size("acme")
+    ann_size = ann_vectors(store, "acme")
     assert ann_size == len(secrets) + 1
 
     receipt = store.forget(tenant="acme", subject="alice")
@@ -308,7 +309,7 @@ def test_recall_never_returns_erased_records_while_ann_is_pending(store):
     assert receipt.paths["fts"].state == "absorbed"
     assert receipt.paths["origin"].state == "absorbed"
     # The ANN still holds every erased vector (nothing has absorbed the erasure) ...
-    assert store._ann.size("acme") == ann_size
+    assert ann_vectors(store, "acme") == ann_size
     for key, text in secrets.items():
         hits = store.recall(text, tenant="acme", purpose="support", k=100)
         # ... yet neither the ANN candidates nor the FTS ones let erased content out.
@@ -324,7 +325,7 @@ def test_recall_never_returns_erased_records_while_ann_is_pending(store):
         "origin": "absorbed", "fts": "absorbed", "ann": "absorbed"}
     assert all(p.applied_epoch >= receipt.epoch for p in st.paths.values())
     assert st.pending_deletions == 0
-    assert store._ann.size("acme") == 1
+    assert ann_vectors(store, "acme") == 1
     assert recall_keys(store, secrets["al3"]) == ["bob1"]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import efface
+from conftest import raw_db
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 TENANT = "acme"
@@ -243,7 +244,7 @@ def test_a_tampered_verification_entry_is_detected(store):
     r = store.forget(tenant=TENANT, subject="alice")
     store.wait(r.handle, timeout=30)
     v = store.verify(r.handle)
-    conn = store._origin.connection
+    conn = raw_db(store)
     body = json.loads(conn.execute("SELECT body FROM ledger WHERE seq=?", (v.ledger_seq,)).fetchone()[0])
     body["level"] = "erased" if body["level"] != "erased" else "intent"
     with conn:
@@ -268,7 +269,7 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     store.compact()
     tenant_index = store._ann._index(TENANT)
     for r in range(rounds):
-        ids = [store._origin.connection.execute("SELECT id FROM records WHERE key=?", (f"r{r}:{i}",)).fetchone()[0]
+        ids = [raw_db(store).execute("SELECT id FROM records WHERE key=?", (f"r{r}:{i}",)).fetchone()[0]
                for i in range(r * per, (r + 1) * per)]
         quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
         receipt = store.forget(tenant=TENANT, subject=f"s{r}")

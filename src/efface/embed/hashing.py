@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from typing import Sequence
 
 import numpy as np
 
+from ..text import fold
+
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def fold(text: str) -> str:
-    """Lower-case and strip accents, so 'Zoë' and 'zoe' share features."""
-    if text.isascii():  # the common case, without a per-character Python loop
-        return text.lower()
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def _features(text: str) -> list[tuple[str, float]]:

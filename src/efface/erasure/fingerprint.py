@@ -37,6 +37,7 @@ import hashlib
 import mmap
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,8 @@ VECTOR_REGION = 256
 """Embeddings are longer and uniform: sparser sampling still finds a whole copy."""
 MIN_BYTES = 8
 CHUNK = 1 << 24
+SHRINKING = ("-wal", "-shm", "-journal")
+"""Files another thread may truncate while they are scanned (SQLite's WAL after a checkpoint)."""
 _MIN_DISTINCT = 5
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -230,12 +233,23 @@ class Fingerprinter:
                 continue
             name = os.path.relpath(path, root) if root else path
             with open(path, "rb") as f:
+                if path.endswith(SHRINKING):
+                    # The scan runs beside the compactor, which truncates these files: a mapped
+                    # page cut off under the scan would kill the process (SIGBUS), so read a copy.
+                    data: Any = f.read()
+                    hits.extend(self._scan_all(data, len(data), tables, name))
+                    continue
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    for start in range(0, size, CHUNK):
-                        # chunks overlap by one word so a 16-byte window across the seam is seen
-                        end = min(size, start + CHUNK + 8)
-                        hits.extend(self._scan_chunk(mm, start, end, tables, name))
+                    hits.extend(self._scan_all(mm, size, tables, name))
         return hits, scanned
+
+    def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
+        hits: list[Hit] = []
+        for start in range(0, size, CHUNK):
+            # chunks overlap by one word so a 16-byte window across the seam is seen
+            end = min(size, start + CHUNK + 8)
+            hits.extend(self._scan_chunk(buf, start, end, tables, name))
+        return hits
 
     def _scan_chunk(self, mm, start: int, end: int, tables, name: str) -> list[Hit]:
         out: list[Hit] = []

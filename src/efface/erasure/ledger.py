@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..origin.sqlite import GENESIS, chain_hash
+from ..origin.ledger import GENESIS, chain_hash
 
 SECRET_KEY = "ledger.secret"
 

@@ -11,14 +11,16 @@ they hold; on open, the change log since that epoch is replayed.
 from __future__ import annotations
 
 import os
-import tempfile
+import threading
+import time
 from collections import defaultdict
 from typing import Callable, Sequence
 
 import numpy as np
 from usearch.index import Index
 
-from .base import Query
+from ..model import Check
+from .base import Erased, Held, Query, check
 
 SAVED_EPOCH = "ann.saved_epoch"
 ABSORB_CHUNK = 10_000
@@ -30,6 +32,13 @@ REBUILD_CHURN = 0.2
 share of its size (removed nodes stay in an HNSW graph and can cut live ones off)."""
 SENTINEL_BASE = 1 << 62
 """Labels at and above this are scrub sentinels, never record ids."""
+ADD_BATCH = 64
+"""Vectors added per usearch call while absorbing. usearch holds the GIL for a whole call, so
+a small batch lets concurrent searches in between (a read waits for one batch, not a chunk)."""
+VECTOR_REGION = 256
+"""Fingerprint sampling of vectors (see erasure.fingerprint)."""
+NEIGHBOURS = 6
+ANCHOR_QUERIES = 4
 
 
 class VectorIndex:
@@ -47,6 +56,10 @@ class VectorIndex:
         for name in os.listdir(directory):  # a save killed before its rename: never valid, may hold erased vectors
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(directory, name))
+        self._mu = threading.RLock()
+        """Serialises the mutators (absorb, scrub, save, rebuild, lazy load). Searches take no
+        lock: each usearch call holds the GIL throughout, so a search never sees a half-done
+        add, and an index being rebuilt is swapped in whole."""
         self._indexes: dict[str, Index] = {}
         self._dirty: set[str] = set()
         self._rng = np.random.default_rng()
@@ -68,6 +81,13 @@ class VectorIndex:
         return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
 
     def _index(self, tenant: str) -> Index:
+        idx = self._indexes.get(tenant)
+        if idx is not None:
+            return idx
+        with self._mu:
+            return self._load(tenant)
+
+    def _load(self, tenant: str) -> Index:
         idx = self._indexes.get(tenant)
         if idx is None:
             idx = self._new()
@@ -95,8 +115,7 @@ class VectorIndex:
         for rid, blob in self._origin.records_of_tenant(tenant):
             ids.append(rid)
             vecs.append(np.frombuffer(blob, dtype=np.float32))
-        if ids:
-            idx.add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
+        _add(idx, ids, vecs)
         self._dirty.add(tenant)
 
     def applied_epoch(self) -> int:
@@ -105,6 +124,8 @@ class VectorIndex:
     def saved_epoch(self) -> int:
         return self._saved
 
+    erased_epoch = saved_epoch
+
     def stage(self, tx, tenant, puts, drops, texts) -> None:  # pragma: no cover - asynchronous artifact
         raise NotImplementedError("the ANN index absorbs after commit, through catch_up()")
 
@@ -112,6 +133,10 @@ class VectorIndex:
         """Absorb the change log from the applied epoch up to ``upto`` (default: everything).
         A removed vector's slot is overwritten at once (see :meth:`_scrub`), so the erased
         vector is gone from memory, and from the file at the next :meth:`persist`."""
+        with self._mu:
+            return self._catch_up(upto)
+
+    def _catch_up(self, upto: int | None) -> int:
         target = self._origin.current_epoch() if upto is None else upto
         if target <= self._applied:
             return self._applied
@@ -140,7 +165,7 @@ class VectorIndex:
                 self._noise[tenant] = self._noise.get(tenant, 0) + count
                 self._churn[tenant] += count
             for tenant, (ids, vecs) in adds.items():
-                self._index(tenant).add(np.asarray(ids, dtype=np.uint64), np.vstack(vecs))
+                _add(self._index(tenant), ids, vecs)
         self._applied = target
         return self._applied
 
@@ -156,11 +181,15 @@ class VectorIndex:
         # Random labels above SENTINEL_BASE: unique without remembering a counter across reloads.
         keys = (np.uint64(SENTINEL_BASE) + self._rng.integers(0, 1 << 61, size=count, dtype=np.uint64)).astype(np.uint64)
         noise = self._rng.standard_normal((count, self._dim)).astype(np.float32)
-        idx.add(keys, noise)
+        _add(idx, keys.tolist(), list(noise))
 
     def persist(self) -> None:
         """Save every changed tenant index atomically, then record the epoch they hold.
         Graphs worn by churn are rebuilt from the origin first."""
+        with self._mu:
+            self._persist()
+
+    def _persist(self) -> None:
         for tenant, churn in list(self._churn.items()):
             if churn > max(1000, REBUILD_CHURN * len(self._index(tenant))):
                 if self._applied == self._origin.current_epoch():  # the origin is what we hold
@@ -171,12 +200,15 @@ class VectorIndex:
                     del self._churn[tenant]
         for tenant in sorted(self._dirty):
             path = self._path(tenant)
-            fd, tmp = tempfile.mkstemp(dir=self._dir, suffix=".tmp")
-            os.close(fd)
+            tmp = path + ".tmp"
             try:
-                self._indexes[tenant].save(tmp)
-                with open(tmp, "rb+") as f:
+                # Serialise in memory (usearch holds the GIL), write with the GIL released.
+                data = self._indexes[tenant].save()
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
                     os.fsync(f.fileno())
+                del data
                 os.replace(tmp, path)
                 if self._origin.meta_get(self._saved_key(tenant)) is None:
                     self._origin.meta_set(self._saved_key(tenant), "1")
@@ -207,7 +239,7 @@ class VectorIndex:
         idx = self._index(tenant)
         return len(idx) - self._noise.get(tenant, 0)
 
-    # -- evidence for verify -----------------------------------------------------------
+    # -- the erasure contract ----------------------------------------------------------
     def quantized(self, tenant: str, ids: Sequence[int]) -> list[bytes]:
         """The i8 bytes the index holds for these records (what its file will hold)."""
         idx = self._index(tenant)
@@ -232,9 +264,61 @@ class VectorIndex:
         idx = self._index(tenant)
         return sum(1 for i in ids if i in idx)
 
-    def holds_bytes(self, tenant: str, windows: Sequence[bytes]) -> set[bytes]:
+    def held(self, erased: Erased) -> list[Held]:
+        quantized = self.quantized(erased.tenant, erased.ids)
+        return [Held("vector", quantized, VECTOR_REGION)] if quantized else []
+
+    def evidence(self, erased: Erased) -> bytes:
+        """Record ids of live records next to the erased vectors (queries for the probe)."""
+        anchors: set[int] = set()
+        if erased.sample:
+            # A few erased vectors suffice to find live records next to them; their own
+            # neighbours are mostly each other (one subject's memories), so look past them.
+            few = erased.sample[:: max(1, len(erased.sample) // ANCHOR_QUERIES)][:ANCHOR_QUERIES]
+            vectors = np.vstack([erased.vectors[i] for i in few])
+            gone = set(erased.ids)
+            for row in self.neighbours(erased.tenant, vectors, NEIGHBOURS + min(len(erased.ids), 64)):
+                anchors.update(r for r in row if r not in gone)
+        return np.asarray(sorted(anchors), dtype="<i8").tobytes()
+
+    def probe(self, tenant: str | None, erased: Sequence[int], evidence: bytes) -> Check:
+        """Query with live records next to the erased vectors: an erased id the index still
+        proposes must not resolve to a live row (else it could be served)."""
+        t0 = time.time()
+        anchors = np.frombuffer(evidence, dtype="<i8").tolist() if evidence else []
+        proposed: set[int] = set()
+        served: set[int] = set()
+        if tenant is not None and anchors and erased:
+            vecs = self._origin.embeddings(anchors)
+            if vecs:
+                matrix = np.vstack([np.frombuffer(b, dtype=np.float32) for b in vecs.values()])
+                gone = set(erased)
+                for row in self.neighbours(tenant, matrix, 40):
+                    proposed.update(r for r in row if r in gone)
+                if self._origin.residual_rows(sorted(proposed)).get("records"):
+                    served = proposed
+        return check(
+            "ann.by_neighbours", "unreadable", "fail" if served else "pass",
+            (f"{len(served)} erased records proposed by the index resolve to live rows" if served else
+             f"{len(anchors)} live neighbours of the erased vectors used as queries: "
+             f"{len(proposed)} erased ids still proposed by the index (pending its compaction), "
+             "0 resolve to a live row, so none can be served"), t0)
+
+    def check_erased(self, tenant: str | None, epoch: int, erased: Sequence[int]) -> Check:
+        t0 = time.time()
+        applied, saved = self.applied_epoch(), self.saved_epoch()
+        holding = self.holding(tenant, erased) if tenant is not None else 0
+        ok = applied >= epoch and saved >= epoch and holding == 0
+        return check(
+            "ann.erased", "erased", "pass" if ok else "fail",
+            f"index applied epoch {applied}, saved epoch {saved} (erasure epoch {epoch}); "
+            f"{holding} erased vectors still in memory; removed slots are overwritten with noise before saving", t0)
+
+    def live_copies(self, tenant: str | None, windows: Sequence[bytes]) -> set[bytes]:
         """Which of these byte windows occur in a live vector of the tenant's index (a
         vector legitimately shared with an erased one, e.g. a retained copy of its text)."""
+        if tenant is None or not windows:
+            return set()
         idx = self._index(tenant)
         labels = [int(k) for k in idx.keys if int(k) < SENTINEL_BASE]
         found: set[bytes] = set()
@@ -245,6 +329,15 @@ class VectorIndex:
             found.update(w for w in windows if w in tape)
         return found
 
+    def may_hold_live(self, file: str) -> bool:
+        return file.startswith("ann" + os.sep) and file.endswith(".usearch")
 
     def close(self) -> None:
         self._indexes.clear()
+
+
+def _add(idx: Index, ids: Sequence[int], vecs: Sequence[np.ndarray]) -> None:
+    """Add in batches of :data:`ADD_BATCH`, so a concurrent search waits for one batch at most."""
+    for start in range(0, len(ids), ADD_BATCH):
+        idx.add(np.asarray(ids[start : start + ADD_BATCH], dtype=np.uint64), np.vstack(vecs[start : start + ADD_BATCH]))
+        time.sleep(0)  # let a waiting reader take the GIL between batches

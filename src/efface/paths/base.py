@@ -1,11 +1,23 @@
-"""The one protocol every derived artifact implements (STYLE §2)."""
+"""The one protocol every derived read path implements, with the erasure contract in it.
+
+A read path is any structure built from records that can put content in front of a reader:
+the ANN index, the full-text index, later a cache or an archive. Each one declares its
+propagation bound, reports the epoch it has absorbed and the epoch whose bytes are gone from
+its files, proposes candidates (which the store resolves in the origin before any text
+leaves), keeps at forget time the evidence a later verification needs, and answers that
+verification with a probe (``unreadable``) and a structural check (``erased``). The store,
+the compactor and the verifier loop over the list of paths: a new path is one new module.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
+
+from ..model import Check
 
 
 @dataclass(frozen=True)
@@ -20,34 +32,89 @@ class Query:
     now: float
 
 
-class DerivedArtifact(Protocol):
-    """A structure built from records that must absorb every erasure."""
+@dataclass(frozen=True)
+class Erased:
+    """What a forget erased, as a read path sees it at forget time (inside the transaction)."""
+
+    tenant: str
+    ids: tuple[int, ...]
+    """The erased record ids (never reused)."""
+    texts: dict[int, str]
+    vectors: dict[int, np.ndarray]
+    sample: tuple[int, ...]
+    """The erased ids whose evidence is kept for probes (a sample bounds the forget's cost)."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """Bytes a read path holds for erased records, to fingerprint (``kind``, items, region)."""
+
+    kind: str
+    items: list[bytes]
+    region: int
+
+
+class ReadPath(Protocol):
+    """A derived artifact that must absorb every erasure (DESIGN invariants 3 and 5)."""
 
     name: str
     max_propagation_s: float
-    """The bound this artifact declares for absorbing an erasure after it is acknowledged."""
+    """The bound this path declares for absorbing an erasure after it is acknowledged."""
     synchronous: bool
     """True when it absorbs inside the origin's transaction (its applied epoch never lags)."""
 
     def applied_epoch(self) -> int:
-        """The newest epoch whose changes this artifact has fully absorbed."""
+        """The newest epoch whose changes this path has fully absorbed (reads cannot see them)."""
         ...
 
-    def stage(self, tx, tenant: str, puts: Sequence[int], drops: Sequence[int],
-              texts: dict[int, str]) -> None:
-        """Synchronous artifacts: apply a mutation inside the origin transaction."""
+    def erased_epoch(self) -> int:
+        """The newest epoch whose erased bytes are physically gone from this path's files."""
+        ...
+
+    def stage(self, tx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
+        """Synchronous paths: apply a mutation inside the origin transaction."""
         ...
 
     def catch_up(self, upto: int | None = None) -> int:
-        """Asynchronous artifacts: absorb the change log up to ``upto`` (all by default)."""
+        """Asynchronous paths: absorb the change log up to ``upto`` (all by default)."""
         ...
 
     def persist(self) -> None:
-        """Make the absorbed state durable, so a restart replays less of the log."""
+        """Make the absorbed state durable, erasing the bytes of absorbed erasures."""
         ...
 
     def candidates(self, query: Query, n: int) -> list[int]:
         """Up to ``n`` record ids, best first. The store resolves them against the origin."""
         ...
 
+    def held(self, erased: Erased) -> list[Held]:
+        """The bytes this path holds for the erased records, in its own form (fingerprinted)."""
+        ...
+
+    def evidence(self, erased: Erased) -> bytes:
+        """What a later probe of this path needs, without the content (kept in the origin)."""
+        ...
+
+    def probe(self, tenant: str | None, erased: Sequence[int], evidence: bytes) -> Check | None:
+        """The ``unreadable`` check: can this path still lead a read to an erased record?"""
+        ...
+
+    def check_erased(self, tenant: str | None, epoch: int, erased: Sequence[int]) -> Check:
+        """The ``erased`` structural check: absorbed, saved and purged past ``epoch``."""
+        ...
+
+    def live_copies(self, tenant: str | None, windows: Sequence[bytes]) -> set[bytes]:
+        """Which of these byte windows a live record legitimately holds in this path."""
+        ...
+
+    def may_hold_live(self, file: str) -> bool:
+        """Whether ``file`` (relative to the store directory) holds this path's live content."""
+        ...
+
     def close(self) -> None: ...
+
+
+def check(name: str, rung: str, outcome: str, detail: str, at: float, duration: float | None = None) -> Check:
+    """A recorded check, timed from ``at`` (now, unless ``duration`` is given)."""
+    took = time.time() - at if duration is None else duration
+    return Check(name=name, rung=rung, outcome=outcome, detail=detail, at=round(at, 6), duration_s=round(took, 6))

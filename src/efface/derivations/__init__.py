@@ -22,10 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 from .mentions import PHONE_PREFIX, MentionIndex
-from .model import Derivation
-from .paths.fts import phrase_query
+from ..model import Derivation
 
 POLICIES = ("quarantine", "redact", "keep")
 REDACTION_MARK = "[redacted]"
@@ -61,9 +60,7 @@ class Derivations:
         for pattern in own.identifiers(tenant, subject):
             words = pattern[len(PHONE_PREFIX):] if pattern.startswith(PHONE_PREFIX) else pattern
             for variant in _phone_variants(words) if pattern.startswith(PHONE_PREFIX) else [words]:
-                query = phrase_query(variant)
-                if query:
-                    candidates.update(tx.fts_phrase(tenant, query))
+                candidates.update(tx.records_with_phrase(tenant, variant))
         for rid, text in candidates.items():
             if own.find(tenant, text):
                 tx.add_mentions(rid, tenant, [subject])

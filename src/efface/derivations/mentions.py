@@ -18,7 +18,7 @@ from typing import Iterable
 import ahocorasick
 import phonenumbers
 
-from .embed.hashing import fold
+from ..text import fold
 
 _SPACE = re.compile(r"\s+")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")

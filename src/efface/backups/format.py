@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .errors import BackupCorrupt
+from ..errors import BackupCorrupt
 
 MAGIC = b"EFFACE-BACKUP\x00\x01\n"
 TRAILER_TAG = b"EFFACE-END\x00\x00"

@@ -1,0 +1,33 @@
+"""What backup and restore are handed by the store (they never import it)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..origin.base import Origin, Tx
+
+Body = Callable[[Tx, float], tuple[Any, list[int], list[int], dict[int, str]]]
+
+
+@dataclass(frozen=True)
+class BackupContext:
+    origin: Origin
+    mutate: Callable[..., tuple[int, Any]]
+    """The store's chokepoint: ``mutate(kind, tenant, body, after=...)``."""
+    hasher: Callable[..., str]
+    secret: Callable[[str], bytes]
+    """A key derived from the store's secret for a label (``backup-mac``, ``backup-settings``)."""
+    embedder_name: str
+    derivations: Any
+    expire_due: Callable[[], object]
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

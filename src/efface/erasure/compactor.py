@@ -1,0 +1,113 @@
+"""The compactor: brings every derived read path up to the newest epoch and erases the bytes.
+
+A :class:`Compactor` is handed its collaborators (the origin, the read paths, the
+propagation record, the expiry sweep and a clock), like ZODB's packer, and can run in the
+background on its own thread or be driven by a caller (``compact()``, ``wait()`` without a
+thread). One round: honour due expiries, let every asynchronous path absorb the change log,
+and when it is due (an erasure waiting for its bytes to go, or periodically) persist every
+path, prune the change log, rebuild the origin's key indexes and checkpoint its WAL.
+
+Reads never wait for it: it takes the origin's write lock only for the origin's own
+maintenance writes, and the paths let searches run beside their absorption.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Sequence
+
+from ..origin.base import Origin
+from ..paths.base import ReadPath
+from .propagation import Propagation
+
+PERSIST_EVERY_S = 30.0
+ERASE_PERSIST_S = 0.5
+"""After an erasure, the compactor saves every artifact (and so erases the bytes) at most
+this long after its previous save."""
+
+log = logging.getLogger("efface")
+
+
+class Compactor:
+    def __init__(self, origin: Origin, paths: Sequence[ReadPath], propagation: Propagation,
+                 expire: Callable[[], object], *, interval: float = 0.5):
+        self._origin = origin
+        self._paths = list(paths)
+        self._async = [p for p in self._paths if not p.synchronous]
+        self._propagation = propagation
+        self._expire = expire
+        self._interval = interval
+        self._mu = threading.Lock()
+        """One round at a time (the background thread, compact() and wait() may race)."""
+        self._last_persist = time.monotonic()
+        # An erasure may be waiting for its bytes to go since before a restart: save soon.
+        self.erasure_unsaved = True
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- driving ------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="efface-compactor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def wake(self, erased: bool = False) -> None:
+        """A mutation committed: absorb it promptly (and, after an erasure, erase its bytes)."""
+        if erased:
+            self.erasure_unsaved = True
+        self._wake.set()
+
+    def absorb(self, upto: int | None = None) -> None:
+        """Bring the asynchronous paths up to ``upto`` (default: everything)."""
+        before = self._propagation.applied_epochs()
+        for p in self._async:
+            p.catch_up(upto)
+        self._propagation.measure("absorb", before, self._propagation.applied_epochs())
+
+    def run(self, persist: bool) -> int:
+        """One round; returns the oldest applied epoch among the paths."""
+        with self._mu:
+            self.absorb()
+            if persist:
+                erased = self._propagation.erased_epochs()
+                self.erasure_unsaved = False
+                for p in self._paths:
+                    p.persist()
+                lagging = [p.erased_epoch() for p in self._async]
+                if lagging:
+                    self._origin.prune_changes(min(lagging))
+                physical = getattr(self._origin, "physical", None)
+                if physical is not None:
+                    physical.rebuild_indexes()
+                    physical.checkpoint()
+                self._last_persist = time.monotonic()
+                self._propagation.measure("erase", erased, self._propagation.erased_epochs())
+            return min(p.applied_epoch() for p in self._paths)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._expire()
+                since = time.monotonic() - self._last_persist
+                due = since > PERSIST_EVERY_S or (self.erasure_unsaved and since > ERASE_PERSIST_S)
+                self.run(persist=due)
+            except Exception:  # keep the worker alive; the next round retries
+                if self._stop.is_set():
+                    return
+                log.exception("compactor round failed")

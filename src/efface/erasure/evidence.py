@@ -1,0 +1,63 @@
+"""What a forget keeps, inside its own transaction, for a later verification.
+
+The erased record ids (never reused), each read path's probe evidence (keyed word hashes
+for full text, live neighbours of the erased vectors for the ANN index), and keyed
+fingerprints of every erased byte: texts, keys, embeddings, the forms the read paths hold
+(the index's i8 vectors), the identifiers of a subject whose last claim went and the data
+keys destroyed for crypto-shredding (see :mod:`.fingerprint`). Never the content: it is
+gone with the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..origin.base import Tx
+from ..paths.base import Erased, ReadPath
+from .fingerprint import VECTOR_REGION, Fingerprinter, Fingerprints
+
+PROBE_SAMPLE = 16
+"""Erased records whose words and neighbours are kept for probes (a sample bounds the
+cost of a forget; the byte scan covers every record)."""
+
+
+def id_blob(ids: Sequence[int]) -> bytes:
+    return np.asarray(sorted(ids), dtype="<i8").tobytes()
+
+
+def blob_ids(blob: bytes) -> list[int]:
+    return np.frombuffer(blob, dtype="<i8").tolist() if blob else []
+
+
+class Evidence:
+    """Collects a forget's evidence; handed the read paths and the keyed hashes."""
+
+    def __init__(self, paths: Sequence[ReadPath], fingerprinter: Fingerprinter, hasher: Callable[..., str]):
+        self._paths = list(paths)
+        self._fp = fingerprinter
+        self._hash = hasher
+
+    def collect(self, tx: Tx, tenant: str, handle: str, content: dict[int, tuple[str, str, bytes]],
+                quarantined_ids: Sequence[int], identifiers: Sequence[str], now: float,
+                keys: Sequence[bytes] = ()) -> None:
+        ids = sorted(content)
+        fp = Fingerprints()
+        if keys:  # subject data keys destroyed by this erasure (crypto-shredding of backups)
+            self._fp.add_many(fp, "datakey", list(keys))
+        sample = tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])
+        erased = Erased(tenant, tuple(ids), {i: content[i][1] for i in ids},
+                        {i: np.frombuffer(content[i][2], dtype=np.float32) for i in ids}, sample)
+        if ids:
+            self._fp.add_many(fp, "text", [content[i][1].encode("utf-8") for i in ids])
+            self._fp.add_many(fp, "key", [content[i][0].encode("utf-8") for i in ids])
+            self._fp.add_many(fp, "embedding", [content[i][2] for i in ids], VECTOR_REGION)
+            for path in self._paths:
+                for held in path.held(erased):
+                    self._fp.add_many(fp, held.kind, held.items, held.region)
+        if identifiers:
+            self._fp.add_many(fp, "identifier", [i.encode("utf-8") for i in identifiers])
+        per_path = {p.name: p.evidence(erased) for p in self._paths}
+        tx.save_evidence(handle, self._hash("tenant", tenant), id_blob(ids), id_blob(quarantined_ids),
+                         per_path, fp.to_blob(), now)

@@ -1,0 +1,88 @@
+"""The release rules: which claims a forget (or an expiry) releases, what is erased, what stays.
+
+A forget releases the claims its selector matches, per (subject, purpose) pair, never per
+key (DESIGN §2). Claims whose basis is ``legal_hold`` or ``legal_obligation`` stay unless the
+forget names their purpose. A record left with no claim is erased; a record with claims left
+is retained, and the receipt says under which basis and why. Everything here runs inside the
+caller's origin transaction, so the tombstones, the derived records' quarantine, the evidence
+verify needs, the destroyed data keys, the receipt and the ledger entry commit together.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, Callable, Protocol, Sequence
+
+from ..backups.coverage import coverage
+from ..model import LEGAL_BASES, Released, Retained, Selector
+from ..origin.base import ClaimRow, Tx
+from .receipts import Outcome, hashed_body
+
+
+class EvidenceCollector(Protocol):
+    """What a forget keeps for a later verification (see :mod:`efface.erasure.evidence`)."""
+
+    def collect(self, tx: Tx, tenant: str, handle: str, content: dict[int, tuple[str, str, bytes]],
+                quarantined_ids: Sequence[int], identifiers: Sequence[str], now: float,
+                keys: Sequence[bytes] = ()) -> None: ...
+
+
+class Releaser:
+    """Applies the release rules inside a transaction; handed its collaborators."""
+
+    def __init__(self, derivations: Any, evidence: EvidenceCollector, hasher: Callable[..., str],
+                 max_propagation: Callable[[], float]):
+        self._derivations = derivations
+        self._evidence = evidence
+        self._hash = hasher
+        self._max_propagation = max_propagation
+
+    def release(self, tx: Tx, selector: Selector, kind: str, matched: Sequence[ClaimRow], now: float) -> Outcome:
+        """Release claims, erase records left with none, list what stays and why, and write
+        the receipt and the ledger entry: all inside the caller's transaction."""
+        held = [c for c in matched if kind == "forget" and c.basis in LEGAL_BASES and selector.purpose is None]
+        held_ids = {c.id for c in held}
+        released = [c for c in matched if c.id not in held_ids]
+        tx.release([c.id for c in released])
+        out = Outcome(selector, kind, [Released(c.key, c.subject, c.purpose, c.basis) for c in released], [], [], [])
+        key_of = {c.record_id: c.key for c in matched}
+        left = tx.remaining_claims(sorted(key_of))
+        for rid in sorted(key_of):
+            if rid not in left:
+                out.erased.append(key_of[rid])
+                out.drops.append(rid)
+                continue
+            for c in left[rid]:
+                if c.id in held_ids:
+                    reason = f"basis {c.basis} is kept unless the forget names purpose '{c.purpose}'"
+                else:
+                    reason = "another live claim keeps the record (retention scopes are a union)"
+                out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
+        content = tx.content_of(out.drops)  # for the fingerprints verify needs; gone at commit
+        tx.erase_records(out.drops)
+        # Crypto-shredding: a subject left with no claim in the tenant loses its data key here,
+        # in the erasure's own transaction, so its part of every backup is unreadable from now.
+        shredded = tx.destroy_subject_keys(selector.tenant, {c.subject for c in released})
+        handle = "efr_" + secrets.token_hex(12)
+        subject = selector.subject if kind == "forget" else None
+        out.derivations, out.puts, out.texts = self._derivations.process(
+            tx, tenant=selector.tenant, subject=subject, erased_keys=out.erased,
+            erased_ids=set(out.drops), handle=handle, now=now)
+        out.policy = tx.policy(selector.tenant)[0]
+        identifiers: list[str] = []
+        if subject is not None:
+            registered = tx.subject_identifiers(selector.tenant, subject)
+            out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
+            if out.identifiers_erased or not tx.subject_has_claims(selector.tenant, subject):
+                identifiers = [subject, *(json.loads(registered) if registered else [])]
+        quarantined_ids = [rid for d in out.derivations if d.action == "quarantined"
+                           if (rid := tx.record_id(selector.tenant, d.key)) is not None]
+        self._evidence.collect(tx, selector.tenant, handle, content, quarantined_ids, identifiers, now,
+                               keys=[key for _s, key in shredded])
+        body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())
+        body["backups"] = out.backups = coverage(tx, out, [s for s, _key in shredded], self._hash)
+        tx.save_receipt(handle, kind, self._hash("tenant", selector.tenant), body, now)
+        out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
+        out.handle, out.acknowledged_at = handle, now
+        return out

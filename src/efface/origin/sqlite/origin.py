@@ -1,0 +1,371 @@
+"""The embedded origin: one SQLite file in WAL mode with ``secure_delete=ON``.
+
+We use apsw rather than the standard library's sqlite3 because apsw bundles a current
+SQLite (3.54 here): FTS5's ``contentless_delete`` and ``secure-delete`` need >= 3.43,
+and the Python build on this machine links 3.40.
+
+Concurrency: one writer connection, used only under :attr:`SQLiteOrigin.write_lock` (every
+transaction, and the maintenance writes of :mod:`.physical` and :mod:`.text`), and one
+read-only connection per reading thread. WAL gives each read its own snapshot, so reads
+never wait for a write, a checkpoint, an index rebuild, a verification or a backup; and
+:meth:`SQLiteOrigin.snapshot` holds one snapshot across the several statements of one read
+(a recall resolves candidates and reads their text from the same state). apsw releases the
+GIL inside SQLite, so readers run in parallel with each other and with maintenance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from typing import Any, Iterable, Iterator, Sequence
+
+import apsw
+
+from ..base import RecordRow
+from .schema import _SCHEMA, FTS_SCHEMA, PATH_EVIDENCE, SCHEMA_VERSION
+from .tx import (
+    CLAIM_COLS,
+    LIVE,
+    NOT_QUARANTINED,
+    REC_COLS,
+    SQLiteTx,
+    claim_row,
+    in_chunks,
+    record_row,
+)
+
+
+class SQLiteOrigin:
+    """The origin on one SQLite file (see the module docstring for its threads)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        new = not os.path.exists(path)
+        self.write_lock = threading.RLock()
+        """Held for every use of the writer connection."""
+        self._c = apsw.Connection(path)
+        self._c.setbusytimeout(5000)
+        self._c.execute("PRAGMA journal_mode=WAL")
+        # FULL: every commit fsyncs the WAL, so an acknowledgement means the tombstone is durable.
+        self._c.execute("PRAGMA synchronous=FULL")
+        # Freed pages and cells are overwritten with zeros, not left behind.
+        self._c.execute("PRAGMA secure_delete=ON")
+        self._c.execute("PRAGMA foreign_keys=ON")
+        with self._c:
+            self._c.execute(_SCHEMA)
+            self._c.execute(FTS_SCHEMA)
+            self._c.execute(PATH_EVIDENCE)
+            # Deleted tokens are purged by merging (see .text), not rewritten per delete.
+            self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
+        if new:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_mu = threading.Lock()
+        self._closed = False
+        if self.meta_get("schema") is None:
+            self.meta_set("schema", SCHEMA_VERSION)
+        from .physical import SQLitePhysical
+        from .text import SQLiteText
+
+        self.physical = SQLitePhysical(self)
+        """Byte-level capabilities (checkpoint, index rebuild, live regions): see :mod:`.physical`."""
+        self.text = SQLiteText(self)
+        """The full-text word index (FTS5 in this file): see :mod:`.text`."""
+
+    # -- connections --------------------------------------------------------------------
+    @property
+    def writer(self) -> apsw.Connection:
+        """The writer connection; use it only with :attr:`write_lock` held."""
+        return self._c
+
+    def _r(self) -> apsw.Connection:
+        """This thread's read-only connection (opened on first use)."""
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            if self._closed:
+                raise apsw.ConnectionClosedError("the origin is closed")
+            c = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READONLY)
+            c.setbusytimeout(5000)
+            self._local.conn = c
+            self._local.depth = 0
+            with self._readers_mu:
+                self._readers.append(c)
+        return c
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator["SQLiteOrigin"]:
+        """Hold one read snapshot across every read made in this thread inside the block."""
+        c = self._r()
+        if self._local.depth == 0:
+            c.execute("BEGIN")
+        self._local.depth += 1
+        try:
+            yield self
+        finally:
+            self._local.depth -= 1
+            if self._local.depth == 0:
+                c.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
+        """One write transaction; the epoch is assigned in it. Commits (fsynced) on exit."""
+        with self.write_lock:
+            self._c.execute("BEGIN IMMEDIATE")
+            try:
+                self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))
+                tx = SQLiteTx(self._c, self._c.last_insert_rowid())
+                yield tx
+            except BaseException:
+                self._c.execute("ROLLBACK")
+                raise
+            self._c.execute("COMMIT")
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self.write_lock, self._c:
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+                            (key, value))
+
+    def prune_changes(self, upto: int) -> None:
+        with self.write_lock, self._c:
+            self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
+
+    def record_verification(self, handle: str, body: dict, receipt_level: str, discard: bool,
+                            now: float) -> tuple[int, str]:
+        """Append a verification to the ledger, raise the receipt's level, and (once erased is
+        proven) delete the fingerprints and the word hashes: one transaction, so a crash
+        leaves all or none."""
+        with self.write_lock:
+            self._c.execute("BEGIN IMMEDIATE")
+            try:
+                tx = SQLiteTx(self._c, self.current_epoch())
+                seq, digest = tx.append_ledger("verify", handle, body, now)
+                self._c.execute("UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?",
+                                (receipt_level, handle))
+                if discard:
+                    # the word hashes too: beside the secret they are a dictionary away from the words
+                    self._c.execute("UPDATE evidence SET fingerprints=NULL, tokens=X'5B5D' WHERE handle=?", (handle,))
+                    self._c.execute("DELETE FROM path_evidence WHERE handle=? AND path='fts'", (handle,))
+            except BaseException:
+                self._c.execute("ROLLBACK")
+                raise
+            self._c.execute("COMMIT")
+        return seq, digest
+
+    def path_evidence(self, handle: str) -> dict[str, bytes]:
+        """What each read path kept at forget time for its probe (see paths.base.ReadPath)."""
+        out = dict(self._r().execute("SELECT path, data FROM path_evidence WHERE handle=?", (handle,)).fetchall())
+        if not out:  # erasures recorded before path_evidence existed
+            row = self._r().execute("SELECT anchors, tokens FROM evidence WHERE handle=?", (handle,)).fetchone()
+            if row is not None:
+                out = {"ann": row[0], "fts": row[1]}
+        return out
+
+    def erased_epoch(self) -> int:
+        """The newest epoch whose erased bytes are gone from the origin's own files."""
+        return self.physical.checkpointed_epoch()
+
+    def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
+        return SQLiteTx(self._r(), 0).live_subject_hashes(tenant, hashes)
+
+    def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
+        return SQLiteTx(self._r(), 0).exposed(tenant, key_hashes)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._readers_mu:
+            readers, self._readers = self._readers, []
+        for c in readers:
+            c.close()
+        with self.write_lock:
+            self._c.close()
+
+    # -- reads (each on this thread's reader connection) ---------------------------------
+    def read(self, tenant: str, key: str, purpose: str, now: float):
+        row = self._r().execute(
+            f"SELECT {REC_COLS} FROM records r WHERE r.tenant=? AND r.key=? AND {NOT_QUARANTINED}", (tenant, key)
+        ).fetchone()
+        if row is None:
+            return None
+        claims = [
+            claim_row(c)
+            for c in self._r().execute(
+                f"SELECT {CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id"
+                f" WHERE c.record_id=? AND c.purpose=? AND {LIVE}",
+                (row[0], purpose, now),
+            )
+        ]
+        return (record_row(row), claims) if claims else None
+
+    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
+                 now: float) -> set[int]:
+        """The ids among ``ids`` that are live for this tenant and purpose (and subject):
+        the gate every index candidate passes before any text leaves the store."""
+        out: set[int] = set()
+        sub = " AND c.subject=?" if subject is not None else ""
+        for chunk, marks in in_chunks(ids):
+            args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
+            out.update(r[0] for r in self._r().execute(
+                # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
+                f"SELECT r.id FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS"
+                f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})",
+                args,
+            ))
+        return out
+
+    def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
+        """Rows by id; the caller has checked them with :meth:`live_ids` under the same lock."""
+        marks = ",".join("?" * len(ids))
+        return {r[0]: record_row(r) for r in self._r().execute(
+            f"SELECT {REC_COLS} FROM records r WHERE r.id IN ({marks})", list(ids))} if ids else {}
+
+    def all_subjects(self) -> list[tuple[str, str, str]]:
+        return self._r().execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
+
+    def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
+        """(record id, key, why, handle, since, sources JSON) of every quarantined record."""
+        return self._r().execute(
+            "SELECT q.record_id, r.key, q.why, q.handle, q.since, r.sources FROM quarantine q"
+            " JOIN records r ON r.id=q.record_id WHERE q.tenant=? ORDER BY r.key",
+            (tenant,),
+        ).fetchall()
+
+    def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for chunk, marks in in_chunks(keys):
+            out |= {r[0] for r in self._r().execute(
+                f"SELECT key FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk])}
+        return out
+
+    def purposes(self, tenant: str) -> list[str]:
+        return [r[0] for r in self._r().execute("SELECT purpose FROM purposes WHERE tenant=? ORDER BY 1", (tenant,))]
+
+    def changes_since(self, epoch: int, upto: int | None = None) -> list[tuple[int, int, str, str]]:
+        if upto is None:
+            return self._r().execute(
+                "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? ORDER BY epoch, rowid", (epoch,)
+            ).fetchall()
+        return self._r().execute(
+            "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
+            (epoch, upto),
+        ).fetchall()
+
+    def latest_put_epoch(self, after: int) -> int | None:
+        """The newest epoch after ``after`` that added or changed content, if any."""
+        row = self._r().execute("SELECT max(epoch) FROM changes WHERE epoch>? AND op='put'", (after,)).fetchone()
+        return row[0]
+
+    def due_tenant(self, now: float) -> str | None:
+        """A tenant with a claim whose TTL has passed, if any (uses the partial expiry index)."""
+        row = self._r().execute(
+            "SELECT r.tenant FROM claims c JOIN records r ON r.id=c.record_id"
+            " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? LIMIT 1",
+            (now,),
+        ).fetchone()
+        return row[0] if row else None
+
+    def pending_drops(self, applied: int) -> int:
+        (n,) = self._r().execute("SELECT count(*) FROM changes WHERE op='drop' AND epoch>?", (applied,)).fetchone()
+        return n
+
+    def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for chunk, marks in in_chunks(ids):
+            out.update(self._r().execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", chunk))
+        return out
+
+    def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
+        return self._r().execute("SELECT id, embedding FROM records WHERE tenant=?", (tenant,)).fetchall()
+
+    def tenants(self) -> list[str]:
+        return [r[0] for r in self._r().execute("SELECT DISTINCT tenant FROM records")]
+
+    def current_epoch(self) -> int:
+        row = self._r().execute("SELECT seq FROM sqlite_sequence WHERE name='mutations'").fetchone()
+        return row[0] if row else 0
+
+    def receipt(self, handle: str) -> dict[str, Any] | None:
+        row = self._r().execute(
+            "SELECT handle, epoch, kind, tenant_h, created_at, body FROM receipts WHERE handle=?", (handle,)
+        ).fetchone()
+        if row is None:
+            return None
+        return {"handle": row[0], "epoch": row[1], "kind": row[2], "tenant_h": row[3],
+                "created_at": row[4], "body": json.loads(row[5])}
+
+    def receipts(self, tenant_h: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT handle FROM receipts" + (" WHERE tenant_h=?" if tenant_h else "") + " ORDER BY epoch"
+        return [self.receipt(h) for (h,) in self._r().execute(sql, (tenant_h,) if tenant_h else ())]
+
+    def ledger(self) -> list[dict[str, Any]]:
+        return [
+            {"seq": s, "at": at, "kind": k, "handle": h, "body": b, "prev": p, "hash": hh}
+            for s, at, k, h, b, p, hh in self._r().execute(
+                "SELECT seq, at, kind, handle, body, prev, hash FROM ledger ORDER BY seq"
+            )
+        ]
+
+    def meta_get(self, key: str) -> str | None:
+        row = self._r().execute("SELECT v FROM meta WHERE k=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    # -- evidence for verify -------------------------------------------------------------
+    def evidence(self, handle: str) -> dict[str, Any] | None:
+        row = self._r().execute(
+            "SELECT tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens, fingerprints, created_at"
+            " FROM evidence WHERE handle=?", (handle,)
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
+        return dict(zip(keys, row))
+
+    def erased_proof(self, handle: str) -> dict[str, Any] | None:
+        """The newest verification of ``handle`` that proved ``erased`` (one indexed lookup
+        per handle instead of reading the whole ledger)."""
+        row = self._r().execute(
+            "SELECT seq, at, kind, handle, body, prev, hash FROM ledger WHERE handle=? AND kind='verify'"
+            " AND json_extract(body, '$.level')='erased' ORDER BY seq DESC LIMIT 1", (handle,)).fetchone()
+        return None if row is None else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row))
+
+    def ack_times(self, after: int, upto: int) -> list[float]:
+        """Acknowledgement times of the erasures with epochs in (after, upto]."""
+        return [r[0] for r in self._r().execute(
+            "SELECT created_at FROM receipts WHERE epoch>? AND epoch<=?", (after, upto))]
+
+    def tenant_names(self) -> list[str]:
+        """Every tenant that ever wrote (its purposes outlive its records)."""
+        return [r[0] for r in self._r().execute("SELECT DISTINCT tenant FROM purposes")]
+
+    def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
+        """Rows that still name any of these record ids, per table."""
+        found: dict[str, int] = {}
+        for table, col in (("records", "id"), ("claims", "record_id"), ("lineage", "record_id"),
+                           ("mentions", "record_id"), ("quarantine", "record_id")):
+            n = 0
+            for chunk, marks in in_chunks(ids):
+                n += self._r().execute(f"SELECT count(*) FROM {table} WHERE {col} IN ({marks})", chunk).fetchone()[0]
+            if n:
+                found[table] = n
+        return found
+
+    def still_quarantined(self, ids: Sequence[int]) -> int:
+        marks = ",".join("?" * len(ids))
+        return self._r().execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0] if ids else 0
+
+    def count_records(self) -> int:
+        return self._r().execute("SELECT count(*) FROM records").fetchone()[0]
+
+    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
+        """(tenant, subject, kid, key) of every live data key (restore opens backups with them)."""
+        return self._r().execute("SELECT tenant, subject, kid, key FROM subject_keys").fetchall()
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,412 @@
+"""A write transaction on the SQLite origin (``BEGIN IMMEDIATE`` on the writer connection)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import apsw
+
+from ...text import words
+from ..base import ClaimRow, NewRecord, RecordRow
+from ..ledger import GENESIS, chain_hash
+from .schema import REINDEX
+
+def claim_row(row: tuple) -> ClaimRow:
+    return ClaimRow(*row)
+
+
+def record_row(row: tuple) -> RecordRow:
+    return RecordRow(*row)
+
+
+REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
+CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
+LIVE = "(c.expires_at IS NULL OR c.expires_at > ?)"
+NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
+
+
+class SQLiteTx:
+    """An open ``BEGIN IMMEDIATE`` transaction on the origin."""
+
+    def __init__(self, conn: apsw.Connection, epoch: int):
+        self._c = conn
+        self.epoch = epoch
+        self.old_texts: dict[int, str] = {}
+        """Each changed record's text as it was before this transaction: the full-text index
+        needs it to delete exactly the tokens it holds for that record."""
+
+    def _remember(self, record_id: int | None = None, tenant: str | None = None, key: str | None = None) -> None:
+        if record_id is None:
+            row = self._c.execute("SELECT id, text FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+        else:
+            row = self._c.execute("SELECT id, text FROM records WHERE id=?", (record_id,)).fetchone()
+        if row is not None:
+            self.old_texts.setdefault(row[0], row[1])
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """For the SQLite text index's staging, which writes in this transaction."""
+        return self._c
+
+    def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
+        self._remember(tenant=tenant, key=rec.key)
+        (rid,) = self._c.execute(
+            "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
+            " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
+            " text=excluded.text, metadata=excluded.metadata, sources=excluded.sources,"
+            " embedding=excluded.embedding, updated_at=excluded.updated_at RETURNING id",
+            (tenant, rec.key, rec.text, rec.metadata, json.dumps(list(rec.sources)), rec.embedding, now, now),
+        ).fetchone()
+        self._c.execute("DELETE FROM lineage WHERE record_id=?", (rid,))
+        self._c.executemany(
+            "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+            [(rid, tenant, s) for s in rec.sources],
+        )
+        self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
+        return rid
+
+    def add_claim(self, record_id: int, subject: str, purpose: str, basis: str,
+                  expires_at: float | None, now: float) -> None:
+        # Restating a claim replaces its expiry: the newest statement of a scope wins.
+        self._c.execute(
+            "INSERT INTO claims(record_id, subject, purpose, basis, expires_at, created_at)"
+            " VALUES(?,?,?,?,?,?) ON CONFLICT(record_id, subject, purpose, basis) DO UPDATE SET"
+            " expires_at=excluded.expires_at, created_at=excluded.created_at",
+            (record_id, subject, purpose, basis, expires_at, now),
+        )
+
+    def record_id(self, tenant: str, key: str) -> int | None:
+        row = self._c.execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+        return row[0] if row else None
+
+    def match_claims(self, tenant: str, subject: str | None, purpose: str | None,
+                     prefix: str | None, key: str | None) -> list[ClaimRow]:
+        where, args = ["r.tenant=?"], [tenant]
+        if subject is not None:
+            where.append("c.subject=?")
+            args.append(subject)
+        if purpose is not None:
+            where.append("c.purpose=?")
+            args.append(purpose)
+        if prefix is not None:
+            # The range lets SQLite use the (tenant, key) index; substr() is the exact test.
+            where.append("r.key>=? AND substr(r.key, 1, ?)=?")
+            args += [prefix, len(prefix), prefix]
+        if key is not None:
+            where.append("r.key=?")
+            args.append(key)
+        sql = f"SELECT {CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE {' AND '.join(where)}"
+        return [claim_row(r) for r in self._c.execute(sql, args)]
+
+    def due_claims(self, now: float) -> list[tuple[str, ClaimRow]]:
+        rows = self._c.execute(
+            f"SELECT r.tenant, {CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id"
+            " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? ORDER BY r.tenant",
+            (now,),
+        ).fetchall()
+        return [(r[0], claim_row(r[1:])) for r in rows]
+
+    def release(self, claim_ids: Sequence[int]) -> None:
+        self._c.executemany("DELETE FROM claims WHERE id=?", [(i,) for i in claim_ids])
+
+    def remaining_claims(self, record_ids: Sequence[int]) -> dict[int, list[ClaimRow]]:
+        """The claims left on each of ``record_ids`` (records with none are absent)."""
+        out: dict[int, list[ClaimRow]] = {}
+        for chunk, marks in in_chunks(record_ids):
+            for r in self._c.execute(
+                f"SELECT {CLAIM_COLS} FROM claims c JOIN records r ON r.id=c.record_id WHERE c.record_id IN ({marks})",
+                chunk,
+            ):
+                out.setdefault(r[1], []).append(claim_row(r))
+        return out
+
+    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
+        """Key, text and embedding of records about to be erased (for their fingerprints)."""
+        out: dict[int, tuple[str, str, bytes]] = {}
+        for chunk, marks in in_chunks(record_ids):
+            for rid, key, text, emb in self._c.execute(
+                f"SELECT id, key, text, embedding FROM records WHERE id IN ({marks})", chunk
+            ):
+                out[rid] = (key, text, emb)
+        return out
+
+    def save_evidence(self, handle: str, tenant_h: str, erased_ids: bytes, quarantined_ids: bytes,
+                      paths: dict[str, bytes], fingerprints: bytes, now: float) -> None:
+        """What verify needs later, without the content: record ids, each read path's probe
+        evidence, and the keyed fingerprints of the erased bytes."""
+        self._c.execute(
+            "INSERT INTO evidence(handle, tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens,"
+            " fingerprints, created_at) VALUES(?,?,?,?,?,X'',X'',?,?)",
+            (handle, tenant_h, self.epoch, erased_ids, quarantined_ids, fingerprints, now),
+        )
+        self.save_path_evidence(handle, paths)
+
+    def erase_records(self, record_ids: Sequence[int]) -> None:
+        """Delete the records and everything that hangs off them (set-based)."""
+        if record_ids:  # in the same transaction: a crash cannot lose the need to rebuild
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
+        for chunk, marks in in_chunks(record_ids):
+            self.old_texts.update(
+                (rid, text) for rid, text in self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk)
+                if rid not in self.old_texts
+            )
+            for table, col in (("lineage", "record_id"), ("mentions", "record_id"), ("quarantine", "record_id"),
+                               ("claims", "record_id"), ("records", "id")):
+                self._c.execute(f"DELETE FROM {table} WHERE {col} IN ({marks})", chunk)
+
+    # -- derivations (lineage, mentions, quarantine) ------------------------------------
+    def set_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        self._c.execute("DELETE FROM mentions WHERE record_id=?", (record_id,))
+        self.add_mentions(record_id, tenant, subjects)
+
+    def add_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        self._c.executemany(
+            "INSERT OR IGNORE INTO mentions(record_id, tenant, subject) VALUES(?,?,?)",
+            [(record_id, tenant, s) for s in subjects],
+        )
+
+    def mentioning(self, tenant: str, subject: str) -> list[tuple[int, str]]:
+        return self._c.execute(
+            "SELECT m.record_id, r.key FROM mentions m JOIN records r ON r.id=m.record_id"
+            " WHERE m.tenant=? AND m.subject=?",
+            (tenant, subject),
+        ).fetchall()
+
+    def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        for chunk, marks in in_chunks(keys):
+            out += self._c.execute(
+                "SELECT DISTINCT l.record_id, r.key FROM lineage l JOIN records r ON r.id=l.record_id"
+                f" WHERE l.tenant=? AND l.source_key IN ({marks})",
+                [tenant, *chunk],
+            ).fetchall()
+        return out
+
+    def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
+        self._remember(record_id)
+        self._c.execute("UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?",
+                        (text, embedding, now, record_id))
+
+    def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
+        self._c.execute("UPDATE records SET sources=? WHERE id=?", (json.dumps(list(sources)), record_id))
+        self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
+        self._c.executemany("INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+                            [(record_id, tenant, s) for s in sources])
+
+    def record(self, record_id: int) -> RecordRow | None:
+        row = self._c.execute(f"SELECT {REC_COLS} FROM records r WHERE r.id=?", (record_id,)).fetchone()
+        return record_row(row) if row else None
+
+    def quarantine(self, record_id: int, tenant: str, why: str, handle: str, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO quarantine(record_id, tenant, why, handle, since) VALUES(?,?,?,?,?)"
+            " ON CONFLICT(record_id) DO NOTHING",
+            (record_id, tenant, why, handle, now),
+        )
+
+    def is_quarantined(self, record_id: int) -> bool:
+        return self._c.execute("SELECT 1 FROM quarantine WHERE record_id=?", (record_id,)).fetchone() is not None
+
+    def lift_quarantine(self, record_id: int) -> bool:
+        self._c.execute("DELETE FROM quarantine WHERE record_id=?", (record_id,))
+        return self._c.changes() > 0
+
+    def subject_has_claims(self, tenant: str, subject: str) -> bool:
+        return self._c.execute(
+            "SELECT 1 FROM claims c JOIN records r ON r.id=c.record_id WHERE r.tenant=? AND c.subject=? LIMIT 1",
+            (tenant, subject),
+        ).fetchone() is not None
+
+    def drop_subject(self, tenant: str, subject: str) -> bool:
+        """Erase a subject's registered identifiers and the mention rows that point at it."""
+        self._c.execute("DELETE FROM mentions WHERE tenant=? AND subject=?", (tenant, subject))
+        self._c.execute("DELETE FROM subjects WHERE tenant=? AND subject=?", (tenant, subject))
+        return self._c.changes() > 0
+
+    def policy(self, tenant: str) -> tuple[str, str | None]:
+        row = self._c.execute("SELECT policy, reason FROM policies WHERE tenant=?", (tenant,)).fetchone()
+        return (row[0], row[1]) if row else ("quarantine", None)
+
+    def set_policy(self, tenant: str, policy: str, reason: str | None) -> None:
+        self._c.execute(
+            "INSERT INTO policies(tenant, policy, reason) VALUES(?,?,?) ON CONFLICT(tenant)"
+            " DO UPDATE SET policy=excluded.policy, reason=excluded.reason",
+            (tenant, policy, reason),
+        )
+
+    def records_with_phrase(self, tenant: str, text: str, limit: int = 100000) -> list[tuple[int, str]]:
+        """Records of the tenant whose words contain the words of ``text`` in order."""
+        found = words(text)
+        if not found:
+            return []
+        return self._c.execute(
+            "SELECT r.id, r.text FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ? AND r.tenant=? LIMIT ?",
+            ('"' + " ".join(found) + '"', tenant, limit),
+        ).fetchall()
+
+    # -- reads inside the transaction (backups, restores, release) ----------------------
+    def subject_identifiers(self, tenant: str, subject: str) -> str | None:
+        """The subject's registered identifiers (JSON), or None if it has none registered."""
+        row = self._c.execute("SELECT identifiers FROM subjects WHERE tenant=? AND subject=?",
+                              (tenant, subject)).fetchone()
+        return row[0] if row else None
+
+    def all_subjects(self) -> list[tuple[str, str, str]]:
+        return self._c.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
+
+    def count_live_records(self, now: float) -> int:
+        return self._c.execute("SELECT count(DISTINCT record_id) FROM claims c WHERE"
+                               " c.expires_at IS NULL OR c.expires_at > ?", (now,)).fetchone()[0]
+
+    def all_policies(self) -> list[tuple[str, str, str | None]]:
+        return self._c.execute("SELECT tenant, policy, reason FROM policies").fetchall()
+
+    def all_purposes(self) -> list[tuple[str, str]]:
+        return self._c.execute("SELECT tenant, purpose FROM purposes").fetchall()
+
+    def has_policy(self, tenant: str) -> bool:
+        return self._c.execute("SELECT 1 FROM policies WHERE tenant=?", (tenant,)).fetchone() is not None
+
+    def set_times(self, record_id: int, created_at: float, updated_at: float) -> None:
+        self._c.execute("UPDATE records SET created_at=?, updated_at=? WHERE id=?", (created_at, updated_at, record_id))
+
+    def set_metadata(self, record_id: int, metadata: str) -> None:
+        self._c.execute("UPDATE records SET metadata=? WHERE id=?", (metadata, record_id))
+
+    def save_path_evidence(self, handle: str, evidence: dict[str, bytes]) -> None:
+        self._c.executemany("INSERT INTO path_evidence(handle, path, data) VALUES(?,?,?)",
+                            [(handle, name, data) for name, data in evidence.items()])
+
+    def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
+        rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
+        self._c.executemany("INSERT INTO changes(epoch, record_id, tenant, op) VALUES(?,?,?,?)", rows)
+
+    def save_receipt(self, handle: str, kind: str, tenant_h: str, body: dict, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO receipts(handle, epoch, kind, tenant_h, created_at, body) VALUES(?,?,?,?,?,?)",
+            (handle, self.epoch, kind, tenant_h, now, json.dumps(body, sort_keys=True)),
+        )
+
+    def append_ledger(self, kind: str, handle: str | None, body: dict, now: float) -> tuple[int, str]:
+        last = self._c.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = chain_hash(prev, seq, now, kind, handle, text)
+        self._c.execute(
+            "INSERT INTO ledger(seq, at, kind, handle, body, prev, hash) VALUES(?,?,?,?,?,?,?)",
+            (seq, now, kind, handle, text, prev, digest),
+        )
+        return seq, digest
+
+    def register_purpose(self, tenant: str, purpose: str) -> None:
+        self._c.execute("INSERT OR IGNORE INTO purposes(tenant, purpose) VALUES(?,?)", (tenant, purpose))
+
+    def set_subject(self, tenant: str, subject: str, identifiers: str, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO subjects(tenant, subject, identifiers, updated_at) VALUES(?,?,?,?)"
+            " ON CONFLICT(tenant, subject) DO UPDATE SET identifiers=excluded.identifiers,"
+            " updated_at=excluded.updated_at",
+            (tenant, subject, identifiers, now),
+        )
+
+    # -- per-subject data keys (crypto-shredding of backups) -----------------------------
+    def ensure_subject_keys(self, tenant: str, subjects: Iterable[str], now: float,
+                            subject_h: Callable[[str], str]) -> None:
+        """Give each subject that has none yet a data key in this tenant (same transaction
+        as the claim that needs it, so no claim ever exists without its key)."""
+        wanted = sorted(set(subjects))
+        have: set[str] = set()
+        for chunk, marks in in_chunks(wanted):
+            have |= {r[0] for r in self._c.execute(
+                f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk])}
+        self._c.executemany(
+            "INSERT INTO subject_keys(tenant, subject, kid, key, subject_h, created_at) VALUES(?,?,?,?,?,?)",
+            [(tenant, s, os.urandom(16), os.urandom(32), subject_h(s), now) for s in wanted if s not in have],
+        )
+
+    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[tuple[str, bytes]]:
+        """Delete the data key of every subject in ``subjects`` left with no claim in the
+        tenant. With ``secure_delete=ON`` the row's bytes are zeroed in the page; the old page
+        image in the WAL goes at the compactor's checkpoint. Returns (subject, key) of each key
+        destroyed: verify fingerprints the key bytes to prove them gone from every file."""
+        gone = []
+        for s in sorted(set(subjects)):
+            if not self.subject_has_claims(tenant, s):
+                row = self._c.execute("DELETE FROM subject_keys WHERE tenant=? AND subject=? RETURNING key",
+                                      (tenant, s)).fetchone()
+                if row is not None:
+                    gone.append((s, row[0]))
+        return gone
+
+    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
+        """(tenant, subject, kid, key) of every live data key."""
+        return self._c.execute("SELECT tenant, subject, kid, key FROM subject_keys").fetchall()
+
+    def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
+        """Which of these keyed subject hashes still have a data key in the tenant."""
+        hs = sorted(set(hashes))
+        out: set[str] = set()
+        for chunk, marks in in_chunks(hs):
+            out |= {r[0] for r in self._c.execute(
+                f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk])}
+        return out
+
+    def claim_subjects(self, now: float) -> list[tuple[str, str]]:
+        """Every (tenant, subject) with a live claim."""
+        return self._c.execute(
+            "SELECT DISTINCT r.tenant, c.subject FROM claims c JOIN records r ON r.id=c.record_id"
+            f" WHERE {LIVE}", (now,)).fetchall()
+
+    def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
+        """Each record with a live claim, in id order, with its live claims
+        (subject, purpose, basis, expires_at) and its quarantine (why, handle, since) or None."""
+        claims: dict[int, list[tuple]] = {}
+        for rid, subject, purpose, basis, expires_at in self._c.execute(
+                f"SELECT c.record_id, c.subject, c.purpose, c.basis, c.expires_at FROM claims c WHERE {LIVE}"
+                " ORDER BY c.record_id, c.id", (now,)):
+            claims.setdefault(rid, []).append((subject, purpose, basis, expires_at))
+        for row in self._c.execute(
+                "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
+                " r.updated_at, q.why, q.handle, q.since FROM records r LEFT JOIN quarantine q ON q.record_id=r.id"
+                " ORDER BY r.id"):
+            if row[0] in claims:
+                yield row, claims[row[0]]
+
+    def backup_floor(self) -> int | None:
+        """The ledger seq of the oldest recorded backup (None: no backup was ever taken)."""
+        return self._c.execute("SELECT min(ledger_seq) FROM backups").fetchone()[0]
+
+    def record_backup(self, backup_id: str, path_h: str, ledger_seq: int, now: float,
+                      records: int, subjects: int) -> None:
+        self._c.execute(
+            "INSERT INTO backups(id, path_h, epoch, ledger_seq, created_at, records, subjects) VALUES(?,?,?,?,?,?,?)",
+            (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
+        )
+
+    def note_exposure(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
+        """Remember (key hash, subject hash) of claims released while their subject keeps its
+        key: older backups still hold that record's key wrapped under a key that lives."""
+        self._c.executemany("INSERT OR IGNORE INTO backup_exposure(tenant, key_h, subject_h) VALUES(?,?,?)",
+                            [(tenant, k, s) for k, s in pairs])
+
+    def drop_exposure(self, tenant: str, subject_hashes: Iterable[str]) -> None:
+        """Forget the exposures of subjects whose key was destroyed: nothing opens them any more."""
+        self._c.executemany("DELETE FROM backup_exposure WHERE tenant=? AND subject_h=?",
+                            [(tenant, s) for s in subject_hashes])
+
+    def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
+        """Subject hashes noted as exposing any of these key hashes in older backups."""
+        out: set[str] = set()
+        for chunk, marks in in_chunks(key_hashes):
+            out |= {r[0] for r in self._c.execute(
+                f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk])}
+        return out
+
+
+def in_chunks(values: Sequence[Any], size: int = 500) -> Iterator[tuple[list[Any], str]]:
+    """``values`` in chunks small enough for one ``IN (...)``, each with its placeholders."""
+    for start in range(0, len(values), size):
+        chunk = list(values[start : start + size])
+        yield chunk, ",".join("?" * len(chunk))
