@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import InvalidInput
-from .drivers import KINDS
+from .kinds import KINDS
 from .model import Selection
 from .report import render, to_html, to_json
 from .run import run_audit
