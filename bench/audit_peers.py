@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 import bench_peers as bp  # noqa: E402
 
 from efface.audit import Selection, run_audit  # noqa: E402
-from efface.audit.drivers.base import version  # noqa: E402
+from efface.audit.driver import version  # noqa: E402
 
 KINDS = ("efface", "chroma", "lancedb", "qdrant")
 TITLES = {"efface": "efface", "chroma": "Chroma (PersistentClient)", "lancedb": "LanceDB",

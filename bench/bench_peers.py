@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 from efface.audit import Selection, run_audit
-from efface.audit.drivers.base import version
+from efface.audit.driver import version
 from efface.embed import resolve
 
 SUBJECT = "subject-0001"

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 from click.testing import CliRunner
 
-from efface import demo as demo_module
+from efface.cli import demo as demo_module
 from efface.cli import cli
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
-from .drivers import make
+from .kinds import make
 from .model import AuditReport, ByteScan, Cell, ProbeResult, Selection, Stage, Targets
 from .scan import Fingerprints, scan_tree
 

@@ -1,7 +1,16 @@
-"""Chroma (PersistentClient directory). Scope = one collection.
+"""Chroma: its gate adapter (:class:`ChromaTool`) and its audit driver (:class:`ChromaDriver`).
 
-Read paths probed: ``get`` by id, ``get`` with a metadata filter, a full listing,
-``query`` by the deleted vectors (nearest neighbours), and ``get`` with
+Adapter (``efface.adapters.chroma`` is an alias of this module). Scope -> one Chroma
+collection (created on first write, ``hnsw:space`` cosine); key -> Chroma id; subject ->
+metadata field ``subject``. Vectors come from an efface embedder (``embedding_function=None``),
+so Chroma never loads or downloads its default ONNX model. ``forget`` acknowledges with
+exactly what ``collection.delete`` returned (Chroma 1.5.9: ``{'deleted': N}``) and nothing
+else: no handle, no epoch, no propagation bound — which is right, since its HNSW file and
+SQLite pages keep the deleted vectors and texts.
+
+Audit driver (``efface audit chroma``): a PersistentClient directory; scope = one
+collection. Read paths probed: ``get`` by id, ``get`` with a metadata filter, a full
+listing, ``query`` by the deleted vectors (nearest neighbours), and ``get`` with
 ``where_document={"$contains": text}`` (Chroma's full-text path). Maintenance: the
 ``chroma vacuum`` command Chroma ships (it VACUUMs the SQLite file and prunes its log).
 """
@@ -9,20 +18,81 @@ Read paths probed: ``get`` by id, ``get`` with a metadata filter, a full listing
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...errors import InvalidInput
-from ..model import ProbeResult, Selection, Targets
-from .base import Call, count_returned, need, no_targets, version
+from ..audit.driver import BaseDriver, Call, count_returned, no_targets, version
+from ..audit.model import ProbeResult, Selection, Targets
+from ..errors import InvalidInput
+from ..gate.protocol import ForgetAck, ToolHit
+from ._common import check_selector, embedder, need, now
 
+
+# == the gate adapter ================================================================================
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+
+
+class ChromaTool:
+    """A Chroma ``PersistentClient`` directory (or any Chroma client) as a MemoryTool."""
+
+    name = "chroma"
+
+    def __init__(self, path: "str | os.PathLike | None" = None, *, client: Any = None, embedder_spec: Any = None):
+        os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+        chromadb = need("chromadb", "chroma")
+        if client is None:
+            from chromadb.config import Settings
+
+            client = chromadb.PersistentClient(path=os.fspath(path), settings=Settings(anonymized_telemetry=False))
+        self.client = client
+        self.embedder = embedder(embedder_spec)
+
+    def _collection(self, scope: str):
+        if not _NAME.fullmatch(scope):
+            raise InvalidInput("a Chroma scope must be 3-512 characters of [a-zA-Z0-9._-], starting and ending "
+                               "with a letter or digit (it names the collection)")
+        return self.client.get_or_create_collection(scope, embedding_function=None,
+                                                    metadata={"hnsw:space": "cosine"})
+
+    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
+              metadata: Mapping[str, Any] | None = None) -> None:
+        meta = dict(metadata or {})
+        if subject is not None:
+            meta["subject"] = subject
+        self._collection(scope).upsert(ids=[key], documents=[text], embeddings=self.embedder.embed([text]),
+                                       metadatas=[meta or None])
+
+    def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
+        col = self._collection(scope)
+        n = col.count()
+        if not n:
+            return []
+        r = col.query(query_embeddings=self.embedder.embed([query]), n_results=min(k, n),
+                      include=["documents", "metadatas", "distances"])
+        return [ToolHit(i, d or "", 1.0 - dist, m or {}) for i, d, m, dist in
+                zip(r["ids"][0], r["documents"][0], r["metadatas"][0], r["distances"][0])]
+
+    def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
+        check_selector(subject, keys)
+        col = self._collection(scope)
+        if keys:
+            where = {"subject": subject} if subject is not None else None
+            raw = col.delete(ids=list(keys), where=where)
+        else:
+            raw = col.delete(where={"subject": subject})
+        return ForgetAck(raw=raw, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
+
+
+# == the audit driver ================================================================================
 _PAGE = 5000
 
 
-class ChromaDriver:
+class ChromaDriver(BaseDriver):
     kind = "chroma"
 
     def __init__(self, collection: str | None = None):
@@ -35,7 +105,7 @@ class ChromaDriver:
 
     def open(self, root: Path) -> None:
         os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-        chromadb = need("chromadb", "chroma")
+        chromadb = need("chromadb", "chroma", for_audit=True)
         from chromadb.config import Settings
 
         self._client = chromadb.PersistentClient(path=str(root), settings=Settings(anonymized_telemetry=False))
@@ -132,6 +202,3 @@ class ChromaDriver:
         if proc.returncode != 0:
             raise InvalidInput(f"`chroma vacuum` failed with exit code {proc.returncode}")
         return [Call("chroma vacuum --path DIR --force", last[0].strip())]
-
-    def decoders(self):
-        return ()

@@ -10,7 +10,6 @@ the rest.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 from dataclasses import dataclass
@@ -18,11 +17,13 @@ from typing import Any, Callable, Iterable
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 import efface
 from efface.errors import EffaceError, InvalidInput, ScopeError
+
+from .render import (console, fmt_time, hits_table, kv_table, ledger_table, paths_table, quarantine_table,
+                     receipts_table, render_receipt, render_status, render_verification)
 
 DEFAULT_TENANT = "default"
 
@@ -140,99 +141,6 @@ def _emit(doc: Any, human: Callable[[Console], None]) -> None:
         human(console())
 
 
-def console() -> Console:
-    """A console on the current stdout (CliRunner swaps it), without guessing markup in data."""
-    return Console(file=sys.stdout, highlight=False, emoji=False)
-
-
-# -- rendering ----------------------------------------------------------------------------------
-def fmt_time(ts: float | None) -> str:
-    if ts is None:
-        return "never"
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
-    table = Table(title=Text(title), show_header=False, title_justify="left")
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    for name, value in rows:
-        table.add_row(name, Text(str(value)))  # data, never markup
-    return table
-
-
-def paths_table(paths: dict, title: str = "Read paths") -> Table:
-    """``paths`` in the to_dict() form: name -> {state, applied_epoch, max_propagation_s, read_safe}."""
-    table = Table(title=title, title_justify="left")
-    for col in ("path", "state", "applied epoch", "erased epoch", "max propagation", "measured", "read-safe"):
-        table.add_column(col)
-    for name, p in paths.items():
-        style = "green" if p["state"] in ("absorbed", "shredded") else "yellow" if p.get("read_safe", True) else "red"
-        measured = p.get("measured_propagation_s")
-        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]), str(p.get("erased_epoch", "-")),
-                      f"{p['max_propagation_s']:g} s", "-" if measured is None else f"{measured:.3f} s",
-                      "yes" if p.get("read_safe", True) else "NO")
-    return table
-
-
-def _listing(keys: list[str], limit: int = 20) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" … and {len(keys) - limit} more" if len(keys) > limit else "")
-
-
-def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
-    """A receipt (Receipt.to_dict()) as tables: the summary, its read paths, what stays and why."""
-    out.print(_kv_table(title or f"Receipt {r['handle']}", [
-        ("handle", r["handle"]),
-        ("epoch", r["epoch"]),
-        ("kind", r["kind"]),
-        ("level", r["level"]),
-        ("released", f"{len(r['released'])} claim(s)"),
-        ("erased", f"{len(r['erased'])} record(s)" + (f": {_listing(r['erased'])}" if r["erased"] else "")),
-        ("retained", f"{len(r['retained'])} record(s)"),
-        ("quarantined", f"{len(r['quarantined'])} record(s)"
-         + (f": {_listing(r['quarantined'])}" if r["quarantined"] else "")),
-        ("max propagation", f"{r['max_propagation_s']:g} s"),
-        ("acknowledged", fmt_time(r["acknowledged_at"])),
-        ("ledger", f"seq {r['ledger_seq']}, hash {r['ledger_hash'][:16]}…"),
-    ]))
-    out.print(paths_table(r["paths"], "Read paths at acknowledgement"))
-    if r["retained"]:
-        table = Table(title="Retained (the selector matched them; another claim keeps them)", title_justify="left")
-        for col in ("key", "purpose", "basis", "until", "why"):
-            table.add_column(col, overflow="fold")
-        for x in r["retained"]:
-            table.add_row(Text(x["key"]), x["purpose"], x["basis"], fmt_time(x["expires_at"]), x["reason"])
-        out.print(table)
-    if r.get("derivations"):
-        table = Table(title=f"Derived records (tenant policy: {r['policy']})", title_justify="left")
-        for col in ("key", "why", "action", "detail"):
-            table.add_column(col, overflow="fold")
-        for d in r["derivations"]:
-            table.add_row(Text(d["key"]), d["why"], d["action"], d["detail"])
-        out.print(table)
-
-
-def render_status(out: Console, s: dict) -> None:
-    """A status (Status.to_dict()) as tables."""
-    counts = s["counts"]
-    out.print(_kv_table(f"Erasure {s['handle']}", [
-        ("epoch", s["epoch"]),
-        ("kind", s["kind"]),
-        ("level", s["level"]),
-        ("settled (read paths absorbed)", "yes" if s["settled"] else "no"),
-        ("erased (bytes gone from every file)", "yes" if s.get("erased") else "no"),
-        ("pending deletions", s["pending_deletions"]),
-        ("released / erased / retained / quarantined",
-         f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}"),
-        ("max propagation", f"{s['max_propagation_s']:g} s"),
-        ("acknowledged", fmt_time(s["acknowledged_at"])),
-    ]))
-    out.print(paths_table(s["paths"]))
-    for alarm in s.get("alarms", []):
-        out.print(Text(f"ALARM {alarm}", style="bold red"))
-
-
 # -- commands ------------------------------------------------------------------------------------
 @click.group("efface", cls=EffaceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @_common_options(root=True)
@@ -310,7 +218,7 @@ def read(key, purpose) -> None:
     def human(out: Console) -> None:
         if memory is None:
             return
-        out.print(_kv_table(memory.key, [
+        out.print(kv_table(memory.key, [
             ("text", memory.text),
             ("metadata", json.dumps(dict(memory.metadata), ensure_ascii=False)),
             ("sources", ", ".join(memory.sources) or "-"),
@@ -336,15 +244,7 @@ def recall(query, purpose, k, subject) -> None:
     """Find memories by meaning and by words for QUERY."""
     hits = _open().recall(query, tenant=_tenant(), purpose=purpose, subject=subject, k=k)
 
-    def human(out: Console) -> None:
-        table = Table(title=f"{len(hits)} hit(s)", title_justify="left")
-        for col in ("#", "key", "score", "via", "text"):
-            table.add_column(col, overflow="fold")
-        for i, h in enumerate(hits, 1):
-            table.add_row(str(i), Text(h.key), f"{h.score:.4f}", "+".join(h.via), Text(h.text))
-        out.print(table)
-
-    _emit({"hits": [h.to_dict() for h in hits]}, human)
+    _emit({"hits": [h.to_dict() for h in hits]}, lambda out: out.print(hits_table(hits)))
 
 
 @cli.command()
@@ -397,21 +297,7 @@ def receipts(all_tenants) -> None:
     """List stored receipts, oldest first (as kept: hashes in place of keys and subjects)."""
     rows = _open().receipts(None if all_tenants else _tenant())
 
-    def human(out: Console) -> None:
-        table = Table(title=f"{len(rows)} receipt(s)", title_justify="left", box=None, pad_edge=False,
-                      caption="counts: released / erased / retained / quarantined; times in UTC",
-                      caption_justify="left")
-        table.add_column("handle", no_wrap=True, min_width=28)
-        for col in ("epoch", "kind", "level", "counts", "acknowledged"):
-            table.add_column(col, no_wrap=True)
-        for row in rows:
-            b = row["body"]
-            counts = "/".join(str(len(b[f])) for f in ("released", "erased", "retained", "quarantined"))
-            table.add_row(row["handle"], str(row["epoch"]), row["kind"], b["level"], counts,
-                          fmt_time(b["acknowledged_at"])[:16])
-        out.print(table)
-
-    _emit({"receipts": rows}, human)
+    _emit({"receipts": rows}, lambda out: out.print(receipts_table(rows)))
 
 
 @cli.group(invoke_without_command=True)
@@ -429,15 +315,7 @@ def ledger_list() -> None:
     """List the ledger's entries, oldest first."""
     entries = _open().ledger()
 
-    def human(out: Console) -> None:
-        table = Table(title=f"{len(entries)} ledger entr{'y' if len(entries) == 1 else 'ies'}", title_justify="left")
-        for col in ("seq", "at", "kind", "handle", "hash"):
-            table.add_column(col, overflow="fold")
-        for e in entries:
-            table.add_row(str(e["seq"]), fmt_time(e["at"]), e["kind"], e["handle"] or "-", e["hash"][:16] + "…")
-        out.print(table)
-
-    _emit({"entries": entries}, human)
+    _emit({"entries": entries}, lambda out: out.print(ledger_table(entries)))
 
 
 @ledger.command("verify")
@@ -501,18 +379,7 @@ def verify(handle) -> None:
     v = _open().verify(handle, tenant=_tenant())
     doc = v.to_dict()
 
-    def human(out: Console) -> None:
-        colour = {"erased": "green", "unreadable": "yellow"}.get(v.level, "red")
-        out.print(f"level: [{colour}]{v.level}[/] (receipt level {v.receipt_level}; ledger seq {v.ledger_seq})")
-        table = Table(box=None, pad_edge=False)
-        for col in ("check", "rung", "outcome", "evidence"):
-            table.add_column(col, overflow="fold")
-        for c in v.checks:
-            style = {"pass": "green", "recorded": "cyan"}.get(c.outcome, "red")
-            table.add_row(c.name, c.rung, Text(c.outcome, style=style), Text(c.detail))
-        out.print(table)
-
-    _emit(doc, human)
+    _emit(doc, lambda out: render_verification(out, v))
     if v.level != "erased":
         click.get_current_context().exit(EXIT_FAILED)
 
@@ -541,7 +408,7 @@ def backup(dest) -> None:
     result = _open().backup(dest).to_dict()
 
     def human(out: Console) -> None:
-        out.print(_kv_table(f"Backup {result['backup_id']}", [
+        out.print(kv_table(f"Backup {result['backup_id']}", [
             ("file", result["path"]),
             ("records", result["records"]),
             ("subject keys", result["subjects"]),
@@ -562,7 +429,7 @@ def restore(src) -> None:
     result = _open().restore(src).to_dict()
 
     def human(out: Console) -> None:
-        out.print(_kv_table(f"Restore of {result['backup_id']}", [
+        out.print(kv_table(f"Restore of {result['backup_id']}", [
             ("restored", f"{result['restored']} record(s)"),
             ("shredded", f"{result['shredded']} record(s): their subjects' keys are destroyed"),
             ("replayed", f"{result['replayed']} record(s): erased or released since the backup"),
@@ -604,16 +471,7 @@ def quarantine_list() -> None:
     """List the tenant's quarantined records, why, and the sources that survive."""
     items = [i.to_dict() for i in _open().quarantined(tenant=_tenant())]
 
-    def human(out: Console) -> None:
-        table = Table(title=f"{len(items)} quarantined record(s)", title_justify="left")
-        for col in ("key", "why", "since", "surviving sources", "erasure"):
-            table.add_column(col, overflow="fold")
-        for i in items:
-            table.add_row(Text(i["key"]), i["why"], fmt_time(i["since"]),
-                          Text(", ".join(i["surviving_sources"]) or "-"), i["handle"])
-        out.print(table)
-
-    _emit({"quarantined": items}, human)
+    _emit({"quarantined": items}, lambda out: out.print(quarantine_table(items)))
 
 
 @quarantine.command("rederive")
@@ -664,7 +522,7 @@ def demo(keep) -> None:
 
 
 def _register_audit() -> None:
-    from .audit.cli import audit  # the command lives with the audit package
+    from .audit import audit  # the command lives in its own module, beside the audit package's renderers
 
     cli.add_command(audit)
 

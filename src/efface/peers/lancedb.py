@@ -1,5 +1,13 @@
-"""LanceDB (a directory of Lance tables). Scope = one table.
+"""LanceDB: its gate adapter (:class:`LanceDBTool`) and its audit driver (:class:`LanceDBDriver`).
 
+Adapter (``efface.adapters.lancedb`` is an alias of this module). Scope -> one table
+(columns ``key``, ``text``, ``subject``, ``metadata`` (JSON), ``vector``); vectors from an
+efface embedder. ``forget`` acknowledges with exactly what ``table.delete`` returned
+(LanceDB 0.40: ``DeleteResult(num_deleted_rows, version)``). The new version number is
+*not* an erasure epoch in the gate's sense: older versions stay readable through
+``checkout`` until ``optimize``/cleanup removes them, so ``epoch`` stays None.
+
+Audit driver (``efface audit lancedb``): a directory of Lance tables; scope = one table.
 Read paths probed: a filter on the id column, a filter on the subject column, nearest
 neighbours of the deleted vectors, full-text search when the table has an FTS index, and
 every older version still on disk (LanceDB's time travel, ``checkout(version)``).
@@ -13,20 +21,87 @@ with pylance's ``LanceFileReader`` (it sees rows a deletion file only masks).
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...errors import InvalidInput
-from ..model import ProbeResult, Selection, Targets
-from .base import Call, count_returned, need, no_targets, version
+from ..audit.driver import BaseDriver, Call, count_returned, no_targets, version
+from ..audit.model import ProbeResult, Selection, Targets
+from ..errors import InvalidInput
+from ..gate.protocol import ForgetAck, ToolHit
+from ._common import check_selector, embedder, need, now
 
 
 def _quote(value: str) -> str:
+    """A string literal in LanceDB's SQL-like filter strings."""
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def _table_names(db) -> list[str]:
+    """Table names across LanceDB versions (``list_tables`` replaced ``table_names``)."""
+    if hasattr(db, "list_tables"):
+        got = db.list_tables()
+        names = getattr(got, "tables", got)
+        return [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in names]
+    return list(db.table_names())
+
+
+# == the gate adapter ================================================================================
+class LanceDBTool:
+    """A LanceDB database directory as a MemoryTool."""
+
+    name = "lancedb"
+
+    def __init__(self, path: "str | os.PathLike", *, embedder_spec: Any = None):
+        lancedb = need("lancedb", "lancedb")
+        self.db = lancedb.connect(os.fspath(path))
+        self.embedder = embedder(embedder_spec)
+
+    def _table(self, scope: str, create_with: list | None = None):
+        if scope in _table_names(self.db):
+            return self.db.open_table(scope)
+        if create_with is None:
+            return None
+        return self.db.create_table(scope, data=create_with)
+
+    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
+              metadata: Mapping[str, Any] | None = None) -> None:
+        row = {"key": key, "text": text, "subject": subject or "",
+               "metadata": json.dumps(dict(metadata or {}), ensure_ascii=False),
+               "vector": self.embedder.embed([text])[0]}
+        table = self._table(scope)
+        if table is None:
+            self._table(scope, [row])
+            return
+        table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute([row])
+
+    def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
+        table = self._table(scope)
+        if table is None:
+            return []
+        rows = table.search(self.embedder.embed([query])[0]).metric("cosine").limit(k).to_list()
+        return [ToolHit(r["key"], r["text"], 1.0 - float(r["_distance"]), json.loads(r["metadata"] or "{}"))
+                for r in rows]
+
+    def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
+        check_selector(subject, keys)
+        table = self._table(scope)
+        if table is None:
+            return ForgetAck(raw=None, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
+        parts = []
+        if keys:
+            parts.append(f"key IN ({', '.join(_quote(k) for k in keys)})")
+        if subject is not None:
+            parts.append(f"subject = {_quote(subject)}")
+        raw = table.delete(" AND ".join(parts))
+        return ForgetAck(raw=raw, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
+
+
+# == the audit driver ================================================================================
 class LanceDecoder:
     """Decoded view of a ``.lance`` file: its string columns as UTF-8, its float vectors as float32."""
 
@@ -54,7 +129,7 @@ class LanceDecoder:
         return b"\n".join(parts)
 
 
-class LanceDBDriver:
+class LanceDBDriver(BaseDriver):
     kind = "lancedb"
 
     def __init__(self, collection: str | None = None, id_field: str = "id", text_field: str = "text",
@@ -68,7 +143,7 @@ class LanceDBDriver:
         return f"{version('lancedb')}, {version('pylance')}"
 
     def open(self, root: Path) -> None:
-        lancedb = need("lancedb", "lancedb")
+        lancedb = need("lancedb", "lancedb", for_audit=True)
         self._db = lancedb.connect(str(root))
         names = _table_names(self._db)
         if not self.collection:
@@ -210,11 +285,3 @@ class LanceDBDriver:
             return ()
         return (LanceDecoder(),)
 
-
-def _table_names(db) -> list[str]:
-    """Table names across LanceDB versions (``list_tables`` replaced ``table_names``)."""
-    if hasattr(db, "list_tables"):
-        got = db.list_tables()
-        names = getattr(got, "tables", got)
-        return [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in names]
-    return list(db.table_names())

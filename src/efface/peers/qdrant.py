@@ -1,21 +1,98 @@
-"""Qdrant's local mode (``QdrantClient(path=...)``). Scope = one collection.
+"""Qdrant: its gate adapter (:class:`QdrantTool`) and its audit driver (:class:`QdrantLocalDriver`).
 
-Read paths probed: ``retrieve`` by point id, ``scroll`` with a payload filter on the
-subject, ``query_points`` by the deleted vectors, and ``scroll`` with a full-text match on
-the text payload field. Qdrant's local mode has no maintenance call of its own (no
-optimizer, no snapshot pruning): the maintenance stage is empty and says so.
+Adapter (``efface.adapters.qdrant`` is an alias of this module): Qdrant's local mode, or any
+``QdrantClient``. Scope -> one collection (cosine, the embedder's size); key -> point id
+``uuid5(key)`` with the key kept in the payload; subject -> payload ``subject``. ``forget``
+acknowledges with exactly what ``client.delete`` returned (``UpdateResult(operation_id,
+status)``); the ``operation_id`` is a per-collection sequence, not a verifiable erasure
+epoch, so ``epoch`` stays None.
+
+Audit driver (``efface audit qdrant``): Qdrant's local mode (``QdrantClient(path=...)``);
+scope = one collection. Read paths probed: ``retrieve`` by point id, ``scroll`` with a
+payload filter on the subject, ``query_points`` by the deleted vectors, and ``scroll`` with
+a full-text match on the text payload field. Qdrant's local mode has no maintenance call of
+its own (no optimizer, no snapshot pruning): the maintenance stage is empty and says so.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...errors import InvalidInput
-from ..model import ProbeResult, Selection, Targets
-from .base import Call, count_returned, need, no_targets, version
+from ..audit.driver import BaseDriver, Call, count_returned, no_targets, version
+from ..audit.model import ProbeResult, Selection, Targets
+from ..errors import InvalidInput
+from ..gate.protocol import ForgetAck, ToolHit
+from ._common import check_selector, embedder, need, now
 
+
+# == the gate adapter ================================================================================
+def point_id(key: str) -> str:
+    """The point id a key is stored under."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "efface:" + key))
+
+
+class QdrantTool:
+    """A Qdrant local-mode directory (``path``) or a given client, as a MemoryTool."""
+
+    name = "qdrant"
+
+    def __init__(self, path: "str | os.PathLike | None" = None, *, client: Any = None, embedder_spec: Any = None):
+        need("qdrant_client", "qdrant")
+        from qdrant_client import QdrantClient
+
+        self.client = client if client is not None else QdrantClient(path=os.fspath(path))
+        self.embedder = embedder(embedder_spec)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _ensure(self, scope: str) -> None:
+        from qdrant_client import models
+
+        if not self.client.collection_exists(scope):
+            self.client.create_collection(scope, vectors_config=models.VectorParams(
+                size=self.embedder.dim, distance=models.Distance.COSINE))
+
+    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
+              metadata: Mapping[str, Any] | None = None) -> None:
+        from qdrant_client import models
+
+        self._ensure(scope)
+        payload = {"key": key, "text": text, "metadata": dict(metadata or {})}
+        if subject is not None:
+            payload["subject"] = subject
+        self.client.upsert(scope, points=[models.PointStruct(id=point_id(key), vector=self.embedder.embed([text])[0].tolist(),
+                                                             payload=payload)])
+
+    def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
+        if not self.client.collection_exists(scope):
+            return []
+        res = self.client.query_points(scope, query=self.embedder.embed([query])[0].tolist(), limit=k,
+                                       with_payload=True).points
+        return [ToolHit(p.payload["key"], p.payload.get("text", ""), p.score, p.payload.get("metadata") or {})
+                for p in res]
+
+    def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
+        from qdrant_client import models
+
+        check_selector(subject, keys)
+        if not self.client.collection_exists(scope):
+            return ForgetAck(raw=None, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
+        must = []
+        if keys:
+            must.append(models.HasIdCondition(has_id=[point_id(k) for k in keys]))
+        if subject is not None:
+            must.append(models.FieldCondition(key="subject", match=models.MatchValue(value=subject)))
+        raw = self.client.delete(scope, points_selector=models.FilterSelector(filter=models.Filter(must=must)))
+        return ForgetAck(raw=raw, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
+
+
+# == the audit driver ================================================================================
 _PAGE = 1000
 TEXT_PROBES = 25
 """How many deleted texts the full-text probe tries (each query scans every point)."""
@@ -25,7 +102,7 @@ def _point_id(x: str):
     return int(x) if str(x).isdigit() else str(x)
 
 
-class QdrantLocalDriver:
+class QdrantLocalDriver(BaseDriver):
     kind = "qdrant"
 
     def __init__(self, collection: str | None = None, text_field: str = "text"):
@@ -37,7 +114,7 @@ class QdrantLocalDriver:
         return version("qdrant-client")
 
     def open(self, root: Path) -> None:
-        need("qdrant_client", "qdrant")
+        need("qdrant_client", "qdrant", for_audit=True)
         from qdrant_client import QdrantClient
 
         self._c = QdrantClient(path=str(root))
@@ -146,12 +223,6 @@ class QdrantLocalDriver:
         out.append(ProbeResult("full-text match on the text payload", len(sample), found,
                                f"{len(sample)} of {n} deleted texts probed, one query each"))
         return out
-
-    def maintenance(self, root: Path) -> list[Call]:
-        return []
-
-    def decoders(self):
-        return ()
 
     def notes(self) -> list[str]:
         return [sqlite_note()]

@@ -1,4 +1,5 @@
-"""``efface audit``: the click command. It parses, calls :func:`run_audit`, renders."""
+"""``efface audit``: the click command. It parses, calls :func:`~efface.audit.run_audit`, renders
+(with the audit's own renderers, :mod:`efface.audit.report`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from pathlib import Path
 
 import click
 
+from ..audit.kinds import KINDS
+from ..audit.model import Selection
+from ..audit.report import render, to_html, to_json
+from ..audit.run import run_audit
 from ..errors import InvalidInput
-from .drivers import KINDS
-from .model import Selection
-from .report import render, to_html, to_json
-from .run import run_audit
+from .render import console
 
 
 @click.command("audit")
@@ -51,7 +53,4 @@ def audit(kind, path, subject, ids, subject_field, collection, in_place, mainten
     if as_json or click.get_current_context().meta.get("efface.json"):
         click.echo(to_json(report))
     else:
-        from rich.console import Console
-        import sys
-
-        render(Console(file=sys.stdout, highlight=False, emoji=False), report)
+        render(console(), report)

@@ -1,4 +1,4 @@
-"""Helpers the third-party adapters share (not part of the public API)."""
+"""Helpers the peer modules share (not part of the public API)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ from typing import Any
 from ..errors import InvalidInput
 
 
-def need(module: str, extra: str) -> Any:
-    """Import an optional store library, or say which extra installs it."""
+def need(module: str, extra: str, *, for_audit: bool = False) -> Any:
+    """Import an optional store library, or say which extra installs it (in the words of
+    the adapter, or of ``efface audit`` when ``for_audit``)."""
     try:
         return importlib.import_module(module)
     except ImportError:
+        if for_audit:
+            raise InvalidInput(
+                f"this store kind needs the '{module}' library: pip install 'efface[{extra}]'"
+            ) from None
         raise InvalidInput(f"this adapter needs '{module}': pip install 'efface[{extra}]'") from None
 
 
@@ -32,3 +37,4 @@ def now() -> float:
 def check_selector(subject: str | None, keys: Any) -> None:
     if subject is None and not keys:
         raise InvalidInput("forget needs a subject or at least one key")
+

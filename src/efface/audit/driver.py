@@ -5,6 +5,10 @@ A driver works on a directory it is given (the audit's copy, or the original wit
 ``notes()`` (facts about the platform the verdict depends on) and ``extra_maintenance()``
 (``(stage name, step)`` pairs for deeper calls than the store's usual maintenance). It never writes what it reads
 anywhere: texts and vectors go into :class:`~efface.audit.model.Targets`, in memory.
+
+The drivers themselves live with their store in :mod:`efface.peers` (one module per store,
+beside its gate adapter); :class:`BaseDriver` gives them the defaults of the optional parts.
+This module imports nothing from them.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from ...errors import InvalidInput
-from ..model import ProbeResult, Selection, Targets
-from ..scan import Decoder
+from ..errors import InvalidInput
+from .model import ProbeResult, Selection, Targets
+from .scan import Decoder
 
 
 @dataclass(frozen=True)
@@ -63,22 +67,32 @@ class Driver(Protocol):
         """Decoded views of files whose format hides bytes from a raw scan."""
 
 
+class BaseDriver:
+    """Defaults for the parts of :class:`Driver` a store may not have: no maintenance call
+    of its own, no decoded views, no platform notes, no extra maintenance stages."""
+
+    kind: str
+    collection: str
+
+    def maintenance(self, root: Path) -> list[Call]:
+        return []
+
+    def decoders(self) -> Sequence[Decoder]:
+        return ()
+
+    def notes(self) -> list[str]:
+        return []
+
+    def extra_maintenance(self) -> list:
+        return []
+
+
 def version(dist: str) -> str:
     """``dist version``, or ``dist (not installed)``."""
     try:
         return f"{dist} {importlib.metadata.version(dist)}"
     except importlib.metadata.PackageNotFoundError:
         return f"{dist} (not installed)"
-
-
-def need(module: str, extra: str):
-    """Import an optional store library, or say which extra installs it."""
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError:
-        raise InvalidInput(
-            f"this store kind needs the '{module}' library: pip install 'efface[{extra}]'"
-        ) from None
 
 
 def count_returned(targets: Targets, ids: Iterable[Any], texts: Iterable[Any] = ()) -> int:

@@ -33,7 +33,7 @@ from rich.table import Table
 import efface
 from efface.embed import HashingEmbedder
 
-from .cli import fmt_time, paths_table, render_receipt
+from .render import fmt_time, paths_table, render_receipt
 
 TENANT = "acme"
 DAY = 86_400

@@ -1,0 +1,170 @@
+"""Rendering for people: the tables the commands print, shared with ``efface demo``.
+
+Everything here takes the ``to_dict()`` forms and a rich ``Console``; nothing here parses
+options or opens a store, and nothing here imports the commands (:mod:`.app`) or the demo,
+which both import it. Keys, texts and other data go into ``Text`` cells, never into markup.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def console() -> Console:
+    """A console on the current stdout (CliRunner swaps it), without guessing markup in data."""
+    return Console(file=sys.stdout, highlight=False, emoji=False)
+
+
+def fmt_time(ts: float | None) -> str:
+    """A timestamp as ``YYYY-MM-DD HH:MM:SS UTC`` (``never`` for None)."""
+    if ts is None:
+        return "never"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column table of ``(field, value)`` rows; values are shown as data."""
+    table = Table(title=Text(title), show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, Text(str(value)))  # data, never markup
+    return table
+
+
+def paths_table(paths: dict, title: str = "Read paths") -> Table:
+    """``paths`` in the to_dict() form: name -> {state, applied_epoch, max_propagation_s, read_safe}."""
+    table = Table(title=title, title_justify="left")
+    for col in ("path", "state", "applied epoch", "erased epoch", "max propagation", "measured", "read-safe"):
+        table.add_column(col)
+    for name, p in paths.items():
+        style = "green" if p["state"] in ("absorbed", "shredded") else "yellow" if p.get("read_safe", True) else "red"
+        measured = p.get("measured_propagation_s")
+        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]), str(p.get("erased_epoch", "-")),
+                      f"{p['max_propagation_s']:g} s", "-" if measured is None else f"{measured:.3f} s",
+                      "yes" if p.get("read_safe", True) else "NO")
+    return table
+
+
+def _listing(keys: list[str], limit: int = 20) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" … and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
+    """A receipt (Receipt.to_dict()) as tables: the summary, its read paths, what stays and why."""
+    out.print(kv_table(title or f"Receipt {r['handle']}", [
+        ("handle", r["handle"]),
+        ("epoch", r["epoch"]),
+        ("kind", r["kind"]),
+        ("level", r["level"]),
+        ("released", f"{len(r['released'])} claim(s)"),
+        ("erased", f"{len(r['erased'])} record(s)" + (f": {_listing(r['erased'])}" if r["erased"] else "")),
+        ("retained", f"{len(r['retained'])} record(s)"),
+        ("quarantined", f"{len(r['quarantined'])} record(s)"
+         + (f": {_listing(r['quarantined'])}" if r["quarantined"] else "")),
+        ("max propagation", f"{r['max_propagation_s']:g} s"),
+        ("acknowledged", fmt_time(r["acknowledged_at"])),
+        ("ledger", f"seq {r['ledger_seq']}, hash {r['ledger_hash'][:16]}…"),
+    ]))
+    out.print(paths_table(r["paths"], "Read paths at acknowledgement"))
+    if r["retained"]:
+        table = Table(title="Retained (the selector matched them; another claim keeps them)", title_justify="left")
+        for col in ("key", "purpose", "basis", "until", "why"):
+            table.add_column(col, overflow="fold")
+        for x in r["retained"]:
+            table.add_row(Text(x["key"]), x["purpose"], x["basis"], fmt_time(x["expires_at"]), x["reason"])
+        out.print(table)
+    if r.get("derivations"):
+        table = Table(title=f"Derived records (tenant policy: {r['policy']})", title_justify="left")
+        for col in ("key", "why", "action", "detail"):
+            table.add_column(col, overflow="fold")
+        for d in r["derivations"]:
+            table.add_row(Text(d["key"]), d["why"], d["action"], d["detail"])
+        out.print(table)
+
+
+def render_status(out: Console, s: dict) -> None:
+    """A status (Status.to_dict()) as tables."""
+    counts = s["counts"]
+    out.print(kv_table(f"Erasure {s['handle']}", [
+        ("epoch", s["epoch"]),
+        ("kind", s["kind"]),
+        ("level", s["level"]),
+        ("settled (read paths absorbed)", "yes" if s["settled"] else "no"),
+        ("erased (bytes gone from every file)", "yes" if s.get("erased") else "no"),
+        ("pending deletions", s["pending_deletions"]),
+        ("released / erased / retained / quarantined",
+         f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}"),
+        ("max propagation", f"{s['max_propagation_s']:g} s"),
+        ("acknowledged", fmt_time(s["acknowledged_at"])),
+    ]))
+    out.print(paths_table(s["paths"]))
+    for alarm in s.get("alarms", []):
+        out.print(Text(f"ALARM {alarm}", style="bold red"))
+
+
+def hits_table(hits) -> Table:
+    """Recall hits (model objects), best first."""
+    table = Table(title=f"{len(hits)} hit(s)", title_justify="left")
+    for col in ("#", "key", "score", "via", "text"):
+        table.add_column(col, overflow="fold")
+    for i, h in enumerate(hits, 1):
+        table.add_row(str(i), Text(h.key), f"{h.score:.4f}", "+".join(h.via), Text(h.text))
+    return table
+
+
+def receipts_table(rows: list[dict]) -> Table:
+    """Stored receipts (``Store.receipts()`` rows, as kept), one line each."""
+    table = Table(title=f"{len(rows)} receipt(s)", title_justify="left", box=None, pad_edge=False,
+                  caption="counts: released / erased / retained / quarantined; times in UTC",
+                  caption_justify="left")
+    table.add_column("handle", no_wrap=True, min_width=28)
+    for col in ("epoch", "kind", "level", "counts", "acknowledged"):
+        table.add_column(col, no_wrap=True)
+    for row in rows:
+        b = row["body"]
+        counts = "/".join(str(len(b[f])) for f in ("released", "erased", "retained", "quarantined"))
+        table.add_row(row["handle"], str(row["epoch"]), row["kind"], b["level"], counts,
+                      fmt_time(b["acknowledged_at"])[:16])
+    return table
+
+
+def ledger_table(entries: list[dict]) -> Table:
+    """Ledger entries (``Store.ledger()``), oldest first."""
+    table = Table(title=f"{len(entries)} ledger entr{'y' if len(entries) == 1 else 'ies'}", title_justify="left")
+    for col in ("seq", "at", "kind", "handle", "hash"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        table.add_row(str(e["seq"]), fmt_time(e["at"]), e["kind"], e["handle"] or "-", e["hash"][:16] + "…")
+    return table
+
+
+def render_verification(out: Console, v) -> None:
+    """A verification (the model object ``Store.verify`` returns): the level, then each check."""
+    colour = {"erased": "green", "unreadable": "yellow"}.get(v.level, "red")
+    out.print(f"level: [{colour}]{v.level}[/] (receipt level {v.receipt_level}; ledger seq {v.ledger_seq})")
+    table = Table(box=None, pad_edge=False)
+    for col in ("check", "rung", "outcome", "evidence"):
+        table.add_column(col, overflow="fold")
+    for c in v.checks:
+        style = {"pass": "green", "recorded": "cyan"}.get(c.outcome, "red")
+        table.add_row(c.name, c.rung, Text(c.outcome, style=style), Text(c.detail))
+    out.print(table)
+
+
+def quarantine_table(items: list[dict]) -> Table:
+    """Quarantined records (their ``to_dict()`` forms): why, since when, what survives."""
+    table = Table(title=f"{len(items)} quarantined record(s)", title_justify="left")
+    for col in ("key", "why", "since", "surviving sources", "erasure"):
+        table.add_column(col, overflow="fold")
+    for i in items:
+        table.add_row(Text(i["key"]), i["why"], fmt_time(i["since"]),
+                      Text(", ".join(i["surviving_sources"]) or "-"), i["handle"])
+    return table
