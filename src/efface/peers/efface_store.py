@@ -17,6 +17,8 @@ delete stage is ``forget`` then ``wait``; maintenance is ``compact``.
 
 from __future__ import annotations
 
+import os
+
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -160,19 +162,23 @@ class EffaceDriver(BaseDriver):
         self._s = None
 
     def _sql(self, sql: str, args=()) -> list:
-        # TODO(seam): raw SQL on the SQLite origin's connection (a private attribute of the
-        # store); to be replaced by an origin capability that lists targets and others.
-        return list(self._s._origin.connection.execute(sql, args))  # read-only queries on the origin
+        """Read-only SQL on the store's origin file, as the other drivers read their stores'
+        files: an audit finds its targets in what is on disk, not through the API it audits."""
+        import apsw
+
+        conn = apsw.Connection(os.path.join(self._s.path, "origin.db"), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return list(conn.execute(sql, args))
+        finally:
+            conn.close()
 
     def targets(self, selection: Selection) -> Targets:
         tenant = self.collection
         if selection.ids is not None:
             marks = ",".join("?" * len(selection.ids))
-            # TODO(seam): raw SQL on the origin (records by key).
             rows = self._sql(f"SELECT id, key, text, embedding FROM records WHERE tenant=? AND key IN ({marks})",
                              [tenant, *selection.ids])
         else:
-            # TODO(seam): raw SQL on the origin (records whose every claim is the subject's).
             rows = self._sql(
                 "SELECT r.id, r.key, r.text, r.embedding FROM records r WHERE r.tenant=? AND EXISTS"
                 " (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.subject=?) AND NOT EXISTS"
@@ -182,14 +188,12 @@ class EffaceDriver(BaseDriver):
             raise no_targets()
         ids = [r[0] for r in rows]
         marks = ",".join("?" * len(ids))
-        # TODO(seam): raw SQL on the origin (the purposes the targets' claims name).
         purposes = sorted({p for (p,) in self._sql(f"SELECT DISTINCT purpose FROM claims WHERE record_id IN ({marks})", ids)})
         vectors = np.stack([np.frombuffer(r[3], dtype=np.float32) for r in rows])
         return Targets(tuple(r[1] for r in rows), tuple(r[2] for r in rows), vectors, {"purposes": purposes})
 
     def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
         mine = set(targets.ids)
-        # TODO(seam): raw SQL on the origin (every other record's text and vector).
         rows = [r for r in self._sql("SELECT tenant, key, text, embedding FROM records")
                 if not (r[0] == self.collection and r[1] in mine)]
         vecs = [np.frombuffer(r[3], dtype=np.float32) for r in rows]
