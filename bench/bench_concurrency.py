@@ -46,13 +46,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_store import PURPOSE, TENANT, Corpus, log, machine_info, pct  # noqa: E402  (reused, not copied)
+from bench_store import PURPOSE, TENANT, Corpus, log, machine_info, pct  # reused, not copied
 
 CONDITIONS = ("idle", "verify", "compaction", "backup")
 TARGETS = {
@@ -70,7 +71,7 @@ def load() -> list[float]:
 class Maintenance:
     """One maintenance loop in a thread; ``periods`` holds (start, end) of every timed call."""
 
-    def __init__(self, step: Callable[["Maintenance"], None]):
+    def __init__(self, step: Callable[[Maintenance], None]):
         self.step, self.stop = step, threading.Event()
         self.periods: list[tuple[float, float]] = []
         self.active_since: float | None = None
@@ -349,7 +350,7 @@ def main() -> None:
     machine = machine_info()
     try:
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip()
+                                timeout=10, check=False).stdout.strip()
     except Exception:  # noqa: BLE001
         commit = ""
     log(f"commit {commit[:10]}, load {load()}")

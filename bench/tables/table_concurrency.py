@@ -23,7 +23,8 @@ def cell(c: dict | None) -> str:
 
 
 def main(path: str) -> None:
-    d = json.load(open(path))
+    with open(path) as f:
+        d = json.load(f)
     conds = d["conditions"]
     threads = list(next(iter(conds.values()))["threads"])
     m = d["machine"]
