@@ -53,7 +53,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_store import PURPOSE, TENANT, Corpus, log, machine_info, pct  # reused, not copied
+from bench_store import (  # reused, not copied
+    PURPOSE,
+    TENANT,
+    Corpus,
+    log,
+    machine_info,
+    pct,
+)
 
 CONDITIONS = ("idle", "verify", "compaction", "backup")
 TARGETS = {
