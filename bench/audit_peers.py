@@ -7,9 +7,9 @@
 Builds efface, Chroma, LanceDB and Qdrant (local) stores of ``--n`` records (the same data,
 vectors from efface's hashing embedder) and an offline mem0 store, forgets one subject in
 each through the store's own API with ``--maintenance``, and renders every verdict with its
-evidence. The side-by-side figures come from ``bench/results-peers.json`` (written by
+evidence. The side-by-side figures come from ``bench/results/results-peers.json`` (written by
 ``bench/bench_peers.py``) when it exists. The audit reports themselves are saved to
-``bench/results-audit-peers.json``. Nothing in either file, or in the page, is a text,
+``bench/results/results-audit-peers.json``. Nothing in either file, or in the page, is a text,
 subject or id of the data: only counts, file names and levels.
 """
 
@@ -244,14 +244,14 @@ def main() -> None:
     a = p.parse_args()
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     reports = audit_all(a.n, a.subject_records, not a.no_mem0)
-    bench_file = HERE / "results-peers.json"
+    bench_file = HERE / "results" / "results-peers.json"
     bench = json.loads(bench_file.read_text()) if bench_file.exists() else None
     page = render(reports, bench)
     if a.write_docs:
         (HERE.parent / "docs" / "peers.md").write_text(page, encoding="utf-8")
-        (HERE / "results-audit-peers.json").write_text(
+        (HERE / "results" / "results-audit-peers.json").write_text(
             json.dumps({k: r.to_dict() for k, r in reports.items()}, indent=2, ensure_ascii=False), encoding="utf-8")
-        print("wrote docs/peers.md and bench/results-audit-peers.json", file=sys.stderr)
+        print("wrote docs/peers.md and bench/results/results-audit-peers.json", file=sys.stderr)
     else:
         print(page)
 

@@ -2,7 +2,7 @@
 """Benchmark cross-subject derivations (issue 4): what the mention index costs on writes, and
 how long a forget takes when the subject is named in 1,000 other records.
 
-    python bench/bench_derivations.py > bench/results-derivations.json
+    python bench/bench_derivations.py > bench/results/results-derivations.json
     python bench/bench_derivations.py --quick          # smoke run, a few seconds
 
 Prints ONE JSON document on stdout; progress goes to stderr.

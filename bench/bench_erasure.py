@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark erasure in the embedded efface store: forget -> unreadable -> erased (issue #3, item 6).
 
-    PYTHONPATH=src python bench/bench_erasure.py --sizes 10000,100000 > bench/results-erasure.json
+    PYTHONPATH=src python bench/bench_erasure.py --sizes 10000,100000 > bench/results/results-erasure.json
     PYTHONPATH=src python bench/bench_erasure.py --quick        # smoke run, 5k records
 
 Prints ONE JSON document on stdout; progress goes to stderr. Every store size runs in its own

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Peers side by side: efface, Chroma, LanceDB and Qdrant (local mode) on the same data.
 
-    PYTHONPATH=src python bench/bench_peers.py --n 10000 --subject-records 100 > bench/results-peers.json
+    PYTHONPATH=src python bench/bench_peers.py --n 10000 --subject-records 100 > bench/results/results-peers.json
 
 For each store: build it with N records (vectors from efface's hashing embedder, handed to
 every store, so no store loads a model), then run ``efface audit`` with ``--maintenance`` on

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark the embedded efface store: writes, recall, forget, memory, disk, MiniLM.
 
-    python bench/bench_store.py --sizes 10000,100000 > bench/results-store.json
+    python bench/bench_store.py --sizes 10000,100000 > bench/results/results-store.json
     python bench/bench_store.py --quick                 # smoke run, 2k records, ~1 min
 
 Prints ONE JSON document on stdout; progress goes to stderr.

@@ -3,7 +3,7 @@
 when every erased byte is gone, because the byte scan meets fingerprint windows that live
 records legitimately hold, and only the first ATTRIBUTE_MAX (32) hits are attributed.
 
-    PYTHONPATH=src python bench/repro_verify_false_positives.py [--dense]
+    PYTHONPATH=src python bench/repro/repro_verify_false_positives.py [--dense]
 
 Builds a 5,100-record store (bench_erasure's 'realistic' layout: 'user-000123' subjects,
 template sentences, hashing embeddings; --dense swaps in random dense vectors), forgets
@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import efface  # noqa: E402
 from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
 from efface.erasure.fingerprint import Fingerprints  # noqa: E402

@@ -3,7 +3,7 @@
 efface's way (delete, then a full 'optimize' in the compactor) vs FTS5 'secure-delete'
 (the delete rewrites the pages holding the deleted tokens; no optimize needed).
 
-    PYTHONPATH=src python bench/exp_fts_secure_delete.py 10000,100000
+    PYTHONPATH=src python bench/experiments/exp_fts_secure_delete.py 10000,100000
 
 The ANN index is never brought up to date (no recall, no compact), so only the origin and
 FTS5 work is timed. Uses bench_erasure's 'unique' layout. Prints one JSON document.
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import efface  # noqa: E402
 from bench_erasure import PURPOSE, TENANT, Layout, log  # noqa: E402
 

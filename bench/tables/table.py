@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """Print the Markdown tables of docs/benchmarks.md from a bench_store.py result.
 
-    python bench/table.py bench/results-store.json
+    python bench/tables/table.py bench/results/results-store.json
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def main(path: str) -> None:
@@ -88,4 +91,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results-store.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(RESULTS, "results-store.json"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Repro: verify() holds the store lock for its whole run, so reads of other subjects wait.
 
-    PYTHONPATH=src python bench/repro_verify_blocks_reads.py [size]
+    PYTHONPATH=src python bench/repro/repro_verify_blocks_reads.py [size]
 
 Builds a store (bench_erasure's 'unique' layout, default 10,100 records), forgets one
 subject, waits for the compactor, then runs a reader thread (a read of a live key every
@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import efface  # noqa: E402
 from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
 

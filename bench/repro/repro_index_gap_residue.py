@@ -5,7 +5,7 @@ content area of live *index* b-tree leaf pages (sqlite_autoindex_records_1, clai
 although the origin runs with PRAGMA secure_delete=ON. verify()'s byte scan finds them (and
 rightly refuses 'erased'); the structural checks all pass.
 
-    PYTHONPATH=src python bench/repro_index_gap_residue.py [size] [max_cases]
+    PYTHONPATH=src python bench/repro/repro_index_gap_residue.py [size] [max_cases]
 
 Builds a store (bench_erasure's 'unique' layout, default 10,000 records), forgets 100-record
 subjects one by one (compact() after each) until max_cases (default 3) verifies fail, and for
@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import efface  # noqa: E402
 from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
 from efface.erasure.fingerprint import Fingerprints  # noqa: E402

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
-"""Markdown tables from bench_erasure.py's JSON:  python bench/table_erasure.py bench/results-erasure.json"""
+"""Markdown tables from bench_erasure.py's JSON:  python bench/tables/table_erasure.py bench/results/results-erasure.json"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def f(x, nd=2):
@@ -127,4 +130,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(RESULTS, "results-erasure.json"))

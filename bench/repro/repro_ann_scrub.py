@@ -2,7 +2,7 @@
 """Repro (no efface needed): usearch reuses the slots freed by the *previous* scrub, so
 efface's VectorIndex._scrub (add then remove as many noise vectors as were just removed)
 overwrites the erased vectors only on the first erasure; from the second on, the erased
-i8 vectors stay in the saved index file.  python bench/repro_ann_scrub.py
+i8 vectors stay in the saved index file.  python bench/repro/repro_ann_scrub.py
 Expected output with usearch 2.26.6: round 0 -> 0/100, rounds 1 and 2 -> 100/100.
 """
 import os
