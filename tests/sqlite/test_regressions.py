@@ -14,7 +14,8 @@ raw files in the store directory where bytes matter. A test here fails if its bu
   (``user-000000``, ``user-000001``) made verify refuse ``erased`` although every erased
   byte was gone. Fixed in 7953774.
 * ``bench/repro/repro_verify_blocks_reads.py``: reads wait for a running verify (and for
-  compaction and backups), because they hold the store lock. Not fixed yet: marked xfail.
+  compaction and backups), because they held the store lock. Fixed in #9 (reads run on their
+  own WAL snapshots and take no store lock).
 """
 
 from __future__ import annotations
@@ -264,18 +265,17 @@ def busy_store(open_raw):
 
 
 def test_the_probe_sees_verify_backup_and_compaction_at_work(busy_store, tmp_path):
-    """The xfail test below is only meaningful if ``at_work`` does see a running verify,
+    """The test below is only meaningful if ``at_work`` does see a running verify,
     backup and compaction (so that its failure now means 'the read waited')."""
     for kind in ("verify", "backup", "compact"):
         seen, _ = reads_during(busy_store, kind, tmp_path, rounds=2)
         assert seen >= 1, f"{kind} was never seen at work: make the store bigger"
 
 
-@pytest.mark.xfail(strict=True, reason="reads wait for verify: being fixed in #9")
 @pytest.mark.parametrize("kind", ["verify", "backup", "compact"])
 def test_reads_do_not_wait_for_maintenance(busy_store, tmp_path, kind):
     """A read and a recall started while a verify (backup, compaction) is at work must return
-    before it ends. With one store lock they cannot (the repro measured a read waiting 2 s
+    before it ends. With the old single store lock they could not (the repro measured a read waiting 2 s
     for verify at 100k). Nothing is timed: the thread's stack says whether it is still at work."""
     seen, through = reads_during(busy_store, kind, tmp_path)
     assert seen >= 1, f"{kind} was never seen at work"
