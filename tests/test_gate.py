@@ -9,6 +9,7 @@ replica that lags by epochs. Time comes from a FakeClock; nothing sleeps.
 from __future__ import annotations
 
 import math
+import pickle
 import re
 from dataclasses import replace
 
@@ -371,6 +372,24 @@ def test_assert_deleted_raises_the_first_typed_error_and_lists_every_reason():
         assert issubclass(typed, UnverifiableDeletion)
 
 
+def test_errors_take_their_context_as_keywords_after_the_message():
+    plain = ErasureNotSettled("behind")
+    assert (str(plain), plain.scope, plain.required_epoch, plain.applied_epoch) == ("behind", None, None, None)
+    with pytest.raises(TypeError):
+        ErasureNotSettled("behind", SCOPE)  # context is keyword-only, as in httpx's RequestError(message, *, request)
+    e = ErasureNotSettled("behind", scope=SCOPE, required_epoch=3, applied_epoch=2)
+    assert (e.scope, e.required_epoch, e.applied_epoch) == (SCOPE, 3, 2)
+    c = classify(True, REQUIRED, now=LATER)
+    for kind in (UnverifiableDeletion, UnenumeratedScope, CacheRoutedVerification, UnboundedPropagation):
+        assert kind("unproven").classification is None
+        err = kind("unproven", classification=c)
+        assert (str(err), err.classification) == ("unproven", c)
+        back = pickle.loads(pickle.dumps(err))  # e.g. across a process pool: the context survives
+        assert (type(back), str(back), back.classification) == (kind, "unproven", c)
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.scope, back.required_epoch, back.applied_epoch) == (SCOPE, 3, 2)
+
+
 def test_classify_rejects_a_string_for_a_list():
     with pytest.raises(InvalidInput):
         classify(FULL, "prefix:7d")
@@ -546,7 +565,7 @@ def test_lagging_replica_is_refused_until_it_reflects_the_erasure_epoch(gates, c
     assert classify(result.ack, ["tenant:30d"], now=clock()).evidence
     with pytest.raises(ErasureNotSettled) as exc:
         gate.recall("blue", scope=SCOPE)
-    assert (exc.value.required_epoch, exc.value.applied_epoch) == (3, 2)
+    assert (exc.value.scope, exc.value.required_epoch, exc.value.applied_epoch) == (SCOPE, 3, 2)
 
     tool.write("acme:carol:1", "carol paints the blue door", scope=SCOPE, subject="carol")
     tool.replicate(upto=3)
@@ -612,6 +631,7 @@ def test_state_file_and_errors_hold_no_personal_data(gates, clock, gate_path):
         with pytest.raises(ErasureNotSettled) as exc:
             gate.recall("flowerpot", scope=scope)
         messages.append(str(exc.value))
+        assert exc.value.scope == gate.scope_tag(scope)  # the error's context hides it too
     gate.close()
     data = b"".join(p.read_bytes() for p in gate_path.parent.iterdir() if p.name.startswith(gate_path.name))
     assert len(data) > 0
