@@ -60,6 +60,7 @@ import pytest
 import efface
 import efface.errors
 import efface.gate
+
 from peer_stores import require
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,9 +8,11 @@ replica that lags by epochs. Time comes from a FakeClock; nothing sleeps.
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 import re
+import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -25,6 +27,7 @@ from efface.errors import (
     UnverifiableDeletion,
 )
 from efface.gate import ForgetAck, Gate, MemoryTool, ToolHit, VerificationRead, assert_deleted, classify
+from efface.gate.state import GateState
 
 from conftest import T0, FakeClock
 
@@ -651,6 +654,72 @@ def test_gate_rejects_bad_configuration(gate_path, clock):
         Gate(object(), gate_path)
     with pytest.raises(InvalidInput):
         Gate(IncidentATool(clock), gate_path, probe_k=0)
+
+
+def test_gate_rejects_bad_calls(gates, clock):
+    gate = gates(IncidentATool(clock))
+    with pytest.raises(InvalidInput):
+        gate.recall("tea", scope="")
+    with pytest.raises(InvalidInput):
+        gate.forget(scope=SCOPE)  # neither a subject nor keys
+    with pytest.raises(InvalidInput):
+        gate.forget(scope=SCOPE, keys=[""])
+    assert gate.pending(SCOPE) == 0
+
+
+def test_classification_to_dict_is_json_and_names_the_typed_errors():
+    c = classify(replace(FULL, verification=VerificationRead("cache", (), T0 + 1)), REQUIRED, now=LATER)
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["level"] == "intent" and d["reasons"] == list(c.reasons)
+    assert {ch["name"]: ch["error"] for ch in d["checks"]}["verification"] == "CacheRoutedVerification"
+
+
+def test_a_subject_forget_without_keys_judges_hits_by_their_subject(gates, clock):
+    tool = BareTool(clock, stale_s=90)  # its acknowledgement names no keys: only the subject is known
+    _seed(tool)
+    gate = gates(tool, settle_s=60)
+    gate.forget(scope=SCOPE, subject=SECRET_SUBJECT, required_scopes=["tenant:30d"])
+    clock.advance(61)
+    with pytest.raises(ErasureNotSettled):  # the stale ANN still serves alice's hit: her subject gives it away
+        gate.recall("blue", scope=SCOPE)
+    clock.advance(30)
+    assert _keys(gate.recall("blue", scope=SCOPE)) == {"acme:bob:1"}  # bob's hit is judged by its subject
+    assert gate.pending(SCOPE) == 0
+
+    tool.write("acme:note:9", "a note about the blue door", scope=SCOPE)  # no subject: cannot be judged
+    gate.forget(scope=SCOPE, subject="bob", required_scopes=["tenant:30d"])
+    clock.advance(91)
+    with pytest.raises(ErasureNotSettled):
+        gate.recall("blue", scope=SCOPE)
+
+
+def test_gate_is_a_context_manager_that_closes_its_state(gate_path, clock):
+    with Gate(IncidentATool(clock), gate_path, clock=clock) as gate:
+        assert gate.pending(SCOPE) == 0
+    with pytest.raises(sqlite3.ProgrammingError):  # closed
+        gate.pending(SCOPE)
+
+
+def test_a_failed_state_write_rolls_back_and_records_nothing(gate_path):
+    state = GateState(gate_path)
+
+    def broken_keys():
+        yield "k" * 32
+        raise RuntimeError("disk gone")
+
+    with pytest.raises(RuntimeError):
+        state.begin("s", None, broken_keys(), T0)
+    assert state.unsettled() == []
+    eid = state.begin("s", None, ["k"], T0)
+    with pytest.raises(RuntimeError):
+        state.acknowledge(eid, acknowledged_at=T0, epoch=1, window_s=None, evidence_but_window=False,
+                          key_hs=broken_keys())
+    (e,) = state.unsettled("s")
+    assert (e.acknowledged_at, e.epoch, e.key_hs) == (None, None, frozenset({"k"}))
+    with pytest.raises(sqlite3.Error):
+        state.settle([eid, object()], T0, "probe")  # the second id cannot be bound: the first stays unsettled
+    assert [x.id for x in state.unsettled("s")] == [eid]
+    state.close()
 
 
 # -- EffaceTool: an efface store through the protocol -----------------------------------------------------
