@@ -8,8 +8,11 @@ replica that lags by epochs. Time comes from a FakeClock; nothing sleeps.
 
 from __future__ import annotations
 
+import json
 import math
+import pickle
 import re
+import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -24,6 +27,7 @@ from efface.errors import (
     UnverifiableDeletion,
 )
 from efface.gate import ForgetAck, Gate, MemoryTool, ToolHit, VerificationRead, assert_deleted, classify
+from efface.gate.state import GateState
 
 from conftest import T0, FakeClock
 
@@ -371,6 +375,24 @@ def test_assert_deleted_raises_the_first_typed_error_and_lists_every_reason():
         assert issubclass(typed, UnverifiableDeletion)
 
 
+def test_errors_take_their_context_as_keywords_after_the_message():
+    plain = ErasureNotSettled("behind")
+    assert (str(plain), plain.scope, plain.required_epoch, plain.applied_epoch) == ("behind", None, None, None)
+    with pytest.raises(TypeError):
+        ErasureNotSettled("behind", SCOPE)  # context is keyword-only, as in httpx's RequestError(message, *, request)
+    e = ErasureNotSettled("behind", scope=SCOPE, required_epoch=3, applied_epoch=2)
+    assert (e.scope, e.required_epoch, e.applied_epoch) == (SCOPE, 3, 2)
+    c = classify(True, REQUIRED, now=LATER)
+    for kind in (UnverifiableDeletion, UnenumeratedScope, CacheRoutedVerification, UnboundedPropagation):
+        assert kind("unproven").classification is None
+        err = kind("unproven", classification=c)
+        assert (str(err), err.classification) == ("unproven", c)
+        back = pickle.loads(pickle.dumps(err))  # e.g. across a process pool: the context survives
+        assert (type(back), str(back), back.classification) == (kind, "unproven", c)
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.scope, back.required_epoch, back.applied_epoch) == (SCOPE, 3, 2)
+
+
 def test_classify_rejects_a_string_for_a_list():
     with pytest.raises(InvalidInput):
         classify(FULL, "prefix:7d")
@@ -546,7 +568,7 @@ def test_lagging_replica_is_refused_until_it_reflects_the_erasure_epoch(gates, c
     assert classify(result.ack, ["tenant:30d"], now=clock()).evidence
     with pytest.raises(ErasureNotSettled) as exc:
         gate.recall("blue", scope=SCOPE)
-    assert (exc.value.required_epoch, exc.value.applied_epoch) == (3, 2)
+    assert (exc.value.scope, exc.value.required_epoch, exc.value.applied_epoch) == (SCOPE, 3, 2)
 
     tool.write("acme:carol:1", "carol paints the blue door", scope=SCOPE, subject="carol")
     tool.replicate(upto=3)
@@ -612,6 +634,7 @@ def test_state_file_and_errors_hold_no_personal_data(gates, clock, gate_path):
         with pytest.raises(ErasureNotSettled) as exc:
             gate.recall("flowerpot", scope=scope)
         messages.append(str(exc.value))
+        assert exc.value.scope == gate.scope_tag(scope)  # the error's context hides it too
     gate.close()
     data = b"".join(p.read_bytes() for p in gate_path.parent.iterdir() if p.name.startswith(gate_path.name))
     assert len(data) > 0
@@ -631,6 +654,72 @@ def test_gate_rejects_bad_configuration(gate_path, clock):
         Gate(object(), gate_path)
     with pytest.raises(InvalidInput):
         Gate(IncidentATool(clock), gate_path, probe_k=0)
+
+
+def test_gate_rejects_bad_calls(gates, clock):
+    gate = gates(IncidentATool(clock))
+    with pytest.raises(InvalidInput):
+        gate.recall("tea", scope="")
+    with pytest.raises(InvalidInput):
+        gate.forget(scope=SCOPE)  # neither a subject nor keys
+    with pytest.raises(InvalidInput):
+        gate.forget(scope=SCOPE, keys=[""])
+    assert gate.pending(SCOPE) == 0
+
+
+def test_classification_to_dict_is_json_and_names_the_typed_errors():
+    c = classify(replace(FULL, verification=VerificationRead("cache", (), T0 + 1)), REQUIRED, now=LATER)
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["level"] == "intent" and d["reasons"] == list(c.reasons)
+    assert {ch["name"]: ch["error"] for ch in d["checks"]}["verification"] == "CacheRoutedVerification"
+
+
+def test_a_subject_forget_without_keys_judges_hits_by_their_subject(gates, clock):
+    tool = BareTool(clock, stale_s=90)  # its acknowledgement names no keys: only the subject is known
+    _seed(tool)
+    gate = gates(tool, settle_s=60)
+    gate.forget(scope=SCOPE, subject=SECRET_SUBJECT, required_scopes=["tenant:30d"])
+    clock.advance(61)
+    with pytest.raises(ErasureNotSettled):  # the stale ANN still serves alice's hit: her subject gives it away
+        gate.recall("blue", scope=SCOPE)
+    clock.advance(30)
+    assert _keys(gate.recall("blue", scope=SCOPE)) == {"acme:bob:1"}  # bob's hit is judged by its subject
+    assert gate.pending(SCOPE) == 0
+
+    tool.write("acme:note:9", "a note about the blue door", scope=SCOPE)  # no subject: cannot be judged
+    gate.forget(scope=SCOPE, subject="bob", required_scopes=["tenant:30d"])
+    clock.advance(91)
+    with pytest.raises(ErasureNotSettled):
+        gate.recall("blue", scope=SCOPE)
+
+
+def test_gate_is_a_context_manager_that_closes_its_state(gate_path, clock):
+    with Gate(IncidentATool(clock), gate_path, clock=clock) as gate:
+        assert gate.pending(SCOPE) == 0
+    with pytest.raises(sqlite3.ProgrammingError):  # closed
+        gate.pending(SCOPE)
+
+
+def test_a_failed_state_write_rolls_back_and_records_nothing(gate_path):
+    state = GateState(gate_path)
+
+    def broken_keys():
+        yield "k" * 32
+        raise RuntimeError("disk gone")
+
+    with pytest.raises(RuntimeError):
+        state.begin("s", None, broken_keys(), T0)
+    assert state.unsettled() == []
+    eid = state.begin("s", None, ["k"], T0)
+    with pytest.raises(RuntimeError):
+        state.acknowledge(eid, acknowledged_at=T0, epoch=1, window_s=None, evidence_but_window=False,
+                          key_hs=broken_keys())
+    (e,) = state.unsettled("s")
+    assert (e.acknowledged_at, e.epoch, e.key_hs) == (None, None, frozenset({"k"}))
+    with pytest.raises(sqlite3.Error):
+        state.settle([eid, object()], T0, "probe")  # the second id cannot be bound: the first stays unsettled
+    assert [x.id for x in state.unsettled("s")] == [eid]
+    state.close()
 
 
 # -- EffaceTool: an efface store through the protocol -----------------------------------------------------

@@ -7,7 +7,8 @@
      ├── ScopeError            a forget selector that names nothing beyond the tenant
      ├── NotFound              (also a KeyError) no such handle, or no such record to retain
      ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
-     ├── UnverifiableDeletion  an erasure could not be proven
+     │                         (.scope, .required_epoch, .applied_epoch)
+     ├── UnverifiableDeletion  an erasure could not be proven (.classification)
      │    ├── UnenumeratedScope        the ack enumerates scopes but misses a required one
      │    ├── CacheRoutedVerification  the verification read was not served by the origin
      │    └── UnboundedPropagation     derived structures with no finite propagation bound
@@ -17,10 +18,16 @@
      └── BackupMismatch        a backup made by another store
 
 Messages say what happened and what the caller can do. They never echo keys, texts,
-subjects or identifiers: those may be personal data.
+subjects or identifiers: those may be personal data. An error that carries context takes
+it as keyword arguments after the message and keeps it as attributes, None when unknown.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the gate's types; errors.py imports nothing of efface at run time
+    from .gate.classify import Classification
 
 
 class EffaceError(Exception):
@@ -53,9 +60,32 @@ class NotFound(EffaceError, KeyError):
 class ErasureNotSettled(EffaceError):
     """A read path has not absorbed an erasure in the query's scope yet."""
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        scope: str | None = None,
+        required_epoch: int | None = None,
+        applied_epoch: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.scope = scope
+        """The scope the read was refused in, as the message names it: the caller's name, or
+        the gate's keyed-hash tag for it when the gate hides scope names (``reveal_scopes``)."""
+        self.required_epoch = required_epoch
+        """The epoch of the newest erasure in the scope, when the erasure has one."""
+        self.applied_epoch = applied_epoch
+        """The epoch the read path reflects, when it reports one."""
+
 
 class UnverifiableDeletion(EffaceError):
     """A deletion could not be verified; fail closed."""
+
+    def __init__(self, message: str, *, classification: Classification | None = None) -> None:
+        super().__init__(message)
+        self.classification = classification
+        """What the gate made of the acknowledgement (each requirement, met or not), when the
+        gate raised it; None for an erasure efface itself cannot prove."""
 
 
 class StoreLocked(EffaceError):

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..errors import (
     CacheRoutedVerification,
@@ -66,8 +67,12 @@ class Check:
     """The typed error this failure is, when it is one of its own kind."""
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "met": self.met, "detail": self.detail,
-                "error": self.error.__name__ if self.error else None}
+        return {
+            "name": self.name,
+            "met": self.met,
+            "detail": self.detail,
+            "error": self.error.__name__ if self.error else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,14 @@ class Classification:
         return tuple(c.error for c in self.checks if c.error is not None)
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "reasons": list(self.reasons),
-                "checks": [c.to_dict() for c in self.checks], "scopes": dict(self.scopes),
-                "structures": dict(self.structures), "settles_at": self.settles_at}
+        return {
+            "level": self.level,
+            "reasons": list(self.reasons),
+            "checks": [c.to_dict() for c in self.checks],
+            "scopes": dict(self.scopes),
+            "structures": dict(self.structures),
+            "settles_at": self.settles_at,
+        }
 
 
 def finite_seconds(x: Any) -> float | None:
@@ -147,18 +157,27 @@ def _check_verification(ack: ForgetAck) -> Check:
     if v is None:
         return Check("verification", False, "no verification read was made after the forget")
     if v.routed_to != "origin":
-        return Check("verification", False,
-                     f"the verification read was served by '{v.routed_to}', not the origin: an empty "
-                     "answer from a cache or a replica proves nothing; verify with a read routed to the origin",
-                     CacheRoutedVerification)
+        return Check(
+            "verification",
+            False,
+            f"the verification read was served by '{v.routed_to}', not the origin: an empty "
+            "answer from a cache or a replica proves nothing; verify with a read routed to the origin",
+            CacheRoutedVerification,
+        )
     if not ack.keys:
-        return Check("verification", False, "the acknowledgement names no keys, so the verification read cannot be "
-                                            "shown to cover what was forgotten")
+        return Check(
+            "verification",
+            False,
+            "the acknowledgement names no keys, so the verification read cannot be shown to cover what was forgotten",
+        )
     if ack.acknowledged_at and v.checked_at < ack.acknowledged_at:
         return Check("verification", False, "the verification read was made before the forget was acknowledged")
     if v.found:
-        return Check("verification", False,
-                     f"the origin still returned {len(v.found)} of the forgotten keys: the forget did not take effect")
+        return Check(
+            "verification",
+            False,
+            f"the origin still returned {len(v.found)} of the forgotten keys: the forget did not take effect",
+        )
     return Check("verification", True, "a verification read routed to the origin found none of the keys")
 
 
@@ -168,19 +187,30 @@ def _check_scopes(ack: ForgetAck, required: tuple[str, ...]) -> tuple[Check, dic
     enumerates = ack.scopes_cleared is not None or ack.scopes_retained is not None
     states = {s: "retained" if s in retained else "cleared" if s in cleared else "unenumerated" for s in required}
     if not required:
-        return Check("scopes", False, "no retention scopes were named, so the union cannot be checked: "
-                                      "name every scope the data was written under"), states
+        return Check(
+            "scopes",
+            False,
+            "no retention scopes were named, so the union cannot be checked: "
+            "name every scope the data was written under",
+        ), states
     if not enumerates:
         return Check("scopes", False, "the tool did not enumerate the retention scopes its forget cleared"), states
     missing = [s for s in required if states[s] == "unenumerated"]
     held = [s for s in required if states[s] == "retained"]
     if missing:
-        return Check("scopes", False,
-                     f"retention scope(s) {_quote(missing)} are not enumerated by the acknowledgement, which names "
-                     "only others: the data may still be held there", UnenumeratedScope), states
+        return Check(
+            "scopes",
+            False,
+            f"retention scope(s) {_quote(missing)} are not enumerated by the acknowledgement, which names "
+            "only others: the data may still be held there",
+            UnenumeratedScope,
+        ), states
     if held:
-        return Check("scopes", False, f"retention scope(s) {_quote(held)} were enumerated but left in force: "
-                                      "the data is still held"), states
+        return Check(
+            "scopes",
+            False,
+            f"retention scope(s) {_quote(held)} were enumerated but left in force: the data is still held",
+        ), states
     return Check("scopes", True, f"every required retention scope was cleared ({len(required)})"), states
 
 
@@ -188,39 +218,58 @@ def _check_structures(ack: ForgetAck, required: tuple[str, ...]) -> tuple[Check,
     covered = set(ack.derived_covered or ())
     states = {s: s in covered for s in required}
     if ack.derived_covered is None:
-        return Check("structures", False, "the tool did not say which derived structures (indexes, caches, "
-                                          "summaries) its forget covers"), states
+        return Check(
+            "structures",
+            False,
+            "the tool did not say which derived structures (indexes, caches, summaries) its forget covers",
+        ), states
     missing = [s for s in required if not states[s]]
     if missing:
-        return Check("structures", False,
-                     f"derived structure(s) {_quote(missing)} are not covered by the forget"), states
-    return Check("structures", True,
-                 "the forget covers every derived structure it names and every one required"), states
+        return Check(
+            "structures", False, f"derived structure(s) {_quote(missing)} are not covered by the forget"
+        ), states
+    return Check(
+        "structures", True, "the forget covers every derived structure it names and every one required"
+    ), states
 
 
 def _check_propagation(ack: ForgetAck, now: float) -> tuple[Check, float | None]:
     bound = ack.max_propagation_s
     if bound is None:
         if ack.derived_covered:
-            return Check("propagation", False, "the tool covers derived structures but declares no bound on how "
-                                               "long they may still serve erased content", UnboundedPropagation), None
+            return Check(
+                "propagation",
+                False,
+                "the tool covers derived structures but declares no bound on how "
+                "long they may still serve erased content",
+                UnboundedPropagation,
+            ), None
         return Check("propagation", False, "the tool declares no propagation bound"), None
     if finite_seconds(bound) is None:
-        return Check("propagation", False,
-                     "the tool's propagation bound is infinite or not a number: its derived structures may serve "
-                     "erased content indefinitely", UnboundedPropagation), None
+        return Check(
+            "propagation",
+            False,
+            "the tool's propagation bound is infinite or not a number: its derived structures may serve "
+            "erased content indefinitely",
+            UnboundedPropagation,
+        ), None
     if not ack.acknowledged_at:
-        return Check("propagation", False, "the acknowledgement has no time, so its propagation window cannot be "
-                                           "measured"), None
+        return Check(
+            "propagation", False, "the acknowledgement has no time, so its propagation window cannot be measured"
+        ), None
     settles_at = ack.acknowledged_at + bound
     if now < settles_at:
-        return Check("propagation", False, f"the declared propagation window ({bound:g} s) has not elapsed: "
-                                           f"{seconds(settles_at - now)} s left"), settles_at
+        return Check(
+            "propagation",
+            False,
+            f"the declared propagation window ({bound:g} s) has not elapsed: {seconds(settles_at - now)} s left",
+        ), settles_at
     return Check("propagation", True, f"the declared propagation window ({bound:g} s) has elapsed"), settles_at
 
 
-def classify(ack: Any, required_scopes: Iterable[str], *, required_structures: Iterable[str] = (),
-             now: float | None = None) -> Classification:
+def classify(
+    ack: Any, required_scopes: Iterable[str], *, required_structures: Iterable[str] = (), now: float | None = None
+) -> Classification:
     """Classify a forget acknowledgement as ``intent`` or ``evidence`` and say why.
 
     ``required_scopes``: every retention scope the data was written under (the caller knows
@@ -237,13 +286,18 @@ def classify(ack: Any, required_scopes: Iterable[str], *, required_structures: I
     checks = (_check_handle(ack), _check_verification(ack), scope_check, structure_check, propagation_check)
     reasons = tuple(c.detail for c in checks if not c.met)
     return Classification(
-        level="intent" if reasons else "evidence", reasons=reasons, checks=checks, scopes=scope_states,
-        structures=structure_states, settles_at=settles_at,
+        level="intent" if reasons else "evidence",
+        reasons=reasons,
+        checks=checks,
+        scopes=scope_states,
+        structures=structure_states,
+        settles_at=settles_at,
     )
 
 
-def assert_deleted(ack: Any, required_scopes: Iterable[str], *, required_structures: Iterable[str] = (),
-                   now: float | None = None) -> Classification:
+def assert_deleted(
+    ack: Any, required_scopes: Iterable[str], *, required_structures: Iterable[str] = (), now: float | None = None
+) -> Classification:
     """Return the classification if the acknowledgement is evidence; otherwise fail closed.
 
     Raises the first typed error that applies (:class:`CacheRoutedVerification`,
@@ -255,6 +309,7 @@ def assert_deleted(ack: Any, required_scopes: Iterable[str], *, required_structu
         return c
     kinds = c.errors()
     kind = kinds[0] if kinds else UnverifiableDeletion
-    err = kind("deletion cannot be verified (the acknowledgement is intent, not evidence): " + "; ".join(c.reasons))
-    err.classification = c
-    raise err
+    raise kind(
+        "deletion cannot be verified (the acknowledgement is intent, not evidence): " + "; ".join(c.reasons),
+        classification=c,
+    )

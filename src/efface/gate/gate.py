@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import ErasureNotSettled, InvalidInput
 from .classify import Classification, _as_ack, _names, classify, finite_seconds, seconds
@@ -68,9 +69,17 @@ class Gate:
     data, e.g. one namespace per user: messages then name a scope by a keyed-hash tag, which
     :meth:`scope_tag` gives for a scope)."""
 
-    def __init__(self, tool: MemoryTool, state_path: "str | os.PathLike", *, policy: str = "probe",
-                 settle_s: float = 60.0, clock: Callable[[], float] = time.time, probe_k: int = 20,
-                 reveal_scopes: bool = True):
+    def __init__(
+        self,
+        tool: MemoryTool,
+        state_path: str | os.PathLike,
+        *,
+        policy: str = "probe",
+        settle_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        probe_k: int = 20,
+        reveal_scopes: bool = True,
+    ):
         if policy not in POLICIES:
             raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}")
         if finite_seconds(settle_s) is None:
@@ -102,28 +111,42 @@ class Gate:
     def _label(self, scope: str) -> str:
         return f"scope '{scope}'" if self.reveal_scopes else f"scope {self.scope_tag(scope)}"
 
-    def _not_settled(self, scope: str, why: str, *, required: int | None = None,
-                     applied: int | None = None) -> ErasureNotSettled:
-        err = ErasureNotSettled(f"recall refused in {self._label(scope)}: {why}")
-        err.scope, err.required_epoch, err.applied_epoch = scope, required, applied
-        return err
+    def _not_settled(
+        self, scope: str, why: str, *, required: int | None = None, applied: int | None = None
+    ) -> ErasureNotSettled:
+        return ErasureNotSettled(
+            f"recall refused in {self._label(scope)}: {why}",
+            scope=scope if self.reveal_scopes else self.scope_tag(scope),
+            required_epoch=required,
+            applied_epoch=applied,
+        )
 
     # -- the tool's operations, gated ------------------------------------------------------
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
         """Write through the tool. Writing a key again after an unsettled forget of it is
         remembered (as hashes), so that recalling the new text is not taken for the old."""
         scope_h = self._scope_h(scope)
         self.tool.write(key, text, scope=scope, subject=subject, metadata=metadata)
         key_h = self._state.hash("key", scope, key)
         subject_h = None if subject is None else self._state.hash("subject", scope, subject)
-        if any(key_h in e.key_hs or (subject_h is not None and subject_h == e.subject_h)
-               for e in self._state.unsettled(scope_h)):
+        if any(
+            key_h in e.key_hs or (subject_h is not None and subject_h == e.subject_h)
+            for e in self._state.unsettled(scope_h)
+        ):
             self._state.add_rewrite(scope_h, key_h, self._state.hash("text", scope, text))
 
-    def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None,
-               required_scopes: Iterable[str] = (), required_structures: Iterable[str] = (),
-               probes: Iterable[str] = ()) -> ForgetResult:
+    def forget(
+        self,
+        *,
+        scope: str,
+        subject: str | None = None,
+        keys: Sequence[str] | None = None,
+        required_scopes: Iterable[str] = (),
+        required_structures: Iterable[str] = (),
+        probes: Iterable[str] = (),
+    ) -> ForgetResult:
         """Forget through the tool and classify its acknowledgement (see :func:`classify`
         for ``required_scopes`` and ``required_structures``). ``probes``: recall queries
         that would find the erased items, kept in memory for the sentinel probes.
@@ -147,9 +170,13 @@ class Gate:
         window = finite_seconds(ack.max_propagation_s)
         epoch = ack.epoch if isinstance(ack.epoch, int) and not isinstance(ack.epoch, bool) else None
         self._state.acknowledge(
-            eid, acknowledged_at=ack.acknowledged_at, epoch=epoch, window_s=window,
+            eid,
+            acknowledged_at=ack.acknowledged_at,
+            epoch=epoch,
+            window_s=window,
             evidence_but_window=window is not None and all(ch.met for ch in c.checks if ch.name != "propagation"),
-            key_hs=[self._state.hash("key", scope, k) for k in ack.keys])
+            key_hs=[self._state.hash("key", scope, k) for k in ack.keys],
+        )
         self._held[eid] = (probes, tuple(dict.fromkeys((*keys, *ack.keys))))
         return ForgetResult(ack, c)
 
@@ -165,8 +192,12 @@ class Gate:
         # an erasure already settled would otherwise serve it again.
         if applied is not None and floor is not None and applied < floor:
             raise self._not_settled(
-                scope, f"an erasure there has epoch {floor} and the tool's reads reflect epoch {applied}; "
-                       "retry once the tool has caught up", required=floor, applied=applied)
+                scope,
+                f"an erasure there has epoch {floor} and the tool's reads reflect epoch {applied}; "
+                "retry once the tool has caught up",
+                required=floor,
+                applied=applied,
+            )
         if not pending:
             return list(self.tool.recall(query, scope=scope, k=k))
         now = self._clock()
@@ -176,21 +207,30 @@ class Gate:
         if not rest:
             return list(self.tool.recall(query, scope=scope, k=k))
 
-        ways = {}
+        ways: dict[int, str] = {}
         for e in rest:
             acked = e.acknowledged_at if e.acknowledged_at is not None else e.requested_at
-            if e.evidence_but_window and e.acknowledged_at is not None and now >= acked + e.window_s:
+            if (
+                e.evidence_but_window
+                and e.acknowledged_at is not None
+                and e.window_s is not None
+                and now >= acked + e.window_s
+            ):
                 ways[e.id] = "evidence"
             elif self.policy == "refuse":
                 raise self._not_settled(
-                    scope, "an erasure there is unsettled, the tool reports no epoch and its acknowledgement was "
-                           "not evidence; policy 'refuse' keeps this scope closed (release it with "
-                           "Gate.release once the erasure is verified some other way)")
+                    scope,
+                    "an erasure there is unsettled, the tool reports no epoch and its acknowledgement was "
+                    "not evidence; policy 'refuse' keeps this scope closed (release it with "
+                    "Gate.release once the erasure is verified some other way)",
+                )
             elif now < acked + max(self.settle_s, e.window_s or 0.0):
                 left = acked + max(self.settle_s, e.window_s or 0.0) - now
                 raise self._not_settled(
-                    scope, f"an erasure there is settling and the tool reports no epoch; sentinel probes run "
-                           f"after the settling interval ({seconds(left)} s left)")
+                    scope,
+                    f"an erasure there is settling and the tool reports no epoch; sentinel probes run "
+                    f"after the settling interval ({seconds(left)} s left)",
+                )
             else:
                 ways[e.id] = "probe"
         hits = list(self.tool.recall(query, scope=scope, k=k))
@@ -211,8 +251,10 @@ class Gate:
             found += len(verification_read(keys, scope).found)
         if found:
             raise self._not_settled(
-                scope, f"a sentinel probe still found {found} erased item(s) or item(s) the gate cannot judge; "
-                       "the erasure has not settled in this tool (nothing is filtered: retry later)")
+                scope,
+                f"a sentinel probe still found {found} erased item(s) or item(s) the gate cannot judge; "
+                "the erasure has not settled in this tool (nothing is filtered: retry later)",
+            )
 
     def _erased(self, scope: str, erasures: list[Erasure], rewrites: set[tuple[str, str]], hit: ToolHit) -> bool:
         """True when ``hit`` is an erased item, or one the gate cannot judge."""
@@ -253,7 +295,7 @@ class Gate:
         """Close the state file (the tool is the caller's to close)."""
         self._state.close()
 
-    def __enter__(self) -> "Gate":
+    def __enter__(self) -> Gate:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -17,8 +17,9 @@ acknowledgement only with what the store really returned or guarantees: never mo
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,10 @@ class MemoryTool(Protocol):
 
     name: str
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None: ...
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None: ...
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]: ...
 
-    def forget(self, *, scope: str, subject: str | None = None,
-               keys: Sequence[str] | None = None) -> ForgetAck: ...
+    def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck: ...

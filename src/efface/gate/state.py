@@ -13,8 +13,8 @@ import os
 import secrets
 import sqlite3
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -67,7 +67,7 @@ class Erasure:
 class GateState:
     """The erasure state file. Every change is committed durably before it returns."""
 
-    def __init__(self, path: "str | os.PathLike"):
+    def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._c = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -95,17 +95,21 @@ class GateState:
         with self._lock:
             self._c.execute("BEGIN IMMEDIATE")
             try:
-                cur = self._c.execute("INSERT INTO erasures(scope_h, subject_h, requested_at) VALUES (?, ?, ?)",
-                                      (scope_h, subject_h, now))
+                cur = self._c.execute(
+                    "INSERT INTO erasures(scope_h, subject_h, requested_at) VALUES (?, ?, ?)", (scope_h, subject_h, now)
+                )
                 eid = cur.lastrowid
+                assert eid is not None  # an INSERT into a rowid table always sets it
                 key_hs = list(key_hs)
-                self._c.executemany("INSERT OR IGNORE INTO erased_keys(erasure_id, key_h) VALUES (?, ?)",
-                                    [(eid, k) for k in key_hs])
+                self._c.executemany(
+                    "INSERT OR IGNORE INTO erased_keys(erasure_id, key_h) VALUES (?, ?)", [(eid, k) for k in key_hs]
+                )
                 # A rewrite's text is what this new forget erases now: no longer an excuse for a hit.
                 # Without keys (a subject forget) every rewrite in the scope is dropped: fail closed.
                 if key_hs:
-                    self._c.executemany("DELETE FROM rewrites WHERE scope_h=? AND key_h=?",
-                                        [(scope_h, k) for k in key_hs])
+                    self._c.executemany(
+                        "DELETE FROM rewrites WHERE scope_h=? AND key_h=?", [(scope_h, k) for k in key_hs]
+                    )
                 else:
                     self._c.execute("DELETE FROM rewrites WHERE scope_h=?", (scope_h,))
                 self._c.execute("COMMIT")
@@ -114,17 +118,27 @@ class GateState:
                 raise
         return eid
 
-    def acknowledge(self, eid: int, *, acknowledged_at: float, epoch: int | None, window_s: float | None,
-                    evidence_but_window: bool, key_hs: Iterable[str]) -> None:
+    def acknowledge(
+        self,
+        eid: int,
+        *,
+        acknowledged_at: float,
+        epoch: int | None,
+        window_s: float | None,
+        evidence_but_window: bool,
+        key_hs: Iterable[str],
+    ) -> None:
         """Add what the tool's acknowledgement said."""
         with self._lock:
             self._c.execute("BEGIN IMMEDIATE")
             try:
                 self._c.execute(
                     "UPDATE erasures SET acknowledged_at=?, epoch=?, window_s=?, evidence_but_window=? WHERE id=?",
-                    (acknowledged_at, epoch, window_s, int(evidence_but_window), eid))
-                self._c.executemany("INSERT OR IGNORE INTO erased_keys(erasure_id, key_h) VALUES (?, ?)",
-                                    [(eid, k) for k in key_hs])
+                    (acknowledged_at, epoch, window_s, int(evidence_but_window), eid),
+                )
+                self._c.executemany(
+                    "INSERT OR IGNORE INTO erased_keys(erasure_id, key_h) VALUES (?, ?)", [(eid, k) for k in key_hs]
+                )
                 self._c.execute("COMMIT")
             except BaseException:
                 self._c.execute("ROLLBACK")
@@ -137,14 +151,18 @@ class GateState:
             args = (scope_h,) if scope_h else ()
             rows = self._c.execute(
                 "SELECT id, scope_h, subject_h, requested_at, acknowledged_at, epoch, window_s, evidence_but_window"
-                " FROM erasures" + where + " ORDER BY id", args).fetchall()
+                " FROM erasures" + where + " ORDER BY id",
+                args,
+            ).fetchall()
             keys: dict[int, set[str]] = {}
             for eid, key_h in self._c.execute(
-                    "SELECT erasure_id, key_h FROM erased_keys"
-                    " WHERE erasure_id IN (SELECT id FROM erasures" + where + ")", args):
+                "SELECT erasure_id, key_h FROM erased_keys WHERE erasure_id IN (SELECT id FROM erasures" + where + ")",
+                args,
+            ):
                 keys.setdefault(eid, set()).add(key_h)
-        return [Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), frozenset(keys.get(r[0], ())))
-                for r in rows]
+        return [
+            Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), frozenset(keys.get(r[0], ()))) for r in rows
+        ]
 
     def floor(self, scope_h: str) -> int | None:
         """The newest erasure epoch recorded in a scope, settled or not (None: no epoch)."""
@@ -159,8 +177,10 @@ class GateState:
         with self._lock:
             self._c.execute("BEGIN IMMEDIATE")
             try:
-                self._c.executemany("UPDATE erasures SET settled_at=?, settled_by=? WHERE id=? AND settled_at IS NULL",
-                                    [(now, by, i) for i in ids])
+                self._c.executemany(
+                    "UPDATE erasures SET settled_at=?, settled_by=? WHERE id=? AND settled_at IS NULL",
+                    [(now, by, i) for i in ids],
+                )
                 self._c.execute("COMMIT")
             except BaseException:
                 self._c.execute("ROLLBACK")
@@ -169,8 +189,9 @@ class GateState:
     def add_rewrite(self, scope_h: str, key_h: str, text_h: str) -> None:
         """Remember that a key was written again through the gate (with this text)."""
         with self._lock:
-            self._c.execute("INSERT OR IGNORE INTO rewrites(scope_h, key_h, text_h) VALUES (?, ?, ?)",
-                            (scope_h, key_h, text_h))
+            self._c.execute(
+                "INSERT OR IGNORE INTO rewrites(scope_h, key_h, text_h) VALUES (?, ?, ?)", (scope_h, key_h, text_h)
+            )
 
     def rewrites(self, scope_h: str) -> set[tuple[str, str]]:
         """(key hash, text hash) of every write made through the gate to an erased key."""
