@@ -166,6 +166,7 @@ class Store:
             with self._origin.transaction(kind, tenant, now) as tx:
                 result, puts, drops, texts = body(tx, now)
                 if puts or drops:
+                    assert tenant is not None, "content changes belong to a tenant"
                     tx.log_changes(tenant, puts, drops)
                     for path in self._paths:
                         if path.synchronous:
@@ -397,7 +398,7 @@ class Store:
                 return outcome, outcome.puts, outcome.drops, outcome.texts
 
             def after(outcome):
-                if outcome.identifiers_erased:
+                if outcome.identifiers_erased and subject is not None:
                     self._derivations.mentions.drop_subject(tenant, subject)
 
             epoch, outcome = self._mutate("forget", tenant, body, after=after)

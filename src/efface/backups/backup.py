@@ -46,8 +46,8 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
         pairs: dict[str, set[str]] = {}
         for t, s in tx.claim_subjects(now):
             pairs.setdefault(t, set()).add(s)
-        for t, subjects in pairs.items():
-            tx.ensure_subject_keys(t, subjects, now, lambda s, t=t: h("subject", t, s))
+        for t, named in pairs.items():
+            tx.ensure_subject_keys(t, named, now, lambda s, t=t: h("subject", t, s))
         seq, ledger_hash = tx.append_ledger("backup", None, {"backup_id": backup_id, "epoch": tx.epoch,
                                                              "path_h": path_h}, now)
         keys = {(t, s): (kid, key) for t, s, kid, key in tx.subject_keys()}

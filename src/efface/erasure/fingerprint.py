@@ -37,7 +37,7 @@ import hashlib
 import mmap
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -98,10 +98,12 @@ class Fingerprints:
         """A compact serialisation: a JSON header and the arrays (no content, only hashes)."""
         import json
 
-        parts, header = [], {"items": self.items, "too_short": self.too_short, "arrays": []}
+        parts: list[bytes] = []
+        arrays: list[list[Any]] = []
+        header = {"items": self.items, "too_short": self.too_short, "arrays": arrays}
         for group in ("w16", "w8", "u8"):
             for kind, arr in getattr(self, group).items():
-                header["arrays"].append([group, kind, int(arr.size)])
+                arrays.append([group, kind, int(arr.size)])
                 parts.append(np.ascontiguousarray(arr, dtype="<u8").tobytes())
         head = json.dumps(header).encode()
         return len(head).to_bytes(4, "little") + head + b"".join(parts)
@@ -257,10 +259,7 @@ class Fingerprinter:
         words = np.frombuffer(mm, dtype="<u8", count=nwords, offset=start)
         limit = min(CHUNK // 8, nwords)  # windows starting past the chunk belong to the next one
         for group, (values, kinds, names, bitmap, width) in tables.items():
-            if group == "u8":
-                shifts = range(8)
-            else:
-                shifts = (0,)
+            shifts: Sequence[int] = range(8) if group == "u8" else (0,)
             for r in shifts:
                 if r:
                     n = (end - start - r) // 8

@@ -76,8 +76,8 @@ class Releaser:
             out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
             if out.identifiers_erased or not tx.subject_has_claims(selector.tenant, subject):
                 identifiers = [subject, *(json.loads(registered) if registered else [])]
-        quarantined_ids = [rid for d in out.derivations if d.action == "quarantined"
-                           if (rid := tx.record_id(selector.tenant, d.key)) is not None]
+        found = [tx.record_id(selector.tenant, d.key) for d in out.derivations if d.action == "quarantined"]
+        quarantined_ids = [rid for rid in found if rid is not None]
         self._evidence.collect(tx, selector.tenant, handle, content, quarantined_ids, identifiers, now,
                                keys=[key for _s, key in shredded])
         body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())

@@ -69,7 +69,7 @@ class Verifier:
         structural.append(check("origin.wal", "erased", "pass" if ck >= epoch else "fail",
                                 f"WAL checkpointed and truncated at epoch {ck} (erasure epoch {epoch})", t0))
         checks += structural
-        scanned, files = 0, []
+        scanned, files = 0, list[str]()
         if evidence["fingerprints"] is None:
             where = f"ledger seq {previous_proof['seq']}" if previous_proof else "an earlier verification"
             checks.append(check("bytes", "erased", "recorded",

@@ -204,6 +204,7 @@ class VectorIndex:
             try:
                 # Serialise in memory (usearch holds the GIL), write with the GIL released.
                 data = self._indexes[tenant].save()
+                assert data is not None  # save() without a path returns the serialised index
                 with open(tmp, "wb") as f:
                     f.write(data)
                     f.flush()
@@ -246,8 +247,8 @@ class VectorIndex:
         present = [i for i in ids if i in idx]
         if not present:
             return []
-        got = idx.get(np.asarray(present, dtype=np.uint64), dtype=np.int8)
-        return [np.asarray(v, dtype=np.int8).tobytes() for v in got if v is not None]
+        got = idx.get(np.asarray(present, dtype=np.uint64), dtype="i8")
+        return [np.asarray(v, dtype=np.int8).tobytes() for v in _rows(got)]
 
     def neighbours(self, tenant: str, vectors: np.ndarray, k: int) -> list[list[int]]:
         """The ``k`` nearest labels of each vector (record ids; sentinels left out)."""
@@ -324,8 +325,8 @@ class VectorIndex:
         found: set[bytes] = set()
         for start in range(0, len(labels), ABSORB_CHUNK):
             chunk = labels[start : start + ABSORB_CHUNK]
-            tape = b"".join(np.asarray(v, dtype=np.int8).tobytes()
-                            for v in idx.get(np.asarray(chunk, dtype=np.uint64), dtype=np.int8) if v is not None)
+            got = idx.get(np.asarray(chunk, dtype=np.uint64), dtype="i8")
+            tape = b"".join(np.asarray(v, dtype=np.int8).tobytes() for v in _rows(got))
             found.update(w for w in windows if w in tape)
         return found
 
@@ -341,3 +342,10 @@ def _add(idx: Index, ids: Sequence[int], vecs: Sequence[np.ndarray]) -> None:
     for start in range(0, len(ids), ADD_BATCH):
         idx.add(np.asarray(ids[start : start + ADD_BATCH], dtype=np.uint64), np.vstack(vecs[start : start + ADD_BATCH]))
         time.sleep(0)  # let a waiting reader take the GIL between batches
+
+
+def _rows(got: object) -> list[np.ndarray]:
+    """The vectors usearch's ``Index.get`` returned for several keys (missing keys left out)."""
+    if got is None:
+        return []
+    return [v for v in got if v is not None]  # type: ignore[attr-defined]  # an array or a tuple of them

@@ -45,7 +45,8 @@ class SQLiteOrigin:
         new = not os.path.exists(path)
         self.write_lock = threading.RLock()
         """Held for every use of the writer connection."""
-        self._c = apsw.Connection(path)
+        # Any: apsw types rows as tuples of any SQLite value; each method says what it returns.
+        self._c: Any = apsw.Connection(path)
         self._c.setbusytimeout(5000)
         self._c.execute("PRAGMA journal_mode=WAL")
         # FULL: every commit fsyncs the WAL, so an acknowledgement means the tombstone is durable.
@@ -77,11 +78,11 @@ class SQLiteOrigin:
 
     # -- connections --------------------------------------------------------------------
     @property
-    def writer(self) -> apsw.Connection:
+    def writer(self) -> Any:
         """The writer connection; use it only with :attr:`write_lock` held."""
         return self._c
 
-    def _r(self) -> apsw.Connection:
+    def _r(self) -> Any:
         """This thread's read-only connection (opened on first use)."""
         c = getattr(self._local, "conn", None)
         if c is None:
@@ -156,7 +157,8 @@ class SQLiteOrigin:
 
     def path_evidence(self, handle: str) -> dict[str, bytes]:
         """What each read path kept at forget time for its probe (see paths.base.ReadPath)."""
-        out = dict(self._r().execute("SELECT path, data FROM path_evidence WHERE handle=?", (handle,)).fetchall())
+        out: dict[str, bytes] = dict(
+            self._r().execute("SELECT path, data FROM path_evidence WHERE handle=?", (handle,)).fetchall())
         if not out:  # erasures recorded before path_evidence existed
             row = self._r().execute("SELECT anchors, tokens FROM evidence WHERE handle=?", (handle,)).fetchone()
             if row is not None:
@@ -297,7 +299,8 @@ class SQLiteOrigin:
 
     def receipts(self, tenant_h: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT handle FROM receipts" + (" WHERE tenant_h=?" if tenant_h else "") + " ORDER BY epoch"
-        return [self.receipt(h) for (h,) in self._r().execute(sql, (tenant_h,) if tenant_h else ())]
+        found = (self.receipt(h) for (h,) in self._r().execute(sql, (tenant_h,) if tenant_h else ()).fetchall())
+        return [r for r in found if r is not None]
 
     def ledger(self) -> list[dict[str, Any]]:
         return [

@@ -31,7 +31,8 @@ class SQLiteTx:
     """An open ``BEGIN IMMEDIATE`` transaction on the origin."""
 
     def __init__(self, conn: apsw.Connection, epoch: int):
-        self._c = conn
+        # Any: apsw types rows as tuples of any SQLite value; each method says what it returns.
+        self._c: Any = conn
         self.epoch = epoch
         self.old_texts: dict[int, str] = {}
         """Each changed record's text as it was before this transaction: the full-text index
@@ -46,7 +47,7 @@ class SQLiteTx:
             self.old_texts.setdefault(row[0], row[1])
 
     @property
-    def connection(self) -> apsw.Connection:
+    def connection(self) -> Any:
         """For the SQLite text index's staging, which writes in this transaction."""
         return self._c
 
@@ -83,7 +84,7 @@ class SQLiteTx:
 
     def match_claims(self, tenant: str, subject: str | None, purpose: str | None,
                      prefix: str | None, key: str | None) -> list[ClaimRow]:
-        where, args = ["r.tenant=?"], [tenant]
+        where, args = ["r.tenant=?"], list[Any]([tenant])
         if subject is not None:
             where.append("c.subject=?")
             args.append(subject)
