@@ -40,7 +40,7 @@ from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
-from .derivations import Derivations, validate_policy
+from .derivations import Derivations, quarantine, validate_policy
 from .embed import Embedder, resolve
 from .erasure.compactor import Compactor
 from .erasure.evidence import Evidence
@@ -217,36 +217,7 @@ class Store:
         ``metadata``, ``sources``, overriding the keyword defaults. ``embeddings`` may
         carry precomputed vectors (one row per item) from this store's embedder."""
         tenant = v.name(tenant, "tenant")
-        if not isinstance(items, Iterable):
-            raise InvalidInput("items must be a list of mappings with 'key' and 'text'")
-        items = list(items)
-        if not items:
-            raise InvalidInput("write_many needs at least one item")
-        prepared = []
-        for item in items:
-            if not isinstance(item, Mapping):
-                raise InvalidInput("each item must be a mapping with 'key' and 'text'")
-            unknown = set(item) - {"key", "text", "subject", "purpose", "basis", "ttl", "metadata", "sources"}
-            if unknown:
-                raise InvalidInput(f"unknown item fields: {', '.join(sorted(unknown))}")
-            s = item.get("subject", subject)
-            p = item.get("purpose", purpose)
-            if s is None or p is None:
-                raise InvalidInput("every record needs a subject and a purpose (a claim)")
-            prepared.append(
-                (
-                    v.key(item.get("key")),
-                    v.text(item.get("text")),
-                    v.name(s, "subject"),
-                    v.purpose(p),
-                    v.basis(item.get("basis", basis)),
-                    v.ttl(item.get("ttl", ttl)),
-                    v.metadata(item.get("metadata")),
-                    v.sources(item.get("sources")),
-                )
-            )
-        if len({p[0] for p in prepared}) != len(prepared):
-            raise InvalidInput("the same key appears twice in one batch: write it once")
+        prepared = v.items(items, defaults={"subject": subject, "purpose": purpose, "basis": basis, "ttl": ttl})
         if embeddings is None:
             vectors = self.embedder.embed([p[1] for p in prepared])
         else:
@@ -419,12 +390,7 @@ class Store:
         tenant = v.name(tenant, "tenant")
         policy, reason = validate_policy(policy, reason)
 
-        def body(tx, now):
-            tx.set_policy(tenant, policy, reason)
-            tx.append_ledger("policy", None, {"tenant_h": self._hash("tenant", tenant), "policy": policy,
-                                              "reason": reason}, now)
-            return None, [], [], {}
-
+        body = quarantine.policy_body(self._hash, tenant, policy, reason)
         return self._mutate("policy", tenant, body)[0]
 
     def on_quarantine(self, callback: Callable[[Receipt, list[QuarantineItem]], None]) -> None:
@@ -457,21 +423,7 @@ class Store:
         meta = None if metadata is None else v.metadata(metadata)
         vec = np.ascontiguousarray(self.embedder.embed([text])[0], dtype=np.float32).tobytes()
 
-        def body(tx, now):
-            rid = tx.record_id(tenant, key)
-            if rid is None:
-                raise NotFound("no live record with that key in this tenant: write it instead")
-            tx.replace_text(rid, text, vec, now)
-            if meta is not None:
-                tx.set_metadata(rid, meta)
-            if new_sources is not None:
-                tx.set_sources(rid, tenant, new_sources)
-            self._derivations.on_write(tx, tenant, rid, text)
-            lifted = tx.lift_quarantine(rid)
-            tx.append_ledger("rederive", None, {"tenant_h": self._hash("tenant", tenant),
-                                                "key_h": self._hash("key", tenant, key), "lifted": lifted}, now)
-            return None, [rid], [], {rid: text}
-
+        body = quarantine.rederive_body(self._derivations, self._hash, tenant, key, text, vec, new_sources, meta)
         return self._mutate("rederive", tenant, body)[0]
 
     def release(self, key: str, *, tenant: str, reason: str) -> int:
@@ -481,14 +433,7 @@ class Store:
         if not isinstance(reason, str) or not reason.strip() or len(reason) > 500:
             raise InvalidInput("release needs a reason (1-500 characters); it is recorded in the ledger")
 
-        def body(tx, now):
-            rid = tx.record_id(tenant, key)
-            if rid is None or not tx.lift_quarantine(rid):
-                raise NotFound("no quarantined record with that key in this tenant")
-            tx.append_ledger("release", None, {"tenant_h": self._hash("tenant", tenant),
-                                               "key_h": self._hash("key", tenant, key), "reason": reason}, now)
-            return None, [], [], {}
-
+        body = quarantine.release_body(self._hash, tenant, key, reason)
         return self._mutate("release", tenant, body)[0]
 
     # -- expiry ----------------------------------------------------------------------------

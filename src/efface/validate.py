@@ -7,7 +7,7 @@ import datetime as _dt
 import json
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from .errors import InvalidInput, UnknownBasis
 from .model import BASES
@@ -144,3 +144,42 @@ def query(value: Any) -> str:
     if len(raw) > MAX_TEXT_BYTES:
         raise InvalidInput(f"query is larger than {MAX_TEXT_BYTES} bytes")
     return value
+
+
+ITEM_FIELDS = frozenset({"key", "text", "subject", "purpose", "basis", "ttl", "metadata", "sources"})
+
+
+def items(values: Any, *, defaults: Mapping[str, Any]) -> list[tuple]:
+    """The items of a ``write_many``, each checked, with the keyword defaults applied:
+    ``(key, text, subject, purpose, basis, ttl_s, metadata_json, sources)`` per item.
+    ``defaults`` holds the ``subject``, ``purpose``, ``basis`` and ``ttl`` of the call."""
+    if not isinstance(values, Iterable):
+        raise InvalidInput("items must be a list of mappings with 'key' and 'text'")
+    given = list(values)
+    if not given:
+        raise InvalidInput("write_many needs at least one item")
+    prepared = []
+    for item in given:
+        if not isinstance(item, Mapping):
+            raise InvalidInput("each item must be a mapping with 'key' and 'text'")
+        unknown = set(item) - ITEM_FIELDS
+        if unknown:
+            raise InvalidInput(f"unknown item fields: {', '.join(sorted(unknown))}")
+        s, p, b, t = (item.get(f, defaults.get(f)) for f in ("subject", "purpose", "basis", "ttl"))
+        if s is None or p is None:
+            raise InvalidInput("every record needs a subject and a purpose (a claim)")
+        prepared.append(
+            (
+                key(item.get("key")),
+                text(item.get("text")),
+                name(s, "subject"),
+                purpose(p),
+                basis(b),
+                ttl(t),
+                metadata(item.get("metadata")),
+                sources(item.get("sources")),
+            )
+        )
+    if len({p[0] for p in prepared}) != len(prepared):
+        raise InvalidInput("the same key appears twice in one batch: write it once")
+    return prepared
