@@ -317,7 +317,9 @@ def test_lineage_transitive_and_partial(store, clock):
     items = {i.key: i for i in store.quarantined(tenant=T)}
     assert sorted(items) == sorted(affected)
     assert all(i.handle == receipt.handle and i.why == "lineage" and i.since == clock() for i in items.values())
-    assert items["partial"].sources == ("b", "a") and items["partial"].surviving_sources == ("b",)
+    # The erased source's key is gone from the lineage; the erasure's handle stands in for it (DESIGN §8).
+    assert items["partial"].sources == ("b", "erased:" + receipt.handle)
+    assert items["partial"].surviving_sources == ("b",)
     assert items["chain:0"].surviving_sources == ()
     # A quarantined source still exists: it is what a re-derivation of its children starts from.
     assert items["chain:3"].surviving_sources == ("chain:2",)
@@ -444,9 +446,10 @@ def test_rederive_without_sources_keeps_the_lineage(store):
     store.write("a", "alpha", tenant=T, subject="alice", purpose="p")
     store.write("b", "beta", tenant=T, subject="bob", purpose="p")
     store.write("d", "from alpha and beta", tenant=T, subject="svc", purpose="p", sources=["a", "b"])
-    store.forget(tenant=T, key="a")
+    gone = store.forget(tenant=T, key="a")
     store.rederive("d", "from beta only", tenant=T)
-    assert store.read("d", tenant=T, purpose="p").sources == ("a", "b")
+    # The surviving source stays; the erased one is known only by its erasure's handle.
+    assert store.read("d", tenant=T, purpose="p").sources == ("erased:" + gone.handle, "b")
     assert derivations(store.forget(tenant=T, key="b")) == {"d": ("lineage", "quarantined")}
 
 
@@ -748,6 +751,11 @@ class Model:
                for k in mention | lineage}
         for k in why:
             live[k].quarantined = True
+        # DESIGN §8: a surviving record's lineage keeps the erasure's handle, not the erased key.
+        gone = set(erased)
+        for r in live.values():
+            if gone & set(r.sources):
+                r.sources = tuple(dict.fromkeys("erased:" if s in gone else s for s in r.sources))
         ids_erased = False
         if subject is not None and (tenant, subject) in self.registered:
             if not any(c[0] == subject for (t, _k), r in self.records.items() if t == tenant for c in r.claims):

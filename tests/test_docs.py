@@ -66,11 +66,7 @@ from peer_stores import require
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-KNOWN_WRONG = {
-    ("README.md", "store.verify(receipt.handle).level"): (
-        "a derived record's lineage keeps the erased key, so verify stops at 'unreadable' (being fixed by the lead)"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 """(file, statement source) -> why its claim fails today. Each runs as ``xfail(strict=True)``."""
 
 PEER_LIBRARIES = {"chroma": "chromadb", "lancedb": "lancedb", "qdrant": "qdrant_client", "mem0": "mem0"}

@@ -30,6 +30,11 @@ POLICIES = ("quarantine", "redact", "keep")
 REDACTION_MARK = "[redacted]"
 
 
+ERASED_SOURCE = "erased:"
+"""What stands in a derived record's ``sources`` for a source that was erased, followed by
+the handle of the erasure (``erased:efr_...``)."""
+
+
 class Derivations:
     """The mention index and the forget-time derivation logic of one store."""
 
@@ -134,6 +139,9 @@ class Derivations:
                 detail += " (no identifier span could be located for redaction)" if why == "mention" else \
                     " (redaction cannot remove what was derived)"
             out.append(Derivation(key, why, "quarantined", detail))
+        if erased_keys:
+            # Lineage keeps the erasure's handle, never the erased key (DESIGN §8).
+            tx.forget_sources(tenant, erased_keys, ERASED_SOURCE + handle)
         return out, puts, texts
 
     def _redacted(self, tx, tenant: str, subject: str | None, record_id: int) -> str | None:

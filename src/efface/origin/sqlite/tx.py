@@ -185,6 +185,20 @@ class SQLiteTx:
             ).fetchall()
         return out
 
+    def forget_sources(self, tenant: str, keys: Sequence[str], marker: str) -> list[int]:
+        """In every record whose lineage names one of ``keys`` (erased), put ``marker`` in
+        their place, in its lineage and its ``sources``: a kept key is personal data left
+        behind (DESIGN §8). Returns the ids of the records rewritten."""
+        gone = set(keys)
+        rewritten = sorted({rid for rid, _key in self.derived_from(tenant, keys)})
+        for rid in rewritten:
+            (raw,) = self._c.execute("SELECT sources FROM records WHERE id=?", (rid,)).fetchone()
+            sources = list(dict.fromkeys(marker if s in gone else s for s in json.loads(raw)))
+            self.set_sources(rid, tenant, sources)
+        if rewritten:  # the erased keys sat in lineage's index pages too
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
+        return rewritten
+
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
         self._remember(record_id)
         self._c.execute("UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?",
