@@ -27,9 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_peers as bp  # noqa: E402
-
 from efface.audit import Selection, run_audit  # noqa: E402
-from efface.audit.driver import version  # noqa: E402
 
 KINDS = ("efface", "chroma", "lancedb", "qdrant")
 TITLES = {"efface": "efface", "chroma": "Chroma (PersistentClient)", "lancedb": "LanceDB",
@@ -169,8 +167,9 @@ def render(reports: dict, bench: dict | None) -> str:
                 f"Forgotten: {r.targets} records of one subject; detectable in the files before the delete: "
                 f"{r.detectable_texts} texts, {r.detectable_vectors} vectors.", ""]
         for stage in r.stages:
+            calls = "; ".join(f"`{c}`" for c in stage.calls) or "none (the store has no maintenance call)"
             out += [f"### After {_md(stage.name)}: **{stage.level}**", "",
-                    f"Calls: {_md('; '.join(f'`{c}`' for c in stage.calls) or 'none (the store has no maintenance call)')}.",
+                    f"Calls: {_md(calls)}.",
                     "", _explain(kind, stage, r.targets), "",
                     "| read path | level | evidence |", "|---|---|---|"]
             out += [f"| {_md(c.path)} | {c.level} | {_md(c.evidence)} |" for c in stage.cells]

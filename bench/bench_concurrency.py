@@ -53,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_store import (  # reused, not copied
+from bench_store import (  # noqa: E402  (reused, not copied)
     PURPOSE,
     TENANT,
     Corpus,
@@ -98,7 +98,7 @@ class Maintenance:
         while not self.stop.is_set():
             try:
                 self.step(self)
-            except Exception as exc:  # noqa: BLE001  (reported in the JSON, the cell goes on)
+            except Exception as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 time.sleep(0.05)
 
@@ -140,7 +140,7 @@ def measure(store, corpus: Corpus, queries: list[str], read_keys: list[str], thr
                     reads[i].append((time.perf_counter() - t, counted))
                     if got is None:
                         errors.append(f"read {key}: None")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
 
     for q in queries[:20]:  # warm-up, single thread
@@ -358,7 +358,7 @@ def main() -> None:
     try:
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=False).stdout.strip()
-    except Exception:  # noqa: BLE001
+    except Exception:
         commit = ""
     log(f"commit {commit[:10]}, load {load()}")
     bench = Bench(args)

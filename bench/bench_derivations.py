@@ -33,7 +33,6 @@ import os
 import platform
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -42,8 +41,8 @@ from typing import Any
 import numpy as np
 
 import efface
-from efface.embed.hashing import HashingEmbedder
 from efface.derivations.mentions import MentionIndex
+from efface.embed.hashing import HashingEmbedder
 
 TENANT = "acme"
 PURPOSE = "support"
@@ -90,7 +89,7 @@ class People:
 
     def __init__(self, n: int, handles: int, seed: int, prefix: str = "p"):
         rng = random.Random(seed)
-        pairs = [(f, l) for f in FIRST for l in LAST]
+        pairs = [(first, last) for first in FIRST for last in LAST]
         rng.shuffle(pairs)
         if n > len(pairs):
             raise SystemExit(f"at most {len(pairs)} distinct names")
@@ -130,7 +129,7 @@ def texts_for(n: int, people: People, mention_share: float, seed: int) -> list[s
     who is not registered (a first name only) — both cost the same to write without identifiers."""
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         if rng.random() < mention_share:
             who = People.mention(rng.choice(people.subjects), rng)
         else:

@@ -60,8 +60,8 @@ from bench_store import (  # noqa: E402  (reused, not copied)
     dir_sizes,
     log,
     machine_info,
-    peak_rss_mib,
     pct,
+    peak_rss_mib,
     rss_mib,
     run_child,
 )
@@ -283,14 +283,24 @@ def breakdown(store, lay: Layout, subject: str) -> dict:
     receipt = store.forget(tenant=TENANT, subject=lay.subj(subject))
     parts = {"forget": time.perf_counter() - t}
     with store._lock:
-        t = time.perf_counter(); store._ann.catch_up(); parts["ann_catch_up"] = time.perf_counter() - t
-        t = time.perf_counter(); store._fts.purge(); parts["fts_optimize"] = time.perf_counter() - t
-        t = time.perf_counter(); store._ann.persist(); parts["ann_save_fsync"] = time.perf_counter() - t
+        t = time.perf_counter()
+        store._ann.catch_up()
+        parts["ann_catch_up"] = time.perf_counter() - t
+        t = time.perf_counter()
+        store._fts.purge()
+        parts["fts_optimize"] = time.perf_counter() - t
+        t = time.perf_counter()
+        store._ann.persist()
+        parts["ann_save_fsync"] = time.perf_counter() - t
         t = time.perf_counter()
         store._origin.prune_changes(store._ann.saved_epoch())
         parts["prune_changes"] = time.perf_counter() - t
-        t = time.perf_counter(); ok = store._origin.checkpoint(); parts["wal_checkpoint"] = time.perf_counter() - t
-    t = time.perf_counter(); store.compact(); parts["compact_after (should be ~0)"] = time.perf_counter() - t
+        t = time.perf_counter()
+        ok = store._origin.checkpoint()
+        parts["wal_checkpoint"] = time.perf_counter() - t
+    t = time.perf_counter()
+    store.compact()
+    parts["compact_after (should be ~0)"] = time.perf_counter() - t
     wal = os.path.join(store.path, "origin.db-wal")
     t = time.perf_counter()
     ver = store.verify(receipt.handle)
@@ -362,8 +372,8 @@ def run_size(args) -> dict[str, Any]:
                                       "mode": args.mode}}
     log(f"[{n}] generating corpus")
     lay = Layout(n, args.seed, args.mode)
-    res["layout"] = {"mode": args.mode, "subjects_of_100": lay.main.n_subjects, "subjects_of_1000": BIG, "subjects_of_10": SMALL,
-                     "interleaved": True}
+    res["layout"] = {"mode": args.mode, "subjects_of_100": lay.main.n_subjects, "subjects_of_1000": BIG,
+                     "subjects_of_10": SMALL, "interleaved": True}
     base = tempfile.mkdtemp(prefix=f"efface-erasure-{n}-", dir=args.dir)
     path = os.path.join(base, "store")
     res["store_dir"] = path
@@ -407,7 +417,8 @@ def run_size(args) -> dict[str, Any]:
             at_ack.append(forget_to_erased(store, lay, s, rng, verify_first=True, timeout=args.timeout))
             time.sleep(args.gap)
         log(f"[{n}] erasure size classes, compactor on: 10 and 1000 records")
-        bg_small = [forget_to_erased(store, lay, f"small-{i:02d}", rng, False, args.timeout) for i in range(args.per_class)]
+        bg_small = [forget_to_erased(store, lay, f"small-{i:02d}", rng, False, args.timeout)
+                    for i in range(args.per_class)]
         time.sleep(args.gap)
         bg_big = []
         for i in range(min(args.per_class, BIG - 1)):
@@ -441,7 +452,8 @@ def run_size(args) -> dict[str, Any]:
         def cls(runs):
             return {"forgets": len(runs),
                     "all_reached_erased": all(r["level"] == "erased" for r in runs),
-                    "levels": {lv: sum(1 for r in runs if r["level"] == lv) for lv in ("intent", "unreadable", "erased")},
+                    "levels": {lv: sum(1 for r in runs if r["level"] == lv)
+                               for lv in ("intent", "unreadable", "erased")},
                     "structural_checks_all_pass": all(r["structural_erased_checks_pass"] for r in runs),
                     "bytes_fail_details": sorted({r["not_erased"][0][2] for r in runs if r.get("not_erased")})[:5],
                     "ack_to_verdict_s": summarize(runs, "ack_to_verdict_s"),
@@ -486,7 +498,8 @@ def run_size(args) -> dict[str, Any]:
                           "verify_checks_ms_median": {c: round(float(np.median([r["verify_checks_ms"].get(c, 0)
                                                                                 for r in runs])), 2)
                                                       for c in runs[0]["verify_checks_ms"]},
-                          "physical_erasure_ms_median": round(float(np.median([r["physical_erasure_ms"] for r in runs])), 2),
+                          "physical_erasure_ms_median": round(float(np.median([r["physical_erasure_ms"]
+                                                                               for r in runs])), 2),
                           "all_erased": all(r["level"] == "erased" for r in runs),
                           "levels": [r["level"] for r in runs],
                           "scan_MBps_median": round(float(np.median([r["scan_MBps"] or 0 for r in runs])), 1)}
@@ -622,7 +635,9 @@ def main() -> None:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join([os.path.relpath(sys.argv[0], os.getcwd())] + sys.argv[1:]),
         "machine": machine_info(),
-        "config": {"mode": args.mode, "embedder": "hashing-384 (store); vectors: dense random unit (unique mode) or hashing (realistic)", "tenant": TENANT, "purpose": PURPOSE, "batch": args.batch,
+        "config": {"mode": args.mode,
+                   "embedder": "hashing-384 (store); vectors: dense random unit (unique mode) or hashing (realistic)",
+                   "tenant": TENANT, "purpose": PURPOSE, "batch": args.batch,
                    "forgets": args.forgets, "forgets_1m": args.forgets_1m, "per_class": args.per_class,
                    "breakdowns": args.breakdowns, "gap_s": args.gap, "seed": args.seed, "quick": args.quick,
                    "layout": f"N-{EXTRA} records in subjects of 100, {BIG} subjects of {BIG_SIZE}, "

@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from efface.audit import Selection, run_audit
 from efface.audit.driver import version
 from efface.embed import resolve
@@ -55,7 +54,7 @@ def build(kind: str, path: Path, data) -> None:
         import efface
 
         with efface.open(path, embedder="hashing", background=False) as s:
-            s.write_many([{"key": k, "text": t, "subject": u} for k, t, u in zip(ids, texts, subjects)],
+            s.write_many([{"key": k, "text": t, "subject": u} for k, t, u in zip(ids, texts, subjects, strict=True)],
                          tenant="default", purpose="support", embeddings=vectors)
     elif kind == "chroma":
         import chromadb
@@ -95,7 +94,7 @@ def libraries() -> dict[str, str]:
 
 def machine() -> dict:
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def _residue(stage) -> dict:

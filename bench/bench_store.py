@@ -75,15 +75,24 @@ LAST = """Moreno Okafor Lindqvist Tanaka Haddad Novak Fischer Kowalski Oliveira 
 Rossi Dubois Jensen Mendes Kaur Yilmaz Costa Murphy Ivanova Sato Bianchi Larsen Gupta Herrera Walsh
 Abbasi Castillo Eriksen Farouk Gallagher Horvat Iyer Jovanovic Kim Lopez Mahlaba Nakamura Osei Park
 Quispe Reyes Suzuki Thorsen Usman Varga Weber Xu Yamamoto Zhang Achebe Brennan Chowdhury Delgado""".split()
-DRINKS = "oolong tea|green tea|black coffee|oat flat white|sparkling water|chai latte|espresso|mint tea|hot chocolate|kombucha|decaf americano|rooibos".split("|")
-FOODS = "vegetarian ramen|sushi|gluten-free pasta|tacos al pastor|falafel wraps|pho|margherita pizza|lentil soup|pad thai|poke bowls|dumplings|shakshuka|caesar salad|biryani".split("|")
-CITIES = "Lisbon|Berlin|Nairobi|Osaka|Toronto|Buenos Aires|Melbourne|Oslo|Istanbul|Seoul|Dublin|Austin|Cape Town|Warsaw|Montreal|Singapore|Bogota|Helsinki|Marrakesh|Vancouver".split("|")
-PROJECTS = "Falcon|Atlas|Nimbus|Orchid|Helix|Quasar|Juniper|Beacon|Cobalt|Meridian|Tundra|Saffron|Lumen|Vertex|Harbor".split("|")
-TOPICS = "the Q3 roadmap|the pricing experiment|onboarding churn|the data migration|the hiring plan|the security review|the mobile redesign|vendor contracts|the quarterly budget|incident follow-ups|the API deprecation|customer interviews|the launch checklist|latency regressions|the analytics dashboard".split("|")
+DRINKS = ("oolong tea|green tea|black coffee|oat flat white|sparkling water|chai latte|espresso|mint tea|"
+          "hot chocolate|kombucha|decaf americano|rooibos").split("|")
+FOODS = ("vegetarian ramen|sushi|gluten-free pasta|tacos al pastor|falafel wraps|pho|margherita pizza|"
+         "lentil soup|pad thai|poke bowls|dumplings|shakshuka|caesar salad|biryani").split("|")
+CITIES = ("Lisbon|Berlin|Nairobi|Osaka|Toronto|Buenos Aires|Melbourne|Oslo|Istanbul|Seoul|Dublin|Austin|"
+          "Cape Town|Warsaw|Montreal|Singapore|Bogota|Helsinki|Marrakesh|Vancouver").split("|")
+PROJECTS = ("Falcon|Atlas|Nimbus|Orchid|Helix|Quasar|Juniper|Beacon|Cobalt|Meridian|Tundra|Saffron|Lumen|"
+            "Vertex|Harbor").split("|")
+TOPICS = ("the Q3 roadmap|the pricing experiment|onboarding churn|the data migration|the hiring plan|"
+          "the security review|the mobile redesign|vendor contracts|the quarterly budget|"
+          "incident follow-ups|the API deprecation|customer interviews|the launch checklist|"
+          "latency regressions|the analytics dashboard").split("|")
 DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
 MONTHS = "January February March April May June July August September October November December".split()
-HOBBIES = "bouldering|sourdough baking|trail running|chess|birdwatching|pottery|salsa dancing|sailing|woodworking|film photography|gardening|cycling|jazz piano|board games|open-water swimming".split("|")
-PETS = "a rescue greyhound|two cats|a parrot named Kiwi|a corgi|a bearded dragon|an old labrador|a pair of rabbits|a border collie".split("|")
+HOBBIES = ("bouldering|sourdough baking|trail running|chess|birdwatching|pottery|salsa dancing|sailing|"
+           "woodworking|film photography|gardening|cycling|jazz piano|board games|open-water swimming").split("|")
+PETS = ("a rescue greyhound|two cats|a parrot named Kiwi|a corgi|a bearded dragon|an old labrador|"
+        "a pair of rabbits|a border collie").split("|")
 TOOLS = "Notion|Jira|Slack|Figma|Excel|VS Code|Linear|Google Docs|Salesforce|Tableau|Obsidian|Trello".split("|")
 CHANNELS = "email|Slack|a phone call|text message|video call|in person".split("|")
 TIMES = "early morning|before 9am|late afternoon|after lunch|in the evening|around noon".split("|")
@@ -91,7 +100,9 @@ SEATS = "an aisle seat|a window seat|exit row seating|a quiet carriage".split("|
 ALLERGIES = "peanuts|shellfish|gluten|lactose|penicillin|cat dander|pollen|sesame".split("|")
 LANGS = "Portuguese|Japanese|Spanish|German|Arabic|French|Korean|Swahili|Polish|Italian".split("|")
 FEELINGS = "frustrated|delighted|anxious|relieved|confused|excited|impatient|grateful".split("|")
-ISSUES = "a double charge on the invoice|login failures on the mobile app|a missing refund|slow report exports|a broken CSV import|the password reset email never arriving|a wrong shipping address|duplicate notifications".split("|")
+ISSUES = ("a double charge on the invoice|login failures on the mobile app|a missing refund|"
+          "slow report exports|a broken CSV import|the password reset email never arriving|"
+          "a wrong shipping address|duplicate notifications").split("|")
 
 TEMPLATES = [
     "{name} prefers {drink} {time} and dislikes {drink2}.",
@@ -237,11 +248,11 @@ class Profiler:
     def __init__(self, directory: str | None, tag: str):
         self.directory, self.tag = directory, tag
 
-    def run(self, phase: str, fn):
+    def run(self, phase: str, fn, *args):
         if not self.directory:
-            return fn()
+            return fn(*args)
         prof = cProfile.Profile()
-        result = prof.runcall(fn)
+        result = prof.runcall(fn, *args)
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, f"{self.tag}-{phase}.prof")
         prof.dump_stats(path)
@@ -293,7 +304,9 @@ def run_size(args) -> dict[str, Any]:
         log(f"[{n}] write_many: {n} records in batches of {batch}")
         per_batch = []
 
-        def build():
+        # `vectors` is an argument, not a closure variable: the `del vectors` below (which frees the
+        # corpus vectors before the recall phase) would otherwise leave `build` naming a deleted variable.
+        def build(vectors):
             for start in range(0, n, batch):
                 stop = min(start + batch, n)
                 items = [corpus.item(i) for i in range(start, stop)]
@@ -304,7 +317,7 @@ def run_size(args) -> dict[str, Any]:
                     done = sum(c for c, _ in per_batch)
                     log(f"[{n}]   {done}/{n} written, last batch {per_batch[-1][1] * 1000:.0f} ms")
 
-        prof.run("write_many", build)
+        prof.run("write_many", build, vectors)
         total_s = sum(s for _, s in per_batch)
         tenth = max(1, len(per_batch) // 10)
         rate = lambda bs: round(sum(c for c, _ in bs) / sum(s for _, s in bs), 1)  # noqa: E731
@@ -480,7 +493,7 @@ def run_ann(args) -> dict[str, Any]:
         probe = VectorIndex.__new__(VectorIndex)
         probe._dim = emb.dim
         configured = probe._new()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"skipped": f"could not read efface's index configuration: {e}"}
     params = dict(ndim=emb.dim, metric="cos", connectivity=configured.connectivity,
                   expansion_add=configured.expansion_add, expansion_search=configured.expansion_search)
@@ -543,7 +556,7 @@ def run_minilm(args) -> dict[str, Any]:
 
     sentences = realistic_sentences(args.minilm_sentences)
     embedder = MiniLMEmbedder(batch_size=64)
-    log(f"[minilm] loading the model")
+    log("[minilm] loading the model")
     t = time.perf_counter()
     embedder._load()  # model load timed on its own
     load_s = time.perf_counter() - t
@@ -605,7 +618,7 @@ def machine_info() -> dict[str, Any]:
                                 text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "src"], capture_output=True,
                                text=True, timeout=10).stdout.strip()
-    except Exception:  # noqa: BLE001
+    except Exception:
         commit, dirty = "", ""
     import hashlib
 
@@ -718,7 +731,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to create the temporary stores (default: system tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the stores after the run")
     ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="cProfile the write/recall/forget phases into DIR (slows them down; figures are then not comparable)")
+                    help="cProfile the write/recall/forget phases into DIR "
+                         "(slows them down; figures are then not comparable)")
     ap.add_argument("--child-size", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-minilm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-ann", type=int, default=None, help=argparse.SUPPRESS)

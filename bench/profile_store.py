@@ -5,7 +5,8 @@
     python bench/profile_store.py --store DIR --size N     # reuse a store built with the same N
 
 DIAGNOSTIC ONLY: this reaches into efface's private internals (``store._fts``, ``store._ann``,
-``store._origin``), so it may break whenever src/efface changes. bench/bench_store.py is the benchmark; this explains its figures.
+``store._origin``), so it may break whenever src/efface changes. bench/bench_store.py is the benchmark;
+this explains its figures.
 Output is human-readable text on stdout.
 """
 
@@ -24,11 +25,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_store import PURPOSE, TENANT, Corpus, pct  # noqa: E402
+import efface
+from efface.embed.hashing import HashingEmbedder
+from efface.paths.base import Query
 
-import efface  # noqa: E402
-from efface.embed.hashing import HashingEmbedder  # noqa: E402
-from efface.paths.base import Query  # noqa: E402
+from bench_store import PURPOSE, TENANT, Corpus, pct
 
 
 def build(path: str, n: int) -> None:

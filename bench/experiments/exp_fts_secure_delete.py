@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-import efface  # noqa: E402
-from bench_erasure import PURPOSE, TENANT, Layout, log  # noqa: E402
+import efface
+
+from bench_erasure import PURPOSE, TENANT, Layout, log
 
 out = {"loadavg_at_start": os.getloadavg()[0]}
 for n in [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "10000,100000").split(",")]:

@@ -27,7 +27,8 @@ def present(idx, victims_q):
     fd, p = tempfile.mkstemp()
     os.close(fd)
     idx.save(p)
-    data = open(p, "rb").read()
+    with open(p, "rb") as f:
+        data = f.read()
     os.unlink(p)
     return sum(1 for q in victims_q if q in data)
 
@@ -36,7 +37,8 @@ for rnd in range(3):
     victims = np.arange(rnd * 100, rnd * 100 + 100, dtype=np.uint64)
     q = [bytes(np.asarray(idx.get(k, dtype=np.int8), dtype=np.int8).tobytes()) for k in victims]
     idx.remove(victims)
-    keys = np.arange(sent, sent + 100, dtype=np.uint64); sent += 100
+    keys = np.arange(sent, sent + 100, dtype=np.uint64)
+    sent += 100
     idx.add(keys, rng.standard_normal((100, 384)).astype(np.float32))
     idx.remove(keys)
     print("round", rnd, "erased vectors still in saved file:", present(idx, q), "/ 100")

@@ -18,9 +18,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-import efface  # noqa: E402
-from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
-from efface.erasure.fingerprint import Fingerprints  # noqa: E402
+import efface
+from efface.erasure.fingerprint import Fingerprints
+
+from bench_erasure import PURPOSE, TENANT, Layout
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
 max_cases = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -36,7 +37,7 @@ o = st._origin
 page = o.page_size()
 cases = tried = 0
 for i in range(lay.main.n_subjects):
-    name = "user-%06d" % i
+    name = f"user-{i:06d}"
     r = st.forget(tenant=TENANT, subject=lay.subj(name))
     st.compact()
     tried += 1

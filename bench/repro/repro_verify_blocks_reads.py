@@ -15,8 +15,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-import efface  # noqa: E402
-from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
+import efface
+
+from bench_erasure import PURPOSE, TENANT, Layout
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10100
 lay = Layout(n, 1234)
@@ -40,7 +41,7 @@ def reader(stop, lat):
 
 
 def run(with_verify):
-    r = st.forget(tenant=TENANT, subject=lay.subj("user-%06d" % (2 if with_verify else 3)))
+    r = st.forget(tenant=TENANT, subject=lay.subj(f"user-{2 if with_verify else 3:06d}"))
     st.wait(r.handle, until="erased")
     time.sleep(1.0)
     stop, lat = threading.Event(), []

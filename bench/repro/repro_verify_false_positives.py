@@ -18,9 +18,10 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-import efface  # noqa: E402
-from bench_erasure import PURPOSE, TENANT, Layout  # noqa: E402
-from efface.erasure.fingerprint import Fingerprints  # noqa: E402
+import efface
+from efface.erasure.fingerprint import Fingerprints
+
+from bench_erasure import PURPOSE, TENANT, Layout
 
 dense = "--dense" in sys.argv
 lay = Layout(5100, 1234, "realistic")

@@ -14,7 +14,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def main(path: str) -> None:
-    d = json.load(open(path))
+    with open(path) as fh:
+        d = json.load(fh)
     sizes = list(d["sizes"])
     rows = []
 
@@ -28,18 +29,23 @@ def main(path: str) -> None:
                 cells.append("–")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    row("write_many, batches of 1000 (records/s, embedding excluded)", lambda r: r["batched_write"]["records_per_s"], "{:,.0f}")
+    row("write_many, batches of 1000 (records/s, embedding excluded)",
+        lambda r: r["batched_write"]["records_per_s"], "{:,.0f}")
     row("… first 10 % / last 10 % of batches (records/s)",
-        lambda r: f"{r['batched_write']['first_10pct_records_per_s']:,.0f} / {r['batched_write']['last_10pct_records_per_s']:,.0f}")
-    row("first recall after the bulk write (s; ANN absorbs the import)", lambda r: r["after_build"]["first_recall_s"], "{:,.2f}")
-    row("ingest until recallable by meaning (records/s)", lambda r: r["after_build"]["ingest_until_recallable_records_per_s"], "{:,.0f}")
+        lambda r: (f"{r['batched_write']['first_10pct_records_per_s']:,.0f} / "
+                   f"{r['batched_write']['last_10pct_records_per_s']:,.0f}"))
+    row("first recall after the bulk write (s; ANN absorbs the import)",
+        lambda r: r["after_build"]["first_recall_s"], "{:,.2f}")
+    row("ingest until recallable by meaning (records/s)",
+        lambda r: r["after_build"]["ingest_until_recallable_records_per_s"], "{:,.0f}")
     row("single durable write, 1 record/call (records/s)", lambda r: r["single_write"]["records_per_s"], "{:,.0f}")
     row("… its latency p50 / p99 (ms)",
         lambda r: f"{r['single_write']['latency_ms']['p50']:.2f} / {r['single_write']['latency_ms']['p99']:.2f}")
     row("recall k=10 p50 / p99 (ms, query embedding included)",
         lambda r: f"{r['recall']['latency_ms']['p50']:.1f} / {r['recall']['latency_ms']['p99']:.1f}")
     row("… record-word queries p50 / random-word queries p50 (ms)",
-        lambda r: f"{r['recall']['latency_ms_record_word_queries']['p50']:.1f} / {r['recall']['latency_ms_random_word_queries']['p50']:.1f}")
+        lambda r: (f"{r['recall']['latency_ms_record_word_queries']['p50']:.1f} / "
+                   f"{r['recall']['latency_ms_random_word_queries']['p50']:.1f}"))
     row("… of which query embedding p50 / p99 (ms)",
         lambda r: f"{r['recall']['query_embedding_ms']['p50']:.3f} / {r['recall']['query_embedding_ms']['p99']:.3f}")
     row("forget one subject = 100 records, p50 / p99 (ms)",
@@ -64,11 +70,15 @@ def main(path: str) -> None:
         dt = next(iter(aq.values()))["params"]["efface_dtype"]
         for label, fn in (
             (f"{dt} recall@10 vs exact (all / record-word / random-word queries)",
-             lambda a: f"{a[dt]['recall_at_10_vs_exact']:.2f} / {a[dt]['recall_at_10_record_word_queries']:.2f} / {a[dt]['recall_at_10_random_word_queries']:.2f}"),
+             lambda a: (f"{a[dt]['recall_at_10_vs_exact']:.2f} / {a[dt]['recall_at_10_record_word_queries']:.2f} / "
+                        f"{a[dt]['recall_at_10_random_word_queries']:.2f}")),
             ("f32 recall@10 vs exact (same split)",
-             lambda a: f"{a['f32']['recall_at_10_vs_exact']:.2f} / {a['f32']['recall_at_10_record_word_queries']:.2f} / {a['f32']['recall_at_10_random_word_queries']:.2f}"),
+             lambda a: (f"{a['f32']['recall_at_10_vs_exact']:.2f} / "
+                        f"{a['f32']['recall_at_10_record_word_queries']:.2f} / "
+                        f"{a['f32']['recall_at_10_random_word_queries']:.2f}")),
             (f"{dt} recall@10 at expansion_search 64 / 256 / 1024",
-             lambda a: " / ".join(f"{a[dt]['expansion_search_sweep'][e]['recall_at_10']:.2f}" for e in ("64", "256", "1024"))),
+             lambda a: " / ".join(f"{a[dt]['expansion_search_sweep'][e]['recall_at_10']:.2f}"
+                                  for e in ("64", "256", "1024"))),
             (f"{dt} / f32 insert rate (vectors/s)",
              lambda a: f"{a[dt]['insert_vectors_per_s']:,.0f} / {a['f32']['insert_vectors_per_s']:,.0f}"),
             (f"{dt} / f32 index memory (MiB)", lambda a: f"{a[dt]['memory_mib']:.0f} / {a['f32']['memory_mib']:.0f}"),

@@ -14,15 +14,18 @@ This module imports nothing from them.
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..errors import InvalidInput
+from ..errors import EffaceError, InvalidInput
 from .model import ProbeResult, Selection, Targets
 from .scan import Decoder
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,9 @@ class Driver(Protocol):
     def targets(self, selection: Selection) -> Targets:
         """The records the selection names, with their texts and vectors (raise if none)."""
 
-    def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
-        """Texts and vectors of every other record (they make fingerprints specific)."""
+    def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
+        """Texts and vectors of every other record (they make fingerprints specific); None
+        for the vectors when the store keeps none."""
 
     def delete(self, selection: Selection, targets: Targets) -> Call:
         """Run the store's own delete for the selection."""
@@ -85,6 +89,13 @@ class BaseDriver:
 
     def extra_maintenance(self) -> list:
         return []
+
+    def _opened(self, handle: T | None) -> T:
+        """``handle`` (the client, table or store :meth:`open` set), or a clear error when the
+        driver is used before ``open`` or after ``close``."""
+        if handle is None:
+            raise EffaceError(f"the {self.kind} driver is not open: call open(root) first")
+        return handle
 
 
 def version(dist: str) -> str:

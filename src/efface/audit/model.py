@@ -16,7 +16,7 @@ LEVELS = ("intent", "unreadable", "erased")
 """The evidence ladder of DESIGN §3, weakest first."""
 
 
-def weakest(levels: "list[str]") -> str:
+def weakest(levels: list[str]) -> str:
     """The lowest rung among ``levels`` (``erased`` when there is none)."""
     return min(levels, key=LEVELS.index) if levels else "erased"
 

@@ -23,7 +23,7 @@ def to_json(report: AuditReport) -> str:
 
 
 def _when(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def render(out: Console, report: AuditReport) -> None:

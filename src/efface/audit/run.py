@@ -53,8 +53,8 @@ def _stage(name: str, calls: list, seconds: float, probes: list[ProbeResult], sc
                  tuple(probes), scan, tuple(cells), level)
 
 
-def run_audit(kind: str, path: "str | os.PathLike", selection: Selection, *, collection: str | None = None,
-              in_place: bool = False, maintenance: bool = False, workdir: "str | None" = None,
+def run_audit(kind: str, path: str | os.PathLike, selection: Selection, *, collection: str | None = None,
+              in_place: bool = False, maintenance: bool = False, workdir: str | None = None,
               **driver_options: Any) -> AuditReport:
     """Audit a forget on the store at ``path`` (a copy of it unless ``in_place``).
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import ahocorasick
 import numpy as np
@@ -49,7 +49,7 @@ def _shingles(text: str) -> list[str]:
 class Fingerprints:
     """What the scan looks for: built from the targets and the other records' texts."""
 
-    def __init__(self, targets: Targets, other_texts: Iterable[str] = (), other_vectors: "np.ndarray | None" = None):
+    def __init__(self, targets: Targets, other_texts: Iterable[str] = (), other_vectors: np.ndarray | None = None):
         self.n = len(targets.ids)
         self._automaton = ahocorasick.Automaton()
         patterns: dict[str, set] = {}
@@ -156,7 +156,7 @@ def _occurring(owners: dict[str, set[int]], targets: list[str], others: Iterable
     return out
 
 
-def _windows(vectors: np.ndarray, others: "np.ndarray | None"):
+def _windows(vectors: np.ndarray, others: np.ndarray | None):
     """Up to three windows per vector, each with at least four non-zero components and
     matching no other record's vector at the same place (similar texts can share them)."""
     if vectors is None or not len(vectors):
@@ -193,7 +193,7 @@ class _FileHits:
     vectors: frozenset
 
 
-def scan_tree(root: "str | os.PathLike", fp: Fingerprints, decoders: Iterable[Decoder] = ()) -> ByteScan:
+def scan_tree(root: str | os.PathLike, fp: Fingerprints, decoders: Iterable[Decoder] = ()) -> ByteScan:
     """Scan every regular file under ``root`` (and the decoded views drivers add)."""
     root = Path(root)
     residues: list[FileResidue] = []

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import click
 from rich.console import Console
@@ -22,8 +23,19 @@ from rich.text import Text
 import efface
 from efface.errors import EffaceError, InvalidInput, ScopeError
 
-from .render import (console, fmt_time, hits_table, kv_table, ledger_table, paths_table, quarantine_table,
-                     receipts_table, render_receipt, render_status, render_verification)
+from .render import (
+    console,
+    fmt_time,
+    hits_table,
+    kv_table,
+    ledger_table,
+    paths_table,
+    quarantine_table,
+    receipts_table,
+    render_receipt,
+    render_status,
+    render_verification,
+)
 
 DEFAULT_TENANT = "default"
 
@@ -536,4 +548,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -20,8 +20,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import click
 import numpy as np
@@ -125,6 +126,7 @@ class NaiveStore:
     def replicate(self) -> None:
         for op, where, text in self._log:
             if op == "put":
+                assert text is not None  # a put always carries its text
                 self.replica[where] = text
             else:
                 self.replica.pop(where, None)

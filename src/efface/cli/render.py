@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -25,7 +26,7 @@ def fmt_time(ts: float | None) -> str:
     """A timestamp as ``YYYY-MM-DD HH:MM:SS UTC`` (``never`` for None)."""
     if ts is None:
         return "never"
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:

@@ -8,7 +8,8 @@ otherwise the dependency-free hashing embedder.
 from __future__ import annotations
 
 import importlib.util
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def minilm_available() -> bool:
     )
 
 
-def resolve(spec: "str | Embedder | None", recorded: str | None = None) -> Embedder:
+def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedder:
     """Choose the embedder: an explicit one, the one the store was built with, or the best installed."""
     if spec is not None and not isinstance(spec, str):
         return spec
@@ -54,4 +55,4 @@ def resolve(spec: "str | Embedder | None", recorded: str | None = None) -> Embed
     raise InvalidInput("embedder must be None, 'minilm', 'hashing' or an object with name, dim and embed()")
 
 
-__all__ = ["Embedder", "HashingEmbedder", "resolve", "minilm_available"]
+__all__ = ["Embedder", "HashingEmbedder", "minilm_available", "resolve"]

@@ -5,8 +5,9 @@ shared words and spelling variants; it knows nothing of meaning (use MiniLM for 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +24,7 @@ def _features(text: str) -> list[tuple[str, float]]:
         # (a zero vector has no cosine distance) and equal texts still match.
         return [("s:" + c, 1.0) for c in folded if not c.isspace()]
     feats: list[tuple[str, float]] = [("w:" + w, 1.0) for w in words]
-    feats += [("b:" + a + " " + b, 0.5) for a, b in zip(words, words[1:])]
+    feats += [("b:" + a + " " + b, 0.5) for a, b in itertools.pairwise(words)]
     for w in words:
         padded = f"<{w}>"
         feats += [("c:" + padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 class MiniLMEmbedder:
@@ -21,10 +25,10 @@ class MiniLMEmbedder:
     def __init__(self, device: str = "cpu", batch_size: int = 64):
         self._device = device
         self._batch_size = batch_size
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
 
-    def _load(self):
+    def _load(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")

