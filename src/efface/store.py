@@ -116,7 +116,7 @@ class Store:
         self._propagation = Propagation(origin, self._paths, clock, erase_bound_s)
         self.erase_bound_s = erase_bound_s
         self._evidence = Evidence(self._paths, fingerprinter, self._hash)
-        self._verifier = Verifier(origin, self._paths, fingerprinter, self.path)
+        self._verifier = Verifier(origin, self._paths, fingerprinter, self.path, clock)
         self._releaser = Releaser(self._derivations, self._evidence, self._hash, self._propagation.max_propagation)
         self._compactor = Compactor(origin, self._paths, self._propagation, self._sweep_quietly,
                                     interval=compact_interval)

@@ -24,9 +24,10 @@ verifications show the byte check as ``recorded`` with the ledger entry that pro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..model import Check
 from ..origin.base import Origin
@@ -39,11 +40,18 @@ class Verifier:
     """Checks a forget's evidence later. Handed the origin, the read paths, the fingerprinter
     and the store directory; it takes no store lock, so reads go on while it runs."""
 
-    def __init__(self, origin: Origin, paths: Sequence[ReadPath], fingerprinter: Fingerprinter, root: str):
+    def __init__(self, origin: Origin, paths: Sequence[ReadPath], fingerprinter: Fingerprinter, root: str,
+                 clock: Callable[[], float] = time.time):
         self._origin = origin
         self._paths = list(paths)
         self._fp = fingerprinter
         self._root = root
+        self._clock = clock
+
+    def _stamped(self, checks: list[Check]) -> list[Check]:
+        """Each check's time as the store's clock tells it (durations stay measured)."""
+        now = round(self._clock(), 6)
+        return [dataclasses.replace(c, at=now) for c in checks]
 
     def verify(self, handle: str, receipt: dict, evidence: dict | None, tenant: str | None,
                previous_proof: dict | None) -> tuple[str, list[Check], int, list[str]]:
@@ -54,7 +62,7 @@ class Verifier:
             checks.append(check("evidence", "unreadable", "cannot_verify",
                                 "this erasure has no recorded evidence (made by an older efface); "
                                 "only its receipt can be shown", time.time(), 0.0))
-            return "intent", checks, 0, []
+            return "intent", self._stamped(checks), 0, []
         erased = blob_ids(evidence["erased_ids"])
         quarantined = blob_ids(evidence["quarantined_ids"])
         checks += self._origin_probes(erased, quarantined)
@@ -85,6 +93,7 @@ class Verifier:
         backups = _backups_check(receipt["body"].get("backups"))
         if backups is not None:
             checks.append(backups)
+        checks = self._stamped(checks)
         level = "intent"
         if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "unreadable"):
             level = "unreadable"
