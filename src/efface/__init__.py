@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .backups import BackupResult, RestoreResult
 from .errors import (
     BackupCorrupt,
     BackupMismatch,
@@ -27,13 +28,12 @@ from .errors import (
     UnverifiableDeletion,
 )
 from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
-from .backups import BackupResult, RestoreResult
 from .store import Store
 
 __version__ = "0.1.0"
 
 
-def open(path_or_url: "str | os.PathLike", embedder: Any = None, **options: Any) -> Store:  # noqa: A001
+def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -> Store:
     """Open (or create) a store. A directory path gives the embedded store.
 
     ``embedder``: None picks the one the store was built with, or else the best installed
@@ -55,30 +55,30 @@ def open(path_or_url: "str | os.PathLike", embedder: Any = None, **options: Any)
 
 
 __all__ = [
-    "open",
-    "Store",
-    "Claim",
-    "Hit",
-    "Memory",
-    "PathState",
-    "Receipt",
-    "Released",
-    "Retained",
-    "Selector",
-    "Status",
-    "BackupResult",
-    "RestoreResult",
     "BackupCorrupt",
     "BackupMismatch",
+    "BackupResult",
+    "Claim",
     "EffaceError",
     "EmbedderMismatch",
     "ErasureNotSettled",
+    "Hit",
     "InvalidInput",
+    "Memory",
     "NotFound",
+    "PathState",
+    "Receipt",
+    "Released",
+    "RestoreResult",
+    "Retained",
     "ScopeError",
+    "Selector",
+    "Status",
+    "Store",
     "StoreLocked",
     "UnknownBasis",
     "UnknownPurpose",
     "UnverifiableDeletion",
     "__version__",
+    "open",
 ]

@@ -5,8 +5,9 @@ Every type has a ``to_dict()`` that gives the JSON shape the CLI prints.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 LEVELS = ("intent", "unreadable", "erased")
 """The evidence ladder, lowest first (DESIGN §3)."""

@@ -30,7 +30,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -51,14 +52,14 @@ from .erasure.receipts import Outcome, to_receipt
 from .erasure.release import Releaser
 from .erasure.verify import Verifier
 from .errors import EffaceError, EmbedderMismatch, InvalidInput, NotFound, ScopeError, UnknownPurpose
-from .model import Memory, Claim, Hit, PathState, QuarantineItem, Receipt, Selector, Status, Verification
+from .model import Claim, Hit, Memory, QuarantineItem, Receipt, Selector, Status, Verification
 from .origin.base import NewRecord, Origin
 from .paths.ann import VectorIndex
 from .paths.base import Query, ReadPath
 from .paths.fts import FullTextIndex
 from .paths.recall import hybrid
 
-__all__ = ["Store", "ERASE_BOUND_S", "SETTLED_STATES"]
+__all__ = ["ERASE_BOUND_S", "SETTLED_STATES", "Store"]
 
 log = logging.getLogger("efface")
 
@@ -69,7 +70,7 @@ class Store:
     def __init__(
         self,
         path: str | os.PathLike,
-        embedder: "str | Embedder | None" = None,
+        embedder: str | Embedder | None = None,
         *,
         origin: Origin,
         background: bool = True,
@@ -140,7 +141,7 @@ class Store:
                 if self._on_close is not None:
                     self._on_close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -227,7 +228,7 @@ class Store:
 
         def body(tx, now):
             puts, texts = [], {}
-            for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors):
+            for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
                 rec = NewRecord(key, text, meta, srcs, np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
                                 subj, purp, bas, None if ttl_s is None else now + ttl_s)
                 rid = tx.upsert(tenant, rec, now)

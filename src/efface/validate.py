@@ -7,7 +7,8 @@ import datetime as _dt
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidInput, UnknownBasis
 from .model import BASES

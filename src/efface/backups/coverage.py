@@ -13,7 +13,8 @@ Decided in the erasure's own transaction and kept in its receipt:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..model import PathState
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..origin.base import Origin, Tx
 
 
-def coverage(tx: "Tx", out: "Outcome", shredded: Sequence[str], hasher: Callable[..., str]) -> str | None:
+def coverage(tx: Tx, out: Outcome, shredded: Sequence[str], hasher: Callable[..., str]) -> str | None:
     """The coverage of this erasure (see the module docstring). ``shredded``: the subjects
     whose data keys this erasure destroyed. An older backup can hold an erased record under
     a key that still lives when a subject's claim on it went earlier but the subject kept
@@ -60,7 +61,7 @@ def with_backups(paths: dict[str, PathState], state: str | None, epoch: int,
     return paths
 
 
-def backups_now(row: dict[str, Any], tenant: str | None, origin: "Origin") -> dict[str, Any]:
+def backups_now(row: dict[str, Any], tenant: str | None, origin: Origin) -> dict[str, Any]:
     """A ``ledger-replay`` erasure becomes ``shredded`` once every key that could still open
     its part of older backups is gone (its subjects' later erasures destroyed them)."""
     body = row["body"]

@@ -39,8 +39,9 @@ import hmac
 import json
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes

@@ -18,13 +18,13 @@ a derived fact cannot be redacted by identifiers), or ``keep`` (only with a stat
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..errors import InvalidInput
-from .mentions import PHONE_PREFIX, MentionIndex
 from ..model import Derivation
+from .mentions import PHONE_PREFIX, MentionIndex
 
 POLICIES = ("quarantine", "redact", "keep")
 REDACTION_MARK = "[redacted]"
@@ -113,7 +113,7 @@ class Derivations:
             if texts:
                 ids = list(texts)
                 vecs = self._embedder.embed([texts[r] for r in ids])
-                for rid, vec in zip(ids, vecs):
+                for rid, vec in zip(ids, vecs, strict=True):
                     tx.replace_text(rid, texts[rid], np.ascontiguousarray(vec, dtype=np.float32).tobytes(), now)
                     tx.set_mentions(rid, tenant, self.mentions.find(tenant, texts[rid]) - {subject})
                     puts.append(rid)

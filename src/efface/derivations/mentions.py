@@ -13,7 +13,7 @@ registered identifiers, never every text).
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 import ahocorasick
 import phonenumbers

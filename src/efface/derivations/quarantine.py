@@ -4,7 +4,8 @@ recorded in the ledger (keyed hashes only) in the transaction that makes it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import NotFound
 

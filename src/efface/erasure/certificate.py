@@ -79,7 +79,7 @@ def build(receipt: dict, entries: list[dict], store_id: str, now: float) -> dict
 def _t(ts: float | None) -> str:
     if ts is None:
         return "—"
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -36,8 +36,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,7 @@ class Fingerprints:
         return len(head).to_bytes(4, "little") + head + b"".join(parts)
 
     @classmethod
-    def from_blob(cls, blob: bytes) -> "Fingerprints":
+    def from_blob(cls, blob: bytes) -> Fingerprints:
         import json
 
         n = int.from_bytes(blob[:4], "little")
@@ -278,6 +279,6 @@ class Fingerprinter:
                 pos = np.searchsorted(values, h[cand])
                 pos[pos >= values.size] = values.size - 1
                 found = values[pos] == h[cand]
-                for i, p in zip(cand[found], pos[found]):
+                for i, p in zip(cand[found], pos[found], strict=True):
                     out.append(Hit(name, start + r + 8 * int(i), width, names[int(kinds[p])]))
         return out

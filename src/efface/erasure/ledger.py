@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..origin.ledger import GENESIS, chain_hash
 

@@ -9,8 +9,9 @@ with the state of every read path at that moment.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..model import Derivation, PathState, Receipt, Released, Retained, Selector
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from ..backups.coverage import coverage
 from ..model import LEGAL_BASES, Released, Retained, Selector

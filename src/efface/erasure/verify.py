@@ -24,10 +24,12 @@ verifications show the byte check as ``recorded`` with the ledger entry that pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..model import Check
 from ..origin.base import Origin
@@ -127,18 +129,16 @@ class Verifier:
         rel = [os.path.relpath(f, root) for f in files]
         # Tell copies held by live records (a retained duplicate, a shared phrase) from residue.
         windows: list[bytes] = []
-        handles: dict[str, Any] = {}
-        try:
+        with contextlib.ExitStack() as stack:
+            handles: dict[str, Any] = {}
             for hit in hits:
-                f = handles.get(hit.file) or handles.setdefault(hit.file, open(os.path.join(root, hit.file), "rb"))
-                f.seek(hit.offset)
-                windows.append(f.read(hit.width))
-        finally:
-            for f in handles.values():
-                f.close()
+                if hit.file not in handles:
+                    handles[hit.file] = stack.enter_context(open(os.path.join(root, hit.file), "rb"))
+                handles[hit.file].seek(hit.offset)
+                windows.append(handles[hit.file].read(hit.width))
         physical = getattr(self._origin, "physical", None)
-        vector = sorted({w for h, w in zip(hits, windows) if h.kind == "vector"})
-        other = {w for h, w in zip(hits, windows) if h.kind != "vector"}
+        vector = sorted({w for h, w in zip(hits, windows, strict=True) if h.kind == "vector"})
+        other = {w for h, w in zip(hits, windows, strict=True) if h.kind != "vector"}
         live: set[bytes] = set()
         if physical is not None:
             live = physical.live_holding(other, embeddings=any(h.kind == "embedding" for h in hits))
@@ -154,7 +154,7 @@ class Verifier:
                 return any(p.may_hold_live(h.file) for p in self._paths)
             return regions is not None and regions.contains(h.file, h.offset, h.width)
 
-        residue = [h for h, w in zip(hits, windows) if not (w in live and where_live(h))]
+        residue = [h for h, w in zip(hits, windows, strict=True) if not (w in live and where_live(h))]
         shared = len(hits) - len(residue)
         elapsed = time.time() - t0
         short = fp.too_short.get("text", 0)

@@ -8,8 +8,9 @@ it on SQLite (``origin.sqlite``); PostgreSQL will implement the same methods.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Protocol, Sequence
+from typing import Any, ContextManager, Protocol
 
 
 @dataclass(frozen=True)

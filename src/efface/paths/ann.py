@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from usearch.index import Index
@@ -191,13 +191,13 @@ class VectorIndex:
 
     def _persist(self) -> None:
         for tenant, churn in list(self._churn.items()):
-            if churn > max(1000, REBUILD_CHURN * len(self._index(tenant))):
-                if self._applied == self._origin.current_epoch():  # the origin is what we hold
-                    idx = self._new()
-                    self._rebuild(idx, tenant)
-                    self._indexes[tenant] = idx
-                    self._noise[tenant] = 0
-                    del self._churn[tenant]
+            worn = churn > max(1000, REBUILD_CHURN * len(self._index(tenant)))
+            if worn and self._applied == self._origin.current_epoch():  # the origin is what we hold
+                idx = self._new()
+                self._rebuild(idx, tenant)
+                self._indexes[tenant] = idx
+                self._noise[tenant] = 0
+                del self._churn[tenant]
         for tenant in sorted(self._dirty):
             path = self._path(tenant)
             tmp = path + ".tmp"

@@ -12,8 +12,9 @@ the compactor and the verifier loop over the list of paths: a new path is one ne
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from ..model import Check
 from ..text import query_words

@@ -10,7 +10,7 @@ whatever an index still proposes). The ANN list is widened while filters thin it
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..model import Hit
 from .base import Query, ReadPath

@@ -19,7 +19,8 @@ import contextlib
 import json
 import os
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import apsw
 
@@ -97,7 +98,7 @@ class SQLiteOrigin:
         return c
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator["SQLiteOrigin"]:
+    def snapshot(self) -> Iterator[SQLiteOrigin]:
         """Hold one read snapshot across every read made in this thread inside the block."""
         c = self._r()
         if self._local.depth == 0:
@@ -323,7 +324,7 @@ class SQLiteOrigin:
         if row is None:
             return None
         keys = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
-        return dict(zip(keys, row))
+        return dict(zip(keys, row, strict=True))
 
     def erased_proof(self, handle: str) -> dict[str, Any] | None:
         """The newest verification of ``handle`` that proved ``erased`` (one indexed lookup
@@ -331,7 +332,7 @@ class SQLiteOrigin:
         row = self._r().execute(
             "SELECT seq, at, kind, handle, body, prev, hash FROM ledger WHERE handle=? AND kind='verify'"
             " AND json_extract(body, '$.level')='erased' ORDER BY seq DESC LIMIT 1", (handle,)).fetchone()
-        return None if row is None else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row))
+        return None if row is None else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row, strict=True))
 
     def ack_times(self, after: int, upto: int) -> list[float]:
         """Acknowledgement times of the erasures with epochs in (after, upto]."""

@@ -10,7 +10,8 @@ without knowing what a SQLite page is.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
 
@@ -38,7 +39,7 @@ class LiveRegions:
 
 
 class SQLitePhysical:
-    def __init__(self, origin: "SQLiteOrigin"):
+    def __init__(self, origin: SQLiteOrigin):
         self._o = origin
 
     def files(self) -> list[str]:

@@ -10,7 +10,8 @@ segments, dropping deleted entries, and :meth:`SQLiteText.purged_epoch` says up 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -27,7 +28,7 @@ def _match(words: Sequence[str]) -> str:
 
 
 class SQLiteText:
-    def __init__(self, origin: "SQLiteOrigin"):
+    def __init__(self, origin: SQLiteOrigin):
         self._o = origin
         self._docs = origin._r().execute("SELECT count(*) FROM records").fetchone()[0]
 

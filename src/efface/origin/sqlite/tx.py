@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import apsw
 
@@ -12,6 +13,7 @@ from ...text import words
 from ..base import ClaimRow, NewRecord, RecordRow
 from ..ledger import GENESIS, chain_hash
 from .schema import REINDEX
+
 
 def claim_row(row: tuple) -> ClaimRow:
     return ClaimRow(*row)
