@@ -23,8 +23,10 @@ import pytest
 
 import efface
 
-BACKENDS = ("sqlite",)
-"""Backends the contract tests run on. Add a name here and teach ``store_location`` about it."""
+BACKENDS = ("sqlite", "memory")
+"""Backends the contract tests run on. Add a name here and teach ``store_location`` about it.
+``memory`` is the in-memory reference origin (``efface.open(dir, origin="memory")``): nothing
+of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL) skip it."""
 
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
@@ -50,9 +52,24 @@ class FakeClock:
         self.now = float(when)
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
+        "it is skipped on every other backend")
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
+    marker = request.node.get_closest_marker("sqlite_only")
+    if marker is not None and request.param != "sqlite":
+        why = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "the SQLite origin's files")
+        pytest.skip(f"{request.param} origin: {why}")
     return request.param
+
+
+def backend_options(backend: str) -> dict:
+    """The efface.open options a backend needs beside its location."""
+    return {"origin": "memory"} if backend == "memory" else {}
 
 
 @pytest.fixture
@@ -68,7 +85,7 @@ def clock() -> FakeClock:
 
 def store_location(backend: str, store_path: Path) -> str:
     """What to pass to efface.open for a backend: a directory, or later a URL."""
-    if backend == "sqlite":
+    if backend in ("sqlite", "memory"):
         return os.fspath(store_path)
     raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
 
@@ -83,6 +100,8 @@ def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[...
         options.setdefault("embedder", "hashing")
         options.setdefault("background", False)
         options.setdefault("clock", clock)
+        for name, value in backend_options(backend).items():
+            options.setdefault(name, value)
         target = store_location(backend, store_path) if path is None else os.fspath(path)
         s = efface.open(target, **options)
         opened.append(s)
@@ -105,11 +124,13 @@ def store(open_store) -> efface.Store:
 
 
 @pytest.fixture
-def reopen(open_store) -> Callable[..., efface.Store]:
+def reopen(open_store, backend: str) -> Callable[..., efface.Store]:
     """``reopen(store, **options)``: close ``store`` and open the same store again with the
     test defaults (options override them)."""
 
     def _reopen(s: efface.Store, **options) -> efface.Store:
+        if backend != "sqlite":
+            pytest.skip(f"{backend} origin: nothing persists across reopen")
         s.close()
         return open_store(s.path, **options)
 
@@ -121,6 +142,8 @@ def raw_db(store):
     (bytes, FTS rows, raw tables): the store's own objects are not touched."""
     import apsw
 
+    if getattr(store._origin, "physical", None) is None:
+        pytest.skip("memory origin: there is no origin file to read")
     conn = apsw.Connection(os.path.join(store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.setbusytimeout(5000)
     return conn
