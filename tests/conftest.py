@@ -149,6 +149,52 @@ def raw_db(store):
     return conn
 
 
+def in_memory(store) -> bool:
+    """Whether ``store`` runs on the memory origin (no file: helpers read its state instead)."""
+    return getattr(store._origin, "physical", None) is None
+
+
+def record_id_of(store, tenant: str, key: str) -> int | None:
+    """The origin's record id for (tenant, key), read behind the store's API."""
+    if in_memory(store):
+        return store._origin._state.by_key.get((tenant, key))
+    row = raw_db(store).execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+    return None if row is None else row[0]
+
+
+def fts_ids(store, word: str) -> list[int]:
+    """Record ids the full-text index itself holds ``word`` for (its rows, not a recall)."""
+    if in_memory(store):
+        return sorted(store._origin._state.postings.get(word, ()))
+    return sorted(r[0] for r in raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)))
+
+
+def ledger_rows(store) -> list[dict]:
+    """The ledger as stored (each row as a dict), read behind the store's API."""
+    if in_memory(store):
+        return [dict(e) for e in store._origin._state.ledger]
+    cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
+    return [dict(zip(cols, r)) for r in raw_db(store).execute(f"SELECT {', '.join(cols)} FROM ledger ORDER BY seq")]
+
+
+def receipt_rows(store) -> list[list]:
+    """Every stored receipt row, read behind the store's API."""
+    if in_memory(store):
+        return [[h, *row] for h, row in store._origin._state.receipts.items()]
+    return [list(r) for r in raw_db(store).execute("SELECT * FROM receipts")]
+
+
+def set_ledger_body(store, seq: int, body: str) -> None:
+    """Rewrite one stored ledger entry's body behind the store's back (tampering)."""
+    if in_memory(store):
+        store._origin._replace(lambda s: s.ledger.__setitem__(
+            slice(None), [{**e, "body": body} if e["seq"] == seq else e for e in s.ledger]))
+        return
+    conn = raw_db(store)
+    with conn:
+        conn.execute("UPDATE ledger SET body=? WHERE seq=?", (body, seq))
+
+
 def ann_vectors(store, tenant: str) -> int:
     """Record vectors the store's ANN index holds for ``tenant`` (public stats)."""
     return store.stats(tenant=tenant)["ann_vectors"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import efface
-from conftest import raw_db
+from conftest import record_id_of, set_ledger_body
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 TENANT = "acme"
@@ -256,12 +256,9 @@ def test_a_tampered_verification_entry_is_detected(store):
     r = store.forget(tenant=TENANT, subject="alice")
     store.wait(r.handle, timeout=30)
     v = store.verify(r.handle)
-    conn = raw_db(store)
-    body = json.loads(conn.execute("SELECT body FROM ledger WHERE seq=?", (v.ledger_seq,)).fetchone()[0])
+    body = json.loads(next(e["body"] for e in store.ledger() if e["seq"] == v.ledger_seq))
     body["level"] = "erased" if body["level"] != "erased" else "intent"
-    with conn:
-        conn.execute("UPDATE ledger SET body=? WHERE seq=?",
-                     (json.dumps(body, sort_keys=True, separators=(",", ":")), v.ledger_seq))
+    set_ledger_body(store, v.ledger_seq, json.dumps(body, sort_keys=True, separators=(",", ":")))
     check = store.verify_ledger()
     assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
 
@@ -281,8 +278,7 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     store.compact()
     tenant_index = store._ann._index(TENANT)
     for r in range(rounds):
-        ids = [raw_db(store).execute("SELECT id FROM records WHERE key=?", (f"r{r}:{i}",)).fetchone()[0]
-               for i in range(r * per, (r + 1) * per)]
+        ids = [record_id_of(store, TENANT, f"r{r}:{i}") for i in range(r * per, (r + 1) * per)]
         quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
         receipt = store.forget(tenant=TENANT, subject=f"s{r}")
         store.wait(receipt.handle, timeout=30)
