@@ -498,6 +498,8 @@ class MemoryOrigin:
         self.write_lock = threading.RLock()
         """Held for every transaction and every maintenance write."""
         self._state = _State()
+        self._pending: _State | None = None
+        """The open transaction's state (only ever set with :attr:`write_lock` held)."""
         self._local = threading.local()
         self._closed = False
         self.text = MemoryText(self)
@@ -535,12 +537,21 @@ class MemoryOrigin:
             state = self._state.clone()
             state.epoch += 1
             tx = MemoryTx(state, state.epoch)
-            yield tx
+            self._pending = state
+            try:
+                yield tx
+            finally:
+                self._pending = None
             self._state = state
 
     def _replace(self, change: Callable[[_State], None]) -> None:
-        """A maintenance write (no epoch): ``change`` edits a copy, swapped in whole."""
+        """A maintenance write (no epoch): ``change`` edits a copy, swapped in whole. Made by the
+        thread inside an open transaction (the lock is reentrant), it joins that transaction,
+        as it does on SQLite's writer connection."""
         with self.write_lock:
+            if self._pending is not None:
+                change(self._pending)
+                return
             state = self._state.clone()
             change(state)
             self._state = state
