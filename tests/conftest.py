@@ -23,8 +23,10 @@ import pytest
 
 import efface
 
-BACKENDS = ("sqlite",)
-"""Backends the contract tests run on. Add a name here and teach ``store_location`` about it."""
+BACKENDS = ("sqlite", "memory")
+"""Backends the contract tests run on. Add a name here and teach ``store_location`` about it.
+``memory`` is the in-memory reference origin (``efface.open(dir, origin="memory")``): nothing
+of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL) skip it."""
 
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
@@ -50,9 +52,24 @@ class FakeClock:
         self.now = float(when)
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
+        "it is skipped on every other backend")
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
+    marker = request.node.get_closest_marker("sqlite_only")
+    if marker is not None and request.param != "sqlite":
+        why = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "the SQLite origin's files")
+        pytest.skip(f"{request.param} origin: {why}")
     return request.param
+
+
+def backend_options(backend: str) -> dict:
+    """The efface.open options a backend needs beside its location."""
+    return {"origin": "memory"} if backend == "memory" else {}
 
 
 @pytest.fixture
@@ -68,7 +85,7 @@ def clock() -> FakeClock:
 
 def store_location(backend: str, store_path: Path) -> str:
     """What to pass to efface.open for a backend: a directory, or later a URL."""
-    if backend == "sqlite":
+    if backend in ("sqlite", "memory"):
         return os.fspath(store_path)
     raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
 
@@ -83,6 +100,8 @@ def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[...
         options.setdefault("embedder", "hashing")
         options.setdefault("background", False)
         options.setdefault("clock", clock)
+        for name, value in backend_options(backend).items():
+            options.setdefault(name, value)
         target = store_location(backend, store_path) if path is None else os.fspath(path)
         s = efface.open(target, **options)
         opened.append(s)
@@ -105,11 +124,13 @@ def store(open_store) -> efface.Store:
 
 
 @pytest.fixture
-def reopen(open_store) -> Callable[..., efface.Store]:
+def reopen(open_store, backend: str) -> Callable[..., efface.Store]:
     """``reopen(store, **options)``: close ``store`` and open the same store again with the
     test defaults (options override them)."""
 
     def _reopen(s: efface.Store, **options) -> efface.Store:
+        if backend != "sqlite":
+            pytest.skip(f"{backend} origin: nothing persists across reopen")
         s.close()
         return open_store(s.path, **options)
 
@@ -121,9 +142,57 @@ def raw_db(store):
     (bytes, FTS rows, raw tables): the store's own objects are not touched."""
     import apsw
 
+    if getattr(store._origin, "physical", None) is None:
+        pytest.skip("memory origin: there is no origin file to read")
     conn = apsw.Connection(os.path.join(store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.setbusytimeout(5000)
     return conn
+
+
+def in_memory(store) -> bool:
+    """Whether ``store`` runs on the memory origin (no file: helpers read its state instead)."""
+    return getattr(store._origin, "physical", None) is None
+
+
+def record_id_of(store, tenant: str, key: str) -> int | None:
+    """The origin's record id for (tenant, key), read behind the store's API."""
+    if in_memory(store):
+        return store._origin._state.by_key.get((tenant, key))
+    row = raw_db(store).execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+    return None if row is None else row[0]
+
+
+def fts_ids(store, word: str) -> list[int]:
+    """Record ids the full-text index itself holds ``word`` for (its rows, not a recall)."""
+    if in_memory(store):
+        return sorted(store._origin._state.postings.get(word, ()))
+    return sorted(r[0] for r in raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)))
+
+
+def ledger_rows(store) -> list[dict]:
+    """The ledger as stored (each row as a dict), read behind the store's API."""
+    if in_memory(store):
+        return [dict(e) for e in store._origin._state.ledger]
+    cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
+    return [dict(zip(cols, r)) for r in raw_db(store).execute(f"SELECT {', '.join(cols)} FROM ledger ORDER BY seq")]
+
+
+def receipt_rows(store) -> list[list]:
+    """Every stored receipt row, read behind the store's API."""
+    if in_memory(store):
+        return [[h, *row] for h, row in store._origin._state.receipts.items()]
+    return [list(r) for r in raw_db(store).execute("SELECT * FROM receipts")]
+
+
+def set_ledger_body(store, seq: int, body: str) -> None:
+    """Rewrite one stored ledger entry's body behind the store's back (tampering)."""
+    if in_memory(store):
+        store._origin._replace(lambda s: s.ledger.__setitem__(
+            slice(None), [{**e, "body": body} if e["seq"] == seq else e for e in s.ledger]))
+        return
+    conn = raw_db(store)
+    with conn:
+        conn.execute("UPDATE ledger SET body=? WHERE seq=?", (body, seq))
 
 
 def ann_vectors(store, tenant: str) -> int:

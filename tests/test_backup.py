@@ -38,9 +38,28 @@ ALICE_NEEDLES = ["Quaxworth", "vermilion", "marmalade subscriptions", "Zebulon"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+def in_memory(store) -> bool:
+    """Whether the store runs on the memory origin (no file: the helpers edit its state)."""
+    return getattr(store._origin, "physical", None) is None
+
+
+def behind_the_back(store, change) -> None:
+    """Edit the memory origin's state outside any transaction (what a raw SQL edit is on SQLite)."""
+    store._origin._replace(change)
+
+
 def lose_everything(store, tenant: str | None = None) -> None:
     """The incident a backup is for: rows deleted behind the store's back (not a forget, so no
     receipt, no ledger entry, no key destroyed)."""
+    if in_memory(store):
+        from efface.origin.memory import MemoryTx
+
+        def change(s):
+            tx = MemoryTx(s, s.epoch)
+            tx.erase_records([rid for rid, r in s.records.items() if tenant is None or r.tenant == tenant])
+
+        behind_the_back(store, change)
+        return
     conn = raw_db(store)
     where, args = ("WHERE tenant=?", (tenant,)) if tenant else ("", ())
     ids = [r[0] for r in conn.execute(f"SELECT id FROM records {where}", args)]
@@ -51,12 +70,25 @@ def lose_everything(store, tenant: str | None = None) -> None:
                 conn.execute(f"DELETE FROM {table} WHERE {col}=?", (rid,))
 
 
+def lose_subjects(store) -> None:
+    """Every registered subject's identifiers deleted behind the store's back."""
+    if in_memory(store):
+        behind_the_back(store, lambda s: s.subjects.clear())
+    else:
+        raw_db(store).execute("DELETE FROM subjects")
+
+
 def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
     """(tenant, key) -> (text, {(subject, purpose, basis, expires_at)}) of every record, from the origin."""
     out: dict = {}
-    rows = raw_db(store).execute(
-        "SELECT r.tenant, r.key, r.text, c.subject, c.purpose, c.basis, c.expires_at"
-        " FROM records r JOIN claims c ON c.record_id=r.id").fetchall()
+    if in_memory(store):
+        s = store._origin._state
+        rows = [(s.records[c.record_id].tenant, s.records[c.record_id].key, s.records[c.record_id].text,
+                 c.subject, c.purpose, c.basis, c.expires_at) for c in s.claims.values()]
+    else:
+        rows = raw_db(store).execute(
+            "SELECT r.tenant, r.key, r.text, c.subject, c.purpose, c.basis, c.expires_at"
+            " FROM records r JOIN claims c ON c.record_id=r.id").fetchall()
     for tenant, key, text, *claim in rows:
         prev = out.get((tenant, key), (text, frozenset()))
         out[tenant, key] = (text, prev[1] | {tuple(claim)})
@@ -64,6 +96,8 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
 
 
 def subject_key(store, subject: str, tenant: str = T) -> bytes | None:
+    if in_memory(store):
+        return next((key for t, s, _kid, key in store._origin.subject_keys() if (t, s) == (tenant, subject)), None)
     row = raw_db(store).execute(
         "SELECT key FROM subject_keys WHERE tenant=? AND subject=?", (tenant, subject)).fetchone()
     return None if row is None else row[0]
@@ -151,7 +185,7 @@ def test_restored_quarantine_and_identifiers(store, tmp_path):
     assert store.read("q", tenant=T, purpose="analytics") is None
     store.backup(tmp_path / "b.efb")
     lose_everything(store)
-    raw_db(store).execute("DELETE FROM subjects")
+    lose_subjects(store)
     result = store.restore(tmp_path / "b.efb")
     assert result.subjects == 1
     assert store.read("q", tenant=T, purpose="analytics") is None  # still quarantined
@@ -189,7 +223,8 @@ def test_no_zombies_forget_after_backup_shreds_and_scans_clean(store, tmp_path, 
     store.compact()
     assert store.wait(receipt.handle, timeout=5).settled
     files = files_under(store_path)
-    assert any(f.endswith("origin.db-wal") for f in files) and any(f.endswith(".usearch") for f in files)
+    assert any(f.endswith("origin.db-wal") for f in files) or in_memory(store)  # (memory: no origin file)
+    assert any(f.endswith(".usearch") for f in files)
     assert scan(files, ALICE_NEEDLES + [alice_key]) == {}
     store.close()
     assert scan(files_under(store_path), ALICE_NEEDLES + [alice_key]) == {}
@@ -412,8 +447,11 @@ def test_a_rewritten_ledger_refuses_the_restore(store, tmp_path):
     world(store)
     store.backup(tmp_path / "b.efb")
     store.forget(tenant=T, subject="alice")
-    conn = raw_db(store)
-    conn.execute("UPDATE ledger SET body='{}' WHERE kind='forget'")  # someone hides the erasure
+    if in_memory(store):  # someone hides the erasure
+        behind_the_back(store, lambda s: s.ledger.__setitem__(
+            slice(None), [{**e, "body": "{}"} if e["kind"] == "forget" else e for e in s.ledger]))
+    else:
+        raw_db(store).execute("UPDATE ledger SET body='{}' WHERE kind='forget'")  # someone hides the erasure
     lose_everything(store)
     with pytest.raises(efface.UnverifiableDeletion):
         store.restore(tmp_path / "b.efb")
@@ -435,6 +473,7 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.sqlite_only(reason="a killed process's store is reopened and restored into; nothing persists")
 def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, open_store):
     store_dir, dest = tmp_path / "store", tmp_path / "out" / "b.efb"
     dest.parent.mkdir()

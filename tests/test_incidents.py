@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import raw_db, ann_vectors
+from conftest import ann_vectors, fts_ids
 
 DAY = 86_400.0
 TENANT = "acme"
@@ -186,7 +186,7 @@ def _served_anywhere(store, *, key=KEY, text=SECRET):
 
 def _fts_rows(store, word):
     """Rows of the full-text index that hold ``word`` (read from the index itself)."""
-    return raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)).fetchall()
+    return fts_ids(store, word)
 
 
 def test_incident_b_two_retention_scopes(incident_b):

@@ -70,7 +70,29 @@ def test_receipt_carries_its_ledger_entry(store, clock):
         prev = e["hash"]
 
 
-def _tamper(store, reopen, sql, args=()):
+def _in_memory(store) -> bool:
+    return getattr(store._origin, "physical", None) is None
+
+
+def _stored(store, table):
+    """Every row the store keeps in ``table`` (``ledger`` or ``receipts``). SQLite: read from
+    its file, the store closed first (idempotent); memory: from the origin's state."""
+    if _in_memory(store):
+        s = store._origin._state
+        rows = [list(e.values()) for e in s.ledger] if table == "ledger" else \
+            [[h, *row] for h, row in s.receipts.items()]
+        return rows
+    path = _origin_db(store)
+    store.close()
+    return _rows(path, table)
+
+
+def _tamper(store, reopen, sql, args=(), *, memory=None):
+    """Edit the ledger behind the store's back: SQL on the closed SQLite file then a reopen, or
+    ``memory(ledger) -> ledger`` on the memory origin's state (which a reopen would lose)."""
+    if _in_memory(store):
+        store._origin._replace(lambda s: s.ledger.__setitem__(slice(None), memory([dict(e) for e in s.ledger])))
+        return store
     path = _origin_db(store)
     store.close()
     conn = apsw.Connection(path)
@@ -87,8 +109,9 @@ def test_an_altered_entry_body_is_detected(store, clock, reopen):
     entry = store.ledger()[1]
     body = json.loads(entry["body"])
     body["erased"] = []  # hide what was erased
-    store = _tamper(store, reopen, "UPDATE ledger SET body=? WHERE seq=?",
-                    (json.dumps(body, sort_keys=True, separators=(",", ":")), entry["seq"]))
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    store = _tamper(store, reopen, "UPDATE ledger SET body=? WHERE seq=?", (text, entry["seq"]),
+                    memory=lambda led: [{**e, "body": text} if e["seq"] == entry["seq"] else e for e in led])
     check = store.verify_ledger()
     assert not check.ok
     assert any(f"seq {entry['seq']}" in p and "altered" in p for p in check.problems), check.problems
@@ -97,7 +120,8 @@ def test_an_altered_entry_body_is_detected(store, clock, reopen):
 
 def test_an_altered_timestamp_is_detected(store, clock, reopen):
     _populate(store, clock)
-    store = _tamper(store, reopen, "UPDATE ledger SET at=at+1 WHERE seq=1")
+    store = _tamper(store, reopen, "UPDATE ledger SET at=at+1 WHERE seq=1",
+                    memory=lambda led: [{**e, "at": e["at"] + 1} if e["seq"] == 1 else e for e in led])
     check = store.verify_ledger()
     assert not check.ok
     assert any("seq 1" in p for p in check.problems), check.problems
@@ -113,7 +137,8 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
     body = e["body"].replace('"kind":"forget"', '"kind":"forgot"')
     assert body != e["body"]
     new_hash = chain_hash(e["prev"], e["seq"], e["at"], e["kind"], e["handle"], body)
-    store = _tamper(store, reopen, "UPDATE ledger SET body=?, hash=? WHERE seq=1", (body, new_hash))
+    store = _tamper(store, reopen, "UPDATE ledger SET body=?, hash=? WHERE seq=1", (body, new_hash),
+                    memory=lambda led: [{**e, "body": body, "hash": new_hash} if e["seq"] == 1 else e for e in led])
     check = store.verify_ledger()
     assert not check.ok
     assert any("seq 2" in p and "link" in p for p in check.problems), check.problems
@@ -123,7 +148,8 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
 def test_a_deleted_middle_entry_is_a_gap(store, clock, reopen):
     receipts, _ = _populate(store, clock)
     assert len(receipts) >= 3
-    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=2")
+    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=2",
+                    memory=lambda led: [e for e in led if e["seq"] != 2])
     check = store.verify_ledger()
     assert not check.ok
     assert check.entries == len(receipts) - 1
@@ -135,7 +161,8 @@ def test_a_deleted_last_entry_is_visible_to_the_receipt_holder(store, clock, reo
     entry that no longer exists, which is how a holder of the receipt sees it."""
     receipts, _ = _populate(store, clock)
     last = receipts[-1]
-    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=?", (last.ledger_seq,))
+    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=?", (last.ledger_seq,),
+                    memory=lambda led: [e for e in led if e["seq"] != last.ledger_seq])
     assert store.verify_ledger().ok
     assert last.ledger_hash not in {e["hash"] for e in store.ledger()}
 
@@ -144,11 +171,10 @@ def test_ledger_and_stored_receipts_hold_no_plaintext(store, clock):
     receipts, secrets = _populate(store, clock)
     # Sanity: the caller's receipt does name them (the caller knows them) ...
     assert any(SUBJECTS[0] == x.subject for r in receipts for x in r.released)
-    path = _origin_db(store)
-    store.close()
     # ... but nothing the store keeps about erasures does: scan every column of every row.
-    for table in ("ledger", "receipts"):
-        rows = _rows(path, table)
+    tables = {"ledger": _stored(store, "ledger")}
+    tables["receipts"] = _stored(store, "receipts")
+    for table, rows in tables.items():
         assert rows, table
         blob = json.dumps(rows, default=str)
         blob_folded = blob.lower()
@@ -162,10 +188,9 @@ def test_ledger_holds_no_plaintext_for_unicode_values(store):
     tenant, subject, key = "Zoë-Ångström GmbH", "Søren Kierkegård", "clé:événement:1"
     store.write(key, "un souvenir", tenant=tenant, subject=subject, purpose="support")
     store.forget(tenant=tenant, subject=subject)
-    path = _origin_db(store)
-    store.close()
-    for table in ("ledger", "receipts"):
-        rows = _rows(path, table)
+    tables = {"ledger": _stored(store, "ledger")}
+    tables["receipts"] = _stored(store, "receipts")
+    for table, rows in tables.items():
         raw = json.dumps(rows, default=str, ensure_ascii=False)
         escaped = json.dumps(rows, default=str, ensure_ascii=True)
         for s in (tenant, subject, key):

@@ -33,7 +33,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import efface
 
@@ -129,6 +129,9 @@ def retained_of(receipt) -> Counter:
 
 
 class StoreMachine(RuleBasedStateMachine):
+    ORIGIN = "sqlite"
+    """The origin backend this machine drives (see :data:`conftest.BACKENDS`)."""
+
     def __init__(self):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="efface-sm-")
@@ -141,7 +144,7 @@ class StoreMachine(RuleBasedStateMachine):
         """(tenant, key, text) of every record the model erased, newest last."""
 
     def _open(self):
-        return efface.open(self.dir, embedder="hashing", background=False, clock=self.clock)
+        return efface.open(self.dir, embedder="hashing", background=False, clock=self.clock, origin=self.ORIGIN)
 
     def teardown(self):
         try:
@@ -352,6 +355,7 @@ class StoreMachine(RuleBasedStateMachine):
                     continue
                 assert not any(text.encode() in b for b in blobs), "verify said erased; the bytes remain"
 
+    @precondition(lambda self: self.ORIGIN == "sqlite")  # memory origin: nothing persists across reopen
     @rule()
     def reopen(self):
         self.store.close()
@@ -401,10 +405,18 @@ class StoreMachine(RuleBasedStateMachine):
         assert len(self.store.ledger()) == self.model.ledger_entries
 
 
-TestStoreMachine = StoreMachine.TestCase
-TestStoreMachine.settings = settings(
+class MemoryStoreMachine(StoreMachine):
+    ORIGIN = "memory"
+
+
+_SETTINGS = settings(
     max_examples=PROFILE["max_examples"],
     stateful_step_count=PROFILE["stateful_step_count"],
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+TestStoreMachine = StoreMachine.TestCase
+TestStoreMachine.settings = _SETTINGS
+TestMemoryStoreMachine = MemoryStoreMachine.TestCase
+"""The same machine on the memory origin (its reopen rule never runs)."""
+TestMemoryStoreMachine.settings = _SETTINGS

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import efface
-from conftest import raw_db
+from conftest import record_id_of, set_ledger_body
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 TENANT = "acme"
@@ -49,6 +49,11 @@ def found_in_files(path, needle: bytes) -> list[str]:
     return [name for name, data in raw_bytes(path).items() if needle in data]
 
 
+def on_disk(store) -> bool:
+    """Whether the store's origin keeps its state in files (SQLite) rather than in memory."""
+    return getattr(store._origin, "physical", None) is not None
+
+
 def outcome(v, name: str) -> str:
     return next(c.outcome for c in v.checks if c.name == name)
 
@@ -62,11 +67,12 @@ def test_forget_wait_verify_reaches_erased_and_the_disk_agrees(store):
     v = store.verify(r.handle)
     assert v.level == "erased", [c.to_dict() for c in v.failed]
     assert v.receipt_level == "erased"
-    assert v.scanned_bytes > 0 and "origin.db" in v.scanned_files
+    assert v.scanned_bytes > 0 and ("origin.db" in v.scanned_files or not on_disk(store))
     for i in range(20):
         assert found_in_files(store.path, alice_text(i).encode()) == []
     # the retained subject is untouched, and its bytes are still there (the scan is real)
-    assert found_in_files(store.path, bob_text(3).encode())
+    if on_disk(store):  # (the memory origin has no file to hold them)
+        assert found_in_files(store.path, bob_text(3).encode())
     assert store.read("bob:3", tenant=TENANT, purpose="support").text == bob_text(3)
     # the receipt's level moved up and stays up
     assert store.receipts(TENANT)[-1]["body"]["level"] == "erased"
@@ -78,7 +84,9 @@ def test_right_after_forget_it_is_unreadable_not_erased_and_says_why(store):
     v = store.verify(r.handle)
     assert v.level == "unreadable"
     failed = {c.name for c in v.failed}
-    assert {"ann.erased", "fts.erased", "origin.wal", "bytes"} <= failed
+    # The memory origin and its word index hold no bytes on disk: erased at commit.
+    pending = {"ann.erased", "fts.erased", "origin.wal", "bytes"} if on_disk(store) else {"ann.erased", "bytes"}
+    assert pending <= failed
     assert all(c.outcome == "pass" for c in v.checks if c.rung == "unreadable")
     # and nothing of it is served meanwhile
     assert store.read("alice:1", tenant=TENANT, purpose="support") is None
@@ -155,7 +163,8 @@ def test_a_live_duplicate_is_told_apart_from_residue(store):
     store.wait(r.handle, timeout=30)
     v = store.verify(r.handle)
     assert v.level == "erased", [c.to_dict() for c in v.failed]
-    assert "held by live records" in next(c for c in v.checks if c.name == "bytes").detail
+    if on_disk(store):  # the memory origin has no file where the live copy could be found
+        assert "held by live records" in next(c for c in v.checks if c.name == "bytes").detail
 
 
 def test_fingerprints_are_discarded_once_erased_and_later_verifies_replay_the_proof(store, reopen):
@@ -235,7 +244,10 @@ def test_status_measures_propagation_per_path(store):
     st = store.wait(r.handle, timeout=30)
     for name in ("origin", "fts", "ann"):
         assert st.paths[name].erased_epoch >= r.epoch
-        assert st.paths[name].measured_erasure_s is not None
+        # The memory origin and its word index erase at commit: no compactor round advances
+        # their erased epoch, so nothing is measured for them (propagation measures advances).
+        if on_disk(store) or name == "ann":
+            assert st.paths[name].measured_erasure_s is not None
     assert st.paths["ann"].measured_propagation_s is not None
 
 
@@ -244,12 +256,9 @@ def test_a_tampered_verification_entry_is_detected(store):
     r = store.forget(tenant=TENANT, subject="alice")
     store.wait(r.handle, timeout=30)
     v = store.verify(r.handle)
-    conn = raw_db(store)
-    body = json.loads(conn.execute("SELECT body FROM ledger WHERE seq=?", (v.ledger_seq,)).fetchone()[0])
+    body = json.loads(next(e["body"] for e in store.ledger() if e["seq"] == v.ledger_seq))
     body["level"] = "erased" if body["level"] != "erased" else "intent"
-    with conn:
-        conn.execute("UPDATE ledger SET body=? WHERE seq=?",
-                     (json.dumps(body, sort_keys=True, separators=(",", ":")), v.ledger_seq))
+    set_ledger_body(store, v.ledger_seq, json.dumps(body, sort_keys=True, separators=(",", ":")))
     check = store.verify_ledger()
     assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
 
@@ -269,8 +278,7 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     store.compact()
     tenant_index = store._ann._index(TENANT)
     for r in range(rounds):
-        ids = [raw_db(store).execute("SELECT id FROM records WHERE key=?", (f"r{r}:{i}",)).fetchone()[0]
-               for i in range(r * per, (r + 1) * per)]
+        ids = [record_id_of(store, TENANT, f"r{r}:{i}") for i in range(r * per, (r + 1) * per)]
         quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
         receipt = store.forget(tenant=TENANT, subject=f"s{r}")
         store.wait(receipt.handle, timeout=30)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from typing import Sequence
 
 from ..model import Check
+from ..origin.base import WordIndex
 from ..text import query_words
 from .base import Erased, Held, Query, check
 
@@ -24,21 +24,6 @@ COMMON_TERM_SHARE = 0.01
 """Query terms in more than this share of all records are dropped (BM25 gives them almost no
 weight, and scoring their long doclists is what makes a query slow); if every term is that
 common, the rarest one is kept. The same idea as Lucene's common-terms query."""
-
-
-class WordIndex(Protocol):
-    """What an origin's word index provides (``origin.text``)."""
-
-    def stage(self, tx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None: ...
-    def doc_count(self) -> int: ...
-    def document_frequency(self, words: Sequence[str]) -> dict[str, int]: ...
-    def search(self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float,
-               depth: int, limit: int) -> list[int]: ...
-    def count_matches(self, words: Sequence[str], cap: int) -> int: ...
-    def terms(self) -> Sequence[str]: ...
-    def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]: ...
-    def purge(self) -> bool: ...
-    def purged_epoch(self) -> int: ...
 
 
 class FullTextIndex:
