@@ -1,0 +1,123 @@
+"""The memory origin's state: one object, copied per transaction, swapped in at commit."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ..base import ClaimRow, NewRecord, RecordRow
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass(frozen=True)
+class _Rec:
+    id: int
+    tenant: str
+    key: str
+    text: str
+    metadata: str
+    sources: str
+    embedding: bytes
+    created_at: float
+    updated_at: float
+
+    def row(self) -> RecordRow:
+        return RecordRow(self.id, self.tenant, self.key, self.text, self.metadata, self.sources, self.updated_at)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    id: int
+    record_id: int
+    subject: str
+    purpose: str
+    basis: str
+    expires_at: float | None
+    created_at: float
+
+
+def _live(c: _Claim, now: float) -> bool:
+    return c.expires_at is None or c.expires_at > now
+
+
+class _State:
+    """Everything the origin holds. Containers are copied per transaction; values are immutable
+    (frozen rows, tuples, frozensets, strings), except the postings' inner sets, which the
+    transaction copies on first touch (:meth:`MemoryTx._posting`)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.next_record = 1
+        self.next_claim = 1
+        self.meta: dict[str, str] = {}
+        self.records: dict[int, _Rec] = {}
+        self.by_key: dict[tuple[str, str], int] = {}
+        self.claims: dict[int, _Claim] = {}
+        self.claim_scope: dict[tuple[int, str, str, str], int] = {}
+        self.claims_of: dict[int, tuple[int, ...]] = {}
+        self.lineage: dict[int, tuple[str, tuple[str, ...]]] = {}  # rid -> (tenant, source keys)
+        self.subjects: dict[tuple[str, str], tuple[str, float]] = {}  # -> (identifiers, updated_at)
+        self.mentions: dict[int, tuple[str, frozenset[str]]] = {}  # rid -> (tenant, subjects)
+        self.quarantine: dict[int, tuple[str, str, str, float]] = {}  # rid -> (tenant, why, handle, since)
+        self.policies: dict[str, tuple[str, str | None]] = {}
+        self.purposes: dict[tuple[str, str], None] = {}
+        self.changes: list[tuple[int, int, str, str]] = []
+        self.receipts: dict[str, tuple[int, str, str, float, str]] = {}  # -> (epoch, kind, tenant_h, at, body)
+        self.evidence: dict[str, dict[str, Any]] = {}
+        self.path_evidence: dict[str, dict[str, bytes]] = {}
+        self.ledger: list[dict[str, Any]] = []
+        self.subject_keys: dict[tuple[str, str], tuple[bytes, bytes, str, float]] = {}
+        self.exposure: dict[tuple[str, str, str], None] = {}
+        self.backups: dict[str, tuple[str, int, int, float, int, int]] = {}
+        # the word index
+        self.doc_terms: dict[int, Counter[str]] = {}
+        self.doc_len_total = 0
+        self.postings: dict[str, set[int]] = {}
+
+    def clone(self) -> "_State":
+        new = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, (dict, list)):
+                setattr(new, name, copy.copy(value))
+        return new
+
+
+def _all_subjects(s: _State) -> list[tuple[str, str, str]]:
+    return [(t, subj, ident) for (t, subj), (ident, _at) in s.subjects.items()]
+
+
+def _subject_keys(s: _State) -> list[tuple[str, str, bytes, bytes]]:
+    return [(t, subj, kid, key) for (t, subj), (kid, key, _h, _at) in s.subject_keys.items()]
+
+
+def _live_subject_hashes(s: _State, tenant: str, hashes: Iterable[str]) -> set[str]:
+    wanted = set(hashes)
+    return {h for (t, _subj), (_kid, _key, h, _at) in s.subject_keys.items() if t == tenant and h in wanted}
+
+
+def _exposed(s: _State, tenant: str, key_hashes: Sequence[str]) -> set[str]:
+    wanted = set(key_hashes)
+    return {subj for t, k, subj in s.exposure if t == tenant and k in wanted}
+
+def _live_ids(s: _State, ids: Iterable[int], tenant: str, purpose: str, subject: str | None,
+              now: float) -> set[int]:
+    out = set()
+    for rid in ids:
+        rec = s.records.get(rid)
+        if rec is None or rec.tenant != tenant or rid in s.quarantine:
+            continue
+        for cid in s.claims_of.get(rid, ()):
+            c = s.claims[cid]
+            if c.purpose == purpose and _live(c, now) and (subject is None or c.subject == subject):
+                out.add(rid)
+                break
+    return out

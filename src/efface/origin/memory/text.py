@@ -1,0 +1,105 @@
+"""The memory origin's word index: postings over efface.text.words, ranked by BM25."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ...text import words as text_words
+from .state import BM25_B, BM25_K1, _live_ids, _State
+
+
+class MemoryText:
+    """The memory origin's word index: postings and term counts over :func:`efface.text.words`,
+    staged inside the transaction, ranked by BM25 (OR semantics)."""
+
+    def __init__(self, origin: MemoryOrigin):
+        self._o = origin
+
+    def stage(self, tx: MemoryTx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
+        s = tx._s
+        for rid in dict.fromkeys((*puts, *drops)):
+            old = s.doc_terms.pop(rid, None)
+            if old is None:
+                continue
+            s.doc_len_total -= sum(old.values())
+            for w in old:
+                posting = tx._posting(w)
+                posting.discard(rid)
+                if not posting:
+                    del s.postings[w]
+        for rid in puts:
+            terms = Counter(text_words(texts[rid]))
+            s.doc_terms[rid] = terms
+            s.doc_len_total += sum(terms.values())
+            for w in terms:
+                tx._posting(w).add(rid)
+
+    def doc_count(self) -> int:
+        return len(self._o._st().doc_terms)
+
+    def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
+        s = self._o._st()
+        return {w: len(s.postings[w]) for w in words if w in s.postings}
+
+    def _matches(self, s: _State, words: Sequence[str]) -> set[int]:
+        out: set[int] = set()
+        for w in dict.fromkeys(words):
+            out |= s.postings.get(w, set())
+        return out
+
+    def search(self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float,
+               depth: int, limit: int) -> list[int]:
+        """Rank the ``depth`` best matches of any of ``words`` by BM25, keep those live for the
+        tenant and purpose (and subject), best first, at most ``limit``."""
+        s = self._o._st()
+        found = self._matches(s, words)
+        if not found:
+            return []
+        n = len(s.doc_terms)
+        avg = s.doc_len_total / n if n else 1.0
+        idf = {}
+        for w in dict.fromkeys(words):
+            df = len(s.postings.get(w, ()))
+            if df:
+                idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+        scores = {}
+        for rid in found:
+            terms = s.doc_terms[rid]
+            length = sum(terms.values())
+            score = 0.0
+            for w, weight in idf.items():
+                tf = terms.get(w, 0)
+                if tf:
+                    score += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+            scores[rid] = score
+        ranked = sorted(scores, key=lambda r: (-scores[r], r))[:depth]
+        live = _live_ids(s, ranked, tenant, purpose, subject, now)
+        return [r for r in ranked if r in live][:limit]
+
+    def count_matches(self, words: Sequence[str], cap: int) -> int:
+        """How many rows match any of ``words``, counting at most ``cap``."""
+        return min(cap, len(self._matches(self._o._st(), words)))
+
+    def terms(self) -> Iterable[str]:
+        """Every word the index holds."""
+        return list(self._o._st().postings)
+
+    def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]:
+        """Which of ``ids`` the index still matches for any of ``words``."""
+        found = self._matches(self._o._st(), words)
+        return [i for i in ids if i in found]
+
+    def purge(self) -> bool:
+        """Nothing to purge: a deleted entry is gone from the postings at commit."""
+        return False
+
+    def purged_epoch(self) -> int:
+        return self._o.current_epoch()
