@@ -64,10 +64,16 @@ from bench_store import (  # noqa: E402  (reused, not copied)
 
 CONDITIONS = ("idle", "verify", "compaction", "backup")
 TARGETS = {
-    "p99_during_maintenance_vs_idle": {"threshold": 2.0, "op": "<=",
-                                       "what": "recall p99 during maintenance / idle recall p99, same threads"},
-    "throughput_4_threads_vs_1": {"threshold": 1.6, "op": ">=",
-                                  "what": "idle recalls/s with 4 threads / with 1 thread"},
+    "p99_during_maintenance_vs_idle": {
+        "threshold": 2.0,
+        "op": "<=",
+        "what": "recall p99 during maintenance / idle recall p99, same threads",
+    },
+    "throughput_4_threads_vs_1": {
+        "threshold": 1.6,
+        "op": ">=",
+        "what": "idle recalls/s with 4 threads / with 1 thread",
+    },
 }
 
 
@@ -112,8 +118,15 @@ class Maintenance:
         return since is not None and since <= t
 
 
-def measure(store, corpus: Corpus, queries: list[str], read_keys: list[str], threads: int, duration: float,
-            maint: Maintenance | None) -> dict[str, Any]:
+def measure(
+    store,
+    corpus: Corpus,
+    queries: list[str],
+    read_keys: list[str],
+    threads: int,
+    duration: float,
+    maint: Maintenance | None,
+) -> dict[str, Any]:
     """Run ``threads`` readers for ``duration`` seconds (after a short warm-up) while ``maint``
     loops; return the latency and throughput figures of the queries that count."""
     stop = threading.Event()
@@ -184,8 +197,12 @@ def measure(store, corpus: Corpus, queries: list[str], read_keys: list[str], thr
     }
     if maint is not None:
         durations = [b - a for a, b in maint.periods]
-        out["maintenance"] = {"calls": len(durations), "call_s": pct(durations, (50, 90)) if durations else None,
-                              "errors": maint.errors[:5], "ran_out_of_subjects": maint.ran_out}
+        out["maintenance"] = {
+            "calls": len(durations),
+            "call_s": pct(durations, (50, 90)) if durations else None,
+            "errors": maint.errors[:5],
+            "ran_out_of_subjects": maint.ran_out,
+        }
     if errors:
         out["reader_errors"] = errors[:5]
     return out
@@ -204,8 +221,9 @@ class Bench:
         # up to 200 subjects (at most half) are read and never forgotten; the others feed the forgets
         n_read = min(200, n_subjects // 2)
         self.read_subjects, self.forget_subjects = order[:n_read], order[n_read:]
-        self.read_keys = [self.corpus.key(i) for s in self.read_subjects
-                          for i in range(s, self.corpus.n, n_subjects)][:2000]
+        self.read_keys = [self.corpus.key(i) for s in self.read_subjects for i in range(s, self.corpus.n, n_subjects)][
+            :2000
+        ]
         self.queries = [q for _kind, q in self.corpus.queries(400, seed=args.seed + 2)]
         self.next_forget = 0
         self.forgotten: list[int] = []
@@ -226,7 +244,7 @@ class Bench:
         ids = list(ids)
         t = time.perf_counter()
         for s in range(0, len(ids), 1000):
-            self.store.write_many([self.corpus.item(i) for i in ids[s:s + 1000]], tenant=TENANT, purpose=PURPOSE)
+            self.store.write_many([self.corpus.item(i) for i in ids[s : s + 1000]], tenant=TENANT, purpose=PURPOSE)
             if what == "build" and (s // 1000) % 10 == 0:
                 log(f"  {s + 1000}/{len(ids)} written")
         t1 = time.perf_counter()
@@ -234,8 +252,11 @@ class Bench:
         t2 = time.perf_counter()
         self.store.compact()
         if what == "build":
-            self.build.update(write_many_s=round(t1 - t, 1), ann_absorb_s=round(t2 - t1, 1),
-                              compact_s=round(time.perf_counter() - t2, 1))
+            self.build.update(
+                write_many_s=round(t1 - t, 1),
+                ann_absorb_s=round(t2 - t1, 1),
+                compact_s=round(time.perf_counter() - t2, 1),
+            )
 
     def take_subject(self) -> str | None:
         """A subject not forgotten since the last restore (None when every one was)."""
@@ -259,6 +280,7 @@ class Bench:
         if condition == "idle":
             return None
         if condition == "verify":
+
             def step(m: Maintenance) -> None:
                 subject = self.take_subject()
                 if subject is None:
@@ -268,6 +290,7 @@ class Bench:
                 if not m.stop.is_set():
                     m.timed(lambda: st.verify(r.handle))
         elif condition == "compaction":
+
             def step(m: Maintenance) -> None:
                 subject = self.take_subject()
                 if subject is None:
@@ -280,6 +303,7 @@ class Bench:
             def step(m: Maintenance) -> None:
                 m.timed(lambda: st.backup(dest))
                 os.unlink(dest)
+
         return Maintenance(step)
 
     def run(self) -> dict[str, Any]:
@@ -291,14 +315,17 @@ class Bench:
             duration = self.args.duration if condition == "idle" else self.args.maint_duration
             for n in threads:
                 log(f"{condition}: {n} reader thread(s), {duration:g} s")
-                cell = measure(self.store, self.corpus, self.queries, self.read_keys, n, duration,
-                               self.maintenance(condition))
+                cell = measure(
+                    self.store, self.corpus, self.queries, self.read_keys, n, duration, self.maintenance(condition)
+                )
                 cell["loadavg_after"] = load()
                 cell["records_written_back"] = self.restore()
                 cond["threads"][str(n)] = cell
                 r = cell["recall_ms"] or {}
-                log(f"  recall p50 {r.get('p50')} p99 {r.get('p99')} ms, {cell['recalls_per_s']} recalls/s "
-                    f"(n={cell['recalls_counted']}), load {cell['loadavg_after']}")
+                log(
+                    f"  recall p50 {r.get('p50')} p99 {r.get('p99')} ms, {cell['recalls_per_s']} recalls/s "
+                    f"(n={cell['recalls_counted']}), load {cell['loadavg_after']}"
+                )
             cond["wall_s"] = round(time.perf_counter() - t, 1)
             cond["loadavg_after"] = load()
             out[condition] = cond
@@ -322,15 +349,33 @@ def judge(conditions: dict[str, Any]) -> list[dict[str, Any]]:
             if not base or not cell.get("recall_ms"):
                 continue
             ratio = cell["recall_ms"]["p99"] / base["p99"]
-            out.append({"target": "p99_during_maintenance_vs_idle", "what": t["what"], "condition": name,
-                        "threads": int(n), "value": round(ratio, 2), "p99_ms": cell["recall_ms"]["p99"],
-                        "idle_p99_ms": base["p99"], "threshold": f"<= {t['threshold']:g}",
-                        "pass": ratio <= t["threshold"]})
+            out.append(
+                {
+                    "target": "p99_during_maintenance_vs_idle",
+                    "what": t["what"],
+                    "condition": name,
+                    "threads": int(n),
+                    "value": round(ratio, 2),
+                    "p99_ms": cell["recall_ms"]["p99"],
+                    "idle_p99_ms": base["p99"],
+                    "threshold": f"<= {t['threshold']:g}",
+                    "pass": ratio <= t["threshold"],
+                }
+            )
     t = TARGETS["throughput_4_threads_vs_1"]
     if idle.get("1") and idle.get("4") and idle["1"]["recalls_per_s"]:
         ratio = idle["4"]["recalls_per_s"] / idle["1"]["recalls_per_s"]
-        out.append({"target": "throughput_4_threads_vs_1", "what": t["what"], "condition": "idle", "threads": 4,
-                    "value": round(ratio, 2), "threshold": f">= {t['threshold']:g}", "pass": ratio >= t["threshold"]})
+        out.append(
+            {
+                "target": "throughput_4_threads_vs_1",
+                "what": t["what"],
+                "condition": "idle",
+                "threads": 4,
+                "value": round(ratio, 2),
+                "threshold": f">= {t['threshold']:g}",
+                "pass": ratio >= t["threshold"],
+            }
+        )
     return out
 
 
@@ -340,9 +385,13 @@ def main() -> None:
     ap.add_argument("--threads", default="1,4,16", help="reader thread counts (default 1,4,16)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help="default: " + ",".join(CONDITIONS))
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per idle cell (default 8)")
-    ap.add_argument("--maint-duration", type=float, default=20.0,
-                    help="seconds per maintenance cell (default 20: with one lock, a reader gets about one "
-                         "query per maintenance call, so p99 needs many calls)")
+    ap.add_argument(
+        "--maint-duration",
+        type=float,
+        default=20.0,
+        help="seconds per maintenance cell (default 20: with one lock, a reader gets about one "
+        "query per maintenance call, so p99 needs many calls)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 5,000 records, 3 s cells")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dir", default=None, help="working directory (default: a new temporary one)")
@@ -356,8 +405,9 @@ def main() -> None:
     t0 = time.perf_counter()
     machine = machine_info()
     try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
     except Exception:
         commit = ""
     log(f"commit {commit[:10]}, load {load()}")
@@ -374,12 +424,18 @@ def main() -> None:
         "commit": commit,
         "machine": machine,
         "records": args.records,
-        "params": {"threads": args.threads, "idle_duration_s": args.duration,
-                   "maintenance_duration_s": args.maint_duration, "k": 10, "read_every": 4,
-                   "background_compactor": False, "seed": args.seed,
-                   "counted": "queries started while the condition's maintenance call was running "
-                              "(verify(), compact() or backup(); all queries when idle); recall_ms_whole_window: "
-                              "every query of the cell, also those during the loop's forget and wait()"},
+        "params": {
+            "threads": args.threads,
+            "idle_duration_s": args.duration,
+            "maintenance_duration_s": args.maint_duration,
+            "k": 10,
+            "read_every": 4,
+            "background_compactor": False,
+            "seed": args.seed,
+            "counted": "queries started while the condition's maintenance call was running "
+            "(verify(), compact() or backup(); all queries when idle); recall_ms_whole_window: "
+            "every query of the cell, also those during the loop's forget and wait()",
+        },
         "build": bench.build,
         "conditions": conditions,
         "targets": targets,

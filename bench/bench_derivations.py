@@ -56,8 +56,38 @@ LAST = """Moreno Okafor Lindqvist Tanaka Haddad Novak Fischer Kowalski Oliveira 
 Schmidt Rossi Dubois Jensen Mendes Kaur Yilmaz Costa Murphy Ivanova Sato Bianchi Larsen Gupta
 Herrera Walsh Abbasi Castillo Eriksen Farouk Gallagher Horvat Iyer Jovanovic Kim Lopez Mahlaba
 Nakamura Osei Park Quispe Reyes Suzuki Thorsen Usman Varga Weber Xu Yamamoto Zhang Achebe""".split()
-AREAS = [212, 213, 305, 312, 415, 503, 617, 646, 702, 718, 202, 206, 303, 404, 512, 602, 615, 713,
-         801, 808, 907, 971, 978, 919, 858, 818, 773, 714, 701, 651]
+AREAS = [
+    212,
+    213,
+    305,
+    312,
+    415,
+    503,
+    617,
+    646,
+    702,
+    718,
+    202,
+    206,
+    303,
+    404,
+    512,
+    602,
+    615,
+    713,
+    801,
+    808,
+    907,
+    971,
+    978,
+    919,
+    858,
+    818,
+    773,
+    714,
+    701,
+    651,
+]
 TEMPLATES = [
     "{who} prefers oolong tea in the morning and dislikes espresso.",
     "Met with {who} on Tuesday to discuss the Q3 roadmap; follow up by Friday.",
@@ -78,9 +108,14 @@ def log(msg: str) -> None:
 
 def pct(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
-    return {"p50": round(float(np.percentile(a, 50)), 2), "p90": round(float(np.percentile(a, 90)), 2),
-            "min": round(float(a.min()), 2), "max": round(float(a.max()), 2),
-            "mean": round(float(a.mean()), 2), "n": len(values)}
+    return {
+        "p50": round(float(np.percentile(a, 50)), 2),
+        "p90": round(float(np.percentile(a, 90)), 2),
+        "min": round(float(a.min()), 2),
+        "max": round(float(a.max()), 2),
+        "mean": round(float(a.mean()), 2),
+        "n": len(values),
+    }
 
 
 # -- synthetic subjects and texts ---------------------------------------------------------------------
@@ -97,13 +132,15 @@ class People:
         for i in range(n):
             first, last = pairs[i]
             area, line = AREAS[i // 100 % len(AREAS)], 100 + i % 100
-            self.subjects.append({
-                "id": f"{prefix}{i}",
-                "name": f"{first} {last}",
-                "email": f"{first}.{last}{i}@example.org".lower(),
-                "phone": (area, line),
-                "handle": f"@{first}_{last}{i}".lower() if i < handles else None,
-            })
+            self.subjects.append(
+                {
+                    "id": f"{prefix}{i}",
+                    "name": f"{first} {last}",
+                    "email": f"{first}.{last}{i}@example.org".lower(),
+                    "phone": (area, line),
+                    "handle": f"@{first}_{last}{i}".lower() if i < handles else None,
+                }
+            )
 
     def identifiers(self, s: dict) -> list[str]:
         area, line = s["phone"]
@@ -174,13 +211,16 @@ def bench_writes(args, workdir: str) -> dict[str, Any]:
     for b in range(n_batches):
         lo, hi = b * args.batch, min(len(texts), (b + 1) * args.batch)
         items = [{"key": f"r:{i}", "text": texts[i], "subject": f"owner{i % 997}"} for i in range(lo, hi)]
-        for label in (order if b % 2 == 0 else order[::-1]):
+        for label in order if b % 2 == 0 else order[::-1]:
             t0 = time.perf_counter()
             stores[label].write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vectors[lo:hi])
             times[label].append(time.perf_counter() - t0)
 
-    mentions = stores["with_identifiers"]._origin.connection.execute(
-        "SELECT count(DISTINCT record_id) FROM mentions").fetchone()[0]
+    mentions = (
+        stores["with_identifiers"]
+        ._origin.connection.execute("SELECT count(DISTINCT record_id) FROM mentions")
+        .fetchone()[0]
+    )
     for s in stores.values():
         s.close()
     out: dict[str, Any] = {}
@@ -190,19 +230,21 @@ def bench_writes(args, workdir: str) -> dict[str, Any]:
             "batch_ms": pct([t * 1000 for t in ts]),
         }
     ratio = out["with_identifiers"]["records_per_s"] / out["without_identifiers"]["records_per_s"]
-    out.update({
-        "records": len(texts),
-        "batch": args.batch,
-        "subjects_registered": args.subjects,
-        "identifiers_registered": n_ids,
-        "texts_naming_a_registered_subject": mentions,
-        "registration_s": round(register_s, 2),
-        "mention_match_us_per_record": round(match_us, 1),
-        "mention_match_sample_hits": found,
-        "ratio_with_over_without": round(ratio, 3),
-        "target": "with identifiers >= 0.8 x without (within 20%)",
-        "target_met": ratio >= 0.8,
-    })
+    out.update(
+        {
+            "records": len(texts),
+            "batch": args.batch,
+            "subjects_registered": args.subjects,
+            "identifiers_registered": n_ids,
+            "texts_naming_a_registered_subject": mentions,
+            "registration_s": round(register_s, 2),
+            "mention_match_us_per_record": round(match_us, 1),
+            "mention_match_sample_hits": found,
+            "ratio_with_over_without": round(ratio, 3),
+            "target": "with identifiers >= 0.8 x without (within 20%)",
+            "target_met": ratio >= 0.8,
+        }
+    )
     return out
 
 
@@ -218,10 +260,13 @@ def bench_forget(args, workdir: str, policy: str) -> dict[str, Any]:
         store.register_subject(s["id"], tenant=TENANT, identifiers=background.identifiers(s))
     bg_texts = texts_for(args.forget_background, background, 0.2, seed=5)
     for lo in range(0, len(bg_texts), 2000):
-        chunk = bg_texts[lo:lo + 2000]
-        store.write_many([{"key": f"bg:{lo + j}", "text": t, "subject": f"owner{(lo + j) % 997}"}
-                          for j, t in enumerate(chunk)], tenant=TENANT, purpose=PURPOSE,
-                         embeddings=embedder.embed(chunk))
+        chunk = bg_texts[lo : lo + 2000]
+        store.write_many(
+            [{"key": f"bg:{lo + j}", "text": t, "subject": f"owner{(lo + j) % 997}"} for j, t in enumerate(chunk)],
+            tenant=TENANT,
+            purpose=PURPOSE,
+            embeddings=embedder.embed(chunk),
+        )
     # Fresh subjects, each named in ``mentioned_in`` records of others (the service account).
     victims = People(args.reps, args.reps, seed=6, prefix="v").subjects
     for v in victims:
@@ -233,15 +278,25 @@ def bench_forget(args, workdir: str, policy: str) -> dict[str, Any]:
         ids = [v["name"], v["email"], f"+1 207 555 {v['phone'][1]:04d}", v["handle"]]
         store.register_subject(v["id"], tenant=TENANT, identifiers=ids)
         own = [f"{v['name']} said the order arrived late ({i})" for i in range(args.own)]
-        store.write_many([{"key": f"{v['id']}:own:{i}", "text": t} for i, t in enumerate(own)],
-                         tenant=TENANT, subject=v["id"], purpose=PURPOSE, embeddings=embedder.embed(own))
+        store.write_many(
+            [{"key": f"{v['id']}:own:{i}", "text": t} for i, t in enumerate(own)],
+            tenant=TENANT,
+            subject=v["id"],
+            purpose=PURPOSE,
+            embeddings=embedder.embed(own),
+        )
         texts = []
         for i in range(args.mentioned_in):
             kind = i % 4
             who = (v["name"], v["email"], f"(207) 555-{v['phone'][1]:04d}", v["handle"])[kind]
             texts.append(rng.choice(TEMPLATES).format(who=who, order=rng.randint(10_000, 99_999)))
-        store.write_many([{"key": f"{v['id']}:m:{i}", "text": t} for i, t in enumerate(texts)],
-                         tenant=TENANT, subject="svc", purpose="analytics", embeddings=embedder.embed(texts))
+        store.write_many(
+            [{"key": f"{v['id']}:m:{i}", "text": t} for i, t in enumerate(texts)],
+            tenant=TENANT,
+            subject="svc",
+            purpose="analytics",
+            embeddings=embedder.embed(texts),
+        )
     store.compact()
     records = store.stats()["records"]
     log(f"policy {policy}: {records} records, forgetting {len(victims)} subjects")
@@ -253,11 +308,12 @@ def bench_forget(args, workdir: str, policy: str) -> dict[str, Any]:
         receipt = store.forget(tenant=TENANT, subject=v["id"])
         latencies.append((time.perf_counter() - t0) * 1000)
         actions = [d.action for d in receipt.derivations]
-        if len(receipt.erased) != args.own or len(actions) != args.mentioned_in or \
-                set(actions) != {expected_action}:
-            raise SystemExit(f"policy {policy}: receipt named {len(actions)} derivations "
-                             f"({sorted(set(actions))}), erased {len(receipt.erased)}: expected "
-                             f"{args.mentioned_in} {expected_action} and {args.own} erased")
+        if len(receipt.erased) != args.own or len(actions) != args.mentioned_in or set(actions) != {expected_action}:
+            raise SystemExit(
+                f"policy {policy}: receipt named {len(actions)} derivations "
+                f"({sorted(set(actions))}), erased {len(receipt.erased)}: expected "
+                f"{args.mentioned_in} {expected_action} and {args.own} erased"
+            )
         counts.append(len(actions))
         store.compact()  # the compactor's work, off the clock
     store.close()
@@ -274,8 +330,12 @@ def bench_forget(args, workdir: str, policy: str) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                            "cpus": os.cpu_count(), "efface": efface.__version__}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "efface": efface.__version__,
+    }
     try:
         info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -312,9 +372,11 @@ def main() -> None:
     started = time.time()
     try:
         writes = bench_writes(args, workdir)
-        log(f"writes: {writes['without_identifiers']['records_per_s']} rec/s without, "
+        log(
+            f"writes: {writes['without_identifiers']['records_per_s']} rec/s without, "
             f"{writes['with_identifiers']['records_per_s']} rec/s with {writes['identifiers_registered']} "
-            f"identifiers (ratio {writes['ratio_with_over_without']})")
+            f"identifiers (ratio {writes['ratio_with_over_without']})"
+        )
         forgets = {}
         for policy in ("quarantine", "redact"):
             forgets[policy] = bench_forget(args, workdir, policy)

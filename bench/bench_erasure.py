@@ -71,11 +71,18 @@ SMALL, SMALL_SIZE = 10, 10
 EXTRA = BIG * BIG_SIZE + SMALL * SMALL_SIZE  # 3100
 
 TARGETS = {
-    "forget_to_erased_p50_s_at_1M": {"threshold": 2.0, "op": "<=", "at_size": 1_000_000,
-                                     "what": "ack -> verify(handle).level == 'erased', 100-record subject, "
-                                             "background compactor on, p50 (s)"},
-    "byte_scan_MBps": {"threshold": 200.0, "op": ">=", "at_size": None,
-                       "what": "verify's byte scan: scanned_bytes / 'bytes' check duration (MB/s, 1e6 B)"},
+    "forget_to_erased_p50_s_at_1M": {
+        "threshold": 2.0,
+        "op": "<=",
+        "at_size": 1_000_000,
+        "what": "ack -> verify(handle).level == 'erased', 100-record subject, background compactor on, p50 (s)",
+    },
+    "byte_scan_MBps": {
+        "threshold": 200.0,
+        "op": ">=",
+        "at_size": None,
+        "what": "verify's byte scan: scanned_bytes / 'bytes' check duration (MB/s, 1e6 B)",
+    },
 }
 
 
@@ -123,8 +130,9 @@ class Layout:
             return name
         got = self._subj.get(name)
         if got is None:
-            got = self._subj[name] = "subj-" + hashlib.blake2b(f"{self.seed}:{name}".encode(),
-                                                               digest_size=10).hexdigest()
+            got = self._subj[name] = (
+                "subj-" + hashlib.blake2b(f"{self.seed}:{name}".encode(), digest_size=10).hexdigest()
+            )
         return got
 
     def _internal(self, j: int) -> tuple[str, str]:
@@ -139,8 +147,12 @@ class Layout:
     def item(self, j: int) -> dict:
         name, kind = self._internal(j)
         subj = self.subj(name)
-        return {"key": f"{kind}/{subj}/{j:08d}", "text": self.text(j), "subject": subj,
-                "metadata": {"kind": "note", "seq": j}}
+        return {
+            "key": f"{kind}/{subj}/{j:08d}",
+            "text": self.text(j),
+            "subject": subj,
+            "metadata": {"kind": "note", "seq": j},
+        }
 
     def text(self, j: int) -> str:
         base = self.main.texts[j] if j < self.main.n else self.extra[j - self.main.n]
@@ -172,6 +184,7 @@ class Layout:
 
 def build(lay: Layout, path: str, batch: int) -> dict:
     import efface
+
     n = lay.n
     store = efface.open(path, embedder="hashing", background=False)
     t_all = time.perf_counter()
@@ -196,15 +209,21 @@ def build(lay: Layout, path: str, batch: int) -> dict:
     t = time.perf_counter()
     store.close()
     close_s = time.perf_counter() - t
-    return {"embed_s": round(embed_s, 1), "write_many_s": round(write_s, 1),
-            "first_recall_ann_absorb_s": round(ann_s, 1), "compact_s": round(compact_s, 2),
-            "close_s": round(close_s, 2), "wall_s": round(time.perf_counter() - t_all, 1),
-            "note": "background=False; vectors (see layout mode) computed per batch and excluded from write_many_s"}
+    return {
+        "embed_s": round(embed_s, 1),
+        "write_many_s": round(write_s, 1),
+        "first_recall_ann_absorb_s": round(ann_s, 1),
+        "compact_s": round(compact_s, 2),
+        "close_s": round(close_s, 2),
+        "wall_s": round(time.perf_counter() - t_all, 1),
+        "note": "background=False; vectors (see layout mode) computed per batch and excluded from write_many_s",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # Phases
 # ---------------------------------------------------------------------------------------------
+
 
 def check_times(ver) -> dict[str, float]:
     return {c.name: ms(c.duration_s) for c in ver.checks}
@@ -231,45 +250,57 @@ def probe_unreadable(store, lay: Layout, subject: str, erased_keys: set[str], j_
     hits = store.recall(text, tenant=TENANT, purpose=PURPOSE, k=10)
     t_recall = time.perf_counter()
     leaked = [h.key for h in hits if h.key in erased_keys]
-    return {"read_clean": got is None, "recall_clean": not leaked, "recall_hits": len(hits),
-            "read_ms": ms(t_read - t), "recall_ms": ms(t_recall - t_read),
-            "ack_to_read_clean_ms": ms(t_read - t_ack) if got is None else None,
-            "ack_to_recall_clean_ms": ms(t_recall - t_ack) if not leaked else None}
+    return {
+        "read_clean": got is None,
+        "recall_clean": not leaked,
+        "recall_hits": len(hits),
+        "read_ms": ms(t_read - t),
+        "recall_ms": ms(t_recall - t_read),
+        "ack_to_read_clean_ms": ms(t_read - t_ack) if got is None else None,
+        "ack_to_recall_clean_ms": ms(t_recall - t_ack) if not leaked else None,
+    }
 
 
-def forget_to_erased(store, lay: Layout, subject: str, rng: random.Random, verify_first: bool,
-                     timeout: float) -> dict:
+def forget_to_erased(store, lay: Layout, subject: str, rng: random.Random, verify_first: bool, timeout: float) -> dict:
     items = lay.subject_items(subject)
     erased_keys = {lay.item(j)["key"] for j in items}
     j_probe = rng.choice(items)
     t0 = time.perf_counter()
     receipt = store.forget(tenant=TENANT, subject=lay.subj(subject))
     t_ack = time.perf_counter()
-    out: dict[str, Any] = {"subject_records": len(items), "erased": len(receipt.erased),
-                           "forget_ms": ms(t_ack - t0)}
+    out: dict[str, Any] = {"subject_records": len(items), "erased": len(receipt.erased), "forget_ms": ms(t_ack - t0)}
     if verify_first:
         t = time.perf_counter()
         v0 = store.verify(receipt.handle)
-        out["verify_at_ack"] = {"level": v0.level, "ms": ms(time.perf_counter() - t),
-                                "checks_ms": check_times(v0),
-                                "failed": [c.name for c in v0.checks if c.outcome not in ("pass", "recorded")]}
+        out["verify_at_ack"] = {
+            "level": v0.level,
+            "ms": ms(time.perf_counter() - t),
+            "checks_ms": check_times(v0),
+            "failed": [c.name for c in v0.checks if c.outcome not in ("pass", "recorded")],
+        }
     else:
         out["probes"] = probe_unreadable(store, lay, subject, erased_keys, j_probe, t_ack)
     st = store.wait(receipt.handle, timeout=timeout, until="erased")
     t_wait = time.perf_counter()
     ver = store.verify(receipt.handle)
     t_ver = time.perf_counter()
-    out.update({
-        "wait_erased": bool(st.erased), "wait_returned_s": round(t_wait - t_ack, 4),
-        "verify_s": round(t_ver - t_wait, 4), "level": ver.level,
-        "ack_to_erased_s": round(t_ver - t_ack, 4) if ver.level == "erased" else None,
-        "ack_to_verdict_s": round(t_ver - t_ack, 4),
-        "structural_erased_checks_pass": all(c.outcome == "pass" for c in ver.checks
-                                             if c.rung == "erased" and c.name != "bytes"),
-        "verify_checks_ms": check_times(ver), "scanned_bytes": ver.scanned_bytes,
-        "scan_MBps": scan_mbps(ver),
-        "measured_erasure_s": {k: p.measured_erasure_s for k, p in st.paths.items()},
-    })
+    out.update(
+        {
+            "wait_erased": bool(st.erased),
+            "wait_returned_s": round(t_wait - t_ack, 4),
+            "verify_s": round(t_ver - t_wait, 4),
+            "level": ver.level,
+            "ack_to_erased_s": round(t_ver - t_ack, 4) if ver.level == "erased" else None,
+            "ack_to_verdict_s": round(t_ver - t_ack, 4),
+            "structural_erased_checks_pass": all(
+                c.outcome == "pass" for c in ver.checks if c.rung == "erased" and c.name != "bytes"
+            ),
+            "verify_checks_ms": check_times(ver),
+            "scanned_bytes": ver.scanned_bytes,
+            "scan_MBps": scan_mbps(ver),
+            "measured_erasure_s": {k: p.measured_erasure_s for k, p in st.paths.items()},
+        }
+    )
     if ver.level != "erased":
         out["not_erased"] = [(c.name, c.outcome, c.detail) for c in ver.checks if c.outcome not in ("pass", "recorded")]
         log(f"    !! {subject}: verify level {ver.level}: {out['not_erased']}")
@@ -305,12 +336,20 @@ def breakdown(store, lay: Layout, subject: str) -> dict:
     t = time.perf_counter()
     ver = store.verify(receipt.handle)
     parts["verify"] = time.perf_counter() - t
-    out = {"subject_records": len(items), "erased": len(receipt.erased), "checkpoint_completed": ok,
-           "parts_ms": {k: ms(v) for k, v in parts.items()},
-           "physical_erasure_ms": ms(sum(parts[k] for k in ("ann_catch_up", "fts_optimize", "ann_save_fsync",
-                                                              "prune_changes", "wal_checkpoint"))),
-           "level": ver.level, "verify_checks_ms": check_times(ver), "scanned_bytes": ver.scanned_bytes,
-           "scan_MBps": scan_mbps(ver), "wal_bytes_after": os.path.getsize(wal) if os.path.exists(wal) else 0}
+    out = {
+        "subject_records": len(items),
+        "erased": len(receipt.erased),
+        "checkpoint_completed": ok,
+        "parts_ms": {k: ms(v) for k, v in parts.items()},
+        "physical_erasure_ms": ms(
+            sum(parts[k] for k in ("ann_catch_up", "fts_optimize", "ann_save_fsync", "prune_changes", "wal_checkpoint"))
+        ),
+        "level": ver.level,
+        "verify_checks_ms": check_times(ver),
+        "scanned_bytes": ver.scanned_bytes,
+        "scan_MBps": scan_mbps(ver),
+        "wal_bytes_after": os.path.getsize(wal) if os.path.exists(wal) else 0,
+    }
     if ver.level != "erased":
         out["not_erased"] = [(c.name, c.outcome, c.detail) for c in ver.checks if c.outcome not in ("pass", "recorded")]
         log(f"    !! breakdown {subject}: verify level {ver.level}: {out['not_erased']}")
@@ -323,8 +362,10 @@ def pure_scan(store_path: str, secret_hex: str, lay: Layout) -> dict:
     fpr = Fingerprinter(bytes.fromhex(secret_hex))
     fp = Fingerprints()
     base = [lay.main.texts[i] for i in range(100)]
-    texts = [(_tag(lay.seed + 99, f"p{i}") + " " + t[:39].ljust(39) + _tag(lay.seed + 99, f"q{i}") + t[39:])[:143]
-             for i, t in enumerate(base)]
+    texts = [
+        (_tag(lay.seed + 99, f"p{i}") + " " + t[:39].ljust(39) + _tag(lay.seed + 99, f"q{i}") + t[39:])[:143]
+        for i, t in enumerate(base)
+    ]
     fpr.add_many(fp, "text", [t.encode() for t in texts])
     fpr.add_many(fp, "key", [f"absent/subj-{i:020d}/{i:08d}".encode() for i in range(100)])
     vecs = np.random.default_rng(lay.seed + 99).standard_normal((100, 384)).astype(np.float32)
@@ -345,10 +386,12 @@ def pure_scan(store_path: str, secret_hex: str, lay: Layout) -> dict:
         hits, scanned = fpr.scan(files, fp, store_path)
         s = time.perf_counter() - t
         out[label] = {"bytes": scanned, "s": round(s, 3), "MBps": round(scanned / s / 1e6, 1), "hits": len(hits)}
-    out["note"] = ("Fingerprinter.scan alone (no file listing, no attribution) over every store file, with "
-                   "fingerprints of 100 texts+keys+embeddings that are not in the store (the size of a "
-                   "100-record erasure); 'cold' after posix_fadvise(DONTNEED) on each file, so it reads the "
-                   "disk unless the hypervisor caches it")
+    out["note"] = (
+        "Fingerprinter.scan alone (no file listing, no attribution) over every store file, with "
+        "fingerprints of 100 texts+keys+embeddings that are not in the store (the size of a "
+        "100-record erasure); 'cold' after posix_fadvise(DONTNEED) on each file, so it reads the "
+        "disk unless the hypervisor caches it"
+    )
     return out
 
 
@@ -361,19 +404,32 @@ def summarize(runs: list[dict], key: str) -> dict | None:
 # One store size (child process)
 # ---------------------------------------------------------------------------------------------
 
+
 def run_size(args) -> dict[str, Any]:
     import efface
 
     n = args.child_size
     t_size = time.perf_counter()
-    res: dict[str, Any] = {"records": n, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-                           "config": {"forgets": args.forgets if n < 1_000_000 else min(args.forgets, args.forgets_1m),
-                                      "per_class": args.per_class, "breakdowns": args.breakdowns, "gap_s": args.gap,
-                                      "mode": args.mode}}
+    res: dict[str, Any] = {
+        "records": n,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "config": {
+            "forgets": args.forgets if n < 1_000_000 else min(args.forgets, args.forgets_1m),
+            "per_class": args.per_class,
+            "breakdowns": args.breakdowns,
+            "gap_s": args.gap,
+            "mode": args.mode,
+        },
+    }
     log(f"[{n}] generating corpus")
     lay = Layout(n, args.seed, args.mode)
-    res["layout"] = {"mode": args.mode, "subjects_of_100": lay.main.n_subjects, "subjects_of_1000": BIG,
-                     "subjects_of_10": SMALL, "interleaved": True}
+    res["layout"] = {
+        "mode": args.mode,
+        "subjects_of_100": lay.main.n_subjects,
+        "subjects_of_1000": BIG,
+        "subjects_of_10": SMALL,
+        "interleaved": True,
+    }
     base = tempfile.mkdtemp(prefix=f"efface-erasure-{n}-", dir=args.dir)
     path = os.path.join(base, "store")
     res["store_dir"] = path
@@ -407,8 +463,10 @@ def run_size(args) -> dict[str, Any]:
         for i, s in enumerate(take(forgets)):
             r = forget_to_erased(store, lay, s, rng, verify_first=False, timeout=args.timeout)
             bg100.append(r)
-            log(f"[{n}]   {i + 1}/{forgets}: ack->erased {r['ack_to_erased_s']} s (wait {r['wait_returned_s']} s, "
-                f"verify {r['verify_s']} s, scan {r['scan_MBps']} MB/s)")
+            log(
+                f"[{n}]   {i + 1}/{forgets}: ack->erased {r['ack_to_erased_s']} s (wait {r['wait_returned_s']} s, "
+                f"verify {r['verify_s']} s, scan {r['scan_MBps']} MB/s)"
+            )
             time.sleep(args.gap)
         n_at_ack = max(2, forgets // 4)
         log(f"[{n}] verify right after forget: {n_at_ack} subjects")
@@ -417,8 +475,9 @@ def run_size(args) -> dict[str, Any]:
             at_ack.append(forget_to_erased(store, lay, s, rng, verify_first=True, timeout=args.timeout))
             time.sleep(args.gap)
         log(f"[{n}] erasure size classes, compactor on: 10 and 1000 records")
-        bg_small = [forget_to_erased(store, lay, f"small-{i:02d}", rng, False, args.timeout)
-                    for i in range(args.per_class)]
+        bg_small = [
+            forget_to_erased(store, lay, f"small-{i:02d}", rng, False, args.timeout) for i in range(args.per_class)
+        ]
         time.sleep(args.gap)
         bg_big = []
         for i in range(min(args.per_class, BIG - 1)):
@@ -442,40 +501,43 @@ def run_size(args) -> dict[str, Any]:
             "verify_at_ack_checks_ms_first": at_ack[0]["verify_at_ack"]["checks_ms"],
             "verify_at_ack_failed_checks_first": at_ack[0]["verify_at_ack"]["failed"],
             "note": "the first read of an erased key and the first recall whose query is an erased text, issued "
-                    "as soon as forget returned (the compactor is running meanwhile); 'ack_to_*_clean_ms' is the "
-                    "time from the acknowledgement to that probe coming back without the erased record: the "
-                    "window between acknowledgement and unreadability is the probe's own latency. "
-                    "verify_at_ack: verify() called at once after forget (other subjects); it should say "
-                    "'unreadable' (the 'erased' checks fail until the compactor has saved)",
+            "as soon as forget returned (the compactor is running meanwhile); 'ack_to_*_clean_ms' is the "
+            "time from the acknowledgement to that probe coming back without the erased record: the "
+            "window between acknowledgement and unreadability is the probe's own latency. "
+            "verify_at_ack: verify() called at once after forget (other subjects); it should say "
+            "'unreadable' (the 'erased' checks fail until the compactor has saved)",
         }
 
         def cls(runs):
-            return {"forgets": len(runs),
-                    "all_reached_erased": all(r["level"] == "erased" for r in runs),
-                    "levels": {lv: sum(1 for r in runs if r["level"] == lv)
-                               for lv in ("intent", "unreadable", "erased")},
-                    "structural_checks_all_pass": all(r["structural_erased_checks_pass"] for r in runs),
-                    "bytes_fail_details": sorted({r["not_erased"][0][2] for r in runs if r.get("not_erased")})[:5],
-                    "ack_to_verdict_s": summarize(runs, "ack_to_verdict_s"),
-                    "ack_to_erased_s": summarize(runs, "ack_to_erased_s"),
-                    "wait_returned_s": summarize(runs, "wait_returned_s"),
-                    "verify_s": summarize(runs, "verify_s"),
-                    "bytes_check_ms": pct([r["verify_checks_ms"].get("bytes", 0.0) for r in runs], ps=(50, 99)),
-                    "scan_MBps": summarize(runs, "scan_MBps"),
-                    "scanned_bytes": int(np.median([r["scanned_bytes"] for r in runs])),
-                    "forget_ms": summarize(runs, "forget_ms")}
+            return {
+                "forgets": len(runs),
+                "all_reached_erased": all(r["level"] == "erased" for r in runs),
+                "levels": {lv: sum(1 for r in runs if r["level"] == lv) for lv in ("intent", "unreadable", "erased")},
+                "structural_checks_all_pass": all(r["structural_erased_checks_pass"] for r in runs),
+                "bytes_fail_details": sorted({r["not_erased"][0][2] for r in runs if r.get("not_erased")})[:5],
+                "ack_to_verdict_s": summarize(runs, "ack_to_verdict_s"),
+                "ack_to_erased_s": summarize(runs, "ack_to_erased_s"),
+                "wait_returned_s": summarize(runs, "wait_returned_s"),
+                "verify_s": summarize(runs, "verify_s"),
+                "bytes_check_ms": pct([r["verify_checks_ms"].get("bytes", 0.0) for r in runs], ps=(50, 99)),
+                "scan_MBps": summarize(runs, "scan_MBps"),
+                "scanned_bytes": int(np.median([r["scanned_bytes"] for r in runs])),
+                "forget_ms": summarize(runs, "forget_ms"),
+            }
 
         res["erased_background"] = {
             "records_100": cls(bg100),
             "records_10": cls(bg_small),
             "records_1000": cls(bg_big),
-            "verify_checks_ms_median_100": {k: round(float(np.median([r["verify_checks_ms"][k] for r in bg100])), 3)
-                                            for k in bg100[0]["verify_checks_ms"]},
+            "verify_checks_ms_median_100": {
+                k: round(float(np.median([r["verify_checks_ms"][k] for r in bg100])), 3)
+                for k in bg100[0]["verify_checks_ms"]
+            },
             "note": "ack_to_erased_s = from forget's return to verify(handle) answering level 'erased', with "
-                    "wait(handle, until='erased') in between (the compactor saves at most 0.5 s after its "
-                    "previous save, then purges FTS5, saves the ANN file, checkpoints the WAL); verify_s = "
-                    "the verify call (probes + structural checks + byte scan of every file). A pause of "
-                    f"{args.gap} s separates forgets so each starts with an idle compactor",
+            "wait(handle, until='erased') in between (the compactor saves at most 0.5 s after its "
+            "previous save, then purges FTS5, saves the ANN file, checkpoints the WAL); verify_s = "
+            "the verify call (probes + structural checks + byte scan of every file). A pause of "
+            f"{args.gap} s separates forgets so each starts with an idle compactor",
         }
         res["raw_background_100"] = bg100
 
@@ -492,23 +554,27 @@ def run_size(args) -> dict[str, Any]:
         summary = {}
         for k, runs in bd.items():
             names = runs[0]["parts_ms"].keys()
-            summary[k] = {"n": len(runs),
-                          "parts_ms_median": {p: round(float(np.median([r["parts_ms"][p] for r in runs])), 2)
-                                              for p in names},
-                          "verify_checks_ms_median": {c: round(float(np.median([r["verify_checks_ms"].get(c, 0)
-                                                                                for r in runs])), 2)
-                                                      for c in runs[0]["verify_checks_ms"]},
-                          "physical_erasure_ms_median": round(float(np.median([r["physical_erasure_ms"]
-                                                                               for r in runs])), 2),
-                          "all_erased": all(r["level"] == "erased" for r in runs),
-                          "levels": [r["level"] for r in runs],
-                          "scan_MBps_median": round(float(np.median([r["scan_MBps"] or 0 for r in runs])), 1)}
-        res["breakdown"] = {"summary": summary, "raw": bd,
-                            "note": "background=False; after each forget the steps of Store._compact(persist=True) "
-                                    "are called one by one under the store lock: ANN catch_up, FTS5 purge "
-                                    "('optimize', only when rows were deleted), ANN persist (save to a temp file, "
-                                    "fsync, rename; rebuilds a graph worn by churn first), prune_changes, WAL "
-                                    "checkpoint(TRUNCATE); then compact() (nothing left to do) and verify()"}
+            summary[k] = {
+                "n": len(runs),
+                "parts_ms_median": {p: round(float(np.median([r["parts_ms"][p] for r in runs])), 2) for p in names},
+                "verify_checks_ms_median": {
+                    c: round(float(np.median([r["verify_checks_ms"].get(c, 0) for r in runs])), 2)
+                    for c in runs[0]["verify_checks_ms"]
+                },
+                "physical_erasure_ms_median": round(float(np.median([r["physical_erasure_ms"] for r in runs])), 2),
+                "all_erased": all(r["level"] == "erased" for r in runs),
+                "levels": [r["level"] for r in runs],
+                "scan_MBps_median": round(float(np.median([r["scan_MBps"] or 0 for r in runs])), 1),
+            }
+        res["breakdown"] = {
+            "summary": summary,
+            "raw": bd,
+            "note": "background=False; after each forget the steps of Store._compact(persist=True) "
+            "are called one by one under the store lock: ANN catch_up, FTS5 purge "
+            "('optimize', only when rows were deleted), ANN persist (save to a temp file, "
+            "fsync, rename; rebuilds a graph worn by churn first), prune_changes, WAL "
+            "checkpoint(TRUNCATE); then compact() (nothing left to do) and verify()",
+        }
         store.close()
         res["disk_after"] = dir_sizes(path)
         log(f"[{n}] pure scan throughput")
@@ -529,17 +595,41 @@ def run_size(args) -> dict[str, Any]:
 # Orchestration (parent)
 # ---------------------------------------------------------------------------------------------
 
+
 def child(n: int, args) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-size", str(n), "--seed", str(args.seed),
-           "--batch", str(args.batch), "--forgets", str(args.forgets), "--forgets-1m", str(args.forgets_1m),
-           "--per-class", str(args.per_class), "--breakdowns", str(args.breakdowns), "--gap", str(args.gap),
-           "--timeout", str(args.timeout), "--mode", args.mode]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child-size",
+        str(n),
+        "--seed",
+        str(args.seed),
+        "--batch",
+        str(args.batch),
+        "--forgets",
+        str(args.forgets),
+        "--forgets-1m",
+        str(args.forgets_1m),
+        "--per-class",
+        str(args.per_class),
+        "--breakdowns",
+        str(args.breakdowns),
+        "--gap",
+        str(args.gap),
+        "--timeout",
+        str(args.timeout),
+        "--mode",
+        args.mode,
+    ]
     if args.dir:
         cmd += ["--dir", args.dir]
     if args.keep:
         cmd.append("--keep")
-    return run_child(cmd, "1-minute load average sampled every 5 s; this benchmark alone keeps it near "
-                          "1-1.5 (compactor thread + main thread); more means other work competed for the 2 cores")
+    return run_child(
+        cmd,
+        "1-minute load average sampled every 5 s; this benchmark alone keeps it near "
+        "1-1.5 (compactor thread + main thread); more means other work competed for the 2 cores",
+    )
 
 
 def judge(sizes: dict[str, dict]) -> list[dict]:
@@ -558,18 +648,37 @@ def judge(sizes: dict[str, dict]) -> list[dict]:
                 v = rec["ack_to_erased_s"]
                 value = v["p50"] if v and v["n"] * 2 > rec["forgets"] else None
                 if value is None:
-                    note = (f"verify reached 'erased' for {rec['levels']['erased']} of {rec['forgets']} forgets, so "
-                            f"there is no p50 to judge; time to verify's verdict p50 = "
-                            f"{(rec['ack_to_verdict_s'] or {}).get('p50')} s")
+                    note = (
+                        f"verify reached 'erased' for {rec['levels']['erased']} of {rec['forgets']} forgets, so "
+                        f"there is no p50 to judge; time to verify's verdict p50 = "
+                        f"{(rec['ack_to_verdict_s'] or {}).get('p50')} s"
+                    )
             ok = None if value is None else (value <= t["threshold"] if t["op"] == "<=" else value >= t["threshold"])
             if note and ok is None:
                 ok = False
-            out.append({"target": name, "what": t["what"], "size": size, "value": value,
-                        "threshold": f"{t['op']} {t['threshold']:g}", "pass": ok, **({"note": note} if note else {})})
+            out.append(
+                {
+                    "target": name,
+                    "what": t["what"],
+                    "size": size,
+                    "value": value,
+                    "threshold": f"{t['op']} {t['threshold']:g}",
+                    "pass": ok,
+                    **({"note": note} if note else {}),
+                }
+            )
         if t["at_size"] is not None and str(t["at_size"]) not in sizes:
-            out.append({"target": name, "what": t["what"], "size": t["at_size"], "value": None,
-                        "threshold": f"{t['op']} {t['threshold']:g}", "pass": None,
-                        "note": f"not measured: run with a size of {t['at_size']}"})
+            out.append(
+                {
+                    "target": name,
+                    "what": t["what"],
+                    "size": t["at_size"],
+                    "value": None,
+                    "threshold": f"{t['op']} {t['threshold']:g}",
+                    "pass": None,
+                    "note": f"not measured: run with a size of {t['at_size']}",
+                }
+            )
     return out
 
 
@@ -581,22 +690,31 @@ def scaling(sizes: dict[str, dict]) -> dict:
     by_store = {}
     for k, r in sorted(ok.items(), key=lambda kv: int(kv[0])):
         s = r["breakdown"]["summary"]["records_100"]
-        by_store[k] = {**s["parts_ms_median"], **{"verify." + c: v for c, v in s["verify_checks_ms_median"].items()},
-                       "disk_mib": r["disk_after"]["total_mib"],
-                       "ack_to_verdict_p50_s (compactor on)":
-                           (r["erased_background"]["records_100"]["ack_to_verdict_s"] or {}).get("p50"),
-                       "ack_to_erased_p50_s (compactor on)":
-                           (r["erased_background"]["records_100"]["ack_to_erased_s"] or {}).get("p50")}
+        by_store[k] = {
+            **s["parts_ms_median"],
+            **{"verify." + c: v for c, v in s["verify_checks_ms_median"].items()},
+            "disk_mib": r["disk_after"]["total_mib"],
+            "ack_to_verdict_p50_s (compactor on)": (
+                r["erased_background"]["records_100"]["ack_to_verdict_s"] or {}
+            ).get("p50"),
+            "ack_to_erased_p50_s (compactor on)": (r["erased_background"]["records_100"]["ack_to_erased_s"] or {}).get(
+                "p50"
+            ),
+        }
     by_erasure = {}
     for k, r in ok.items():
         by_erasure[k] = {}
         for cls_name, s in r["breakdown"]["summary"].items():
-            by_erasure[k][cls_name] = {**s["parts_ms_median"],
-                                       **{"verify." + c: v for c, v in s["verify_checks_ms_median"].items()},
-                                       "ack_to_verdict_p50_s (compactor on)":
-                                           (r["erased_background"][cls_name]["ack_to_verdict_s"] or {}).get("p50"),
-                                       "ack_to_erased_p50_s (compactor on)":
-                                           (r["erased_background"][cls_name]["ack_to_erased_s"] or {}).get("p50")}
+            by_erasure[k][cls_name] = {
+                **s["parts_ms_median"],
+                **{"verify." + c: v for c, v in s["verify_checks_ms_median"].items()},
+                "ack_to_verdict_p50_s (compactor on)": (r["erased_background"][cls_name]["ack_to_verdict_s"] or {}).get(
+                    "p50"
+                ),
+                "ack_to_erased_p50_s (compactor on)": (r["erased_background"][cls_name]["ack_to_erased_s"] or {}).get(
+                    "p50"
+                ),
+            }
     return {"fixed_erasure_100_by_store_size": by_store, "fixed_store_by_erasure_size": by_erasure}
 
 
@@ -612,9 +730,13 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between forgets")
     ap.add_argument("--timeout", type=float, default=300.0, help="wait(handle) timeout")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--mode", choices=("unique", "realistic"), default="unique",
-                    help="data: 'unique' (texts tagged so the byte scan can prove erasure) or 'realistic' "
-                         "(bench_store's texts, subjects and hashing vectors)")
+    ap.add_argument(
+        "--mode",
+        choices=("unique", "realistic"),
+        default="unique",
+        help="data: 'unique' (texts tagged so the byte scan can prove erasure) or 'realistic' "
+        "(bench_store's texts, subjects and hashing vectors)",
+    )
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--partial", default=None, help="also write the document here after each size")
@@ -635,13 +757,22 @@ def main() -> None:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join([os.path.relpath(sys.argv[0], os.getcwd())] + sys.argv[1:]),
         "machine": machine_info(),
-        "config": {"mode": args.mode,
-                   "embedder": "hashing-384 (store); vectors: dense random unit (unique mode) or hashing (realistic)",
-                   "tenant": TENANT, "purpose": PURPOSE, "batch": args.batch,
-                   "forgets": args.forgets, "forgets_1m": args.forgets_1m, "per_class": args.per_class,
-                   "breakdowns": args.breakdowns, "gap_s": args.gap, "seed": args.seed, "quick": args.quick,
-                   "layout": f"N-{EXTRA} records in subjects of 100, {BIG} subjects of {BIG_SIZE}, "
-                             f"{SMALL} subjects of {SMALL_SIZE}, interleaved"},
+        "config": {
+            "mode": args.mode,
+            "embedder": "hashing-384 (store); vectors: dense random unit (unique mode) or hashing (realistic)",
+            "tenant": TENANT,
+            "purpose": PURPOSE,
+            "batch": args.batch,
+            "forgets": args.forgets,
+            "forgets_1m": args.forgets_1m,
+            "per_class": args.per_class,
+            "breakdowns": args.breakdowns,
+            "gap_s": args.gap,
+            "seed": args.seed,
+            "quick": args.quick,
+            "layout": f"N-{EXTRA} records in subjects of 100, {BIG} subjects of {BIG_SIZE}, "
+            f"{SMALL} subjects of {SMALL_SIZE}, interleaved",
+        },
         "sizes": {},
     }
     for n in sizes:

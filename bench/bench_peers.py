@@ -32,16 +32,20 @@ from efface.embed import resolve
 
 SUBJECT = "subject-0001"
 KINDS = ("efface", "chroma", "lancedb", "qdrant")
-_WORDS = ("amber basil cobalt dune ember fjord garnet harbor indigo juniper kelp lantern meadow nectar onyx "
-          "pepper quartz raven saffron thistle umber violet willow xenon yarrow zephyr").split()
+_WORDS = (
+    "amber basil cobalt dune ember fjord garnet harbor indigo juniper kelp lantern meadow nectar onyx "
+    "pepper quartz raven saffron thistle umber violet willow xenon yarrow zephyr"
+).split()
 
 
 def dataset(n: int, subject_records: int, seed: int = 5):
     """ids, texts, subjects, vectors: the first ``subject_records`` belong to SUBJECT, the rest
     to other subjects (ten records each)."""
     rng = random.Random(seed)
-    texts = [f"Memory {i}: " + " ".join(rng.choice(_WORDS) for _ in range(14)) + f" (ticket {rng.randrange(10**9):09d})"
-             for i in range(n)]
+    texts = [
+        f"Memory {i}: " + " ".join(rng.choice(_WORDS) for _ in range(14)) + f" (ticket {rng.randrange(10**9):09d})"
+        for i in range(n)
+    ]
     ids = [f"r{i:07d}" for i in range(n)]
     subjects = [SUBJECT if i < subject_records else f"subject-{2 + i // 10:04d}" for i in range(n)]
     return ids, texts, subjects, resolve("hashing", None).embed(texts)
@@ -54,8 +58,12 @@ def build(kind: str, path: Path, data) -> None:
         import efface
 
         with efface.open(path, embedder="hashing", background=False) as s:
-            s.write_many([{"key": k, "text": t, "subject": u} for k, t, u in zip(ids, texts, subjects, strict=True)],
-                         tenant="default", purpose="support", embeddings=vectors)
+            s.write_many(
+                [{"key": k, "text": t, "subject": u} for k, t, u in zip(ids, texts, subjects, strict=True)],
+                tenant="default",
+                purpose="support",
+                embeddings=vectors,
+            )
     elif kind == "chroma":
         import chromadb
         from chromadb.config import Settings
@@ -63,51 +71,86 @@ def build(kind: str, path: Path, data) -> None:
         client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
         col = client.create_collection("memories", embedding_function=None, metadata={"hnsw:space": "cosine"})
         for i in range(0, len(ids), 5000):
-            col.add(ids=ids[i:i + 5000], documents=texts[i:i + 5000], embeddings=vectors[i:i + 5000],
-                    metadatas=[{"subject": s} for s in subjects[i:i + 5000]])
+            col.add(
+                ids=ids[i : i + 5000],
+                documents=texts[i : i + 5000],
+                embeddings=vectors[i : i + 5000],
+                metadatas=[{"subject": s} for s in subjects[i : i + 5000]],
+            )
         client.close()
         client.clear_system_cache()
     elif kind == "lancedb":
         import lancedb
 
-        lancedb.connect(str(path)).create_table("memories", data=[
-            {"id": ids[i], "text": texts[i], "subject": subjects[i], "vector": vectors[i]} for i in range(len(ids))])
+        lancedb.connect(str(path)).create_table(
+            "memories",
+            data=[
+                {"id": ids[i], "text": texts[i], "subject": subjects[i], "vector": vectors[i]} for i in range(len(ids))
+            ],
+        )
     elif kind == "qdrant":
         from qdrant_client import QdrantClient, models
 
         c = QdrantClient(path=str(path))
-        c.create_collection("memories", vectors_config=models.VectorParams(size=vectors.shape[1],
-                                                                           distance=models.Distance.COSINE))
+        c.create_collection(
+            "memories", vectors_config=models.VectorParams(size=vectors.shape[1], distance=models.Distance.COSINE)
+        )
         for i in range(0, len(ids), 1000):
-            c.upsert("memories", points=[models.PointStruct(id=j, vector=vectors[j].tolist(), payload={
-                "key": ids[j], "text": texts[j], "subject": subjects[j]}) for j in range(i, min(len(ids), i + 1000))])
+            c.upsert(
+                "memories",
+                points=[
+                    models.PointStruct(
+                        id=j,
+                        vector=vectors[j].tolist(),
+                        payload={"key": ids[j], "text": texts[j], "subject": subjects[j]},
+                    )
+                    for j in range(i, min(len(ids), i + 1000))
+                ],
+            )
         c.close()
     else:
         raise ValueError(kind)
 
 
 def libraries() -> dict[str, str]:
-    return {"efface": version("efface"), "chroma": version("chromadb"),
-            "lancedb": f"{version('lancedb')}, {version('pylance')}", "qdrant": version("qdrant-client"),
-            "numpy": version("numpy"), "python": platform.python_version()}
+    return {
+        "efface": version("efface"),
+        "chroma": version("chromadb"),
+        "lancedb": f"{version('lancedb')}, {version('pylance')}",
+        "qdrant": version("qdrant-client"),
+        "numpy": version("numpy"),
+        "python": platform.python_version(),
+    }
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def _residue(stage) -> dict:
-    return {"level": stage.level, "texts_left": stage.scan.texts, "vectors_left": stage.scan.vectors,
-            "files": {r.file: {"texts": r.texts, "vectors": r.vectors} for r in stage.scan.files},
-            "paths_returning": {p.path: p.returned for p in stage.probes if p.returned}}
+    return {
+        "level": stage.level,
+        "texts_left": stage.scan.texts,
+        "vectors_left": stage.scan.vectors,
+        "files": {r.file: {"texts": r.texts, "vectors": r.vectors} for r in stage.scan.files},
+        "paths_returning": {p.path: p.returned for p in stage.probes if p.returned},
+    }
 
 
 def summarize(report) -> dict:
     """The bench's figures for one audit report."""
     delete = report.stages[0]
-    out = {"library": report.library, "delete_returned": report.delete_returned,
-           "delete_and_close_s": delete.seconds, "after_delete": _residue(delete)}
+    out = {
+        "library": report.library,
+        "delete_returned": report.delete_returned,
+        "delete_and_close_s": delete.seconds,
+        "after_delete": _residue(delete),
+    }
     erasure = delete.seconds if delete.level == "erased" else None
     elapsed = delete.seconds
     out["maintenance"] = []
@@ -117,8 +160,9 @@ def summarize(report) -> dict:
         if erasure is None and m.level == "erased":
             erasure = elapsed
     out["time_to_physical_erasure_s"] = None if erasure is None else round(erasure, 4)
-    out["physical_erasure"] = ("reached" if erasure is not None else
-                               "not reached by the store's delete or any maintenance stage")
+    out["physical_erasure"] = (
+        "reached" if erasure is not None else "not reached by the store's delete or any maintenance stage"
+    )
     return out
 
 
@@ -135,16 +179,31 @@ def run(n: int, subject_records: int, kinds=KINDS, workdir: str | None = None) -
             built = time.perf_counter() - t0
             print(f"[{kind}] auditing", file=sys.stderr)
             t0 = time.perf_counter()
-            report = run_audit(kind, tmp / kind, Selection(subject=SUBJECT), maintenance=True,
-                               collection="memories" if kind != "efface" else None, workdir=str(tmp))
-            results[kind] = {"build_s": round(built, 3), "audit_s": round(time.perf_counter() - t0, 3),
-                             **summarize(report)}
+            report = run_audit(
+                kind,
+                tmp / kind,
+                Selection(subject=SUBJECT),
+                maintenance=True,
+                collection="memories" if kind != "efface" else None,
+                workdir=str(tmp),
+            )
+            results[kind] = {
+                "build_s": round(built, 3),
+                "audit_s": round(time.perf_counter() - t0, 3),
+                **summarize(report),
+            }
             reports[kind] = report
             shutil.rmtree(tmp / kind, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    doc = {"n": n, "subject_records": subject_records, "embedder": "hashing-384 (efface), handed to every store",
-           "machine": machine(), "libraries": libraries(), "stores": results}
+    doc = {
+        "n": n,
+        "subject_records": subject_records,
+        "embedder": "hashing-384 (efface), handed to every store",
+        "machine": machine(),
+        "libraries": libraries(),
+        "stores": results,
+    }
     return doc, reports
 
 

@@ -48,12 +48,24 @@ PURPOSE = "assistant"
 RECORDS_PER_SUBJECT = 100
 
 TARGETS = {
-    "recall_p50_ms": {"threshold": 5.0, "op": "<=", "at_size": 100_000,
-                      "what": "recall p50 latency (ms), k=10, query embedding included"},
-    "forget_100_p50_ms": {"threshold": 20.0, "op": "<=", "at_size": None,
-                          "what": "forget of one subject owning 100 records, p50 (ms)"},
-    "batched_write_rps": {"threshold": 5000.0, "op": ">=", "at_size": None,
-                          "what": "write_many throughput (records/s), embedding excluded"},
+    "recall_p50_ms": {
+        "threshold": 5.0,
+        "op": "<=",
+        "at_size": 100_000,
+        "what": "recall p50 latency (ms), k=10, query embedding included",
+    },
+    "forget_100_p50_ms": {
+        "threshold": 20.0,
+        "op": "<=",
+        "at_size": None,
+        "what": "forget of one subject owning 100 records, p50 (ms)",
+    },
+    "batched_write_rps": {
+        "threshold": 5000.0,
+        "op": ">=",
+        "at_size": None,
+        "what": "write_many throughput (records/s), embedding excluded",
+    },
 }
 
 
@@ -75,24 +87,37 @@ LAST = """Moreno Okafor Lindqvist Tanaka Haddad Novak Fischer Kowalski Oliveira 
 Rossi Dubois Jensen Mendes Kaur Yilmaz Costa Murphy Ivanova Sato Bianchi Larsen Gupta Herrera Walsh
 Abbasi Castillo Eriksen Farouk Gallagher Horvat Iyer Jovanovic Kim Lopez Mahlaba Nakamura Osei Park
 Quispe Reyes Suzuki Thorsen Usman Varga Weber Xu Yamamoto Zhang Achebe Brennan Chowdhury Delgado""".split()
-DRINKS = ("oolong tea|green tea|black coffee|oat flat white|sparkling water|chai latte|espresso|mint tea|"
-          "hot chocolate|kombucha|decaf americano|rooibos").split("|")
-FOODS = ("vegetarian ramen|sushi|gluten-free pasta|tacos al pastor|falafel wraps|pho|margherita pizza|"
-         "lentil soup|pad thai|poke bowls|dumplings|shakshuka|caesar salad|biryani").split("|")
-CITIES = ("Lisbon|Berlin|Nairobi|Osaka|Toronto|Buenos Aires|Melbourne|Oslo|Istanbul|Seoul|Dublin|Austin|"
-          "Cape Town|Warsaw|Montreal|Singapore|Bogota|Helsinki|Marrakesh|Vancouver").split("|")
-PROJECTS = ("Falcon|Atlas|Nimbus|Orchid|Helix|Quasar|Juniper|Beacon|Cobalt|Meridian|Tundra|Saffron|Lumen|"
-            "Vertex|Harbor").split("|")
-TOPICS = ("the Q3 roadmap|the pricing experiment|onboarding churn|the data migration|the hiring plan|"
-          "the security review|the mobile redesign|vendor contracts|the quarterly budget|"
-          "incident follow-ups|the API deprecation|customer interviews|the launch checklist|"
-          "latency regressions|the analytics dashboard").split("|")
+DRINKS = (
+    "oolong tea|green tea|black coffee|oat flat white|sparkling water|chai latte|espresso|mint tea|"
+    "hot chocolate|kombucha|decaf americano|rooibos"
+).split("|")
+FOODS = (
+    "vegetarian ramen|sushi|gluten-free pasta|tacos al pastor|falafel wraps|pho|margherita pizza|"
+    "lentil soup|pad thai|poke bowls|dumplings|shakshuka|caesar salad|biryani"
+).split("|")
+CITIES = (
+    "Lisbon|Berlin|Nairobi|Osaka|Toronto|Buenos Aires|Melbourne|Oslo|Istanbul|Seoul|Dublin|Austin|"
+    "Cape Town|Warsaw|Montreal|Singapore|Bogota|Helsinki|Marrakesh|Vancouver"
+).split("|")
+PROJECTS = (
+    "Falcon|Atlas|Nimbus|Orchid|Helix|Quasar|Juniper|Beacon|Cobalt|Meridian|Tundra|Saffron|Lumen|Vertex|Harbor"
+).split("|")
+TOPICS = (
+    "the Q3 roadmap|the pricing experiment|onboarding churn|the data migration|the hiring plan|"
+    "the security review|the mobile redesign|vendor contracts|the quarterly budget|"
+    "incident follow-ups|the API deprecation|customer interviews|the launch checklist|"
+    "latency regressions|the analytics dashboard"
+).split("|")
 DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
 MONTHS = "January February March April May June July August September October November December".split()
-HOBBIES = ("bouldering|sourdough baking|trail running|chess|birdwatching|pottery|salsa dancing|sailing|"
-           "woodworking|film photography|gardening|cycling|jazz piano|board games|open-water swimming").split("|")
-PETS = ("a rescue greyhound|two cats|a parrot named Kiwi|a corgi|a bearded dragon|an old labrador|"
-        "a pair of rabbits|a border collie").split("|")
+HOBBIES = (
+    "bouldering|sourdough baking|trail running|chess|birdwatching|pottery|salsa dancing|sailing|"
+    "woodworking|film photography|gardening|cycling|jazz piano|board games|open-water swimming"
+).split("|")
+PETS = (
+    "a rescue greyhound|two cats|a parrot named Kiwi|a corgi|a bearded dragon|an old labrador|"
+    "a pair of rabbits|a border collie"
+).split("|")
 TOOLS = "Notion|Jira|Slack|Figma|Excel|VS Code|Linear|Google Docs|Salesforce|Tableau|Obsidian|Trello".split("|")
 CHANNELS = "email|Slack|a phone call|text message|video call|in person".split("|")
 TIMES = "early morning|before 9am|late afternoon|after lunch|in the evening|around noon".split("|")
@@ -100,9 +125,11 @@ SEATS = "an aisle seat|a window seat|exit row seating|a quiet carriage".split("|
 ALLERGIES = "peanuts|shellfish|gluten|lactose|penicillin|cat dander|pollen|sesame".split("|")
 LANGS = "Portuguese|Japanese|Spanish|German|Arabic|French|Korean|Swahili|Polish|Italian".split("|")
 FEELINGS = "frustrated|delighted|anxious|relieved|confused|excited|impatient|grateful".split("|")
-ISSUES = ("a double charge on the invoice|login failures on the mobile app|a missing refund|"
-          "slow report exports|a broken CSV import|the password reset email never arriving|"
-          "a wrong shipping address|duplicate notifications").split("|")
+ISSUES = (
+    "a double charge on the invoice|login failures on the mobile app|a missing refund|"
+    "slow report exports|a broken CSV import|the password reset email never arriving|"
+    "a wrong shipping address|duplicate notifications"
+).split("|")
 
 TEMPLATES = [
     "{name} prefers {drink} {time} and dislikes {drink2}.",
@@ -127,8 +154,10 @@ TEMPLATES = [
     "Scheduled a call with {name} for {day} {time} about renewing the {project} contract.",
 ]
 
-STOPWORDS = set("""a an the and or of on in to for by at is are was be has have their they them
-it its as about after before with from over into never near now and usually next""".split())
+STOPWORDS = set(
+    """a an the and or of on in to for by at is are was be has have their they them
+it its as about after before with from over into never near now and usually next""".split()
+)
 
 RANDOM_EXTRA = """invoice quarterly ergonomic tangerine glacier harmonica mortgage refund velvet scooter
 meteor kettle passport lantern compost orbit telescope sandals chimney saffron voucher umbrella
@@ -159,12 +188,31 @@ class Corpus:
         tool, tool2 = two(TOOLS)
         day, day2 = two(DAYS)
         return rng.choice(TEMPLATES).format(
-            name=name, drink=drink, drink2=drink2, time=rng.choice(TIMES), allergy=rng.choice(ALLERGIES),
-            food=rng.choice(FOODS), day=day, day2=day2, topic=rng.choice(TOPICS), project=rng.choice(PROJECTS),
-            city=rng.choice(CITIES), month=rng.choice(MONTHS), hobby=rng.choice(HOBBIES), pet=rng.choice(PETS),
-            channel=channel, channel2=channel2, issue=rng.choice(ISSUES), feeling=rng.choice(FEELINGS),
-            seat=rng.choice(SEATS), lang=lang, lang2=lang2, tool=tool, tool2=tool2,
-            num=rng.randint(2, 28), num2=rng.randint(100, 999),
+            name=name,
+            drink=drink,
+            drink2=drink2,
+            time=rng.choice(TIMES),
+            allergy=rng.choice(ALLERGIES),
+            food=rng.choice(FOODS),
+            day=day,
+            day2=day2,
+            topic=rng.choice(TOPICS),
+            project=rng.choice(PROJECTS),
+            city=rng.choice(CITIES),
+            month=rng.choice(MONTHS),
+            hobby=rng.choice(HOBBIES),
+            pet=rng.choice(PETS),
+            channel=channel,
+            channel2=channel2,
+            issue=rng.choice(ISSUES),
+            feeling=rng.choice(FEELINGS),
+            seat=rng.choice(SEATS),
+            lang=lang,
+            lang2=lang2,
+            tool=tool,
+            tool2=tool2,
+            num=rng.randint(2, 28),
+            num2=rng.randint(100, 999),
         )
 
     def subject(self, i: int) -> str:
@@ -174,8 +222,12 @@ class Corpus:
         return f"mem/{self.subject(i)}/{i:08d}"
 
     def item(self, i: int) -> dict:
-        return {"key": self.key(i), "text": self.texts[i], "subject": self.subject(i),
-                "metadata": {"kind": "note", "seq": i}}
+        return {
+            "key": self.key(i),
+            "text": self.texts[i],
+            "subject": self.subject(i),
+            "metadata": {"kind": "note", "seq": i},
+        }
 
     def queries(self, count: int, seed: int = 99) -> list[tuple[str, str]]:
         """Half built from a record's content words, half random vocabulary words."""
@@ -207,11 +259,16 @@ def realistic_sentences(count: int, seed: int = 7) -> list[str]:
 # Helpers
 # ---------------------------------------------------------------------------------------------
 
+
 def pct(values: list[float], ps=(50, 90, 99)) -> dict[str, float]:
     arr = np.asarray(values, dtype=np.float64)
     out = {f"p{p}": round(float(np.percentile(arr, p)), 3) for p in ps}
-    out.update(mean=round(float(arr.mean()), 3), min=round(float(arr.min()), 3),
-               max=round(float(arr.max()), 3), n=int(arr.size))
+    out.update(
+        mean=round(float(arr.mean()), 3),
+        min=round(float(arr.min()), 3),
+        max=round(float(arr.max()), 3),
+        n=int(arr.size),
+    )
     return out
 
 
@@ -268,6 +325,7 @@ class Profiler:
 # One store size (child process)
 # ---------------------------------------------------------------------------------------------
 
+
 def run_size(args) -> dict[str, Any]:
     import efface
     from efface.embed.hashing import HashingEmbedder
@@ -286,18 +344,24 @@ def run_size(args) -> dict[str, Any]:
 
     base = tempfile.mkdtemp(prefix=f"efface-bench-{n}-", dir=args.dir)
     path = os.path.join(base, "store")
-    res: dict[str, Any] = {"records": n, "subjects": corpus.n_subjects,
-                           "records_per_subject": RECORDS_PER_SUBJECT, "tenant_count": 1,
-                           "store_dir": path,
-                           "corpus_embed": {"seconds": round(embed_s, 2), "texts_per_s": round(n / embed_s, 1)},
-                           "avg_text_chars": round(float(np.mean([len(t) for t in corpus.texts])), 1)}
+    res: dict[str, Any] = {
+        "records": n,
+        "subjects": corpus.n_subjects,
+        "records_per_subject": RECORDS_PER_SUBJECT,
+        "tenant_count": 1,
+        "store_dir": path,
+        "corpus_embed": {"seconds": round(embed_s, 2), "texts_per_s": round(n / embed_s, 1)},
+        "avg_text_chars": round(float(np.mean([len(t) for t in corpus.texts])), 1),
+    }
     try:
         store = efface.open(path, embedder="hashing", background=False)
         res["rss_mib_baseline"] = rss_baseline
         res["rss_mib_after_open"] = rss_mib()  # the benchmark's own corpus + vectors are already in memory
-        res["rss_note"] = ("peak_rss_mib is the child process's peak (getrusage ru_maxrss): it includes the "
-                           "interpreter (rss_mib_baseline) and the benchmark's own corpus and vectors "
-                           "(rss_mib_after_open - rss_mib_baseline), which are freed after the build")
+        res["rss_note"] = (
+            "peak_rss_mib is the child process's peak (getrusage ru_maxrss): it includes the "
+            "interpreter (rss_mib_baseline) and the benchmark's own corpus and vectors "
+            "(rss_mib_after_open - rss_mib_baseline), which are freed after the build"
+        )
 
         # --- batched writes --------------------------------------------------------------
         batch = args.batch
@@ -330,8 +394,8 @@ def run_size(args) -> dict[str, Any]:
             "last_10pct_records_per_s": rate(per_batch[-tenth:]),
             "batch_ms": pct([s * 1000 for _, s in per_batch]),
             "note": "everything write_many does before it returns: validation, the fsynced commit, the "
-                    "synchronous FTS5 update; excludes embedding. Whether the ANN insert is included depends "
-                    "on the store version: if the ANN absorbs after the commit, its cost shows in after_build",
+            "synchronous FTS5 update; excludes embedding. Whether the ANN insert is included depends "
+            "on the store version: if the ANN absorbs after the commit, its cost shows in after_build",
         }
         # The ANN index may absorb writes after the commit (asynchronously). With
         # background=False the first recall absorbs them (read-your-writes), so time it:
@@ -347,9 +411,9 @@ def run_size(args) -> dict[str, Any]:
             "compact_s": round(compact_s, 3),
             "ingest_until_recallable_records_per_s": round(n / (total_s + first_recall_s), 1),
             "note": "first_recall_s: the first recall after the bulk write, which brings the ANN index up to "
-                    "date (read-your-writes) before searching; compact_s: store.compact() right after "
-                    "(saves the index file with fsync). ingest_until_recallable = records / "
-                    "(write_many seconds + first_recall_s)",
+            "date (read-your-writes) before searching; compact_s: store.compact() right after "
+            "(saves the index file with fsync). ingest_until_recallable = records / "
+            "(write_many seconds + first_recall_s)",
         }
         res["rss_mib_after_build"] = rss_mib()
         res["disk_after_build"] = dir_sizes(path)
@@ -417,8 +481,8 @@ def run_size(args) -> dict[str, Any]:
             "wait_ms": pct(w_ms),
             "all_settled": all(settled),
             "note": "latency = forget() until the receipt (tombstones durable); wait_ms = store.wait(handle) "
-                    "right after, i.e. until the ANN index absorbed the erasure. background=False, so wait() "
-                    "runs store.compact(): ANN catch_up plus saving every changed index file with fsync",
+            "right after, i.e. until the ANN index absorbed the erasure. background=False, so wait() "
+            "runs store.compact(): ANN catch_up plus saving every changed index file with fsync",
         }
 
         # --- single writes -----------------------------------------------------------------
@@ -431,15 +495,19 @@ def run_size(args) -> dict[str, Any]:
         for j in range(singles):
             subj = f"user-{srng.randrange(corpus.n_subjects):06d}"
             t = time.perf_counter()
-            store.write_many([{"key": f"single/{j:06d}", "text": extra.texts[j]}], tenant=TENANT,
-                             subject=subj, purpose=PURPOSE, embeddings=sv[j : j + 1])
+            store.write_many(
+                [{"key": f"single/{j:06d}", "text": extra.texts[j]}],
+                tenant=TENANT,
+                subject=subj,
+                purpose=PURPOSE,
+                embeddings=sv[j : j + 1],
+            )
             s_ms.append((time.perf_counter() - t) * 1000)
         # write() embeds inside the call; a handful of real write() calls for reference
         w_ms2 = []
         for j in range(min(50, singles)):
             t = time.perf_counter()
-            store.write(f"single-embed/{j:06d}", extra.texts[j], tenant=TENANT, subject="user-000000",
-                        purpose=PURPOSE)
+            store.write(f"single-embed/{j:06d}", extra.texts[j], tenant=TENANT, subject="user-000000", purpose=PURPOSE)
             w_ms2.append((time.perf_counter() - t) * 1000)
         res["single_write"] = {
             "writes": singles,
@@ -447,8 +515,8 @@ def run_size(args) -> dict[str, Any]:
             "latency_ms": pct(s_ms),
             "write_call_with_embedding_latency_ms": pct(w_ms2),
             "note": "one record per call through write_many(embeddings=...) so embedding is excluded; each "
-                    "call is its own transaction with an fsynced WAL commit (synchronous=FULL). "
-                    "write_call_with_embedding_latency_ms: plain store.write() (embeds the text itself)",
+            "call is its own transaction with an fsynced WAL commit (synchronous=FULL). "
+            "write_call_with_embedding_latency_ms: plain store.write() (embeds the text itself)",
         }
 
         res["rss_mib_end"] = rss_mib()
@@ -471,6 +539,7 @@ def run_size(args) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # ANN quality and insert rate (child process): efface's configured index vs an f32 twin vs exact
 # ---------------------------------------------------------------------------------------------
+
 
 def run_ann(args) -> dict[str, Any]:
     from usearch.index import Index
@@ -495,11 +564,21 @@ def run_ann(args) -> dict[str, Any]:
         configured = probe._new()
     except Exception as e:
         return {"skipped": f"could not read efface's index configuration: {e}"}
-    params = dict(ndim=emb.dim, metric="cos", connectivity=configured.connectivity,
-                  expansion_add=configured.expansion_add, expansion_search=configured.expansion_search)
+    params = dict(
+        ndim=emb.dim,
+        metric="cos",
+        connectivity=configured.connectivity,
+        expansion_add=configured.expansion_add,
+        expansion_search=configured.expansion_search,
+    )
     efface_dtype = str(configured.dtype).split(".")[-1].lower()
-    out: dict[str, Any] = {"vectors": n, "queries": len(qv), "k": k, "embedder": emb.name,
-                           "params": {**params, "efface_dtype": efface_dtype}}
+    out: dict[str, Any] = {
+        "vectors": n,
+        "queries": len(qv),
+        "k": k,
+        "embedder": emb.name,
+        "params": {**params, "efface_dtype": efface_dtype},
+    }
     keys = np.arange(n, dtype=np.uint64)
 
     def good(i: int, found_keys) -> int:
@@ -507,6 +586,7 @@ def run_ann(args) -> dict[str, Any]:
         ids = np.asarray(found_keys, dtype=np.int64)
         ids = ids[ids >= 0][:k]
         return min(k, int(np.sum(sims[i, ids] >= kth[i] - 1e-5)))
+
     for dtype in dict.fromkeys([efface_dtype, "f32"]):
         idx = Index(**params, dtype=dtype)
         log(f"[ann {n}] building {dtype} index")
@@ -520,11 +600,15 @@ def run_ann(args) -> dict[str, Any]:
             lat.append((time.perf_counter() - t) * 1000)
             hits.append(good(i, found.keys))
         hits = np.asarray(hits)
-        out[dtype] = {"insert_vectors_per_s": round(n / build_s, 1), "build_s": round(build_s, 2),
-                      "recall_at_10_vs_exact": round(float(hits.mean()) / k, 4),
-                      "recall_at_10_record_word_queries": round(float(hits[kinds == "record_words"].mean()) / k, 4),
-                      "recall_at_10_random_word_queries": round(float(hits[kinds == "random_words"].mean()) / k, 4),
-                      "search_ms": pct(lat), "memory_mib": round(idx.memory_usage / (1 << 20), 1)}
+        out[dtype] = {
+            "insert_vectors_per_s": round(n / build_s, 1),
+            "build_s": round(build_s, 2),
+            "recall_at_10_vs_exact": round(float(hits.mean()) / k, 4),
+            "recall_at_10_record_word_queries": round(float(hits[kinds == "record_words"].mean()) / k, 4),
+            "recall_at_10_random_word_queries": round(float(hits[kinds == "random_words"].mean()) / k, 4),
+            "search_ms": pct(lat),
+            "memory_mib": round(idx.memory_usage / (1 << 20), 1),
+        }
         if dtype == efface_dtype:
             sweep = {}
             for es in (64, 256, 1024):
@@ -537,15 +621,18 @@ def run_ann(args) -> dict[str, Any]:
             out[dtype]["expansion_search_sweep"] = sweep
         del idx
         gc.collect()
-    out["note"] = ("recall@10: share of returned neighbours at least as close as the exact 10th neighbour "
-                   "(exact cosine over the same hashing-384 vectors, so ties count as hits); "
-                   "MiniLM vectors may behave differently")
+    out["note"] = (
+        "recall@10: share of returned neighbours at least as close as the exact 10th neighbour "
+        "(exact cosine over the same hashing-384 vectors, so ties count as hits); "
+        "MiniLM vectors may behave differently"
+    )
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # MiniLM (child process)
 # ---------------------------------------------------------------------------------------------
+
 
 def run_minilm(args) -> dict[str, Any]:
     from efface.embed import minilm_available
@@ -599,6 +686,7 @@ def run_minilm(args) -> dict[str, Any]:
 # Orchestration (parent)
 # ---------------------------------------------------------------------------------------------
 
+
 def machine_info() -> dict[str, Any]:
     import apsw
     import psutil
@@ -614,10 +702,12 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "src"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain", "src"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except Exception:
         commit, dirty = "", ""
     import hashlib
@@ -652,18 +742,36 @@ def machine_info() -> dict[str, Any]:
 
 
 def child(argv_extra: list[str], args) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), *argv_extra, "--seed", str(args.seed),
-           "--batch", str(args.batch), "--queries", str(args.queries), "--forgets", str(args.forgets),
-           "--singles", str(args.singles), "--minilm-sentences", str(args.minilm_sentences),
-           "--minilm-repeats", str(args.minilm_repeats)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        *argv_extra,
+        "--seed",
+        str(args.seed),
+        "--batch",
+        str(args.batch),
+        "--queries",
+        str(args.queries),
+        "--forgets",
+        str(args.forgets),
+        "--singles",
+        str(args.singles),
+        "--minilm-sentences",
+        str(args.minilm_sentences),
+        "--minilm-repeats",
+        str(args.minilm_repeats),
+    ]
     if args.dir:
         cmd += ["--dir", args.dir]
     if args.profile:
         cmd += ["--profile", args.profile]
     if args.keep:
         cmd.append("--keep")
-    return run_child(cmd, "this benchmark alone keeps it near 1 (usearch inserts use 2 threads); "
-                          "more means other work competed for the 2 cores")
+    return run_child(
+        cmd,
+        "this benchmark alone keeps it near 1 (usearch inserts use 2 threads); "
+        "more means other work competed for the 2 cores",
+    )
 
 
 def run_child(cmd: list[str], note: str) -> dict[str, Any]:
@@ -689,8 +797,12 @@ def run_child(cmd: list[str], note: str) -> dict[str, Any]:
         return {"error": f"child exited with {proc.returncode}"}
     out = json.loads(proc.stdout)
     if samples:
-        out["loadavg_1min_during"] = {"mean": round(float(np.mean(samples)), 2), "max": round(max(samples), 2),
-                                      "samples": len(samples), "note": note}
+        out["loadavg_1min_during"] = {
+            "mean": round(float(np.mean(samples)), 2),
+            "max": round(max(samples), 2),
+            "samples": len(samples),
+            "note": note,
+        }
     return out
 
 
@@ -701,16 +813,34 @@ def judge(sizes: dict[str, dict]) -> list[dict]:
             size = int(size_s)
             if "error" in r or (t["at_size"] is not None and size != t["at_size"]):
                 continue
-            value = {"recall_p50_ms": lambda: r["recall"]["latency_ms"]["p50"],
-                     "forget_100_p50_ms": lambda: r["forget"]["latency_ms"]["p50"],
-                     "batched_write_rps": lambda: r["batched_write"]["records_per_s"]}[name]()
+            value = {
+                "recall_p50_ms": lambda: r["recall"]["latency_ms"]["p50"],
+                "forget_100_p50_ms": lambda: r["forget"]["latency_ms"]["p50"],
+                "batched_write_rps": lambda: r["batched_write"]["records_per_s"],
+            }[name]()
             ok = value <= t["threshold"] if t["op"] == "<=" else value >= t["threshold"]
-            out.append({"target": name, "what": t["what"], "size": size, "value": value,
-                        "threshold": f"{t['op']} {t['threshold']:g}", "pass": bool(ok)})
+            out.append(
+                {
+                    "target": name,
+                    "what": t["what"],
+                    "size": size,
+                    "value": value,
+                    "threshold": f"{t['op']} {t['threshold']:g}",
+                    "pass": bool(ok),
+                }
+            )
         if t["at_size"] is not None and str(t["at_size"]) not in sizes:
-            out.append({"target": name, "what": t["what"], "size": t["at_size"], "value": None,
-                        "threshold": f"{t['op']} {t['threshold']:g}", "pass": None,
-                        "note": f"not measured: run with a size of {t['at_size']}"})
+            out.append(
+                {
+                    "target": name,
+                    "what": t["what"],
+                    "size": t["at_size"],
+                    "value": None,
+                    "threshold": f"{t['op']} {t['threshold']:g}",
+                    "pass": None,
+                    "note": f"not measured: run with a size of {t['at_size']}",
+                }
+            )
     return out
 
 
@@ -719,8 +849,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000", help="comma-separated store sizes (records)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2k records, fewer queries/forgets")
     ap.add_argument("--no-minilm", action="store_true", help="skip the MiniLM encode benchmark")
-    ap.add_argument("--no-ann-quality", action="store_true",
-                    help="skip the ANN recall@10 / insert-rate comparison (efface's index dtype vs f32 vs exact)")
+    ap.add_argument(
+        "--no-ann-quality",
+        action="store_true",
+        help="skip the ANN recall@10 / insert-rate comparison (efface's index dtype vs f32 vs exact)",
+    )
     ap.add_argument("--batch", type=int, default=1000, help="write_many batch size")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--forgets", type=int, default=30)
@@ -730,9 +863,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dir", default=None, help="where to create the temporary stores (default: system tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the stores after the run")
-    ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="cProfile the write/recall/forget phases into DIR "
-                         "(slows them down; figures are then not comparable)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="cProfile the write/recall/forget phases into DIR (slows them down; figures are then not comparable)",
+    )
     ap.add_argument("--child-size", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-minilm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-ann", type=int, default=None, help=argparse.SUPPRESS)
@@ -763,10 +899,20 @@ def main() -> None:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join([os.path.relpath(sys.argv[0], os.getcwd())] + sys.argv[1:]),
         "machine": machine_info(),
-        "config": {"embedder": "hashing-384", "embedding_excluded_from_writes": True, "tenant": TENANT,
-                   "purpose": PURPOSE, "records_per_subject": RECORDS_PER_SUBJECT, "batch": args.batch,
-                   "queries": args.queries, "forgets": args.forgets, "single_writes": args.singles,
-                   "seed": args.seed, "background_compactor": False, "quick": args.quick},
+        "config": {
+            "embedder": "hashing-384",
+            "embedding_excluded_from_writes": True,
+            "tenant": TENANT,
+            "purpose": PURPOSE,
+            "records_per_subject": RECORDS_PER_SUBJECT,
+            "batch": args.batch,
+            "queries": args.queries,
+            "forgets": args.forgets,
+            "single_writes": args.singles,
+            "seed": args.seed,
+            "background_compactor": False,
+            "quick": args.quick,
+        },
         "sizes": {},
     }
     for n in sizes:

@@ -39,8 +39,12 @@ def build(path: str, n: int) -> None:
         t = time.perf_counter()
         for start in range(0, n, 1000):
             stop = min(start + 1000, n)
-            s.write_many([corpus.item(i) for i in range(start, stop)], tenant=TENANT, purpose=PURPOSE,
-                         embeddings=vecs[start:stop])
+            s.write_many(
+                [corpus.item(i) for i in range(start, stop)],
+                tenant=TENANT,
+                purpose=PURPOSE,
+                embeddings=vecs[start:stop],
+            )
         print(f"built {n} records in {time.perf_counter() - t:.1f} s (write_many)")
         prof = cProfile.Profile()
         t = time.perf_counter()
@@ -75,8 +79,14 @@ def recall_breakdown(s, queries) -> None:
         t5 = time.perf_counter()
         s.recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
         t6 = time.perf_counter()
-        for name, d in (("purposes check", t1 - t0), ("embed query", t2 - t1), ("fts candidates", t3 - t2),
-                        ("ann candidates", t4 - t3), ("origin resolve", t5 - t4), ("whole recall()", t6 - t5)):
+        for name, d in (
+            ("purposes check", t1 - t0),
+            ("embed query", t2 - t1),
+            ("fts candidates", t3 - t2),
+            ("ann candidates", t4 - t3),
+            ("origin resolve", t5 - t4),
+            ("whole recall()", t6 - t5),
+        ):
             parts[name].append(d * 1000)
     for name, v in parts.items():
         p = pct(v)

@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -54,8 +54,10 @@ class FakeClock:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
-        "markers", "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
-        "it is skipped on every other backend")
+        "markers",
+        "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
+        "it is skipped on every other backend",
+    )
 
 
 @pytest.fixture(params=BACKENDS)
@@ -96,7 +98,7 @@ def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[...
     closed at teardown (close() is idempotent, so tests may close stores themselves)."""
     opened: list[efface.Store] = []
 
-    def _open(path: "str | os.PathLike | None" = None, **options) -> efface.Store:
+    def _open(path: str | os.PathLike | None = None, **options) -> efface.Store:
         options.setdefault("embedder", "hashing")
         options.setdefault("background", False)
         options.setdefault("clock", clock)
@@ -174,7 +176,8 @@ def ledger_rows(store) -> list[dict]:
     if in_memory(store):
         return [dict(e) for e in store._origin._state.ledger]
     cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
-    return [dict(zip(cols, r)) for r in raw_db(store).execute(f"SELECT {', '.join(cols)} FROM ledger ORDER BY seq")]
+    rows = raw_db(store).execute(f"SELECT {', '.join(cols)} FROM ledger ORDER BY seq")
+    return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
 def receipt_rows(store) -> list[list]:
@@ -187,8 +190,11 @@ def receipt_rows(store) -> list[list]:
 def set_ledger_body(store, seq: int, body: str) -> None:
     """Rewrite one stored ledger entry's body behind the store's back (tampering)."""
     if in_memory(store):
-        store._origin._replace(lambda s: s.ledger.__setitem__(
-            slice(None), [{**e, "body": body} if e["seq"] == seq else e for e in s.ledger]))
+        store._origin._replace(
+            lambda s: s.ledger.__setitem__(
+                slice(None), [{**e, "body": body} if e["seq"] == seq else e for e in s.ledger]
+            )
+        )
         return
     conn = raw_db(store)
     with conn:

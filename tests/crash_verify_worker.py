@@ -47,12 +47,26 @@ def main(path: str, seed: int) -> None:
             return res
 
         for subject in ("keep", "gone"):
-            step("write", lambda subject=subject: {"epoch": store.write_many(
-                [{"key": f"{subject}/{r}/{k}", "text": text(seed, r, subject, k)} for k in range(n)],
-                tenant="t", subject=f"{subject}{r}", purpose="p")} | {"subject": subject, "n": n})
-        receipt = step("forget", lambda: (lambda rc: {"handle": rc.handle, "epoch": rc.epoch,
-                                                      "erased": len(rc.erased)})(
-            store.forget(tenant="t", subject=f"gone{r}")))
+            step(
+                "write",
+                lambda subject=subject: (
+                    {
+                        "epoch": store.write_many(
+                            [{"key": f"{subject}/{r}/{k}", "text": text(seed, r, subject, k)} for k in range(n)],
+                            tenant="t",
+                            subject=f"{subject}{r}",
+                            purpose="p",
+                        )
+                    }
+                    | {"subject": subject, "n": n}
+                ),
+            )
+        receipt = step(
+            "forget",
+            lambda: (lambda rc: {"handle": rc.handle, "epoch": rc.epoch, "erased": len(rc.erased)})(
+                store.forget(tenant="t", subject=f"gone{r}")
+            ),
+        )
         for _ in range(20):
             v = step("verify", lambda: {"level": store.verify(receipt["handle"]).level})
             if v["level"] == "erased":

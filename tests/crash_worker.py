@@ -27,8 +27,24 @@ SUBJECTS = ("alice", "bob", "carol")
 PURPOSES = ("support", "analytics", "audit")
 BASIS = {"support": ("consent", "contract"), "analytics": ("consent",), "audit": ("legal_hold",)}
 GROUPS = ("s/", "s/x/", "n/")
-WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor", "indigo",
-         "juniper", "kestrel", "lumen", "meadow", "nectar", "orchid", "pebble")
+WORDS = (
+    "amber",
+    "birch",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "meadow",
+    "nectar",
+    "orchid",
+    "pebble",
+)
 
 
 def generated_items(gen: dict) -> list[dict]:
@@ -80,17 +96,26 @@ def main(path: str, seed: int, mode: str) -> None:
         if mode == "compact":
             r, step = divmod(i, 4)
             if step == 0:
-                return {"kind": "write_many", "tenant": "acme",
-                        "gen": {"prefix": f"c{r}/", "n": 1500, "tag": f"{seed}c{r}"}}
+                return {
+                    "kind": "write_many",
+                    "tenant": "acme",
+                    "gen": {"prefix": f"c{r}/", "n": 1500, "tag": f"{seed}c{r}"},
+                }
             if step == 1:  # the vector index takes the batch in, and it is saved
                 return {"kind": "compact", "erasures_pending": False}
             if step == 2:  # erases a third of the batch: alice's or bob's records
-                return {"kind": "forget", "tenant": "acme",
-                        "selector": {"prefix": f"c{r}/", "subject": SUBJECTS[r % 2]}}
+                return {
+                    "kind": "forget",
+                    "tenant": "acme",
+                    "selector": {"prefix": f"c{r}/", "subject": SUBJECTS[r % 2]},
+                }
             return {"kind": "compact", "erasures_pending": True}
         if mode == "bigbatch" and i % 6 == 3:
-            return {"kind": "write_many", "tenant": tenant,
-                    "gen": {"prefix": f"big{i}/", "n": 3000, "tag": f"{seed}g{i}"}}
+            return {
+                "kind": "write_many",
+                "tenant": tenant,
+                "gen": {"prefix": f"big{i}/", "n": 3000, "tag": f"{seed}g{i}"},
+            }
         roll = rng.random()
         if roll < 0.35:
             return {"kind": "write", "tenant": tenant, "key": key(), "text": text(), **claim()}
@@ -120,15 +145,22 @@ def main(path: str, seed: int, mode: str) -> None:
         emit({"ev": "begin", "i": i, "op": op})
         kind, res = op["kind"], {}
         if kind == "write":
-            res["epoch"] = store.write(op["key"], op["text"], tenant=op["tenant"], subject=op["subject"],
-                                       purpose=op["purpose"], basis=op["basis"])
+            res["epoch"] = store.write(
+                op["key"],
+                op["text"],
+                tenant=op["tenant"],
+                subject=op["subject"],
+                purpose=op["purpose"],
+                basis=op["basis"],
+            )
         elif kind == "write_many":
             items = generated_items(op["gen"]) if "gen" in op else op["items"]
             res["epoch"] = store.write_many(items, tenant=op["tenant"])
         elif kind == "retain":
             try:
-                res["epoch"] = store.retain(op["key"], tenant=op["tenant"], subject=op["subject"],
-                                            purpose=op["purpose"], basis=op["basis"])
+                res["epoch"] = store.retain(
+                    op["key"], tenant=op["tenant"], subject=op["subject"], purpose=op["purpose"], basis=op["basis"]
+                )
             except efface.NotFound:
                 res["not_found"] = True
         elif kind == "forget":
@@ -137,9 +169,13 @@ def main(path: str, seed: int, mode: str) -> None:
             except efface.UnknownPurpose:
                 res["unknown_purpose"] = True
             else:
-                res.update(handle=receipt.handle, epoch=receipt.epoch, erased=list(receipt.erased),
-                           released=len(receipt.released),
-                           pending=store.status(receipt.handle).pending_deletions)
+                res.update(
+                    handle=receipt.handle,
+                    epoch=receipt.epoch,
+                    erased=list(receipt.erased),
+                    released=len(receipt.released),
+                    pending=store.status(receipt.handle).pending_deletions,
+                )
         elif kind == "compact":
             res["epoch"] = store.compact()
         emit({"ev": "ack", "i": i, "res": res})

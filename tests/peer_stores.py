@@ -24,8 +24,34 @@ SUBJECT = "subj-7f3a91"
 """The subject the tests forget (a value that no text contains, so reports can be checked)."""
 OTHER = "subj-c2e810"
 
-_WORDS = ("amber basil cobalt dune ember fjord garnet harbor indigo juniper kelp lantern meadow nectar "
-          "onyx pepper quartz raven saffron thistle umber violet willow xenon yarrow zephyr").split()
+_WORDS = [
+    "amber",
+    "basil",
+    "cobalt",
+    "dune",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kelp",
+    "lantern",
+    "meadow",
+    "nectar",
+    "onyx",
+    "pepper",
+    "quartz",
+    "raven",
+    "saffron",
+    "thistle",
+    "umber",
+    "violet",
+    "willow",
+    "xenon",
+    "yarrow",
+    "zephyr",
+]
 
 
 def require(module: str) -> None:
@@ -40,8 +66,12 @@ def require(module: str) -> None:
 def dataset(n: int = N, seed: int = 11):
     """ids, texts, subjects, vectors for ``2 * n`` records (the first ``n`` are SUBJECT's)."""
     rng = random.Random(seed)
-    texts = [f"Record {i} of the ledger: " + " ".join(rng.choice(_WORDS) for _ in range(12))
-             + f" under seal {rng.randrange(10**9):09d}." for i in range(2 * n)]
+    texts = [
+        f"Record {i} of the ledger: "
+        + " ".join(rng.choice(_WORDS) for _ in range(12))
+        + f" under seal {rng.randrange(10**9):09d}."
+        for i in range(2 * n)
+    ]
     ids = [f"m{i:04d}" for i in range(2 * n)]
     subjects = [SUBJECT] * n + [OTHER] * n
     vectors = resolve("hashing", None).embed(texts)
@@ -56,9 +86,11 @@ def build_chroma(path: Path, sync_threshold: int = 20):
 
     ids, texts, subjects, vectors = dataset()
     client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
-    col = client.create_collection("memories", embedding_function=None,
-                                   configuration={"hnsw": {"space": "cosine", "sync_threshold": sync_threshold,
-                                                           "batch_size": sync_threshold}})
+    col = client.create_collection(
+        "memories",
+        embedding_function=None,
+        configuration={"hnsw": {"space": "cosine", "sync_threshold": sync_threshold, "batch_size": sync_threshold}},
+    )
     col.add(ids=ids, documents=texts, embeddings=vectors, metadatas=[{"subject": s} for s in subjects])
     client.close()
     client.clear_system_cache()
@@ -71,8 +103,10 @@ def build_lancedb(path: Path):
 
     ids, texts, subjects, vectors = dataset()
     db = lancedb.connect(str(path))
-    t = db.create_table("memories", data=[{"id": ids[i], "text": texts[i], "subject": subjects[i],
-                                           "vector": vectors[i]} for i in range(len(ids))])
+    t = db.create_table(
+        "memories",
+        data=[{"id": ids[i], "text": texts[i], "subject": subjects[i], "vector": vectors[i]} for i in range(len(ids))],
+    )
     t.create_index("text", config=FTS())
 
 
@@ -82,11 +116,18 @@ def build_qdrant(path: Path):
 
     ids, texts, subjects, vectors = dataset()
     c = QdrantClient(path=str(path))
-    c.create_collection("memories", vectors_config=models.VectorParams(size=vectors.shape[1],
-                                                                       distance=models.Distance.COSINE))
-    c.upsert("memories", points=[models.PointStruct(id=i, vector=vectors[i].tolist(),
-                                                    payload={"key": ids[i], "text": texts[i], "subject": subjects[i]})
-                                 for i in range(len(ids))])
+    c.create_collection(
+        "memories", vectors_config=models.VectorParams(size=vectors.shape[1], distance=models.Distance.COSINE)
+    )
+    c.upsert(
+        "memories",
+        points=[
+            models.PointStruct(
+                id=i, vector=vectors[i].tolist(), payload={"key": ids[i], "text": texts[i], "subject": subjects[i]}
+            )
+            for i in range(len(ids))
+        ],
+    )
     c.close()
 
 
@@ -101,7 +142,7 @@ def build_efface(path: Path):
 
 def targets():
     """(texts, vectors) of the records the tests forget."""
-    ids, texts, subjects, vectors = dataset()
+    _ids, texts, _subjects, vectors = dataset()
     return texts[:N], vectors[:N]
 
 
@@ -120,7 +161,7 @@ def vectors_in_float32(path: Path, vectors, rtol: float = 1e-5) -> int:
     (an independent check: whole vectors at any byte alignment, not the audit's windows)."""
     data = Path(path).read_bytes()
     dim = vectors.shape[1]
-    views = [np.frombuffer(data[a: a + (len(data) - a) // 4 * 4], dtype=np.float32) for a in range(4)]
+    views = [np.frombuffer(data[a : a + (len(data) - a) // 4 * 4], dtype=np.float32) for a in range(4)]
     found = 0
     for v in vectors:
         j = int(np.argmax(np.abs(v)))
@@ -128,8 +169,9 @@ def vectors_in_float32(path: Path, vectors, rtol: float = 1e-5) -> int:
         for arr in views:
             with np.errstate(all="ignore"):
                 pos = np.nonzero(np.isclose(arr, v[j], rtol=rtol, atol=0))[0] - j
-            if any(p >= 0 and p + dim <= len(arr) and np.allclose(arr[p:p + dim], v, rtol=rtol, atol=1e-7)
-                   for p in pos):
+            if any(
+                p >= 0 and p + dim <= len(arr) and np.allclose(arr[p : p + dim], v, rtol=rtol, atol=1e-7) for p in pos
+            ):
                 hit = True
                 break
         found += hit

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 LEGAL_BASES = frozenset({"legal_hold", "legal_obligation"})
 
@@ -75,7 +75,7 @@ class ReferenceModel:
         self.ledger_entries = 0
         """Receipts written: one per forget, one per tenant per expiry round."""
 
-    def clone(self) -> "ReferenceModel":
+    def clone(self) -> ReferenceModel:
         return copy.deepcopy(self)
 
     # -- expiry ----------------------------------------------------------------------
@@ -91,8 +91,9 @@ class ReferenceModel:
             out[tenant] = self._release(tenant, "expire", due[tenant], held=set())
         return out
 
-    def _release(self, tenant: str, kind: str, matched: list[tuple[str, ClaimKey]],
-                 held: set[tuple[str, ClaimKey]]) -> Outcome:
+    def _release(
+        self, tenant: str, kind: str, matched: list[tuple[str, ClaimKey]], held: set[tuple[str, ClaimKey]]
+    ) -> Outcome:
         released: Counter = Counter()
         for key, ck in matched:
             if (key, ck) in held:
@@ -107,16 +108,27 @@ class ReferenceModel:
                 erased_texts[key] = rec.text
                 del self.records[(tenant, key)]
             else:
-                for (subject, purpose, basis), exp in rec.claims.items():
+                for (_subject, purpose, basis), exp in rec.claims.items():
                     retained[(key, purpose, basis, exp)] += 1
         self.ledger_entries += 1
         return Outcome(tenant, kind, released, frozenset(erased), retained, erased_texts)
 
     # -- mutations -------------------------------------------------------------------
-    def write(self, tenant: str, key: str, text: str, *, subject: str, purpose: str,
-              basis: str = "consent", ttl: float | None = None, now: float) -> dict[str, Outcome]:
-        return self.write_many(tenant, [dict(key=key, text=text, subject=subject, purpose=purpose,
-                                             basis=basis, ttl=ttl)], now=now)
+    def write(
+        self,
+        tenant: str,
+        key: str,
+        text: str,
+        *,
+        subject: str,
+        purpose: str,
+        basis: str = "consent",
+        ttl: float | None = None,
+        now: float,
+    ) -> dict[str, Outcome]:
+        return self.write_many(
+            tenant, [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)], now=now
+        )
 
     def write_many(self, tenant: str, items: Iterable[Mapping], *, now: float) -> dict[str, Outcome]:
         """Each item: key, text, subject, purpose, basis, ttl (all required here).
@@ -128,13 +140,13 @@ class ReferenceModel:
             rec = self.records.setdefault((tenant, item["key"]), ModelRecord(item["text"]))
             rec.text = item["text"]
             ttl = item.get("ttl")
-            rec.claims[(item["subject"], item["purpose"], item["basis"])] = (
-                None if ttl is None else now + float(ttl))
+            rec.claims[(item["subject"], item["purpose"], item["basis"])] = None if ttl is None else now + float(ttl)
             self.purposes.setdefault(tenant, set()).add(item["purpose"])
         return expired
 
-    def retain(self, tenant: str, key: str, *, subject: str, purpose: str, basis: str,
-               ttl: float | None = None, now: float) -> dict[str, Outcome]:
+    def retain(
+        self, tenant: str, key: str, *, subject: str, purpose: str, basis: str, ttl: float | None = None, now: float
+    ) -> dict[str, Outcome]:
         expired = self.expire(now)  # committed even when the retain itself fails
         rec = self.records.get((tenant, key))
         if rec is None:
@@ -143,8 +155,16 @@ class ReferenceModel:
         self.purposes.setdefault(tenant, set()).add(purpose)
         return expired
 
-    def forget(self, tenant: str, *, subject: str | None = None, purpose: str | None = None,
-               prefix: str | None = None, key: str | None = None, now: float) -> Outcome:
+    def forget(
+        self,
+        tenant: str,
+        *,
+        subject: str | None = None,
+        purpose: str | None = None,
+        prefix: str | None = None,
+        key: str | None = None,
+        now: float,
+    ) -> Outcome:
         assert any(x is not None for x in (subject, purpose, prefix, key)), "an empty selector is a ScopeError"
         self.check_purpose(tenant, purpose)
         self.expire(now)
@@ -171,13 +191,17 @@ class ReferenceModel:
         if purpose is not None and purpose not in self.purposes.get(tenant, set()):
             raise ModelUnknownPurpose(purpose)
 
-    def live_claims(self, tenant: str, key: str, purpose: str, now: float,
-                    subject: str | None = None) -> set[tuple[str, str, str, float | None]]:
+    def live_claims(
+        self, tenant: str, key: str, purpose: str, now: float, subject: str | None = None
+    ) -> set[tuple[str, str, str, float | None]]:
         rec = self.records.get((tenant, key))
         if rec is None:
             return set()
-        return {(s, p, b, exp) for (s, p, b), exp in rec.claims.items()
-                if p == purpose and is_live(exp, now) and (subject is None or s == subject)}
+        return {
+            (s, p, b, exp)
+            for (s, p, b), exp in rec.claims.items()
+            if p == purpose and is_live(exp, now) and (subject is None or s == subject)
+        }
 
     def read(self, tenant: str, key: str, purpose: str, now: float) -> str | None:
         self.check_purpose(tenant, purpose)
@@ -187,8 +211,11 @@ class ReferenceModel:
 
     def visible(self, tenant: str, purpose: str, now: float, subject: str | None = None) -> dict[str, str]:
         """key -> text of every record a read or recall for this scope may return."""
-        return {k: rec.text for (t, k), rec in self.records.items()
-                if t == tenant and self.live_claims(tenant, k, purpose, now, subject)}
+        return {
+            k: rec.text
+            for (t, k), rec in self.records.items()
+            if t == tenant and self.live_claims(tenant, k, purpose, now, subject)
+        }
 
     def text(self, tenant: str, key: str) -> str | None:
         rec = self.records.get((tenant, key))

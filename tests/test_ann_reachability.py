@@ -16,12 +16,26 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 import efface
 
-WORDS = ("amber birch cedar delta ember fjord grove harbor indigo juniper kestrel lumen "
-         "meadow nectar orchid pebble").split()
+WORDS = [
+    "amber",
+    "birch",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "meadow",
+    "nectar",
+    "orchid",
+    "pebble",
+]
 
 
 def unreachable_after_churn(path, seed: int, keys: int = 24, rounds: int = 30) -> list[str]:

@@ -17,8 +17,22 @@ from efface.audit.model import ByteScan, FileResidue
 from efface.audit.report import to_html, to_json
 from efface.audit.run import _bytes_cell
 from efface.cli import cli
-from peer_stores import (N, OTHER, SUBJECT, build_chroma, build_efface, build_lancedb, build_qdrant, dataset,
-                         files, require, targets, texts_in, vectors_in_float32)
+
+from peer_stores import (
+    OTHER,
+    SUBJECT,
+    N,
+    build_chroma,
+    build_efface,
+    build_lancedb,
+    build_qdrant,
+    dataset,
+    files,
+    require,
+    targets,
+    texts_in,
+    vectors_in_float32,
+)
 
 BUILDERS = {"chroma": build_chroma, "lancedb": build_lancedb, "qdrant": build_qdrant, "efface": build_efface}
 
@@ -136,7 +150,8 @@ def test_lancedb_compressed_texts_are_found_through_the_decoder(tmp_path):
 
     texts = [f"Entry {i} states that the violet heron number {i} sings in the harbor at dawn" for i in range(600)]
     lancedb.connect(str(tmp_path / "db")).create_table(
-        "t", data=[{"id": str(i), "text": t, "subject": SUBJECT if i < N else OTHER} for i, t in enumerate(texts)])
+        "t", data=[{"id": str(i), "text": t, "subject": SUBJECT if i < N else OTHER} for i, t in enumerate(texts)]
+    )
     assert sum(texts_in(p, texts[:N]) for p in files(tmp_path / "db")) == 0  # raw bytes: nothing
     report = run_audit("lancedb", tmp_path / "db", Selection(subject=SUBJECT))
     assert report.detectable_texts == N  # through the decoded view
@@ -216,7 +231,7 @@ def test_reports_hold_no_texts_subjects_or_ids(originals):
         assert not any(i in doc for i in ids)
         for t in texts:
             words = t.split()
-            assert not any(" ".join(words[k:k + 3]) in doc for k in range(len(words) - 2))
+            assert not any(" ".join(words[k : k + 3]) in doc for k in range(len(words) - 2))
 
 
 def test_cli_audits_a_copy_and_prints_one_json_document(originals, tmp_path):
@@ -224,8 +239,9 @@ def test_cli_audits_a_copy_and_prints_one_json_document(originals, tmp_path):
     from qdrant_client import QdrantClient
 
     page = tmp_path / "report.html"
-    result = CliRunner().invoke(cli, ["audit", "qdrant", str(originals("qdrant")), "--subject", SUBJECT,
-                                      "--json", "--html", str(page)])
+    result = CliRunner().invoke(
+        cli, ["audit", "qdrant", str(originals("qdrant")), "--subject", SUBJECT, "--json", "--html", str(page)]
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["kind"] == "qdrant" and doc["targets"] == N and doc["stages"][0]["name"] == "delete"
@@ -237,8 +253,9 @@ def test_cli_audits_a_copy_and_prints_one_json_document(originals, tmp_path):
 
 def test_cli_bad_input_exits_2_with_a_json_error(originals):
     runner = CliRunner()
-    both = runner.invoke(cli, ["audit", "efface", str(originals("efface")), "--subject", SUBJECT, "--ids", "a",
-                               "--json"])
+    both = runner.invoke(
+        cli, ["audit", "efface", str(originals("efface")), "--subject", SUBJECT, "--ids", "a", "--json"]
+    )
     assert both.exit_code == 2 and json.loads(both.output)["error"]["type"] == "InvalidInput"
     none = runner.invoke(cli, ["audit", "efface", str(originals("efface")), "--subject", "nobody-here", "--json"])
     assert none.exit_code == 2
@@ -291,7 +308,7 @@ def test_cli_human_output_names_levels_and_files_but_no_texts(originals):
     result = CliRunner().invoke(cli, ["audit", "chroma", str(originals("chroma")), "--ids", "m0000,m0001"])
     assert result.exit_code == 0, result.output
     assert "after delete: unreadable" in result.output and "chroma.sqlite3" in result.output
-    ids, texts, _, _ = dataset()
+    _ids, texts, _, _ = dataset()
     assert not any(" ".join(t.split()[3:6]) in result.output for t in texts)
 
 

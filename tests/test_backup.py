@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import efface
-from conftest import raw_db
 from efface import BackupCorrupt, BackupMismatch
 from efface.backups.format import read_header
+
+from conftest import raw_db
 
 T = "acme"
 ALICE_TEXTS = {
@@ -65,8 +66,13 @@ def lose_everything(store, tenant: str | None = None) -> None:
     ids = [r[0] for r in conn.execute(f"SELECT id FROM records {where}", args)]
     with conn:
         for rid in ids:
-            for table, col in (("claims", "record_id"), ("lineage", "record_id"), ("mentions", "record_id"),
-                               ("quarantine", "record_id"), ("records", "id")):
+            for table, col in (
+                ("claims", "record_id"),
+                ("lineage", "record_id"),
+                ("mentions", "record_id"),
+                ("quarantine", "record_id"),
+                ("records", "id"),
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE {col}=?", (rid,))
 
 
@@ -83,12 +89,27 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
     out: dict = {}
     if in_memory(store):
         s = store._origin._state
-        rows = [(s.records[c.record_id].tenant, s.records[c.record_id].key, s.records[c.record_id].text,
-                 c.subject, c.purpose, c.basis, c.expires_at) for c in s.claims.values()]
+        rows = [
+            (
+                s.records[c.record_id].tenant,
+                s.records[c.record_id].key,
+                s.records[c.record_id].text,
+                c.subject,
+                c.purpose,
+                c.basis,
+                c.expires_at,
+            )
+            for c in s.claims.values()
+        ]
     else:
-        rows = raw_db(store).execute(
-            "SELECT r.tenant, r.key, r.text, c.subject, c.purpose, c.basis, c.expires_at"
-            " FROM records r JOIN claims c ON c.record_id=r.id").fetchall()
+        rows = (
+            raw_db(store)
+            .execute(
+                "SELECT r.tenant, r.key, r.text, c.subject, c.purpose, c.basis, c.expires_at"
+                " FROM records r JOIN claims c ON c.record_id=r.id"
+            )
+            .fetchall()
+        )
     for tenant, key, text, *claim in rows:
         prev = out.get((tenant, key), (text, frozenset()))
         out[tenant, key] = (text, prev[1] | {tuple(claim)})
@@ -98,8 +119,9 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
 def subject_key(store, subject: str, tenant: str = T) -> bytes | None:
     if in_memory(store):
         return next((key for t, s, _kid, key in store._origin.subject_keys() if (t, s) == (tenant, subject)), None)
-    row = raw_db(store).execute(
-        "SELECT key FROM subject_keys WHERE tenant=? AND subject=?", (tenant, subject)).fetchone()
+    row = (
+        raw_db(store).execute("SELECT key FROM subject_keys WHERE tenant=? AND subject=?", (tenant, subject)).fetchone()
+    )
     return None if row is None else row[0]
 
 
@@ -142,10 +164,17 @@ def recall_keys(store, query, purpose="support", tenant=T):
 # -- round trip ------------------------------------------------------------------------------------
 def test_round_trip_brings_back_lost_records_with_claims_metadata_and_recall(store, tmp_path, clock):
     world(store)
-    store.write("g:1", "globex keeps the lighthouse logbook", tenant="globex", subject="carol", purpose="ops",
-                ttl=10_000, metadata={"n": 3}, sources=["b:src"])
-    store.write("digest", "digest of kettle orders", tenant=T, subject="svc", purpose="analytics",
-                sources=["a:1"])
+    store.write(
+        "g:1",
+        "globex keeps the lighthouse logbook",
+        tenant="globex",
+        subject="carol",
+        purpose="ops",
+        ttl=10_000,
+        metadata={"n": 3},
+        sources=["b:src"],
+    )
+    store.write("digest", "digest of kettle orders", tenant=T, subject="svc", purpose="analytics", sources=["a:1"])
     store.set_policy(T, "quarantine")
     before = snapshot(store)
     result = store.backup(tmp_path / "b.efb")
@@ -238,7 +267,8 @@ def test_record_retained_for_bob_stays_restorable_after_alices_key_is_destroyed(
     result = store.restore(tmp_path / "b.efb")
     assert read_text(store, "shared") == SHARED_TEXT
     assert {(c.subject, c.basis) for c in store.read("shared", tenant=T, purpose="support").claims} == {
-        ("bob", "contract")}
+        ("bob", "contract")
+    }
     assert (result.restored, result.shredded) == (2, 2)
 
 
@@ -367,8 +397,17 @@ def test_header_ledger_and_errors_hold_no_personal_data(store, tmp_path):
     result = store.backup(tmp_path / "b.efb")
     header = read_header(os.fspath(tmp_path / "b.efb"))
     assert header["backup_id"] == result.backup_id and header["epoch"] == result.epoch
-    assert set(header) == {"format", "store_id", "backup_id", "epoch", "ledger_seq", "ledger_hash", "created_at",
-                           "embedder", "counts"}
+    assert set(header) == {
+        "format",
+        "store_id",
+        "backup_id",
+        "epoch",
+        "ledger_seq",
+        "ledger_hash",
+        "created_at",
+        "embedder",
+        "counts",
+    }
     store.restore(tmp_path / "b.efb")
     text = json.dumps([header, store.ledger(), store.receipts()])
     for needle in ["alice", "bob", "acme", "a:1", "shared", "Quaxworth", os.fspath(tmp_path)]:
@@ -376,8 +415,7 @@ def test_header_ledger_and_errors_hold_no_personal_data(store, tmp_path):
 
 
 # -- tamper, foreign stores, bad paths -------------------------------------------------------------
-@pytest.mark.parametrize("where", ["header", "first frame", "middle", "last frame", "trailer", "truncated",
-                                   "appended"])
+@pytest.mark.parametrize("where", ["header", "first frame", "middle", "last frame", "trailer", "truncated", "appended"])
 def test_a_modified_backup_fails_authentication_and_restores_nothing(store, tmp_path, where):
     world(store)
     dest = tmp_path / "b.efb"
@@ -385,8 +423,13 @@ def test_a_modified_backup_fails_authentication_and_restores_nothing(store, tmp_
     data = bytearray(dest.read_bytes())
     head_end = 16 + 4 + int.from_bytes(data[16:20], "big")
     # In the header: the ledger position, the field that decides what a restore replays.
-    spot = {"header": data.index(b'"ledger_seq":') + 13, "first frame": head_end + 40, "middle": len(data) // 2,
-            "last frame": len(data) - 60, "trailer": len(data) - 5}.get(where)
+    spot = {
+        "header": data.index(b'"ledger_seq":') + 13,
+        "first frame": head_end + 40,
+        "middle": len(data) // 2,
+        "last frame": len(data) - 60,
+        "trailer": len(data) - 5,
+    }.get(where)
     if spot is not None:
         data[spot] ^= 0x01
     elif where == "truncated":
@@ -448,8 +491,12 @@ def test_a_rewritten_ledger_refuses_the_restore(store, tmp_path):
     store.backup(tmp_path / "b.efb")
     store.forget(tenant=T, subject="alice")
     if in_memory(store):  # someone hides the erasure
-        behind_the_back(store, lambda s: s.ledger.__setitem__(
-            slice(None), [{**e, "body": "{}"} if e["kind"] == "forget" else e for e in s.ledger]))
+        behind_the_back(
+            store,
+            lambda s: s.ledger.__setitem__(
+                slice(None), [{**e, "body": "{}"} if e["kind"] == "forget" else e for e in s.ledger]
+            ),
+        )
     else:
         raw_db(store).execute("UPDATE ledger SET body='{}' WHERE kind='forget'")  # someone hides the erasure
     lose_everything(store)
@@ -477,8 +524,11 @@ CHILD = textwrap.dedent("""
 def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, open_store):
     store_dir, dest = tmp_path / "store", tmp_path / "out" / "b.efb"
     dest.parent.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, os.fspath(store_dir), os.fspath(dest), "2000"],
-                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, os.fspath(store_dir), os.fspath(dest), "2000"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         assert proc.stdout.readline().strip() == b"ready"
         deadline = time.monotonic() + 60
@@ -540,12 +590,26 @@ PURPOSES = ("support", "analytics")
 BASES = ("consent", "legal_hold")
 
 op = st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(KEYS), st.sampled_from(SUBJECTS), st.sampled_from(PURPOSES),
-              st.integers(0, 99)),
-    st.tuples(st.just("retain"), st.sampled_from(KEYS), st.sampled_from(SUBJECTS), st.sampled_from(PURPOSES),
-              st.sampled_from(BASES)),
-    st.tuples(st.just("forget"), st.one_of(st.none(), st.sampled_from(SUBJECTS)),
-              st.one_of(st.none(), st.sampled_from(PURPOSES)), st.one_of(st.none(), st.sampled_from(KEYS))),
+    st.tuples(
+        st.just("write"),
+        st.sampled_from(KEYS),
+        st.sampled_from(SUBJECTS),
+        st.sampled_from(PURPOSES),
+        st.integers(0, 99),
+    ),
+    st.tuples(
+        st.just("retain"),
+        st.sampled_from(KEYS),
+        st.sampled_from(SUBJECTS),
+        st.sampled_from(PURPOSES),
+        st.sampled_from(BASES),
+    ),
+    st.tuples(
+        st.just("forget"),
+        st.one_of(st.none(), st.sampled_from(SUBJECTS)),
+        st.one_of(st.none(), st.sampled_from(PURPOSES)),
+        st.one_of(st.none(), st.sampled_from(KEYS)),
+    ),
 )
 
 

@@ -74,11 +74,33 @@ def js(efc):
 
 # -- every command end to end -------------------------------------------------------------------
 def test_write_read_recall(js, efc):
-    doc = js("write", "acme:n1", "Alice prefers green tea in the afternoon", "--subject", "alice",
-             "--purpose", "support", "--metadata", '{"channel": "chat"}', "--ttl", "3600")
+    doc = js(
+        "write",
+        "acme:n1",
+        "Alice prefers green tea in the afternoon",
+        "--subject",
+        "alice",
+        "--purpose",
+        "support",
+        "--metadata",
+        '{"channel": "chat"}',
+        "--ttl",
+        "3600",
+    )
     assert doc["key"] == "acme:n1" and doc["epoch"] >= 1
-    js("write", "acme:n2", "summary of the tea preference", "--subject", "svc", "--purpose", "support",
-       "--source", "acme:n1", "--source", "acme:n0")
+    js(
+        "write",
+        "acme:n2",
+        "summary of the tea preference",
+        "--subject",
+        "svc",
+        "--purpose",
+        "support",
+        "--source",
+        "acme:n1",
+        "--source",
+        "acme:n0",
+    )
     doc = js("read", "acme:n1", "--purpose", "support")
     assert doc["found"] is True
     memory = doc["memory"]
@@ -125,8 +147,18 @@ def test_read_of_a_missing_record_exits_1(js, efc):
 def test_retain_then_forget_one_scope_says_what_is_kept(js, efc):
     key = "tenant:acme:session:42"
     js("write", key, "card ending 4242", "--subject", "carol", "--purpose", "session", "--ttl", str(7 * 86400))
-    js("retain", key, "--subject", "carol", "--purpose", "tenant-retention", "--basis", "contract",
-       "--ttl", str(30 * 86400))
+    js(
+        "retain",
+        key,
+        "--subject",
+        "carol",
+        "--purpose",
+        "tenant-retention",
+        "--basis",
+        "contract",
+        "--ttl",
+        str(30 * 86400),
+    )
     receipt = js("forget", "--prefix", "tenant:acme:session:", "--purpose", "session")
     assert receipt["erased"] == []
     assert [(r["key"], r["purpose"]) for r in receipt["released"]] == [(key, "session")]
@@ -143,8 +175,10 @@ def test_retain_then_forget_one_scope_says_what_is_kept(js, efc):
 
 
 def test_register_subject_and_forget_quarantines_a_digest_naming_them(js, efc):
-    assert js("register-subject", "alice", "--identifier", "Alice", "--identifier", "alice@example.com") \
-        ["identifiers"] == 2
+    assert (
+        js("register-subject", "alice", "--identifier", "Alice", "--identifier", "alice@example.com")["identifiers"]
+        == 2
+    )
     js("write", "acme:alice:1", "asked for a refund", "--subject", "alice", "--purpose", "support")
     js("write", "acme:digest", "digest: Alice asked for a refund", "--subject", "svc", "--purpose", "analytics")
     assert "acme:digest" in [h["key"] for h in js("recall", "alice", "--purpose", "analytics")["hits"]]
@@ -159,8 +193,17 @@ def test_register_subject_and_forget_quarantines_a_digest_naming_them(js, efc):
 def test_receipt_status_wait(js, efc):
     js("write", "k1", "first memory", "--subject", "s", "--purpose", "support")
     receipt = js("forget", "--key", "k1")
-    for field in ("handle", "epoch", "level", "released", "erased", "retained", "quarantined", "paths",
-                  "max_propagation_s"):
+    for field in (
+        "handle",
+        "epoch",
+        "level",
+        "released",
+        "erased",
+        "retained",
+        "quarantined",
+        "paths",
+        "max_propagation_s",
+    ):
         assert field in receipt
     assert receipt["level"] == "intent" and receipt["erased"] == ["k1"]
     # One-shot commands run no compactor: the vector index had not absorbed it at the acknowledgement.
@@ -192,8 +235,15 @@ def test_wait_exits_1_when_not_settled(js, monkeypatch):
 
 
 def test_verify_and_ledger_export(js, efc, store_dir, tmp_path):
-    js("write", "acme:secret-key", "Zelda Quist told us about her allergy to peanuts", "--subject", "subject-zelda",
-       "--purpose", "support")
+    js(
+        "write",
+        "acme:secret-key",
+        "Zelda Quist told us about her allergy to peanuts",
+        "--subject",
+        "subject-zelda",
+        "--purpose",
+        "support",
+    )
     js("write", "other", "other text kept for someone else", "--subject", "s", "--purpose", "support")
     handle = js("forget", "--subject", "subject-zelda")["handle"]
     assert js("wait", handle)["erased"] is True
@@ -273,8 +323,9 @@ def test_common_options_before_or_after_the_command(runner, store_dir):
 
 def test_store_and_tenant_from_the_environment(store_dir):
     runner = CliRunner(env={"EFFACE_STORE": store_dir, "EFFACE_TENANT": "acme", "COLUMNS": "200"})
-    result = runner.invoke(cli, ["--embedder", "hashing", "--json", "write", "k", "t", "--subject", "s",
-                                 "--purpose", "support"])
+    result = runner.invoke(
+        cli, ["--embedder", "hashing", "--json", "write", "k", "t", "--subject", "s", "--purpose", "support"]
+    )
     assert result.exit_code == 0, result.stdout + result.stderr
     read = runner.invoke(cli, ["--json", "read", "k", "--purpose", "support"])
     assert one_json(read)["memory"]["tenant"] == "acme"
@@ -380,8 +431,22 @@ ALL_COMMANDS = list(_commands(cli))
 
 def test_the_command_list_is_what_the_brief_names():
     names = {path for path, _ in ALL_COMMANDS}
-    assert {"write", "retain", "register-subject", "read", "recall", "forget", "status", "wait", "receipts",
-            "ledger", "ledger list", "ledger verify", "compact", "demo"} <= names
+    assert {
+        "write",
+        "retain",
+        "register-subject",
+        "read",
+        "recall",
+        "forget",
+        "status",
+        "wait",
+        "receipts",
+        "ledger",
+        "ledger list",
+        "ledger verify",
+        "compact",
+        "demo",
+    } <= names
 
 
 @pytest.mark.parametrize("path, command", ALL_COMMANDS, ids=[p for p, _ in ALL_COMMANDS])

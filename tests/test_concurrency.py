@@ -17,7 +17,7 @@ import pytest
 
 SUBJECTS = [f"s{i:02d}" for i in range(12)]
 PER_SUBJECT = 25
-WORDS = "tea coffee river garden invoice refund meeting lunch train ticket harbour lamp".split()
+WORDS = "tea coffee river garden invoice refund meeting lunch train ticket harbour lamp".split()  # noqa: SIM905
 
 
 def _fill(store) -> None:

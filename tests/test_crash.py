@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 import pytest
 
 import efface
-from conftest import ann_vectors
 from efface.paths.ann import SENTINEL_BASE
+
+from conftest import ann_vectors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -65,8 +66,12 @@ def run_worker(store_dir: str, seed: int, mode: str, trigger, delay: float) -> R
     seconds and SIGKILL it. Returns the acknowledged operations and the one in flight."""
     err_path = store_dir + ".stderr"
     with open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, WORKER, store_dir, str(seed), mode],
-                                stdout=subprocess.PIPE, stderr=err, env=dict(os.environ))
+        proc = subprocess.Popen(
+            [sys.executable, WORKER, store_dir, str(seed), mode],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=dict(os.environ),
+        )
     lines: list[dict] = []
     fired = threading.Event()
 
@@ -114,8 +119,9 @@ def apply(model: ReferenceModel, op: dict) -> dict:
     """Apply one operation to the model; returns what the store should have answered."""
     kind, tenant = op["kind"], op.get("tenant")
     if kind == "write":
-        model.write(tenant, op["key"], op["text"], subject=op["subject"], purpose=op["purpose"],
-                    basis=op["basis"], now=0.0)
+        model.write(
+            tenant, op["key"], op["text"], subject=op["subject"], purpose=op["purpose"], basis=op["basis"], now=0.0
+        )
         return {}
     if kind == "write_many":
         items = generated_items(op["gen"]) if "gen" in op else op["items"]
@@ -123,8 +129,7 @@ def apply(model: ReferenceModel, op: dict) -> dict:
         return {}
     if kind == "retain":
         try:
-            model.retain(tenant, op["key"], subject=op["subject"], purpose=op["purpose"],
-                         basis=op["basis"], now=0.0)
+            model.retain(tenant, op["key"], subject=op["subject"], purpose=op["purpose"], basis=op["basis"], now=0.0)
         except ModelNotFound:
             return {"not_found": True}
         return {}
@@ -226,8 +231,11 @@ def expected_view(model: ReferenceModel, keys: dict[str, set[str]]) -> dict:
 
 
 def diff(seen: dict, want: dict, limit: int = 8) -> str:
-    lines = [f"{k}: store {seen.get(k)!r}, model {want.get(k)!r}"
-             for k in sorted(set(seen) | set(want), key=repr) if seen.get(k) != want.get(k)]
+    lines = [
+        f"{k}: store {seen.get(k)!r}, model {want.get(k)!r}"
+        for k in sorted(set(seen) | set(want), key=repr)
+        if seen.get(k) != want.get(k)
+    ]
     return "\n".join(lines[:limit]) + (f"\n... {len(lines) - limit} more" if len(lines) > limit else "")
 
 
@@ -247,29 +255,34 @@ def check_store(store_dir: str, rp: Replay, rng: random.Random) -> ReferenceMode
             # (scrub noise under reserved labels stays until the next rebuild; size() leaves it out)
             records = [int(k) for k in index.keys if int(k) < SENTINEL_BASE]
             assert len(records) == len(live_ids) == ann_vectors(store, tenant), (
-                f"after recovery the vector index holds {len(records)} vectors for {len(live_ids)} live records")
+                f"after recovery the vector index holds {len(records)} vectors for {len(live_ids)} live records"
+            )
         seen = observed(store, rp.keys)
         candidates = [rp.before] + ([rp.after] if rp.after is not None else [])
         matching = [m for m in candidates if expected_view(m, rp.keys) == seen]
         assert matching, (
             "after the crash the store matches neither the acknowledged state nor the acknowledged "
             f"state plus the in-flight operation {_brief(rp.in_flight)}:\n"
-            + diff(seen, expected_view(candidates[-1], rp.keys)))
+            + diff(seen, expected_view(candidates[-1], rp.keys))
+        )
         model = matching[0]
         for tenant, key, _text in rp.erased:
             if (tenant, key) not in model.records:  # not written again since
                 for purpose in sorted(model.purposes.get(tenant, ())):
                     assert store.read(key, tenant=tenant, purpose=purpose) is None, (
-                        f"an acknowledged erasure came back after the crash: {key!r} ({tenant}/{purpose})")
+                        f"an acknowledged erasure came back after the crash: {key!r} ({tenant}/{purpose})"
+                    )
 
         # Receipts and the ledger.
-        for handle, (tenant, erased) in rp.handles.items():
+        for handle, (_tenant, erased) in rp.handles.items():
             status = store.status(handle)
             assert status.kind == "forget" and status.counts["erased"] == len(erased)
         chain = store.verify_ledger()
         assert chain.ok, chain.problems
         assert chain.entries in {m.ledger_entries for m in matching}, (
-            chain.entries, [m.ledger_entries for m in candidates])
+            chain.entries,
+            [m.ledger_entries for m in candidates],
+        )
         ledger_handles = {e["handle"] for e in store.ledger()}
         assert set(rp.handles) <= ledger_handles
 
@@ -322,6 +335,7 @@ def crash_round(tmp_path, seed: int, mode: str, trigger, delay: float, reopen_tw
 def _is(kind: str, big: bool = False):
     def trigger(line: dict) -> bool:
         return line["ev"] == "begin" and line["op"]["kind"] == kind and (not big or "gen" in line["op"])
+
     return trigger
 
 
@@ -338,8 +352,9 @@ def test_kill_at_random_moment(tmp_path, seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_kill_during_large_write_many(tmp_path, seed):
     rng = random.Random(2000 + seed)
-    run, _, _ = crash_round(tmp_path, 100 + seed, "bigbatch", _is("write_many", big=True),
-                            rng.uniform(0.0, 0.8), reopen_twice=seed == 0)
+    run, _, _ = crash_round(
+        tmp_path, 100 + seed, "bigbatch", _is("write_many", big=True), rng.uniform(0.0, 0.8), reopen_twice=seed == 0
+    )
     assert run.acked, "the worker acknowledged nothing before the kill"
 
 
@@ -354,7 +369,6 @@ def test_kill_during_compaction_with_pending_erasures(tmp_path, seed):
             count["n"] += 1
         return count["n"] >= nth
 
-    run, _, _ = crash_round(tmp_path, 200 + seed, "compact", trigger, rng.uniform(0.0, 0.09),
-                            reopen_twice=seed == 0)
+    run, _, _ = crash_round(tmp_path, 200 + seed, "compact", trigger, rng.uniform(0.0, 0.09), reopen_twice=seed == 0)
     pending = [res["pending"] for op, res in run.acked if op["kind"] == "forget"]
     assert pending and min(pending) >= 500, f"erasures were not pending when compaction began: {pending}"

@@ -36,8 +36,9 @@ ROUNDS = int(os.environ.get("EFFACE_CRASH_ROUNDS", "8"))
 
 
 def run_and_kill(store_dir: str, seed: int, after_lines: int, delay: float) -> list[dict]:
-    proc = subprocess.Popen([sys.executable, WORKER, store_dir, str(seed)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, store_dir, str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     lines: list[dict] = []
     fired = threading.Event()
 

@@ -13,8 +13,8 @@ import tempfile
 import pytest
 from click.testing import CliRunner
 
-from efface.cli import demo as demo_module
 from efface.cli import cli
+from efface.cli import demo as demo_module
 
 
 def _forbidden_items(served: list[dict], forbidden: dict) -> list[dict]:
@@ -174,7 +174,9 @@ def test_naive_store_is_not_fixed_by_a_later_read():
     assert naive.forget(tenant=demo_module.TENANT, subject="s") == {"status": "erased", "keys": 1}
     assert naive.read("k", tenant=demo_module.TENANT) is None
     for _ in range(2):
-        assert "the secret word is marmalade" in [h["text"] for h in naive.recall("marmalade", tenant=demo_module.TENANT)]
+        assert "the secret word is marmalade" in [
+            h["text"] for h in naive.recall("marmalade", tenant=demo_module.TENANT)
+        ]
 
 
 def test_human_demo_and_keep(tmp_path, monkeypatch):
@@ -182,8 +184,17 @@ def test_human_demo_and_keep(tmp_path, monkeypatch):
     result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["demo", "--keep"])
     assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
     out = result.stdout
-    for needle in ("naive store", "Incident A", "Incident B", "A1", "B4", "efface receipts", "pending",
-                   "absorbed", "store kept at"):
+    for needle in (
+        "naive store",
+        "Incident A",
+        "Incident B",
+        "A1",
+        "B4",
+        "efface receipts",
+        "pending",
+        "absorbed",
+        "store kept at",
+    ):
         assert needle in out
     assert "the naive store served forbidden content in 7, efface in 0" in out
     [kept] = os.listdir(tmp_path)

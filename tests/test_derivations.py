@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import efface
-from conftest import fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
 from efface import InvalidInput, NotFound
+
+from conftest import fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
 
 T = "acme"
 OTHER = "globex"
@@ -124,8 +125,12 @@ def test_mentions_of_every_identifier_kind_are_found(store, registered):
     if registered == "before-writes":
         store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)
     store.write("zq:own", "my own note", tenant=T, subject=ZQ, purpose="support")
-    store.write_many([{"key": k, "text": t} for k, t in {**MENTIONS, **NOT_MENTIONS}.items()],
-                     tenant=T, subject="svc", purpose="support")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in {**MENTIONS, **NOT_MENTIONS}.items()],
+        tenant=T,
+        subject="svc",
+        purpose="support",
+    )
     if registered == "after-writes":
         store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)
 
@@ -196,10 +201,16 @@ def test_international_phone_numbers_in_every_common_format(store, registered):
     also located and replaced."""
     if registered == "before-writes":
         store.register_subject("uk", tenant=T, identifiers=[UK_PHONE])
-    store.write_many([{"key": k, "text": t} for k, t in UK_TEXTS.items()]
-                     + [{"key": "x:other", "text": "switchboard 020 7946 0959 ext 12"},
-                        {"key": "x:longer", "text": "switchboard +44 20 7946 09581 ext 12"}],
-                     tenant=T, subject="svc", purpose="ops")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in UK_TEXTS.items()]
+        + [
+            {"key": "x:other", "text": "switchboard 020 7946 0959 ext 12"},
+            {"key": "x:longer", "text": "switchboard +44 20 7946 09581 ext 12"},
+        ],
+        tenant=T,
+        subject="svc",
+        purpose="ops",
+    )
     if registered == "after-writes":
         store.register_subject("uk", tenant=T, identifiers=[UK_PHONE])
     store.set_policy(T, "redact")
@@ -257,13 +268,14 @@ def test_mentions_in_another_tenant_are_untouched(store):
     for tenant in (T, OTHER):
         store.register_subject(ZQ, tenant=tenant, identifiers=ZQ_IDS)
         store.write("zq:own", "my own note", tenant=tenant, subject=ZQ, purpose="support")
-        store.write("n:1", "digest: Zebulon Quaxworth called about tea", tenant=tenant,
-                    subject="svc", purpose="support")
-        store.write("n:2", "digest built from the note", tenant=tenant, subject="svc", purpose="support",
-                    sources=["zq:own"])
+        store.write(
+            "n:1", "digest: Zebulon Quaxworth called about tea", tenant=tenant, subject="svc", purpose="support"
+        )
+        store.write(
+            "n:2", "digest built from the note", tenant=tenant, subject="svc", purpose="support", sources=["zq:own"]
+        )
     # An unregistered tenant's text naming the same person is not a mention of anybody here.
-    store.write("n:1", "digest: Zebulon Quaxworth called about tea", tenant="initech",
-                subject="svc", purpose="support")
+    store.write("n:1", "digest: Zebulon Quaxworth called about tea", tenant="initech", subject="svc", purpose="support")
 
     receipt = store.forget(tenant=T, subject=ZQ)
     assert derivations(receipt) == {"n:1": ("mention", "quarantined"), "n:2": ("lineage", "quarantined")}
@@ -284,22 +296,27 @@ def test_mentions_in_another_tenant_are_untouched(store):
 def test_lineage_transitive_and_partial(store, clock):
     store.write("a", "alpha source text", tenant=T, subject="alice", purpose="support")
     store.write("b", "beta source text", tenant=T, subject="bob", purpose="support")
-    store.write("a2", "alice also derived this herself", tenant=T, subject="alice", purpose="support",
-                sources=["a"])
+    store.write("a2", "alice also derived this herself", tenant=T, subject="alice", purpose="support", sources=["a"])
     chain = [f"chain:{i}" for i in range(6)]
     prev = "a"
     for key in chain:  # derived from derived, six deep
         store.write(key, f"summary level {key}", tenant=T, subject="svc", purpose="analytics", sources=[prev])
         prev = key
-    store.write("partial", "merged alpha and beta", tenant=T, subject="svc", purpose="analytics",
-                sources=["b", "a"])
-    store.write("from-a2", "built on a record erased in the same forget", tenant=T, subject="svc",
-                purpose="analytics", sources=["a2"])
+    store.write("partial", "merged alpha and beta", tenant=T, subject="svc", purpose="analytics", sources=["b", "a"])
+    store.write(
+        "from-a2",
+        "built on a record erased in the same forget",
+        tenant=T,
+        subject="svc",
+        purpose="analytics",
+        sources=["a2"],
+    )
     store.write("cycle:x", "x cites y", tenant=T, subject="svc", purpose="analytics", sources=["cycle:y", "a"])
     store.write("cycle:y", "y cites x", tenant=T, subject="svc", purpose="analytics", sources=["cycle:x"])
     store.write("beta-only", "beta digest", tenant=T, subject="svc", purpose="analytics", sources=["b"])
-    store.write("dangling", "cites a key that never existed", tenant=T, subject="svc", purpose="analytics",
-                sources=["ghost"])
+    store.write(
+        "dangling", "cites a key that never existed", tenant=T, subject="svc", purpose="analytics", sources=["ghost"]
+    )
 
     receipt = store.forget(tenant=T, subject="alice")
     affected = [*chain, "partial", "from-a2", "cycle:x", "cycle:y"]
@@ -372,8 +389,17 @@ def digests(store):
     return store
 
 
-ZQ_QUERIES = ["Zebulon Quaxworth", "zebulon", "quaxworth", "ZQ.QUAX@QUAXMAIL.EXAMPLE", "(212) 555-0188",
-              "2125550188", "@zquax", DIGEST, "refund digest weekly"]
+ZQ_QUERIES = [
+    "Zebulon Quaxworth",
+    "zebulon",
+    "quaxworth",
+    "ZQ.QUAX@QUAXMAIL.EXAMPLE",
+    "(212) 555-0188",
+    "2125550188",
+    "@zquax",
+    DIGEST,
+    "refund digest weekly",
+]
 
 
 def test_quarantined_record_is_unreadable_and_unrecallable_on_every_path(digests, reopen):
@@ -403,7 +429,7 @@ def test_quarantined_record_is_unreadable_and_unrecallable_on_every_path(digests
                 hits = recall(s, query, purpose)
                 assert "digest:zq" not in keys(hits), (purpose, query)
                 assert not any("quaxworth" in h.text.lower() for h in hits)
-                assert not any("zq:1" == h.key for h in hits)
+                assert not any(h.key == "zq:1" for h in hits)
             # Another subject's digest stays recallable through both indexes, and by name.
             hit = next(h for h in recall(s, BOB_DIGEST, purpose) if h.key == "digest:bob")
             assert set(hit.via) == {"ann", "fts"} and hit.text == BOB_DIGEST
@@ -520,15 +546,17 @@ def _zq_world(store, tenant=T):
     """ZQ, their own records, and records of others that name them (no lineage)."""
     store.register_subject(ZQ, tenant=tenant, identifiers=ZQ_IDS)
     store.write("zq:1", "Zebulon Quaxworth here, about my refund", tenant=tenant, subject=ZQ, purpose="support")
-    store.write("zq:2", "reach me at zq.quax@quaxmail.example or (212) 555-0188", tenant=tenant,
-                subject=ZQ, purpose="support")
+    store.write(
+        "zq:2", "reach me at zq.quax@quaxmail.example or (212) 555-0188", tenant=tenant, subject=ZQ, purpose="support"
+    )
     mentions = {
         "m:1": "Agent note: ZEBULON QUAXWORTH called twice about the refund",
         "m:2": "Escalated to billing; customer e-mail ZQ.Quax@Quaxmail.example, phone 212.555.0188",
         "m:3": "Chat: @zquax said the parcel arrived damaged",
     }
-    store.write_many([{"key": k, "text": t} for k, t in mentions.items()], tenant=tenant,
-                     subject="svc", purpose="analytics")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in mentions.items()], tenant=tenant, subject="svc", purpose="analytics"
+    )
     return mentions
 
 
@@ -574,8 +602,14 @@ def test_redact_also_scrubs_a_record_that_is_derived_and_names_the_subject(open_
     still lose the identifiers, or the subject's name outlives the erasure on disk."""
     store = open_store()
     _zq_world(store)
-    store.write("digest", "Digest: Zebulon Quaxworth wants a refund (@zquax)", tenant=T, subject="svc",
-                purpose="analytics", sources=["zq:1"])
+    store.write(
+        "digest",
+        "Digest: Zebulon Quaxworth wants a refund (@zquax)",
+        tenant=T,
+        subject="svc",
+        purpose="analytics",
+        sources=["zq:1"],
+    )
     store.set_policy(T, "redact")
     receipt = store.forget(tenant=T, subject=ZQ)
     assert "digest" in receipt.quarantined
@@ -661,8 +695,24 @@ def test_receipt_and_ledger_name_every_derivation_without_plaintext(digests):
     rows = [json.dumps(list(r.values())) for r in ledger_rows(store)]
     rows += [json.dumps(r) for r in receipt_rows(store)]
     rows += [json.dumps(store.ledger()), json.dumps(store.receipts())]
-    plaintext = ["digest:zq", "digest:bob", "d:lin", "zq:1", "bob:1", '"zq"', "svc", "acme", BOB,
-                 *ZQ_IDS, *ZQ_TOKENS, *BOB_IDS, "bertram", "ollivander", "refund", "weekly"]
+    plaintext = [
+        "digest:zq",
+        "digest:bob",
+        "d:lin",
+        "zq:1",
+        "bob:1",
+        '"zq"',
+        "svc",
+        "acme",
+        BOB,
+        *ZQ_IDS,
+        *ZQ_TOKENS,
+        *BOB_IDS,
+        "bertram",
+        "ollivander",
+        "refund",
+        "weekly",
+    ]
     blob = "\n".join(rows).lower()
     assert [p for p in plaintext if p.lower() in blob] == []
     check = store.verify_ledger()
@@ -680,8 +730,16 @@ SUBJECTS = {
 RENDERINGS = {
     # how a text may name each subject: every one is a mention (checked in both the write
     # path and the registration scan before this model was written)
-    "s0": ["Quorra Vell", "QUORRA   VELL", "quorra\nvell", "Quorra.Vell@Mailbox.Example", "(212) 555-0101",
-           "212.555.0101", "+12125550101", "@quorrav"],
+    "s0": [
+        "Quorra Vell",
+        "QUORRA   VELL",
+        "quorra\nvell",
+        "Quorra.Vell@Mailbox.Example",
+        "(212) 555-0101",
+        "212.555.0101",
+        "+12125550101",
+        "@quorrav",
+    ],
     "s1": ["Ansel Drummond", "ANSEL DRUMMOND", "ANSEL@DRUMMOND.EXAMPLE", "(646) 555-0142", "+16465550142", "@ansel_d"],
     "s2": ["Zoë Brandt", "ZOE BRANDT", "Zoe.Brandt@brandt.example", "+44 20 7946 0958", "+442079460958", "@zbrandt"],
     "s3": ["Ida", "IDA", "Ida's", "ida@IDA.example", "(415) 555-0177", "+14155550177", "@ida"],
@@ -735,8 +793,11 @@ class Model:
         for k in erased:
             del self.records[(tenant, k)]
         live = {k: r for (t, k), r in self.records.items() if t == tenant}
-        mention = {k for k, r in live.items()
-                   if subject is not None and (tenant, subject) in self.registered and subject in r.names}
+        mention = {
+            k
+            for k, r in live.items()
+            if subject is not None and (tenant, subject) in self.registered and subject in r.names
+        }
         reach = set(erased) | mention
         lineage: set[str] = set()
         changed = True
@@ -747,8 +808,10 @@ class Model:
                     lineage.add(k)
                     reach.add(k)
                     changed = True
-        why = {k: ("lineage+mention" if k in lineage and k in mention else "lineage" if k in lineage else "mention")
-               for k in mention | lineage}
+        why = {
+            k: ("lineage+mention" if k in lineage and k in mention else "lineage" if k in lineage else "mention")
+            for k in mention | lineage
+        }
         for k in why:
             live[k].quarantined = True
         # DESIGN §8: a surviving record's lineage keeps the erasure's handle, not the erased key.
@@ -757,10 +820,13 @@ class Model:
             if gone & set(r.sources):
                 r.sources = tuple(dict.fromkeys("erased:" if s in gone else s for s in r.sources))
         ids_erased = False
-        if subject is not None and (tenant, subject) in self.registered:
-            if not any(c[0] == subject for (t, _k), r in self.records.items() if t == tenant for c in r.claims):
-                self.registered.discard((tenant, subject))
-                ids_erased = True
+        if (
+            subject is not None
+            and (tenant, subject) in self.registered
+            and not any(c[0] == subject for (t, _k), r in self.records.items() if t == tenant for c in r.claims)
+        ):
+            self.registered.discard((tenant, subject))
+            ids_erased = True
         return sorted(erased), why, ids_erased
 
     def visible(self, tenant, key, purpose) -> MRecord | None:
@@ -810,8 +876,11 @@ class DerivationMachine(RuleBasedStateMachine):
             parts.append(DECOYS[decoy])
         return " and ".join(parts) + " and tea", nonce, names
 
-    @initialize(subjects=st.lists(st.sampled_from(list(SUBJECTS)), min_size=1, max_size=4, unique=True),
-                later=st.integers(0, 4), fields=st.lists(item_fields, min_size=3, max_size=len(KEYS)))
+    @initialize(
+        subjects=st.lists(st.sampled_from(list(SUBJECTS)), min_size=1, max_size=4, unique=True),
+        later=st.integers(0, 4),
+        fields=st.lists(item_fields, min_size=3, max_size=len(KEYS)),
+    )
     def seed(self, subjects, later, fields):
         """Start every run with a few records in the first tenant and registered subjects,
         some registered before the records were written and some after (found by the
@@ -827,29 +896,65 @@ class DerivationMachine(RuleBasedStateMachine):
         self.store.register_subject(subject, tenant=tenant, identifiers=SUBJECTS[subject])
         self.model.registered.add((tenant, subject))
 
-    @rule(tenant=st.sampled_from(TENANTS), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True),
-          fields=st.lists(item_fields, min_size=3, max_size=3))
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True),
+        fields=st.lists(item_fields, min_size=3, max_size=3),
+    )
     def write(self, tenant, keys, fields):
         """One record or a batch (write_many), each with its own owner, purpose, basis,
         mentions and sources (which may name keys that do not exist)."""
         batch = []
-        for key, (owner, purpose, mentions, decoy, sources, legal) in zip(keys, fields):
+        for key, (owner, purpose, mentions, decoy, sources, legal) in zip(keys, fields, strict=True):
             text, nonce, names = self._text(mentions, decoy)
             basis = LEGAL if legal == 0 else "consent"
-            batch.append(({"key": key, "text": text, "subject": owner, "purpose": purpose, "basis": basis,
-                           "sources": sources}, nonce, names))
+            batch.append(
+                (
+                    {
+                        "key": key,
+                        "text": text,
+                        "subject": owner,
+                        "purpose": purpose,
+                        "basis": basis,
+                        "sources": sources,
+                    },
+                    nonce,
+                    names,
+                )
+            )
         if len(batch) == 1:
             item = batch[0][0]
-            self.store.write(item["key"], item["text"], tenant=tenant, subject=item["subject"],
-                             purpose=item["purpose"], basis=item["basis"], sources=item["sources"])
+            self.store.write(
+                item["key"],
+                item["text"],
+                tenant=tenant,
+                subject=item["subject"],
+                purpose=item["purpose"],
+                basis=item["basis"],
+                sources=item["sources"],
+            )
         else:
             self.store.write_many([b[0] for b in batch], tenant=tenant)
         for item, nonce, names in batch:
-            self.model.write(tenant, item["key"], item["text"], nonce, names, item["sources"], item["subject"],
-                             item["purpose"], item["basis"])
+            self.model.write(
+                tenant,
+                item["key"],
+                item["text"],
+                nonce,
+                names,
+                item["sources"],
+                item["subject"],
+                item["purpose"],
+                item["basis"],
+            )
 
-    @rule(tenant=st.sampled_from(TENANTS), key=st.sampled_from(KEYS), purpose=st.sampled_from(PURPOSES),
-          mentions=mention_lists, data=st.data())
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        key=st.sampled_from(KEYS),
+        purpose=st.sampled_from(PURPOSES),
+        mentions=mention_lists,
+        data=st.data(),
+    )
     def derive(self, tenant, key, purpose, mentions, data):
         """A service-account record built from records that exist now (a digest)."""
         existing = sorted(k for (t, k) in self.model.records if t == tenant)
@@ -881,8 +986,12 @@ class DerivationMachine(RuleBasedStateMachine):
         if ids_erased:
             event("identifiers erased")
 
-    @rule(tenant=st.sampled_from(TENANTS), key=st.sampled_from(KEYS), mentions=mention_lists,
-          sources=st.none() | st.lists(st.sampled_from(KEYS), max_size=2, unique=True))
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        key=st.sampled_from(KEYS),
+        mentions=mention_lists,
+        sources=st.none() | st.lists(st.sampled_from(KEYS), max_size=2, unique=True),
+    )
     def rederive(self, tenant, key, mentions, sources):
         text, nonce, names = self._text(mentions, None)
         rec = self.model.records.get((tenant, key))

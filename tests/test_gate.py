@@ -45,8 +45,10 @@ def _match(query: str, items: dict[str, tuple[str, str | None]], k: int) -> list
     """Word-overlap recall over ``key -> (text, subject)``: enough to stand in for ANN."""
     q = _words(query)
     scored = sorted(((len(q & _words(t)), key) for key, (t, _s) in items.items() if q & _words(t)), reverse=True)
-    return [ToolHit(key, items[key][0], float(n), {"subject": items[key][1]} if items[key][1] else {})
-            for n, key in scored[:k]]
+    return [
+        ToolHit(key, items[key][0], float(n), {"subject": items[key][1]} if items[key][1] else {})
+        for n, key in scored[:k]
+    ]
 
 
 # -- in-process tools ---------------------------------------------------------------------------
@@ -89,8 +91,13 @@ class IncidentATool:
             self.primary.pop(key, None)
         self.epoch += 1
         self.compactions.append((self.clock() + self.stale_s, self.epoch, keys))
-        return ForgetAck(raw={"status": "erased", "keys": len(keys)}, scope=scope, keys=keys,
-                         acknowledged_at=self.clock(), epoch=self._ack_epoch())
+        return ForgetAck(
+            raw={"status": "erased", "keys": len(keys)},
+            scope=scope,
+            keys=keys,
+            acknowledged_at=self.clock(),
+            epoch=self._ack_epoch(),
+        )
 
     def _ack_epoch(self):
         return None
@@ -158,9 +165,16 @@ class IncidentBTool:
         self.listing_cache.clear()
         listed = self.listing("acme:session:")
         return ForgetAck(
-            raw={"success": True}, scope=scope, keys=keys, acknowledged_at=self.clock(), handle="b-1",
-            scopes_cleared=("prefix:7d",), derived_covered=("listing-cache",), max_propagation_s=90.0,
-            verification=VerificationRead("cache", tuple(k for k in keys if k in listed), self.clock()))
+            raw={"success": True},
+            scope=scope,
+            keys=keys,
+            acknowledged_at=self.clock(),
+            handle="b-1",
+            scopes_cleared=("prefix:7d",),
+            derived_covered=("listing-cache",),
+            max_propagation_s=90.0,
+            verification=VerificationRead("cache", tuple(k for k in keys if k in listed), self.clock()),
+        )
 
 
 class ReplicaTool:
@@ -204,10 +218,18 @@ class ReplicaTool:
             self.primary.pop(key, None)
             self.log.append((self.epoch, "drop", key, None))
         return ForgetAck(
-            raw={"handle": f"r-{self.epoch}"}, scope=scope, keys=keys, acknowledged_at=self.clock(),
-            handle=f"r-{self.epoch}", epoch=self.epoch, scopes_cleared=("tenant:30d",), scopes_retained=(),
-            derived_covered=("replica",), max_propagation_s=5.0,
-            verification=VerificationRead("origin", tuple(k for k in keys if k in self.primary), self.clock()))
+            raw={"handle": f"r-{self.epoch}"},
+            scope=scope,
+            keys=keys,
+            acknowledged_at=self.clock(),
+            handle=f"r-{self.epoch}",
+            epoch=self.epoch,
+            scopes_cleared=("tenant:30d",),
+            scopes_retained=(),
+            derived_covered=("replica",),
+            max_propagation_s=5.0,
+            verification=VerificationRead("origin", tuple(k for k in keys if k in self.primary), self.clock()),
+        )
 
 
 class EvidenceTool(IncidentATool):
@@ -223,10 +245,14 @@ class EvidenceTool(IncidentATool):
 
     def forget(self, *, scope, subject=None, keys=None):
         ack = super().forget(scope=scope, subject=subject, keys=keys)
-        return replace(ack, handle=f"e-{self.epoch}", scopes_cleared=("tenant:30d",), derived_covered=("ann",),
-                       max_propagation_s=self.bound_s,
-                       verification=VerificationRead("origin", tuple(k for k in ack.keys if k in self.primary),
-                                                     self.clock()))
+        return replace(
+            ack,
+            handle=f"e-{self.epoch}",
+            scopes_cleared=("tenant:30d",),
+            derived_covered=("ann",),
+            max_propagation_s=self.bound_s,
+            verification=VerificationRead("origin", tuple(k for k in ack.keys if k in self.primary), self.clock()),
+        )
 
 
 class BareTool(IncidentATool):
@@ -269,9 +295,18 @@ def _keys(hits):
 
 # -- classify ------------------------------------------------------------------------------------
 FULL = ForgetAck(
-    raw={"handle": "h-1"}, scope=SCOPE, keys=(SECRET_KEY,), acknowledged_at=T0, handle="h-1", epoch=7,
-    scopes_cleared=("prefix:7d", "tenant:30d"), scopes_retained=(), derived_covered=("ann", "fts", "cache"),
-    max_propagation_s=60.0, verification=VerificationRead("origin", (), T0 + 1))
+    raw={"handle": "h-1"},
+    scope=SCOPE,
+    keys=(SECRET_KEY,),
+    acknowledged_at=T0,
+    handle="h-1",
+    epoch=7,
+    scopes_cleared=("prefix:7d", "tenant:30d"),
+    scopes_retained=(),
+    derived_covered=("ann", "fts", "cache"),
+    max_propagation_s=60.0,
+    verification=VerificationRead("origin", (), T0 + 1),
+)
 REQUIRED = ("prefix:7d", "tenant:30d")
 LATER = T0 + 61
 
@@ -290,7 +325,8 @@ def test_full_evidence_ack_is_evidence():
     assert c.structures == {"ann": True, "fts": True}
     assert c.settles_at == T0 + 60
     assert assert_deleted(FULL, REQUIRED, required_structures=["ann"], now=LATER) == classify(
-        FULL, REQUIRED, required_structures=["ann"], now=LATER)
+        FULL, REQUIRED, required_structures=["ann"], now=LATER
+    )
 
 
 @pytest.mark.parametrize("raw", [True, {"status": "erased", "keys": 412}, "Memory deleted successfully", None])
@@ -298,8 +334,13 @@ def test_bare_acknowledgements_are_intent_with_every_reason(raw):
     for ack in (raw, ForgetAck(raw=raw, scope=SCOPE, acknowledged_at=T0)):
         c = classify(ack, REQUIRED, now=LATER)
         assert c.level == "intent"
-        assert [ch.name for ch in c.checks if not ch.met] == ["handle", "verification", "scopes", "structures",
-                                                             "propagation"]
+        assert [ch.name for ch in c.checks if not ch.met] == [
+            "handle",
+            "verification",
+            "scopes",
+            "structures",
+            "propagation",
+        ]
         assert len(c.reasons) == 5
         assert c.errors() == ()  # saying nothing is intent, not one of the typed errors
         with pytest.raises(UnverifiableDeletion) as exc:
@@ -308,27 +349,30 @@ def test_bare_acknowledgements_are_intent_with_every_reason(raw):
         assert exc.value.classification == c
 
 
-@pytest.mark.parametrize("change, failing, error", [
-    (dict(handle=None), "handle", None),
-    (dict(verification=None), "verification", None),
-    (dict(verification=VerificationRead("origin", (SECRET_KEY,), T0 + 1)), "verification", None),
-    (dict(verification=VerificationRead("origin", (), T0 - 5)), "verification", None),
-    (dict(keys=()), "verification", None),
-    (dict(verification=VerificationRead("cache", (), T0 + 1)), "verification", CacheRoutedVerification),
-    (dict(verification=VerificationRead("replica", (), T0 + 1)), "verification", CacheRoutedVerification),
-    (dict(verification=VerificationRead("unknown", (), T0 + 1)), "verification", CacheRoutedVerification),
-    (dict(scopes_cleared=("prefix:7d",)), "scopes", UnenumeratedScope),
-    (dict(scopes_cleared=()), "scopes", UnenumeratedScope),
-    (dict(scopes_cleared=None, scopes_retained=None), "scopes", None),
-    (dict(scopes_cleared=("prefix:7d",), scopes_retained=("tenant:30d",)), "scopes", None),
-    (dict(derived_covered=None), "structures", None),
-    (dict(derived_covered=("fts",)), "structures", None),
-    (dict(max_propagation_s=None), "propagation", UnboundedPropagation),
-    (dict(max_propagation_s=math.inf), "propagation", UnboundedPropagation),
-    (dict(max_propagation_s=math.nan), "propagation", UnboundedPropagation),
-    (dict(max_propagation_s=3600.0), "propagation", None),
-    (dict(acknowledged_at=0.0), "propagation", None),
-])
+@pytest.mark.parametrize(
+    "change, failing, error",
+    [
+        (dict(handle=None), "handle", None),
+        (dict(verification=None), "verification", None),
+        (dict(verification=VerificationRead("origin", (SECRET_KEY,), T0 + 1)), "verification", None),
+        (dict(verification=VerificationRead("origin", (), T0 - 5)), "verification", None),
+        (dict(keys=()), "verification", None),
+        (dict(verification=VerificationRead("cache", (), T0 + 1)), "verification", CacheRoutedVerification),
+        (dict(verification=VerificationRead("replica", (), T0 + 1)), "verification", CacheRoutedVerification),
+        (dict(verification=VerificationRead("unknown", (), T0 + 1)), "verification", CacheRoutedVerification),
+        (dict(scopes_cleared=("prefix:7d",)), "scopes", UnenumeratedScope),
+        (dict(scopes_cleared=()), "scopes", UnenumeratedScope),
+        (dict(scopes_cleared=None, scopes_retained=None), "scopes", None),
+        (dict(scopes_cleared=("prefix:7d",), scopes_retained=("tenant:30d",)), "scopes", None),
+        (dict(derived_covered=None), "structures", None),
+        (dict(derived_covered=("fts",)), "structures", None),
+        (dict(max_propagation_s=None), "propagation", UnboundedPropagation),
+        (dict(max_propagation_s=math.inf), "propagation", UnboundedPropagation),
+        (dict(max_propagation_s=math.nan), "propagation", UnboundedPropagation),
+        (dict(max_propagation_s=3600.0), "propagation", None),
+        (dict(acknowledged_at=0.0), "propagation", None),
+    ],
+)
 def test_each_missing_requirement_is_named_and_typed(change, failing, error):
     ack = replace(FULL, **change)
     c = classify(ack, REQUIRED, required_structures=["ann"], now=LATER)
@@ -364,8 +408,9 @@ def test_undeclared_bound_without_derived_structures_is_plain_intent():
 
 
 def test_assert_deleted_raises_the_first_typed_error_and_lists_every_reason():
-    ack = replace(FULL, verification=VerificationRead("cache", (), T0 + 1), scopes_cleared=("prefix:7d",),
-                  max_propagation_s=None)
+    ack = replace(
+        FULL, verification=VerificationRead("cache", (), T0 + 1), scopes_cleared=("prefix:7d",), max_propagation_s=None
+    )
     c = classify(ack, REQUIRED, now=LATER)
     assert c.errors() == (CacheRoutedVerification, UnenumeratedScope, UnboundedPropagation)
     with pytest.raises(CacheRoutedVerification) as exc:
@@ -534,8 +579,9 @@ def test_incident_b_cached_listing_is_not_evidence(clock):
     with pytest.raises(CacheRoutedVerification):
         assert_deleted(ack, ["prefix:7d"], now=T0 + 1000)
     with pytest.raises(UnenumeratedScope):
-        assert_deleted(replace(ack, verification=VerificationRead("origin", (), T0)), ["prefix:7d", "tenant:30d"],
-                       now=T0 + 1000)
+        assert_deleted(
+            replace(ack, verification=VerificationRead("origin", (), T0)), ["prefix:7d", "tenant:30d"], now=T0 + 1000
+        )
 
 
 def test_incident_b_gate_refuses_while_the_replica_lags(gates, clock):
@@ -559,8 +605,9 @@ def test_lagging_replica_is_refused_until_it_reflects_the_erasure_epoch(gates, c
     _seed(tool)
     tool.replicate()
     gate = gates(tool)
-    result = gate.forget(scope=SCOPE, keys=[SECRET_KEY], required_scopes=["tenant:30d"],
-                         required_structures=["replica"])
+    result = gate.forget(
+        scope=SCOPE, keys=[SECRET_KEY], required_scopes=["tenant:30d"], required_structures=["replica"]
+    )
     assert result.ack.epoch == 3
     assert [ch.name for ch in result.classification.checks if not ch.met] == ["propagation"]
 
@@ -625,8 +672,9 @@ def test_state_file_and_errors_hold_no_personal_data(gates, clock, gate_path):
     tool = IncidentATool(clock, stale_s=900)
     tool.write(SECRET_KEY, SECRET_TEXT, scope=scope, subject=SECRET_SUBJECT)
     gate = gates(tool, settle_s=60, reveal_scopes=False)
-    gate.forget(scope=scope, subject=SECRET_SUBJECT, keys=[SECRET_KEY], probes=["flowerpot"],
-                required_scopes=["retention-x"])
+    gate.forget(
+        scope=scope, subject=SECRET_SUBJECT, keys=[SECRET_KEY], probes=["flowerpot"], required_scopes=["retention-x"]
+    )
     gate.write("acme:alice:new", "alice moved the flowerpot", scope=scope, subject=SECRET_SUBJECT)  # a rewrite row
     messages = []
     for advance in (10, 100):
@@ -712,8 +760,9 @@ def test_a_failed_state_write_rolls_back_and_records_nothing(gate_path):
     assert state.unsettled() == []
     eid = state.begin("s", None, ["k"], T0)
     with pytest.raises(RuntimeError):
-        state.acknowledge(eid, acknowledged_at=T0, epoch=1, window_s=None, evidence_but_window=False,
-                          key_hs=broken_keys())
+        state.acknowledge(
+            eid, acknowledged_at=T0, epoch=1, window_s=None, evidence_but_window=False, key_hs=broken_keys()
+        )
     (e,) = state.unsettled("s")
     assert (e.acknowledged_at, e.epoch, e.key_hs) == (None, None, frozenset({"k"}))
     with pytest.raises(sqlite3.Error):

@@ -45,7 +45,8 @@ def _modules() -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
@@ -153,8 +154,7 @@ def test_no_import_cycles():
 
 def test_being_fixed_is_still_needed():
     graph = import_graph()
-    stale = [sorted(p) for p in _BEING_FIXED
-             if not any(set(p) <= set(c) for c in cycles(graph))]
+    stale = [sorted(p) for p in _BEING_FIXED if not any(set(p) <= set(c) for c in cycles(graph))]
     assert not stale, f"these circles are gone: delete them from _BEING_FIXED: {stale}"
 
 
@@ -169,6 +169,9 @@ def test_audit_reaches_peers_only_through_its_registry():
 
 @pytest.mark.parametrize("folder", _SIZE_CHECKED)
 def test_no_module_over_the_size_limit(folder):
-    big = {str(p.relative_to(SRC)): n for p in sorted((ROOT / folder).rglob("*.py"))
-           if (n := len(p.read_text(encoding="utf-8").splitlines())) > _SIZE_LIMIT}
+    big = {
+        str(p.relative_to(SRC)): n
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > _SIZE_LIMIT
+    }
     assert not big, f"modules over {_SIZE_LIMIT} lines: {big}"

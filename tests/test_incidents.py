@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from conftest import ann_vectors, fts_ids
 
 DAY = 86_400.0
@@ -36,18 +37,23 @@ N_ALICE = 50  # the incident had 412; 50 keeps the test fast and exercises the s
 @pytest.fixture
 def incident_a(store):
     words = _pseudo_words(2 * N_ALICE + 10)
-    alice = {f"acme:alice:{i}": f"alice said {words[2 * i]} about the {words[2 * i + 1]} order"
-             for i in range(N_ALICE)}
+    alice = {f"acme:alice:{i}": f"alice said {words[2 * i]} about the {words[2 * i + 1]} order" for i in range(N_ALICE)}
     store.register_subject("alice", tenant=TENANT, identifiers=["Alice", "alice@example.com"])
-    store.write_many([{"key": k, "text": t} for k, t in alice.items()],
-                     tenant=TENANT, subject="alice", purpose="support")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in alice.items()], tenant=TENANT, subject="alice", purpose="support"
+    )
     bob = {f"acme:bob:{i}": f"bob said {words[2 * N_ALICE + i]} about the order" for i in range(5)}
-    store.write_many([{"key": k, "text": t} for k, t in bob.items()],
-                     tenant=TENANT, subject="bob", purpose="support")
+    store.write_many([{"key": k, "text": t} for k, t in bob.items()], tenant=TENANT, subject="bob", purpose="support")
     # The rolling digest, written under the tenant's service account, naming Alice.
     digest = "weekly digest: Alice asked twice about her refund and the order status"
-    store.write("acme:digest:w14", digest, tenant=TENANT, subject="svc-analytics",
-                purpose="analytics", sources=sorted(alice)[:3])
+    store.write(
+        "acme:digest:w14",
+        digest,
+        tenant=TENANT,
+        subject="svc-analytics",
+        purpose="analytics",
+        sources=sorted(alice)[:3],
+    )
     return store, alice, bob, digest
 
 
@@ -152,11 +158,16 @@ SECRET = "caller read out card ending 4242 and the address 221B Baker Street"
 
 @pytest.fixture
 def incident_b(store, clock):
-    store.write(KEY, SECRET, tenant=TENANT, subject="alice", purpose="tenant-retention",
-                basis="contract", ttl=30 * DAY)
+    store.write(KEY, SECRET, tenant=TENANT, subject="alice", purpose="tenant-retention", basis="contract", ttl=30 * DAY)
     store.retain(KEY, tenant=TENANT, subject="alice", purpose="session", basis="consent", ttl=7 * DAY)
-    store.write(PREFIX + "43", "session 43: caller asked for opening hours", tenant=TENANT,
-                subject="alice", purpose="session", ttl=7 * DAY)
+    store.write(
+        PREFIX + "43",
+        "session 43: caller asked for opening hours",
+        tenant=TENANT,
+        subject="alice",
+        purpose="session",
+        ttl=7 * DAY,
+    )
     # Keys that share only part of the prefix, and an unrelated one: never touched.
     bystanders = {
         "tenant:acme:session": ("bare prefix without colon", "session"),

@@ -7,7 +7,6 @@ import os
 
 import apsw
 
-
 # Values chosen so none of them can appear inside a hex digest or a handle by chance.
 TENANT = "tenant-Quokka-Wharf"
 SUBJECTS = ("subject-Zelda-Nyquist", "subject-Quentin-Pryor")
@@ -19,8 +18,14 @@ def _populate(store, clock):
     """Several erasures of every kind; returns the receipts and every identifying string."""
     keys = [f"{KEY_PREFIX}{i}" for i in range(6)]
     for i, key in enumerate(keys):
-        store.write(key, f"{TEXT_WORD} memory {i} of {SUBJECTS[i % 2]}", tenant=TENANT,
-                    subject=SUBJECTS[i % 2], purpose="support", ttl=60 if i == 5 else None)
+        store.write(
+            key,
+            f"{TEXT_WORD} memory {i} of {SUBJECTS[i % 2]}",
+            tenant=TENANT,
+            subject=SUBJECTS[i % 2],
+            purpose="support",
+            ttl=60 if i == 5 else None,
+        )
     store.retain(keys[1], tenant=TENANT, subject=SUBJECTS[0], purpose="audit", basis="legal_hold")
     store.register_subject(SUBJECTS[0], tenant=TENANT, identifiers=["Zelda Nyquist"])
     receipts = [
@@ -79,8 +84,9 @@ def _stored(store, table):
     its file, the store closed first (idempotent); memory: from the origin's state."""
     if _in_memory(store):
         s = store._origin._state
-        rows = [list(e.values()) for e in s.ledger] if table == "ledger" else \
-            [[h, *row] for h, row in s.receipts.items()]
+        rows = (
+            [list(e.values()) for e in s.ledger] if table == "ledger" else [[h, *row] for h, row in s.receipts.items()]
+        )
         return rows
     path = _origin_db(store)
     store.close()
@@ -110,8 +116,13 @@ def test_an_altered_entry_body_is_detected(store, clock, reopen):
     body = json.loads(entry["body"])
     body["erased"] = []  # hide what was erased
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    store = _tamper(store, reopen, "UPDATE ledger SET body=? WHERE seq=?", (text, entry["seq"]),
-                    memory=lambda led: [{**e, "body": text} if e["seq"] == entry["seq"] else e for e in led])
+    store = _tamper(
+        store,
+        reopen,
+        "UPDATE ledger SET body=? WHERE seq=?",
+        (text, entry["seq"]),
+        memory=lambda led: [{**e, "body": text} if e["seq"] == entry["seq"] else e for e in led],
+    )
     check = store.verify_ledger()
     assert not check.ok
     assert any(f"seq {entry['seq']}" in p and "altered" in p for p in check.problems), check.problems
@@ -120,8 +131,12 @@ def test_an_altered_entry_body_is_detected(store, clock, reopen):
 
 def test_an_altered_timestamp_is_detected(store, clock, reopen):
     _populate(store, clock)
-    store = _tamper(store, reopen, "UPDATE ledger SET at=at+1 WHERE seq=1",
-                    memory=lambda led: [{**e, "at": e["at"] + 1} if e["seq"] == 1 else e for e in led])
+    store = _tamper(
+        store,
+        reopen,
+        "UPDATE ledger SET at=at+1 WHERE seq=1",
+        memory=lambda led: [{**e, "at": e["at"] + 1} if e["seq"] == 1 else e for e in led],
+    )
     check = store.verify_ledger()
     assert not check.ok
     assert any("seq 1" in p for p in check.problems), check.problems
@@ -137,8 +152,13 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
     body = e["body"].replace('"kind":"forget"', '"kind":"forgot"')
     assert body != e["body"]
     new_hash = chain_hash(e["prev"], e["seq"], e["at"], e["kind"], e["handle"], body)
-    store = _tamper(store, reopen, "UPDATE ledger SET body=?, hash=? WHERE seq=1", (body, new_hash),
-                    memory=lambda led: [{**e, "body": body, "hash": new_hash} if e["seq"] == 1 else e for e in led])
+    store = _tamper(
+        store,
+        reopen,
+        "UPDATE ledger SET body=?, hash=? WHERE seq=1",
+        (body, new_hash),
+        memory=lambda led: [{**e, "body": body, "hash": new_hash} if e["seq"] == 1 else e for e in led],
+    )
     check = store.verify_ledger()
     assert not check.ok
     assert any("seq 2" in p and "link" in p for p in check.problems), check.problems
@@ -148,8 +168,9 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
 def test_a_deleted_middle_entry_is_a_gap(store, clock, reopen):
     receipts, _ = _populate(store, clock)
     assert len(receipts) >= 3
-    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=2",
-                    memory=lambda led: [e for e in led if e["seq"] != 2])
+    store = _tamper(
+        store, reopen, "DELETE FROM ledger WHERE seq=2", memory=lambda led: [e for e in led if e["seq"] != 2]
+    )
     check = store.verify_ledger()
     assert not check.ok
     assert check.entries == len(receipts) - 1
@@ -161,8 +182,13 @@ def test_a_deleted_last_entry_is_visible_to_the_receipt_holder(store, clock, reo
     entry that no longer exists, which is how a holder of the receipt sees it."""
     receipts, _ = _populate(store, clock)
     last = receipts[-1]
-    store = _tamper(store, reopen, "DELETE FROM ledger WHERE seq=?", (last.ledger_seq,),
-                    memory=lambda led: [e for e in led if e["seq"] != last.ledger_seq])
+    store = _tamper(
+        store,
+        reopen,
+        "DELETE FROM ledger WHERE seq=?",
+        (last.ledger_seq,),
+        memory=lambda led: [e for e in led if e["seq"] != last.ledger_seq],
+    )
     assert store.verify_ledger().ok
     assert last.ledger_hash not in {e["hash"] for e in store.ledger()}
 

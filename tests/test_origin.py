@@ -44,13 +44,12 @@ def write(origin, key: str, text: str, now: float = 1.0) -> int:
 def test_a_failed_transaction_leaves_nothing(origin):
     write(origin, "k1", "first words")
     epoch = origin.current_epoch()
-    with pytest.raises(RuntimeError):
-        with origin.transaction("write", "acme", 2.0) as tx:
-            rid = tx.upsert("acme", rec("k2", "second words"), 2.0)
-            tx.log_changes("acme", [rid], [])
-            origin.text.stage(tx, [rid], [], {rid: "second words"})
-            tx.append_ledger("forget", "h", {"x": 1}, 2.0)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), origin.transaction("write", "acme", 2.0) as tx:
+        rid = tx.upsert("acme", rec("k2", "second words"), 2.0)
+        tx.log_changes("acme", [rid], [])
+        origin.text.stage(tx, [rid], [], {rid: "second words"})
+        tx.append_ledger("forget", "h", {"x": 1}, 2.0)
+        raise RuntimeError("boom")
     assert origin.current_epoch() == epoch
     assert origin.read("acme", "k2", "support", 3.0) is None
     assert origin.ledger() == []
@@ -93,8 +92,10 @@ def test_a_snapshot_sees_one_state_while_a_write_commits(origin):
 
 
 def test_the_word_index_matches_phrases_and_ranks(origin):
-    ids = [write(origin, f"k{i}", t) for i, t in enumerate(
-        ["Zoë called about the kettle", "the kettle kettle again", "nothing here"])]
+    ids = [
+        write(origin, f"k{i}", t)
+        for i, t in enumerate(["Zoë called about the kettle", "the kettle kettle again", "nothing here"])
+    ]
     found = origin.text.search(["kettle"], "acme", "support", None, 3.0, 10, 10)
     assert found == [ids[1], ids[0]]
     assert origin.text.document_frequency(["kettle", "zoe", "absent"]) == {"kettle": 2, "zoe": 1}

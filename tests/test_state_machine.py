@@ -38,15 +38,29 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import efface
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_model import ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel  # noqa: E402
+from reference_model import ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel
 
 TENANTS = ("acme", "globex")
 SUBJECTS = ("alice", "bob", "carol")
 PURPOSES = ("support", "analytics", "audit")
 KEYS = ("a", "a1", "a12", "a2", "b", "b1")
 PREFIXES = ("a", "a1", "b", "c")
-WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor",
-         "indigo", "juniper", "kestrel", "lumen", "meadow", "nectar")
+WORDS = (
+    "amber",
+    "birch",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "meadow",
+    "nectar",
+)
 K_ALL = 50
 """Larger than any tenant's record count, so recall can return every live record."""
 
@@ -107,7 +121,8 @@ def aimed_selectors(draw, key, subject, purpose):
 def batches(min_size):
     """Items for write_many: distinct keys, each maybe overriding the claim and the ttl."""
     return st.lists(keys, min_size=min_size, max_size=min_size + 3, unique=True).flatmap(
-        lambda ks: st.tuples(*[st.tuples(st.just(k), texts, st.none() | claims(), st.none() | ttls) for k in ks]))
+        lambda ks: st.tuples(*[st.tuples(st.just(k), texts, st.none() | claims(), st.none() | ttls) for k in ks])
+    )
 
 
 class FakeClock:
@@ -172,8 +187,15 @@ class StoreMachine(RuleBasedStateMachine):
         event(f"{expected.kind}: erased={bool(expected.erased)} retained={bool(expected.retained)}")
         self.erased += [(expected.tenant, k, t) for k, t in expected.erased_texts.items()]
 
-    def _check_recall(self, query: str, tenant: str, purpose: str, subject: str | None = None,
-                      k: int = K_ALL, ann_complete: bool = False) -> list:
+    def _check_recall(
+        self,
+        query: str,
+        tenant: str,
+        purpose: str,
+        subject: str | None = None,
+        k: int = K_ALL,
+        ann_complete: bool = False,
+    ) -> list:
         now = self.clock.t
         try:
             self.model.check_purpose(tenant, purpose)
@@ -189,7 +211,8 @@ class StoreMachine(RuleBasedStateMachine):
         for h in hits:
             assert h.key in visible, (
                 f"recall returned {h.key!r} in {tenant}/{purpose}, which the model says is not live"
-                f" (model text: {self.model.text(tenant, h.key)!r}, hit text: {h.text!r})")
+                f" (model text: {self.model.text(tenant, h.key)!r}, hit text: {h.text!r})"
+            )
             assert h.text == visible[h.key], f"recall served stale text for {h.key!r}"
         # Full-text search ORs the query's words: when k leaves room for every live record,
         # each one sharing a word with the query must come back.
@@ -211,8 +234,11 @@ class StoreMachine(RuleBasedStateMachine):
     def write(self, tenant, key, text, claim, ttl):
         subject, purpose, basis = claim
         self.store.write(key, text, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
-        self._note_expired(self.model.write(tenant, key, text, subject=subject, purpose=purpose,
-                                            basis=basis, ttl=ttl, now=self.clock.t))
+        self._note_expired(
+            self.model.write(
+                tenant, key, text, subject=subject, purpose=purpose, basis=basis, ttl=ttl, now=self.clock.t
+            )
+        )
 
     @initialize(tenant=tenants, default=claims(), items=batches(3))
     def seed(self, tenant, default, items):
@@ -247,8 +273,7 @@ class StoreMachine(RuleBasedStateMachine):
         # retain then fails.
         self._note_expired(self.model.expire(self.clock.t))
         try:
-            self.model.retain(tenant, key, subject=subject, purpose=purpose, basis=basis, ttl=ttl,
-                              now=self.clock.t)
+            self.model.retain(tenant, key, subject=subject, purpose=purpose, basis=basis, ttl=ttl, now=self.clock.t)
         except ModelNotFound:
             event("retain: not found")
             with pytest.raises(efface.NotFound):
@@ -273,8 +298,9 @@ class StoreMachine(RuleBasedStateMachine):
         claims_got = {(c.subject, c.purpose, c.basis, c.expires_at) for c in got.claims}
         assert claims_got == self.model.live_claims(tenant, key, purpose, now)
 
-    @rule(data=st.data(), tenant=tenants, purpose=purposes, subject=st.none() | subjects,
-          k=st.sampled_from([1, 3, K_ALL]))
+    @rule(
+        data=st.data(), tenant=tenants, purpose=purposes, subject=st.none() | subjects, k=st.sampled_from([1, 3, K_ALL])
+    )
     def recall(self, data, tenant, purpose, subject, k):
         pool = sorted({rec.text for rec in self.model.records.values()} | {t for _, _, t in self.erased})
         query = data.draw(st.sampled_from(pool) if pool else texts, label="query")
@@ -283,8 +309,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), tenant=tenants, selector=selectors(), aim=st.booleans())
     def forget(self, data, tenant, selector, aim):
-        claims_here = sorted((k, ck) for (t, k), rec in self.model.records.items() if t == tenant
-                             for ck in rec.claims)
+        claims_here = sorted((k, ck) for (t, k), rec in self.model.records.items() if t == tenant for ck in rec.claims)
         if aim and claims_here:
             # Aim at a claim that exists, through a random subset of its coordinates.
             key, (subject, purpose, _basis) = data.draw(st.sampled_from(claims_here), label="aim")
@@ -300,7 +325,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._check_receipt(receipt, expected)
         # Right at acknowledgement (the ANN index has not absorbed it): the erased texts
         # are not served in any purpose.
-        for key, text in expected.erased_texts.items():
+        for _key, text in expected.erased_texts.items():
             for purpose in sorted(self.model.purposes.get(tenant, ())):
                 self._check_recall(text, tenant, purpose)
 
@@ -385,8 +410,8 @@ class StoreMachine(RuleBasedStateMachine):
                     got = self.store.read(key, tenant=tenant, purpose=purpose)
                     expected = self.model.read(tenant, key, purpose, now)
                     assert (got.text if got else None) == expected, (
-                        f"read({key!r}, {tenant}/{purpose}) -> {got.text if got else None!r}, "
-                        f"model says {expected!r}")
+                        f"read({key!r}, {tenant}/{purpose}) -> {got.text if got else None!r}, model says {expected!r}"
+                    )
 
     @invariant()
     def recall_agrees(self):

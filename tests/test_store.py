@@ -3,6 +3,7 @@ receipts, epochs, locking. Every test runs on every backend through the ``store`
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 import pytest
 
 import efface
+
 from conftest import ann_vectors
 
 DAY = 86_400.0
@@ -33,8 +35,7 @@ def recall_keys(store, query, *, tenant="acme", purpose="support", subject=None,
 
 def fts_keys(store, query, *, tenant="acme", purpose="support", subject=None, k=100):
     """Keys that recall found by their words (the full-text path proposed them)."""
-    return [h.key for h in store.recall(query, tenant=tenant, purpose=purpose, subject=subject, k=k)
-            if "fts" in h.via]
+    return [h.key for h in store.recall(query, tenant=tenant, purpose=purpose, subject=subject, k=k) if "fts" in h.via]
 
 
 def live_keys(store, keys, *, tenant="acme", purpose="support"):
@@ -43,16 +44,13 @@ def live_keys(store, keys, *, tenant="acme", purpose="support"):
 
 # -- write / read -----------------------------------------------------------------------------
 def test_write_then_read_returns_everything_written(store):
-    epoch = put(store, "n1", "Alice prefers green tea", metadata={"lang": "en", "n": 1},
-                sources=["chat:1", "chat:2"])
+    epoch = put(store, "n1", "Alice prefers green tea", metadata={"lang": "en", "n": 1}, sources=["chat:1", "chat:2"])
     m = store.read("n1", tenant="acme", purpose="support")
     assert isinstance(epoch, int) and epoch > 0
     assert m.key == "n1" and m.text == "Alice prefers green tea" and m.tenant == "acme"
     assert dict(m.metadata) == {"lang": "en", "n": 1}
     assert m.sources == ("chat:1", "chat:2")
-    assert [(c.subject, c.purpose, c.basis, c.expires_at) for c in m.claims] == [
-        ("alice", "support", "consent", None)
-    ]
+    assert [(c.subject, c.purpose, c.basis, c.expires_at) for c in m.claims] == [("alice", "support", "consent", None)]
     assert store.read("missing", tenant="acme", purpose="support") is None
     (hit,) = store.recall("green tea", tenant="acme", purpose="support")
     assert (hit.key, hit.text, dict(hit.metadata)) == ("n1", "Alice prefers green tea", {"lang": "en", "n": 1})
@@ -159,9 +157,17 @@ def test_forget_by_purpose(store):
 
 def test_forget_by_prefix_is_an_exact_prefix_not_a_pattern(store):
     keys = {
-        "acme:s:1": True, "acme:s:10": True, "acme:s:": True,  # match
-        "acme:s": False, "acme:S:1": False, "acme:t:1": False, "acme-s:1": False,
-        "xacme:s:1": False, "acme%s:1": False, "acme_s:1": False, "acme:": False,
+        "acme:s:1": True,
+        "acme:s:10": True,
+        "acme:s:": True,  # match
+        "acme:s": False,
+        "acme:S:1": False,
+        "acme:t:1": False,
+        "acme-s:1": False,
+        "xacme:s:1": False,
+        "acme%s:1": False,
+        "acme_s:1": False,
+        "acme:": False,
     }
     for i, key in enumerate(keys):
         put(store, key, f"note number {i}")
@@ -291,8 +297,10 @@ def test_recall_is_isolated_per_tenant(store):
 
 # -- read-safety while the ANN lags -------------------------------------------------------------
 def test_recall_never_returns_erased_records_while_ann_is_pending(store):
-    secrets = {f"al{i}": f"alice secret {w} number {i}" for i, w in
-               enumerate(["lighthouse", "saffron", "tundra", "obsidian", "marigold", "vortex"])}
+    secrets = {
+        f"al{i}": f"alice secret {w} number {i}"
+        for i, w in enumerate(["lighthouse", "saffron", "tundra", "obsidian", "marigold", "vortex"])
+    }
     for key, text in secrets.items():
         put(store, key, text, subject="alice")
     put(store, "bob1", "bob likes the lighthouse too", subject="bob")
@@ -322,7 +330,10 @@ def test_recall_never_returns_erased_records_while_ann_is_pending(store):
     st = store.wait(receipt.handle, timeout=30)
     assert st.settled
     assert {name: p.state for name, p in st.paths.items()} == {
-        "origin": "absorbed", "fts": "absorbed", "ann": "absorbed"}
+        "origin": "absorbed",
+        "fts": "absorbed",
+        "ann": "absorbed",
+    }
     assert all(p.applied_epoch >= receipt.epoch for p in st.paths.values())
     assert st.pending_deletions == 0
     assert ann_vectors(store, "acme") == 1
@@ -412,8 +423,7 @@ def test_a_claim_without_ttl_keeps_the_record_when_another_expires(store, clock)
     assert text_of(store, "n1", purpose="support") == "note with two scopes"
     (r,) = store.sweep()
     assert r.kind == "expire" and r.erased == ()
-    assert [(x.key, x.purpose, x.basis, x.expires_at) for x in r.retained] == [
-        ("n1", "support", "contract", None)]
+    assert [(x.key, x.purpose, x.basis, x.expires_at) for x in r.retained] == [("n1", "support", "contract", None)]
     assert text_of(store, "n1", purpose="support") == "note with two scopes"
 
 
@@ -474,7 +484,7 @@ def test_epochs_strictly_increase_across_every_mutation_and_reopen(store, reopen
     epochs.append(put(store, "n4", "four"))
     epochs.append(store.forget(tenant="acme", key="n4").epoch)
     assert len(epochs) == 9
-    assert all(a < b for a, b in zip(epochs, epochs[1:])), epochs
+    assert all(a < b for a, b in itertools.pairwise(epochs)), epochs
     assert store.stats()["epoch"] == epochs[-1]
 
 
@@ -500,8 +510,9 @@ def test_write_many_rejects_a_bad_item_and_writes_nothing(store):
     with pytest.raises(efface.InvalidInput):
         store.write_many(items, tenant="acme", subject="alice", purpose="support")
     with pytest.raises(efface.InvalidInput):
-        store.write_many([{"key": "d", "text": "x"}, {"key": "d", "text": "y"}],
-                         tenant="acme", subject="alice", purpose="support")
+        store.write_many(
+            [{"key": "d", "text": "x"}, {"key": "d", "text": "y"}], tenant="acme", subject="alice", purpose="support"
+        )
     with pytest.raises(efface.InvalidInput):
         store.write_many([], tenant="acme", subject="alice", purpose="support")
     assert store.stats() == before
@@ -528,8 +539,17 @@ def test_receipt_to_dict_has_every_field_of_the_contract(store, clock):
     r = store.forget(tenant="acme", subject="alice")
     d = r.to_dict()
     json.dumps(d)  # one JSON document
-    for field in ("handle", "epoch", "level", "released", "erased", "retained", "quarantined",
-                  "paths", "max_propagation_s"):
+    for field in (
+        "handle",
+        "epoch",
+        "level",
+        "released",
+        "erased",
+        "retained",
+        "quarantined",
+        "paths",
+        "max_propagation_s",
+    ):
         assert field in d, field
     assert d["handle"] == r.handle and d["handle"].startswith("efr_")
     assert d["epoch"] == r.epoch
@@ -576,8 +596,13 @@ _OPEN_IN_CHILD = textwrap.dedent(
 
 
 def _open_in_child(path):
-    return subprocess.run([sys.executable, "-c", _OPEN_IN_CHILD, path], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return subprocess.run(
+        [sys.executable, "-c", _OPEN_IN_CHILD, path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def test_a_second_process_cannot_open_an_open_store(store):
@@ -620,7 +645,8 @@ def test_sweep_gives_one_expiry_receipt_per_tenant(store, clock):
     assert sorted((r.selector.tenant, r.erased) for r in receipts) == [("acme", ("a",)), ("globex", ("b",))]
     assert len({r.epoch for r in receipts}) == 2
     assert [row["handle"] for row in store.receipts(tenant="globex")] == [
-        r.handle for r in receipts if r.selector.tenant == "globex"]
+        r.handle for r in receipts if r.selector.tenant == "globex"
+    ]
     assert text_of(store, "c", tenant="globex") == "globex long-lived"
 
 

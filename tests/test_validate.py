@@ -36,13 +36,14 @@ def snapshot(store) -> dict:
     return {
         "records": stats["records"],
         "epoch": stats["epoch"],
-        "reads": {k: (m.text, tuple(m.claims)) if (m := store.read(k, tenant="acme", purpose=p)) else None
-                  for k, (_, p) in SEED.items()},
+        "reads": {
+            k: (m.text, tuple(m.claims)) if (m := store.read(k, tenant="acme", purpose=p)) else None
+            for k, (_, p) in SEED.items()
+        },
         "purposes": sorted(store._origin.purposes("acme")),
         "ledger": len(store.ledger()),
         "receipts": len(store.receipts()),
-        "recall": [(h.key, h.text) for h in store.recall("green tea parcel", tenant="acme",
-                                                         purpose="support", k=50)],
+        "recall": [(h.key, h.text) for h in store.recall("green tea parcel", tenant="acme", purpose="support", k=50)],
     }
 
 
@@ -155,30 +156,57 @@ def test_bad_write_is_refused_and_changes_nothing(seeded, case):
 
 BAD_CALLS = {
     # purposes never written in this tenant: a typo must not pass for an answer or an erasure
-    "read unknown purpose": (lambda s: s.read("seed:1", tenant="acme", purpose="marketing"),
-                             efface.UnknownPurpose, "marketing"),
-    "recall unknown purpose": (lambda s: s.recall("tea", tenant="acme", purpose="marketing"),
-                               efface.UnknownPurpose, "marketing"),
-    "forget unknown purpose": (lambda s: s.forget(tenant="acme", subject="alice", purpose="marketing"),
-                               efface.UnknownPurpose, "marketing"),
+    "read unknown purpose": (
+        lambda s: s.read("seed:1", tenant="acme", purpose="marketing"),
+        efface.UnknownPurpose,
+        "marketing",
+    ),
+    "recall unknown purpose": (
+        lambda s: s.recall("tea", tenant="acme", purpose="marketing"),
+        efface.UnknownPurpose,
+        "marketing",
+    ),
+    "forget unknown purpose": (
+        lambda s: s.forget(tenant="acme", subject="alice", purpose="marketing"),
+        efface.UnknownPurpose,
+        "marketing",
+    ),
     "forget purpose of another tenant": (
-        lambda s: s.forget(tenant="globex", purpose="support"), efface.UnknownPurpose, None),
-    "read malformed purpose": (lambda s: s.read("seed:1", tenant="acme", purpose="sup port"),
-                               efface.InvalidInput, "sup port"),
-    "recall malformed purpose": (lambda s: s.recall("tea", tenant="acme", purpose="-support"),
-                                 efface.InvalidInput, "-support"),
-    "forget malformed purpose": (lambda s: s.forget(tenant="acme", purpose="support!"),
-                                 efface.InvalidInput, "support!"),
+        lambda s: s.forget(tenant="globex", purpose="support"),
+        efface.UnknownPurpose,
+        None,
+    ),
+    "read malformed purpose": (
+        lambda s: s.read("seed:1", tenant="acme", purpose="sup port"),
+        efface.InvalidInput,
+        "sup port",
+    ),
+    "recall malformed purpose": (
+        lambda s: s.recall("tea", tenant="acme", purpose="-support"),
+        efface.InvalidInput,
+        "-support",
+    ),
+    "forget malformed purpose": (
+        lambda s: s.forget(tenant="acme", purpose="support!"),
+        efface.InvalidInput,
+        "support!",
+    ),
     # retain
     "retain unknown basis": (
         lambda s: s.retain("seed:1", tenant="acme", subject="bob", purpose="support", basis="whim"),
-        efface.UnknownBasis, "whim"),
+        efface.UnknownBasis,
+        "whim",
+    ),
     "retain bad ttl": (
         lambda s: s.retain("seed:1", tenant="acme", subject="bob", purpose="support", basis="consent", ttl=-1),
-        efface.InvalidInput, None),
+        efface.InvalidInput,
+        None,
+    ),
     "retain missing key": (
         lambda s: s.retain("no-such-key-xyz", tenant="acme", subject="bob", purpose="support", basis="consent"),
-        efface.NotFound, "no-such-key-xyz"),
+        efface.NotFound,
+        "no-such-key-xyz",
+    ),
     # recall
     "recall k=0": (lambda s: s.recall("tea", tenant="acme", purpose="support", k=0), efface.InvalidInput, None),
     "recall k=-1": (lambda s: s.recall("tea", tenant="acme", purpose="support", k=-1), efface.InvalidInput, None),
@@ -188,14 +216,26 @@ BAD_CALLS = {
     "recall k='10'": (lambda s: s.recall("tea", tenant="acme", purpose="support", k="10"), efface.InvalidInput, None),
     "recall empty query": (lambda s: s.recall("", tenant="acme", purpose="support"), efface.InvalidInput, None),
     "recall blank query": (lambda s: s.recall(" \n ", tenant="acme", purpose="support"), efface.InvalidInput, None),
-    "recall bytes query": (lambda s: s.recall(b"green tea query", tenant="acme", purpose="support"),
-                           efface.InvalidInput, b"green tea query"),
-    "recall lone surrogate query": (lambda s: s.recall("tea \udcff cup", tenant="acme", purpose="support"),
-                                    efface.InvalidInput, "tea \udcff cup"),
-    "recall huge query": (lambda s: s.recall(HUGE_TEXT, tenant="acme", purpose="support"),
-                          efface.InvalidInput, HUGE_TEXT),
-    "recall bad subject": (lambda s: s.recall("tea", tenant="acme", purpose="support", subject=""),
-                           efface.InvalidInput, None),
+    "recall bytes query": (
+        lambda s: s.recall(b"green tea query", tenant="acme", purpose="support"),
+        efface.InvalidInput,
+        b"green tea query",
+    ),
+    "recall lone surrogate query": (
+        lambda s: s.recall("tea \udcff cup", tenant="acme", purpose="support"),
+        efface.InvalidInput,
+        "tea \udcff cup",
+    ),
+    "recall huge query": (
+        lambda s: s.recall(HUGE_TEXT, tenant="acme", purpose="support"),
+        efface.InvalidInput,
+        HUGE_TEXT,
+    ),
+    "recall bad subject": (
+        lambda s: s.recall("tea", tenant="acme", purpose="support", subject=""),
+        efface.InvalidInput,
+        None,
+    ),
     # read
     "read bytes key": (lambda s: s.read(b"seed:1", tenant="acme", purpose="support"), efface.InvalidInput, None),
     "read huge key": (lambda s: s.read(HUGE_KEY, tenant="acme", purpose="support"), efface.InvalidInput, HUGE_KEY),
@@ -203,49 +243,94 @@ BAD_CALLS = {
     # forget
     "forget nothing named": (lambda s: s.forget(tenant="acme"), efface.ScopeError, None),
     "forget empty prefix": (lambda s: s.forget(tenant="acme", prefix=""), efface.InvalidInput, None),
-    "forget bytes subject": (lambda s: s.forget(tenant="acme", subject=b"alice-bytes"),
-                             efface.InvalidInput, b"alice-bytes"),
-    "forget lone surrogate key": (lambda s: s.forget(tenant="acme", key="seed\udcff1"),
-                                  efface.InvalidInput, "seed\udcff1"),
+    "forget bytes subject": (
+        lambda s: s.forget(tenant="acme", subject=b"alice-bytes"),
+        efface.InvalidInput,
+        b"alice-bytes",
+    ),
+    "forget lone surrogate key": (
+        lambda s: s.forget(tenant="acme", key="seed\udcff1"),
+        efface.InvalidInput,
+        "seed\udcff1",
+    ),
     "forget huge prefix": (lambda s: s.forget(tenant="acme", prefix=HUGE_KEY), efface.InvalidInput, HUGE_KEY),
     "forget bytes tenant": (lambda s: s.forget(tenant=b"acme", subject="alice"), efface.InvalidInput, None),
     # register_subject
     "identifiers as one string": (
         lambda s: s.register_subject("alice", tenant="acme", identifiers="alice@example.com"),
-        efface.InvalidInput, "alice@example.com"),
+        efface.InvalidInput,
+        "alice@example.com",
+    ),
     "identifiers with bytes": (
         lambda s: s.register_subject("alice", tenant="acme", identifiers=[b"alice@example.com"]),
-        efface.InvalidInput, b"alice@example.com"),
+        efface.InvalidInput,
+        b"alice@example.com",
+    ),
     "identifiers None": (
-        lambda s: s.register_subject("alice", tenant="acme", identifiers=None), efface.InvalidInput, None),
+        lambda s: s.register_subject("alice", tenant="acme", identifiers=None),
+        efface.InvalidInput,
+        None,
+    ),
     # write_many
-    "write_many empty": (lambda s: s.write_many([], tenant="acme", subject="alice", purpose="support"),
-                         efface.InvalidInput, None),
-    "write_many not iterable": (lambda s: s.write_many(7, tenant="acme", subject="alice", purpose="support"),
-                                efface.InvalidInput, None),
+    "write_many empty": (
+        lambda s: s.write_many([], tenant="acme", subject="alice", purpose="support"),
+        efface.InvalidInput,
+        None,
+    ),
+    "write_many not iterable": (
+        lambda s: s.write_many(7, tenant="acme", subject="alice", purpose="support"),
+        efface.InvalidInput,
+        None,
+    ),
     "write_many item not a mapping": (
         lambda s: s.write_many(["new:1"], tenant="acme", subject="alice", purpose="support"),
-        efface.InvalidInput, None),
+        efface.InvalidInput,
+        None,
+    ),
     "write_many duplicate key": (
-        lambda s: s.write_many([{"key": "dup-key-1", "text": "a"}, {"key": "dup-key-1", "text": "b"}],
-                               tenant="acme", subject="alice", purpose="support"),
-        efface.InvalidInput, "dup-key-1"),
+        lambda s: s.write_many(
+            [{"key": "dup-key-1", "text": "a"}, {"key": "dup-key-1", "text": "b"}],
+            tenant="acme",
+            subject="alice",
+            purpose="support",
+        ),
+        efface.InvalidInput,
+        "dup-key-1",
+    ),
     "write_many missing claim": (
         lambda s: s.write_many([{"key": "new:1", "text": "a"}], tenant="acme", subject="alice"),
-        efface.InvalidInput, None),
+        efface.InvalidInput,
+        None,
+    ),
     "write_many bad item after good ones": (
-        lambda s: s.write_many([{"key": "new:1", "text": "fine"}, {"key": "new:2", "text": "ok", "ttl": 0}],
-                               tenant="acme", subject="alice", purpose="support"),
-        efface.InvalidInput, None),
+        lambda s: s.write_many(
+            [{"key": "new:1", "text": "fine"}, {"key": "new:2", "text": "ok", "ttl": 0}],
+            tenant="acme",
+            subject="alice",
+            purpose="support",
+        ),
+        efface.InvalidInput,
+        None,
+    ),
     "write_many wrong embeddings shape": (
-        lambda s: s.write_many([{"key": "new:1", "text": "fine"}], tenant="acme", subject="alice",
-                               purpose="support", embeddings=[[0.1, 0.2]]),
-        efface.InvalidInput, None),
+        lambda s: s.write_many(
+            [{"key": "new:1", "text": "fine"}],
+            tenant="acme",
+            subject="alice",
+            purpose="support",
+            embeddings=[[0.1, 0.2]],
+        ),
+        efface.InvalidInput,
+        None,
+    ),
     # status
     "status empty handle": (lambda s: s.status(""), efface.InvalidInput, None),
     "status non-str handle": (lambda s: s.status(123), efface.InvalidInput, None),
-    "status unknown handle": (lambda s: s.status("efr_0123456789abcdef01234567"), efface.NotFound,
-                              "efr_0123456789abcdef01234567"),
+    "status unknown handle": (
+        lambda s: s.status("efr_0123456789abcdef01234567"),
+        efface.NotFound,
+        "efr_0123456789abcdef01234567",
+    ),
 }
 
 
@@ -266,9 +351,15 @@ def test_unknown_purpose_is_a_typo_guard_not_a_silent_none(seeded):
 
 
 # -- ttl forms that are valid ----------------------------------------------------------------
-@pytest.mark.parametrize("ttl, seconds", [
-    (dt.timedelta(minutes=5), 300.0), (1, 1.0), (0.5, 0.5), (30 * 86_400, 30 * 86_400.0),
-])
+@pytest.mark.parametrize(
+    "ttl, seconds",
+    [
+        (dt.timedelta(minutes=5), 300.0),
+        (1, 1.0),
+        (0.5, 0.5),
+        (30 * 86_400, 30 * 86_400.0),
+    ],
+)
 def test_valid_ttl_forms(store, clock, ttl, seconds):
     store.write("t", "ttl note", ttl=ttl, purpose="support", **WHO)
     (claim,) = store.read("t", tenant="acme", purpose="support").claims
@@ -290,8 +381,9 @@ def test_unicode_is_fine(store):
     key, text = "clé:Zoë:📎", "Zoë préfère le thé vert 🍵, 東京で"
     store.write(key, text, tenant="Ångström AB", subject="Zoë", purpose="support")
     assert store.read(key, tenant="Ångström AB", purpose="support").text == text
-    assert key in [h.key for h in store.recall("the vert zoe", tenant="Ångström AB", purpose="support")
-                   if "fts" in h.via]
+    assert key in [
+        h.key for h in store.recall("the vert zoe", tenant="Ångström AB", purpose="support") if "fts" in h.via
+    ]
     r = store.forget(tenant="Ångström AB", prefix="clé:Zo")
     assert r.erased == (key,)
 
@@ -313,7 +405,7 @@ LOOKALIKES = [
     "%_wild%card_",
     "back\\slash",
     "fts MATCH 'y'",
-    "\"a\" NEAR/2 \"b\"",
+    '"a" NEAR/2 "b"',
     "()",
     "rowid=1; DELETE FROM claims",
 ]
@@ -330,12 +422,14 @@ def test_sql_and_fts_lookalikes_are_stored_and_found_literally(store):
         assert store.read(s, tenant="acme", purpose="support").text == s
         assert store.read(f"text:{i}", tenant="acme", purpose="support").text == f"{s} lookalike{i}"
         hits = store.recall(s, tenant="acme", purpose="support", k=1000)  # no syntax error
-        assert {h.text for h in hits} <= {s for s in LOOKALIKES} | {f"{s} lookalike{j}"
-                                                                    for j, s in enumerate(LOOKALIKES)}
+        assert {h.text for h in hits} <= {s for s in LOOKALIKES} | {
+            f"{s} lookalike{j}" for j, s in enumerate(LOOKALIKES)
+        }
         if re.search(r"\w", s):  # it has words: the full-text path finds it by them
             assert s in [h.key for h in hits if "fts" in h.via], s
-        assert f"text:{i}" in [h.key for h in store.recall(f"lookalike{i}", tenant="acme", purpose="support")
-                               if "fts" in h.via]
+        assert f"text:{i}" in [
+            h.key for h in store.recall(f"lookalike{i}", tenant="acme", purpose="support") if "fts" in h.via
+        ]
         assert [h.key for h in store.recall(s, tenant="acme", purpose="support", subject=s, k=1000)] == [s]
     assert store.read("k", tenant=LOOKALIKES[0], purpose="support").text == "plain"
     assert store.stats()["records"] == 2 * len(LOOKALIKES) + 1

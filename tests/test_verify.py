@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import efface
-from conftest import record_id_of, set_ledger_body
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
+
+from conftest import record_id_of, set_ledger_body
 
 TENANT = "acme"
 
@@ -29,10 +30,15 @@ def bob_text(i: int) -> str:
 
 
 def fill(store, n: int = 20) -> None:
-    store.write_many([{"key": f"alice:{i}", "text": alice_text(i)} for i in range(n)],
-                     tenant=TENANT, subject="alice", purpose="support")
-    store.write_many([{"key": f"bob:{i}", "text": bob_text(i)} for i in range(n)],
-                     tenant=TENANT, subject="bob", purpose="support")
+    store.write_many(
+        [{"key": f"alice:{i}", "text": alice_text(i)} for i in range(n)],
+        tenant=TENANT,
+        subject="alice",
+        purpose="support",
+    )
+    store.write_many(
+        [{"key": f"bob:{i}", "text": bob_text(i)} for i in range(n)], tenant=TENANT, subject="bob", purpose="support"
+    )
     store.compact()
 
 
@@ -270,10 +276,18 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     rounds, per = 4, 40
     vectors = rng.standard_normal((rounds * per + 200, store.embedder.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    items = [{"key": f"r{i // per}:{i}", "text": f"round {i // per} memory number {i:04d} about the orchard",
-              "subject": f"s{i // per}"} for i in range(rounds * per)]
-    items += [{"key": f"keep:{i}", "text": f"kept memory number {i:04d} about the harbour", "subject": "keep"}
-              for i in range(200)]
+    items = [
+        {
+            "key": f"r{i // per}:{i}",
+            "text": f"round {i // per} memory number {i:04d} about the orchard",
+            "subject": f"s{i // per}",
+        }
+        for i in range(rounds * per)
+    ]
+    items += [
+        {"key": f"keep:{i}", "text": f"kept memory number {i:04d} about the harbour", "subject": "keep"}
+        for i in range(200)
+    ]
     store.write_many(items, tenant=TENANT, purpose="support", embeddings=vectors)
     store.compact()
     tenant_index = store._ann._index(TENANT)

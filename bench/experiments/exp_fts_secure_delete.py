@@ -8,6 +8,7 @@ efface's way (delete, then a full 'optimize' in the compactor) vs FTS5 'secure-d
 The ANN index is never brought up to date (no recall, no compact), so only the origin and
 FTS5 work is timed. Uses bench_erasure's 'unique' layout. Prints one JSON document.
 """
+
 import json
 import os
 import shutil
@@ -52,9 +53,11 @@ for n in [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "10000,100000")
             st._origin.checkpoint()
             c_ms.append((time.perf_counter() - t) * 1000)
         key = mode if mode not in res else mode + " (again)"
-        res[key] = {"forget_ms_median": round(float(np.median(f_ms)), 1),
-                    "optimize_ms_median": round(float(np.median(o_ms)), 1) if o_ms else None,
-                    "checkpoint_ms_median": round(float(np.median(c_ms)), 1)}
+        res[key] = {
+            "forget_ms_median": round(float(np.median(f_ms)), 1),
+            "optimize_ms_median": round(float(np.median(o_ms)), 1) if o_ms else None,
+            "checkpoint_ms_median": round(float(np.median(c_ms)), 1),
+        }
         log(f"[{n}] {key}: {res[key]}")
     st.close()
     res["loadavg_1min"] = os.getloadavg()[0]

@@ -5,6 +5,7 @@ overwrites the erased vectors only on the first erasure; from the second on, the
 i8 vectors stay in the saved index file.  python bench/repro/repro_ann_scrub.py
 Expected output with usearch 2.26.6: round 0 -> 0/100, rounds 1 and 2 -> 100/100.
 """
+
 import os
 import tempfile
 
@@ -14,8 +15,12 @@ from usearch.index import Index
 
 print("usearch", usearch.__version__)
 rng = np.random.default_rng(0)
+
+
 def new():
     return Index(ndim=384, metric="cos", dtype="i8", connectivity=16, expansion_add=64, expansion_search=128)
+
+
 idx = new()
 N = 2000
 v = rng.standard_normal((N, 384)).astype(np.float32)

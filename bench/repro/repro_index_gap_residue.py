@@ -13,6 +13,7 @@ each residue hit prints the b-tree that owns the page, where in the page the hit
 from the page header), whether a live record holds the window, and the bytes around it.
 Seen at 2590cff: 'unallocated gap' for every hit; none held by a live record.
 """
+
 import os
 import sys
 import tempfile
@@ -29,7 +30,7 @@ lay = Layout(n, 1234)
 path = os.path.join(tempfile.mkdtemp(), "s")
 st = efface.open(path, embedder="hashing", background=False)
 for s in range(0, n, 1000):
-    slots = lay.order[s:s + 1000]
+    slots = lay.order[s : s + 1000]
     st.write_many([lay.item(j) for j in slots], tenant=TENANT, purpose=PURPOSE, embeddings=lay.vectors(slots, []))
 st.recall("warm up", tenant=TENANT, purpose=PURPOSE)
 st.compact()
@@ -59,14 +60,16 @@ for i in range(lay.main.n_subjects):
             pg = f.read(page)
         base = 100 if pno == 1 else 0
         hdr = 12 if pg[base] in (2, 5) else 8
-        ncell = int.from_bytes(pg[base + 3:base + 5], "big")
-        cstart = int.from_bytes(pg[base + 5:base + 7], "big") or 65536
+        ncell = int.from_bytes(pg[base + 3 : base + 5], "big")
+        cstart = int.from_bytes(pg[base + 5 : base + 7], "big") or 65536
         at = h.offset - (pno - 1) * page
-        where = ("unallocated gap" if base + hdr + 2 * ncell <= at < cstart else "cell content area")
-        print(f"  {h.kind} in {h.file} page {pno} ({owner.get(pno, 'not a b-tree page')}, type {pg[base]}, "
-              f"{ncell} cells, gap {base + hdr + 2 * ncell}-{cstart}): at {at} -> {where}; "
-              f"held by a live record: {bool(o.live_holding({w}, embeddings=False))}")
-        print("    bytes:", pg[max(0, at - 24):at + h.width + 24])
+        where = "unallocated gap" if base + hdr + 2 * ncell <= at < cstart else "cell content area"
+        print(
+            f"  {h.kind} in {h.file} page {pno} ({owner.get(pno, 'not a b-tree page')}, type {pg[base]}, "
+            f"{ncell} cells, gap {base + hdr + 2 * ncell}-{cstart}): at {at} -> {where}; "
+            f"held by a live record: {bool(o.live_holding({w}, embeddings=False))}"
+        )
+        print("    bytes:", pg[max(0, at - 24) : at + h.width + 24])
     if cases >= max_cases:
         break
 print(f"{cases} of {tried} forgets left residue; secure_delete =", o._c.execute("PRAGMA secure_delete").fetchone()[0])

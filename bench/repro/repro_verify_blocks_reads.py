@@ -8,6 +8,7 @@ subject, waits for the compactor, then runs a reader thread (a read of a live ke
 10 ms) while verify(handle) runs, and prints the reader's worst latency beside verify's
 duration; then the same reader with no verify running, for comparison.
 """
+
 import os
 import sys
 import tempfile
@@ -57,8 +58,10 @@ def run(with_verify):
     time.sleep(0.2)
     stop.set()
     th.join()
-    print(f"{'during verify' if with_verify else 'no verify    '}: {'verify' if with_verify else 'idle'} {dur:.2f} s; "
-          f"reads {len(lat)}, worst read {max(lat) * 1000:.1f} ms, median {sorted(lat)[len(lat) // 2] * 1000:.2f} ms")
+    print(
+        f"{'during verify' if with_verify else 'no verify    '}: {'verify' if with_verify else 'idle'} {dur:.2f} s; "
+        f"reads {len(lat)}, worst read {max(lat) * 1000:.1f} ms, median {sorted(lat)[len(lat) // 2] * 1000:.2f} ms"
+    )
 
 
 run(True)

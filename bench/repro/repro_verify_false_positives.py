@@ -10,6 +10,7 @@ template sentences, hashing embeddings; --dense swaps in random dense vectors), 
 one 100-record subject, compacts, then scans every file with that erasure's fingerprints
 and counts the hits by item kind and by whether a live record holds the window.
 """
+
 import collections
 import os
 import sys

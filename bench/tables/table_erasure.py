@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Markdown tables from bench_erasure.py's JSON:
 
-    python bench/tables/table_erasure.py bench/results/results-erasure.json
+python bench/tables/table_erasure.py bench/results/results-erasure.json
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ def main(path: str) -> None:
     if any("measured_on" in sizes[c] for c in cols):
         print("### Code measured\n")
         print(head)
-        row("commit (src last changed in)",
-            lambda r: f"{r['measured_on']['git_commit']} ({r['measured_on']['src_last_changed_in']})")
+        row(
+            "commit (src last changed in)",
+            lambda r: f"{r['measured_on']['git_commit']} ({r['measured_on']['src_last_changed_in']})",
+        )
         print()
     print("### forget → unreadable\n")
     print(head)
@@ -55,37 +57,59 @@ def main(path: str) -> None:
     row("forgets probed (100-record subjects)", lambda r: f(u(r)["forgets"]))
     row("read of an erased key right after ack: clean", lambda r: "all" if u(r)["all_reads_clean"] else "**NO**")
     row("recall of an erased text right after ack: clean", lambda r: "all" if u(r)["all_recalls_clean"] else "**NO**")
-    row("ack → first read back clean, p50 / p99 (ms)",
-        lambda r: f"{p(u(r)['ack_to_read_clean_ms'])} / {p(u(r)['ack_to_read_clean_ms'], 'p99')}")
-    row("ack → first recall back clean, p50 / p99 (ms)",
-        lambda r: f"{p(u(r)['ack_to_recall_clean_ms'])} / {p(u(r)['ack_to_recall_clean_ms'], 'p99')}")
-    row("verify() at once after forget: levels",
-        lambda r: ", ".join(f"{n}× {lv}" for lv, n in
-                            sorted({lv: u(r)['verify_at_ack_levels'].count(lv)
-                                    for lv in set(u(r)['verify_at_ack_levels'])}.items())))
-    row("… its duration p50 / p99 (s)",
-        lambda r: f"{p(u(r)['verify_at_ack_ms'], scale=1e-3)} / {p(u(r)['verify_at_ack_ms'], 'p99', 1e-3)}")
+    row(
+        "ack → first read back clean, p50 / p99 (ms)",
+        lambda r: f"{p(u(r)['ack_to_read_clean_ms'])} / {p(u(r)['ack_to_read_clean_ms'], 'p99')}",
+    )
+    row(
+        "ack → first recall back clean, p50 / p99 (ms)",
+        lambda r: f"{p(u(r)['ack_to_recall_clean_ms'])} / {p(u(r)['ack_to_recall_clean_ms'], 'p99')}",
+    )
+    row(
+        "verify() at once after forget: levels",
+        lambda r: ", ".join(
+            f"{n}× {lv}"
+            for lv, n in sorted(
+                {lv: u(r)["verify_at_ack_levels"].count(lv) for lv in set(u(r)["verify_at_ack_levels"])}.items()
+            )
+        ),
+    )
+    row(
+        "… its duration p50 / p99 (s)",
+        lambda r: f"{p(u(r)['verify_at_ack_ms'], scale=1e-3)} / {p(u(r)['verify_at_ack_ms'], 'p99', 1e-3)}",
+    )
 
     print("\n### forget → erased, background compactor on (100-record subjects)\n")
     print(head)
     e = lambda r: r["erased_background"]["records_100"]  # noqa: E731
     row("forgets", lambda r: f(e(r)["forgets"]))
-    row("verify level reached: erased / unreadable",
-        lambda r: f"{e(r)['levels']['erased']} / {e(r)['levels']['unreadable']}")
-    row("structural erased checks (ANN saved, FTS merged, WAL checkpointed) all pass",
-        lambda r: "yes" if e(r)["structural_checks_all_pass"] else "**no**")
-    row("ack → wait(until='erased') returns, p50 / p99 (s)",
-        lambda r: f"{p(e(r)['wait_returned_s'])} / {p(e(r)['wait_returned_s'], 'p99')}")
+    row(
+        "verify level reached: erased / unreadable",
+        lambda r: f"{e(r)['levels']['erased']} / {e(r)['levels']['unreadable']}",
+    )
+    row(
+        "structural erased checks (ANN saved, FTS merged, WAL checkpointed) all pass",
+        lambda r: "yes" if e(r)["structural_checks_all_pass"] else "**no**",
+    )
+    row(
+        "ack → wait(until='erased') returns, p50 / p99 (s)",
+        lambda r: f"{p(e(r)['wait_returned_s'])} / {p(e(r)['wait_returned_s'], 'p99')}",
+    )
     row("verify() after it, p50 / p99 (s)", lambda r: f"{p(e(r)['verify_s'])} / {p(e(r)['verify_s'], 'p99')}")
-    row("… of which the byte scan ('bytes' check), p50 (s)", lambda r: p(e(r)['bytes_check_ms'], scale=1e-3))
-    row("ack → verify's verdict, p50 / p99 (s)",
-        lambda r: f"{p(e(r)['ack_to_verdict_s'])} / {p(e(r)['ack_to_verdict_s'], 'p99')}")
-    row("ack → verify says erased (only those that did), p50 / p99 (s)",
-        lambda r: (f"{p(e(r)['ack_to_erased_s'])} / {p(e(r)['ack_to_erased_s'], 'p99')}"
-                   if e(r)['ack_to_erased_s'] else "—"))
-    row("byte scan throughput in verify, p50 (MB/s)", lambda r: p(e(r)['scan_MBps'], nd=0))
-    row("bytes scanned per verify (MB)", lambda r: f(e(r)['scanned_bytes'] / 1e6, 1))
-    row("forget() itself, p50 (ms)", lambda r: p(e(r)['forget_ms'], nd=1))
+    row("… of which the byte scan ('bytes' check), p50 (s)", lambda r: p(e(r)["bytes_check_ms"], scale=1e-3))
+    row(
+        "ack → verify's verdict, p50 / p99 (s)",
+        lambda r: f"{p(e(r)['ack_to_verdict_s'])} / {p(e(r)['ack_to_verdict_s'], 'p99')}",
+    )
+    row(
+        "ack → verify says erased (only those that did), p50 / p99 (s)",
+        lambda r: (
+            f"{p(e(r)['ack_to_erased_s'])} / {p(e(r)['ack_to_erased_s'], 'p99')}" if e(r)["ack_to_erased_s"] else "—"
+        ),
+    )
+    row("byte scan throughput in verify, p50 (MB/s)", lambda r: p(e(r)["scan_MBps"], nd=0))
+    row("bytes scanned per verify (MB)", lambda r: f(e(r)["scanned_bytes"] / 1e6, 1))
+    row("forget() itself, p50 (ms)", lambda r: p(e(r)["forget_ms"], nd=1))
 
     print("\n### Where the time goes: fixed erasure (100 records), store size grows (background=False, medians, ms)\n")
     print(head)
@@ -100,8 +124,10 @@ def main(path: str) -> None:
 
     for c in cols:
         r = sizes[c]
-        print(f"\n### Fixed store ({int(c):,} records), erasure of 10 / 100 / 1000 records "
-              "(background=False, medians, ms)\n")
+        print(
+            f"\n### Fixed store ({int(c):,} records), erasure of 10 / 100 / 1000 records "
+            "(background=False, medians, ms)\n"
+        )
         ks = [k for k in ("records_10", "records_100", "records_1000") if k in r["breakdown"]["summary"]]
         print("| | " + " | ".join(k.replace("records_", "") + " records" for k in ks) + " |\n|---|" + "---:|" * len(ks))
 
@@ -122,8 +148,10 @@ def main(path: str) -> None:
             row2(f"… {ch}", lambda s, k, ch=ch: f(s["verify_checks_ms_median"].get(ch), 1))
         row2("verify levels", lambda s, k: ", ".join(s["levels"]))
         row2("compactor on: ack → verdict p50 (s)", lambda s, k: p(r["erased_background"][k]["ack_to_verdict_s"]))
-        row2("compactor on: reached erased",
-             lambda s, k: f"{r['erased_background'][k]['levels']['erased']} of {r['erased_background'][k]['forgets']}")
+        row2(
+            "compactor on: reached erased",
+            lambda s, k: f"{r['erased_background'][k]['levels']['erased']} of {r['erased_background'][k]['forgets']}",
+        )
 
     print("\n### Byte-scan throughput\n")
     print(head)
@@ -134,19 +162,26 @@ def main(path: str) -> None:
 
     print("\n### Run\n")
     print(head)
-    row("build: write_many (s) / ANN absorb (s)",
-        lambda r: f"{f(r['build']['write_many_s'], 1)} / {f(r['build']['first_recall_ann_absorb_s'], 1)}")
+    row(
+        "build: write_many (s) / ANN absorb (s)",
+        lambda r: f"{f(r['build']['write_many_s'], 1)} / {f(r['build']['first_recall_ann_absorb_s'], 1)}",
+    )
     row("peak RSS (MiB)", lambda r: f(r["peak_rss_mib"], 0))
-    row("1-min load average during the size (mean / max)",
-        lambda r: f"{f(r['loadavg_1min_during']['mean'])} / {f(r['loadavg_1min_during']['max'])}")
+    row(
+        "1-min load average during the size (mean / max)",
+        lambda r: f"{f(r['loadavg_1min_during']['mean'])} / {f(r['loadavg_1min_during']['max'])}",
+    )
     row("wall time of the size (s)", lambda r: f(r["wall_s"], 0))
 
     print("\n### Targets\n")
     print("| target | size | measured | threshold | met |\n|---|---:|---:|---:|---|")
     for t in doc.get("targets", []):
         met = {True: "yes", False: "**no**", None: "not measured"}[t["pass"]]
-        print(f"| {t['what']} | {t['size']:,} | {f(t['value'])} | {t['threshold']} | {met}"
-              + (f" — {t['note']}" if t.get("note") else "") + " |")
+        print(
+            f"| {t['what']} | {t['size']:,} | {f(t['value'])} | {t['threshold']} | {met}"
+            + (f" — {t['note']}" if t.get("note") else "")
+            + " |"
+        )
 
 
 if __name__ == "__main__":

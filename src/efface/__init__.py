@@ -1,10 +1,10 @@
 """efface: a memory store for AI agents whose forget can be proven.
 
-    import efface
-    with efface.open("./memories", embedder="hashing") as store:
-        store.write("n1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support")
-        receipt = store.forget(tenant="acme", subject="alice")
-        store.wait(receipt.handle)
+import efface
+with efface.open("./memories", embedder="hashing") as store:
+    store.write("n1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support")
+    receipt = store.forget(tenant="acme", subject="alice")
+    store.wait(receipt.handle)
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from typing import Any
 
 from .errors import InvalidInput, StoreLocked
+from .origin.base import Origin
 from .store import Store
 
 ORIGINS = ("sqlite", "memory")
@@ -41,16 +43,19 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
         finally:
             lockfile.close()
 
-    o = None
+    o: Origin | None = None
     try:
         if origin == "memory":
             from .origin.memory import MemoryOrigin
 
+            # An earlier memory store's index files: orphaned (their origin is gone), never served.
+            shutil.rmtree(os.path.join(root, "ann"), ignore_errors=True)
             o = MemoryOrigin()
         else:
             from .origin.sqlite import SQLiteOrigin
 
             o = SQLiteOrigin(os.path.join(root, "origin.db"))
+        assert o is not None
         return Store(root, embedder, origin=o, on_close=release, **options)
     except BaseException:
         if o is not None:

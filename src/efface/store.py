@@ -119,8 +119,9 @@ class Store:
         self._evidence = Evidence(self._paths, fingerprinter, self._hash)
         self._verifier = Verifier(origin, self._paths, fingerprinter, self.path, clock)
         self._releaser = Releaser(self._derivations, self._evidence, self._hash, self._propagation.max_propagation)
-        self._compactor = Compactor(origin, self._paths, self._propagation, self._sweep_quietly,
-                                    interval=compact_interval)
+        self._compactor = Compactor(
+            origin, self._paths, self._propagation, self._sweep_quietly, interval=compact_interval
+        )
         if background:
             self._compactor.start()
 
@@ -152,8 +153,15 @@ class Store:
             raise EffaceError("the store is closed; open it again with efface.open()")
 
     # -- the chokepoint ----------------------------------------------------------------
-    def _mutate(self, kind: str, tenant: str | None, body: Callable, *, sweep: bool = True,
-                after: Callable[[Any], None] | None = None) -> tuple[int, Any]:
+    def _mutate(
+        self,
+        kind: str,
+        tenant: str | None,
+        body: Callable,
+        *,
+        sweep: bool = True,
+        after: Callable[[Any], None] | None = None,
+    ) -> tuple[int, Any]:
         """The only way anything changes. ``body(tx, now)`` returns
         ``(result, puts, drops, texts)``; it runs inside the origin transaction.
         ``after(result)`` runs once it has committed, still under the store lock (for
@@ -199,7 +207,11 @@ class Store:
         text and adds (or restates) the claim; other claims on it stay. Returns the epoch."""
         return self.write_many(
             [{"key": key, "text": text, "metadata": metadata, "sources": sources}],
-            tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl,
+            tenant=tenant,
+            subject=subject,
+            purpose=purpose,
+            basis=basis,
+            ttl=ttl,
         )
 
     def write_many(
@@ -229,8 +241,17 @@ class Store:
         def body(tx, now):
             puts, texts = [], {}
             for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
-                rec = NewRecord(key, text, meta, srcs, np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
-                                subj, purp, bas, None if ttl_s is None else now + ttl_s)
+                rec = NewRecord(
+                    key,
+                    text,
+                    meta,
+                    srcs,
+                    np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+                    subj,
+                    purp,
+                    bas,
+                    None if ttl_s is None else now + ttl_s,
+                )
                 rid = tx.upsert(tenant, rec, now)
                 tx.register_purpose(tenant, purp)
                 self._derivations.on_write(tx, tenant, rid, text)
@@ -285,8 +306,7 @@ class Store:
             listing = ", ".join(known) if known else "none yet"
             raise UnknownPurpose(
                 # Neither the tenant nor the purpose is echoed (errors never repeat input).
-                f"this tenant has no record written under that purpose (known purposes: {listing}); "
-                "check the spelling"
+                f"this tenant has no record written under that purpose (known purposes: {listing}); check the spelling"
             )
 
     def read(self, key: str, *, tenant: str, purpose: str) -> Memory | None:
@@ -300,7 +320,10 @@ class Store:
             return None
         rec, claims = found
         return Memory(
-            key=rec.key, text=rec.text, tenant=rec.tenant, metadata=json.loads(rec.metadata),
+            key=rec.key,
+            text=rec.text,
+            tenant=rec.tenant,
+            metadata=json.loads(rec.metadata),
             sources=tuple(json.loads(rec.sources)),
             claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
             updated_at=rec.updated_at,
@@ -410,13 +433,26 @@ class Store:
             all_sources = sorted({s for row in rows for s in json.loads(row[5])})
             live = r.live_keys(tenant, all_sources)
         return [
-            QuarantineItem(key=key, why=why, handle=handle, since=since, sources=tuple(json.loads(src)),
-                           surviving_sources=tuple(s for s in json.loads(src) if s in live))
+            QuarantineItem(
+                key=key,
+                why=why,
+                handle=handle,
+                since=since,
+                sources=tuple(json.loads(src)),
+                surviving_sources=tuple(s for s in json.loads(src) if s in live),
+            )
             for _rid, key, why, handle, since, src in rows
         ]
 
-    def rederive(self, key: str, text: str, *, tenant: str, sources: Iterable[str] | None = None,
-                 metadata: Mapping[str, Any] | None = None) -> int:
+    def rederive(
+        self,
+        key: str,
+        text: str,
+        *,
+        tenant: str,
+        sources: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
         """Write a new version of a derived record (its claims stay) and lift its quarantine.
         ``sources`` replaces its lineage when given. Returns the epoch."""
         tenant, key, text = v.name(tenant, "tenant"), v.key(key), v.text(text)
@@ -484,12 +520,12 @@ class Store:
         that the receipt belongs to it (servers pass the caller's tenant)."""
         row = self._receipt_row(handle, tenant)
         epoch = row["epoch"]
-        paths = with_backups(self._propagation.paths(epoch), row["body"].get("backups"), epoch,
-                             self._origin.erased_epoch())
+        paths = with_backups(
+            self._propagation.paths(epoch), row["body"].get("backups"), epoch, self._origin.erased_epoch()
+        )
         return self._propagation.status(row, paths)
 
-    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None,
-             until: str = "erased") -> Status:
+    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None, until: str = "erased") -> Status:
         """Block until the erasure has gone through every path, or ``timeout`` seconds pass.
         ``until="erased"`` (default) waits for the bytes to be gone from every file, which
         ``verify`` then checks; ``until="absorbed"`` only for every read path to absorb it.
@@ -526,15 +562,28 @@ class Store:
         receipt_level = max(row["body"]["level"], level, key=ladder.index)
         discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
         now = self._clock()
-        body = {"level": level, "receipt_level": receipt_level, "epoch": row["epoch"],
-                "checks": [c.to_dict() for c in checks], "scanned_bytes": scanned,
-                "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None)}
+        body = {
+            "level": level,
+            "receipt_level": receipt_level,
+            "epoch": row["epoch"],
+            "checks": [c.to_dict() for c in checks],
+            "scanned_bytes": scanned,
+            "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None),
+        }
         self._check_open()
         seq, digest = self._origin.record_verification(handle, body, receipt_level, discard, now)
         return Verification(
-            handle=handle, epoch=row["epoch"], level=level, receipt_level=receipt_level, checks=tuple(checks),
-            verified_at=now, scanned_bytes=scanned, scanned_files=tuple(files),
-            fingerprints_discarded=body["fingerprints_discarded"], ledger_seq=seq, ledger_hash=digest,
+            handle=handle,
+            epoch=row["epoch"],
+            level=level,
+            receipt_level=receipt_level,
+            checks=tuple(checks),
+            verified_at=now,
+            scanned_bytes=scanned,
+            scanned_files=tuple(files),
+            fingerprints_discarded=body["fingerprints_discarded"],
+            ledger_seq=seq,
+            ledger_hash=digest,
         )
 
     def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
@@ -591,9 +640,12 @@ class Store:
 
     def _backup_context(self) -> BackupContext:
         return BackupContext(
-            origin=self._origin, mutate=self._mutate, hasher=self._hash,
+            origin=self._origin,
+            mutate=self._mutate,
+            hasher=self._hash,
             secret=lambda label: backup_format.derive_key(self._secret, label),
-            embedder_name=self.embedder.name, derivations=self._derivations,
+            embedder_name=self.embedder.name,
+            derivations=self._derivations,
             expire_due=lambda: self._expire_due(self._clock()),
         )
 

@@ -52,9 +52,7 @@ def text(value: Any) -> str:
     if not value.strip():  # str.strip: Unicode whitespace too (bytes.strip knows only ASCII)
         raise InvalidInput("text must not be empty or blank: to remove a memory use forget()")
     if len(raw) > MAX_TEXT_BYTES:
-        raise InvalidInput(
-            f"text is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES}: split it into several memories"
-        )
+        raise InvalidInput(f"text is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES}: split it into several memories")
     return value
 
 

@@ -39,8 +39,24 @@ import efface
 TENANT = "acme"
 PURPOSE = "assistant"
 
-NAMES = ["Alice", "Bob", "Carla", "Dmitri", "Elena", "Farid", "Grace", "Hiroshi",
-         "Ines", "Jamal", "Katya", "Liam", "Mei", "Nadia", "Oscar", "Priya"]
+NAMES = [
+    "Alice",
+    "Bob",
+    "Carla",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiroshi",
+    "Ines",
+    "Jamal",
+    "Katya",
+    "Liam",
+    "Mei",
+    "Nadia",
+    "Oscar",
+    "Priya",
+]
 DRINKS = ["oolong tea", "black coffee", "oat flat white", "chai latte", "mint tea", "kombucha"]
 FOODS = ["vegetarian ramen", "sushi", "tacos al pastor", "falafel wraps", "pho", "lentil soup"]
 CITIES = ["Lisbon", "Berlin", "Nairobi", "Osaka", "Toronto", "Melbourne", "Oslo", "Seoul"]
@@ -55,8 +71,9 @@ TEMPLATES = [
 
 def sentence(rng: random.Random, name: str) -> str:
     drink, drink2 = rng.sample(DRINKS, 2)
-    return rng.choice(TEMPLATES).format(name=name, drink=drink, drink2=drink2, food=rng.choice(FOODS),
-                                        city=rng.choice(CITIES))
+    return rng.choice(TEMPLATES).format(
+        name=name, drink=drink, drink2=drink2, food=rng.choice(FOODS), city=rng.choice(CITIES)
+    )
 
 
 def token(*parts: object, n: int = 12) -> str:
@@ -78,7 +95,7 @@ def raw_files(root: str | os.PathLike) -> dict[str, bytes]:
 
 def write_all(store: efface.Store, items: list[dict]) -> None:
     for start in range(0, len(items), 1000):
-        store.write_many(items[start:start + 1000], tenant=TENANT, purpose=PURPOSE)
+        store.write_many(items[start : start + 1000], tenant=TENANT, purpose=PURPOSE)
 
 
 @pytest.fixture
@@ -100,6 +117,7 @@ def open_raw(tmp_path):
 
 # -- bench/repro/repro_ann_scrub.py ---------------------------------------------------------
 
+
 def usearch_i8(vectors: np.ndarray) -> list[bytes]:
     """The i8 bytes usearch stores for these vectors (its own quantisation, cos metric)."""
     idx = Index(ndim=vectors.shape[1], metric="cos", dtype="i8")
@@ -113,10 +131,18 @@ def test_every_erasure_leaves_none_of_its_vectors_in_the_ann_files(open_raw):
     store = open_raw()
     rounds, per, kept = 4, 40, 300
     rng = random.Random(3)
-    items = [{"key": f"r{i // per}/{i:04d}", "subject": f"round-{i // per}",
-              "text": f"{sentence(rng, NAMES[i % len(NAMES)])} Note {i:04d}."} for i in range(rounds * per)]
-    items += [{"key": f"keep/{i:04d}", "subject": "keeper", "text": f"{sentence(rng, 'Zoltan')} Kept {i:04d}."}
-              for i in range(kept)]
+    items = [
+        {
+            "key": f"r{i // per}/{i:04d}",
+            "subject": f"round-{i // per}",
+            "text": f"{sentence(rng, NAMES[i % len(NAMES)])} Note {i:04d}.",
+        }
+        for i in range(rounds * per)
+    ]
+    items += [
+        {"key": f"keep/{i:04d}", "subject": "keeper", "text": f"{sentence(rng, 'Zoltan')} Kept {i:04d}."}
+        for i in range(kept)
+    ]
     write_all(store, items)
     store.compact()
     vectors = usearch_i8(store.embedder.embed([it["text"] for it in items]))
@@ -131,11 +157,12 @@ def test_every_erasure_leaves_none_of_its_vectors_in_the_ann_files(open_raw):
         assert not left, f"erasure {r + 1}: {len(left)} of {per} erased vectors still in a file"
         # and the vectors of live records are all still there (the scrub did not eat them)
         ann = b"".join(data for name, data in files.items() if name.startswith("ann"))
-        assert all(v in ann for v in vectors[rounds * per:])
+        assert all(v in ann for v in vectors[rounds * per :])
     assert store.verify(receipt.handle).level == "erased"
 
 
 # -- bench/repro/repro_index_gap_residue.py ---------------------------------------------------
+
 
 def test_no_fragment_of_an_erased_key_or_subject_stays_in_the_index_pages(open_raw):
     """48 subjects forgotten four at a time, wait() after each group; then no 8-byte window of
@@ -147,30 +174,42 @@ def test_no_fragment_of_an_erased_key_or_subject_stays_in_the_index_pages(open_r
     n_subjects, per, group, groups, width = 50, 40, 4, 12, 8
     subjects = [f"subj-{token('subject', s, n=10)}" for s in range(n_subjects)]
     rng = random.Random(1)
-    items = [{"key": f"k-{token('key', j, n=24)}", "subject": subjects[j % n_subjects],
-              "text": sentence(rng, NAMES[j % len(NAMES)])} for j in range(n_subjects * per)]
+    items = [
+        {
+            "key": f"k-{token('key', j, n=24)}",
+            "subject": subjects[j % n_subjects],
+            "text": sentence(rng, NAMES[j % len(NAMES)]),
+        }
+        for j in range(n_subjects * per)
+    ]
     write_all(store, items)
     store.compact()
     for g in range(groups):
-        gone = subjects[g * group:(g + 1) * group]
+        gone = subjects[g * group : (g + 1) * group]
         # the random part of each erased key and subject name, every window of it
         secrets = [it["key"][2:] for it in items if it["subject"] in gone] + [s[5:] for s in gone]
         automaton = ahocorasick.Automaton()
         for s in secrets:
             for o in range(len(s) - width + 1):
-                automaton.add_word(s[o:o + width], s)
+                automaton.add_word(s[o : o + width], s)
         automaton.make_automaton()
         for s in gone:
             receipt = store.forget(tenant=TENANT, subject=s)
         assert store.wait(receipt.handle).erased
-        hits = {(name, w) for name, data in raw_files(store.path).items()
-                for _end, w in automaton.iter(data.decode("latin-1"))}
-        assert not hits, (f"group {g}: fragments of {len({w for _n, w in hits})} erased keys or subject names "
-                          f"left in {sorted({n for n, _w in hits})}")
+        hits = {
+            (name, w)
+            for name, data in raw_files(store.path).items()
+            for _end, w in automaton.iter(data.decode("latin-1"))
+        }
+        assert not hits, (
+            f"group {g}: fragments of {len({w for _n, w in hits})} erased keys or subject names "
+            f"left in {sorted({n for n, _w in hits})}"
+        )
         assert store.verify(receipt.handle).level == "erased"
 
 
 # -- bench/repro/repro_verify_false_positives.py ----------------------------------------------
+
 
 def test_subject_names_sharing_their_first_bytes_do_not_block_erased(open_raw):
     """Realistic data: subjects 'user-000000' ... 'user-000019', template sentences. Once
@@ -180,8 +219,14 @@ def test_subject_names_sharing_their_first_bytes_do_not_block_erased(open_raw):
     n_subjects, per = 20, 25
     rng = random.Random(7)
     people = [f"{rng.choice(NAMES)} {rng.choice(CITIES)}son" for _ in range(n_subjects)]
-    items = [{"key": f"mem/user-{j % n_subjects:06d}/{j:08d}", "subject": f"user-{j % n_subjects:06d}",
-              "text": sentence(rng, people[j % n_subjects])} for j in range(n_subjects * per)]
+    items = [
+        {
+            "key": f"mem/user-{j % n_subjects:06d}/{j:08d}",
+            "subject": f"user-{j % n_subjects:06d}",
+            "text": sentence(rng, people[j % n_subjects]),
+        }
+        for j in range(n_subjects * per)
+    ]
     write_all(store, items)
     for s in range(n_subjects):
         store.register_subject(f"user-{s:06d}", tenant=TENANT, identifiers=[f"user-{s:06d}@example.org"])
@@ -256,8 +301,10 @@ def busy_store(open_raw):
     """4,000 records over 40 subjects, ANN absorbed and saved."""
     store = open_raw()
     rng = random.Random(11)
-    items = [{"key": f"k/s{j % 40:03d}/{j // 40}", "subject": f"s{j % 40:03d}",
-              "text": sentence(rng, NAMES[j % len(NAMES)])} for j in range(4000)]
+    items = [
+        {"key": f"k/s{j % 40:03d}/{j // 40}", "subject": f"s{j % 40:03d}", "text": sentence(rng, NAMES[j % len(NAMES)])}
+        for j in range(4000)
+    ]
     write_all(store, items)
     store.recall("warm up", tenant=TENANT, purpose=PURPOSE)
     store.compact()

@@ -9,5 +9,14 @@ names. Texts and vectors of the targets stay in memory for the run; reports neve
 from .model import AuditReport, ByteScan, Cell, FileResidue, ProbeResult, Selection, Stage, Targets
 from .run import run_audit
 
-__all__ = ["AuditReport", "ByteScan", "Cell", "FileResidue", "ProbeResult", "Selection", "Stage", "Targets",
-           "run_audit"]
+__all__ = [
+    "AuditReport",
+    "ByteScan",
+    "Cell",
+    "FileResidue",
+    "ProbeResult",
+    "Selection",
+    "Stage",
+    "Targets",
+    "run_audit",
+]

@@ -122,7 +122,5 @@ def count_returned(targets: Targets, ids: Iterable[Any], texts: Iterable[Any] = 
 
 def no_targets() -> InvalidInput:
     return InvalidInput(
-        "the selection names no record in this store: check the subject (and --subject-field), "
-        "the ids, or --collection"
+        "the selection names no record in this store: check the subject (and --subject-field), the ids, or --collection"
     )
-

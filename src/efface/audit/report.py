@@ -37,16 +37,22 @@ def render(out: Console, report: AuditReport) -> None:
         ("ran on", "the original (--in-place)" if report.in_place else "a copy (removed afterwards)"),
         ("started", _when(report.started_at)),
         ("targets", f"{report.targets} record(s)"),
-        ("detectable in bytes before the delete",
-         f"{report.detectable_texts} text(s), {report.detectable_vectors} vector(s)"),
+        (
+            "detectable in bytes before the delete",
+            f"{report.detectable_texts} text(s), {report.detectable_vectors} vector(s)",
+        ),
         ("delete returned", report.delete_returned),
         ("overall", report.overall),
     ):
         head.add_row(k, Text(str(v), style=_STYLE.get(str(v), "")))
     out.print(head)
     for stage in report.stages:
-        t = Table(title=Text(f"after {stage.name}: {stage.level}"), title_justify="left",
-                  caption=Text("; ".join(stage.calls) or "no call"), caption_justify="left")
+        t = Table(
+            title=Text(f"after {stage.name}: {stage.level}"),
+            title_justify="left",
+            caption=Text("; ".join(stage.calls) or "no call"),
+            caption_justify="left",
+        )
         for col in ("read path", "level", "evidence"):
             t.add_column(col, overflow="fold")
         for c in stage.cells:
@@ -65,12 +71,17 @@ def to_html(report: AuditReport) -> str:
         return f'<b style="color:{colour[level]}">{e(level)}</b>'
 
     rows = [
-        ("library", e(report.library)), ("collection", e(report.collection)),
+        ("library", e(report.library)),
+        ("collection", e(report.collection)),
         ("ran on", "the original (--in-place)" if report.in_place else "a copy (removed afterwards)"),
-        ("started", e(_when(report.started_at))), ("targets", str(report.targets)),
-        ("detectable in bytes before the delete",
-         f"{report.detectable_texts} text(s), {report.detectable_vectors} vector(s)"),
-        ("delete returned", f"<code>{e(report.delete_returned)}</code>"), ("overall", badge(report.overall)),
+        ("started", e(_when(report.started_at))),
+        ("targets", str(report.targets)),
+        (
+            "detectable in bytes before the delete",
+            f"{report.detectable_texts} text(s), {report.detectable_vectors} vector(s)",
+        ),
+        ("delete returned", f"<code>{e(report.delete_returned)}</code>"),
+        ("overall", badge(report.overall)),
     ]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -79,18 +90,22 @@ def to_html(report: AuditReport) -> str:
         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;"
         "text-align:left;vertical-align:top}</style></head><body>",
         f"<h1>efface audit: {e(report.kind)} — {badge(report.overall)}</h1><table>",
-        *(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows), "</table>",
+        *(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows),
+        "</table>",
     ]
     for stage in report.stages:
         parts.append(f"<h2>After {e(stage.name)}: {badge(stage.level)}</h2>")
         parts.append(f"<p>Calls: {e('; '.join(stage.calls) or 'none')} ({stage.seconds:.3f} s)</p>")
         parts.append("<table><tr><th>read path</th><th>level</th><th>evidence</th></tr>")
-        parts += [f"<tr><td>{e(c.path)}</td><td>{badge(c.level)}</td><td>{e(c.evidence)}</td></tr>"
-                  for c in stage.cells]
+        parts += [
+            f"<tr><td>{e(c.path)}</td><td>{badge(c.level)}</td><td>{e(c.evidence)}</td></tr>" for c in stage.cells
+        ]
         parts.append("</table>")
     parts += [f"<p>Note: {e(n)}</p>" for n in report.notes]
-    parts.append("<p>Levels (DESIGN §3): <b>intent</b> — a read path still returns deleted content; "
-                 "<b>unreadable</b> — no read path does, but bytes remain (or could not be checked); "
-                 "<b>erased</b> — no read path returns them and the bytes are gone from every file.</p>")
+    parts.append(
+        "<p>Levels (DESIGN §3): <b>intent</b> — a read path still returns deleted content; "
+        "<b>unreadable</b> — no read path does, but bytes remain (or could not be checked); "
+        "<b>erased</b> — no read path returns them and the bytes are gone from every file.</p>"
+    )
     parts.append("</body></html>")
     return "\n".join(parts)

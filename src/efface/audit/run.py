@@ -36,26 +36,52 @@ def _bytes_cell(scan: ByteScan, n: int, has_vectors: bool, baseline: ByteScan) -
     scanned = f"{scan.files_scanned} files, {scan.bytes_scanned} bytes scanned"
     if complete:
         return Cell(name, "erased", f"no target text or vector left ({scanned}); all {n} were found before the delete")
-    return Cell(name, "unreadable",
-                f"nothing found ({scanned}), but before the delete only {baseline.texts}/{n} texts and "
-                f"{baseline.vectors}/{n} vectors were detectable in the bytes: absence proves nothing for the rest")
+    return Cell(
+        name,
+        "unreadable",
+        f"nothing found ({scanned}), but before the delete only {baseline.texts}/{n} texts and "
+        f"{baseline.vectors}/{n} vectors were detectable in the bytes: absence proves nothing for the rest",
+    )
 
 
-def _stage(name: str, calls: list, seconds: float, probes: list[ProbeResult], scan: ByteScan,
-           n: int, has_vectors: bool, baseline: ByteScan) -> Stage:
+def _stage(
+    name: str,
+    calls: list,
+    seconds: float,
+    probes: list[ProbeResult],
+    scan: ByteScan,
+    n: int,
+    has_vectors: bool,
+    baseline: ByteScan,
+) -> Stage:
     cells = [Cell(p.path, p.level, f"{p.returned}/{p.checked} targets returned ({p.detail})") for p in probes]
     files = _bytes_cell(scan, n, has_vectors, baseline)
     cells.append(files)
     # A read path that returns a target caps the stage at intent; when none does, the bytes
     # decide between unreadable and erased.
     level = "intent" if any(p.returned for p in probes) else files.level
-    return Stage(name, tuple(f"{c.name} -> {_short(c.returned)}" for c in calls), round(seconds, 4),
-                 tuple(probes), scan, tuple(cells), level)
+    return Stage(
+        name,
+        tuple(f"{c.name} -> {_short(c.returned)}" for c in calls),
+        round(seconds, 4),
+        tuple(probes),
+        scan,
+        tuple(cells),
+        level,
+    )
 
 
-def run_audit(kind: str, path: str | os.PathLike, selection: Selection, *, collection: str | None = None,
-              in_place: bool = False, maintenance: bool = False, workdir: str | None = None,
-              **driver_options: Any) -> AuditReport:
+def run_audit(
+    kind: str,
+    path: str | os.PathLike,
+    selection: Selection,
+    *,
+    collection: str | None = None,
+    in_place: bool = False,
+    maintenance: bool = False,
+    workdir: str | None = None,
+    **driver_options: Any,
+) -> AuditReport:
     """Audit a forget on the store at ``path`` (a copy of it unless ``in_place``).
 
     Returns the report; the copy is removed before returning, and the targets' texts and
@@ -78,8 +104,14 @@ def run_audit(kind: str, path: str | os.PathLike, selection: Selection, *, colle
             root = Path(tmp) / "store"
             shutil.copytree(src, root, symlinks=True)
         report = _audit(driver, root, selection, maintenance)
-        return AuditReport(kind=kind, library=driver.library(), collection=driver.collection,
-                           in_place=in_place, started_at=started, **report)
+        return AuditReport(
+            kind=kind,
+            library=driver.library(),
+            collection=driver.collection,
+            in_place=in_place,
+            started_at=started,
+            **report,
+        )
     finally:
         try:
             driver.close()
@@ -88,8 +120,17 @@ def run_audit(kind: str, path: str | os.PathLike, selection: Selection, *, colle
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _look(name: str, calls: list, seconds: float, driver, root: Path, selection: Selection, targets: Targets,
-          fp: Fingerprints, baseline: ByteScan) -> Stage:
+def _look(
+    name: str,
+    calls: list,
+    seconds: float,
+    driver,
+    root: Path,
+    selection: Selection,
+    targets: Targets,
+    fp: Fingerprints,
+    baseline: ByteScan,
+) -> Stage:
     driver.open(root)
     try:
         probes = driver.probes(selection, targets)

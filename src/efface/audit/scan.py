@@ -133,7 +133,7 @@ def _verify(arr, pos, lo, counts, order, wins, owner, anchor_pos, chunk: int = 2
     found: set[int] = set()
     steps = np.arange(WINDOW)
     for i in range(0, len(k), chunk):
-        kk, ss = k[i:i + chunk], start[i:i + chunk]
+        kk, ss = k[i : i + chunk], start[i : i + chunk]
         seg = arr[ss[:, None] + steps]
         match = np.isclose(seg, wins[kk], rtol=1e-5, atol=1e-7).all(axis=1)
         found.update(int(o) for o in np.unique(owner[kk[match]]))
@@ -218,8 +218,9 @@ def scan_tree(root: str | os.PathLike, fp: Fingerprints, decoders: Iterable[Deco
             texts |= t2
             vectors |= fp.find_vectors(view)
         if texts or vectors:
-            residues.append(FileResidue(str(path.relative_to(root)), len(data), len(texts), len(whole),
-                                        len(vectors), decoded_by))
+            residues.append(
+                FileResidue(str(path.relative_to(root)), len(data), len(texts), len(whole), len(vectors), decoded_by)
+            )
         all_texts |= texts
         all_vectors |= vectors
     return ByteScan(tuple(residues), n_files, n_bytes, len(all_texts), len(all_vectors))

@@ -48,15 +48,22 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
             pairs.setdefault(t, set()).add(s)
         for t, named in pairs.items():
             tx.ensure_subject_keys(t, named, now, lambda s, t=t: h("subject", t, s))
-        seq, ledger_hash = tx.append_ledger("backup", None, {"backup_id": backup_id, "epoch": tx.epoch,
-                                                             "path_h": path_h}, now)
+        seq, ledger_hash = tx.append_ledger(
+            "backup", None, {"backup_id": backup_id, "epoch": tx.epoch, "path_h": path_h}, now
+        )
         keys = {(t, s): (kid, key) for t, s, kid, key in tx.subject_keys()}
         subjects = [r for r in tx.all_subjects() if (r[0], r[1]) in keys]
-        header = {"format": fmt.FORMAT, "store_id": store_id, "backup_id": backup_id,
-                  "epoch": tx.epoch, "ledger_seq": seq, "ledger_hash": ledger_hash, "created_at": now,
-                  "embedder": ctx.embedder_name,
-                  "counts": {"records": tx.count_live_records(now), "identifiers": len(subjects),
-                             "keys": len(keys)}}
+        header = {
+            "format": fmt.FORMAT,
+            "store_id": store_id,
+            "backup_id": backup_id,
+            "epoch": tx.epoch,
+            "ledger_seq": seq,
+            "ledger_hash": ledger_hash,
+            "created_at": now,
+            "embedder": ctx.embedder_name,
+            "counts": {"records": tx.count_live_records(now), "identifiers": len(subjects), "keys": len(keys)},
+        }
         fd, path = tempfile.mkstemp(prefix=f".{base}.", suffix=".efface-tmp", dir=parent)
         tmp.append(path)
         ids = {"store_id": store_id, "backup_id": backup_id}
@@ -67,8 +74,9 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
             index = 1
             for t, s, idents in subjects:
                 kid, key = keys[t, s]
-                payload = json.dumps({"t": "subject", "tenant": t, "subject": s, "identifiers": idents},
-                                     ensure_ascii=False).encode()
+                payload = json.dumps(
+                    {"t": "subject", "tenant": t, "subject": s, "identifiers": idents}, ensure_ascii=False
+                ).encode()
                 w.frame(fmt.seal(payload, [(kid, key, b"")], index=index, **ids))
                 index += 1
             written = 0
@@ -77,11 +85,20 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
                 by_subject: dict[str, list] = {}
                 for s, purpose, basis, expires_at in claims:
                     by_subject.setdefault(s, []).append([s, purpose, basis, expires_at])
-                wraps = [(*keys[t, s], json.dumps(cs, ensure_ascii=False).encode())
-                         for s, cs in sorted(by_subject.items())]
-                fields = {"t": "record", "tenant": t, "key": key_, "text": text, "metadata": meta,
-                          "sources": srcs, "created_at": created, "updated_at": updated,
-                          "quarantine": None if qwhy is None else [qwhy, qhandle, qsince]}
+                wraps = [
+                    (*keys[t, s], json.dumps(cs, ensure_ascii=False).encode()) for s, cs in sorted(by_subject.items())
+                ]
+                fields = {
+                    "t": "record",
+                    "tenant": t,
+                    "key": key_,
+                    "text": text,
+                    "metadata": meta,
+                    "sources": srcs,
+                    "created_at": created,
+                    "updated_at": updated,
+                    "quarantine": None if qwhy is None else [qwhy, qhandle, qsince],
+                }
                 w.frame(fmt.seal(fmt.encode_record(fields, emb), wraps, index=index, **ids))
                 index += 1
                 written += 1

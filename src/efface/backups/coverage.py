@@ -32,8 +32,14 @@ def coverage(tx: Tx, out: Outcome, shredded: Sequence[str], hasher: Callable[...
         return None
     tenant = out.selector.tenant
     gone = set(shredded)
-    tx.note_exposure(tenant, {(hasher("key", tenant, r.key), hasher("subject", tenant, r.subject))
-                              for r in out.released if r.subject not in gone})
+    tx.note_exposure(
+        tenant,
+        {
+            (hasher("key", tenant, r.key), hasher("subject", tenant, r.subject))
+            for r in out.released
+            if r.subject not in gone
+        },
+    )
     tx.drop_exposure(tenant, [hasher("subject", tenant, s) for s in gone])
     if not out.released:
         return "absorbed"
@@ -48,8 +54,9 @@ def coverage(tx: Tx, out: Outcome, shredded: Sequence[str], hasher: Callable[...
     return "shredded"
 
 
-def with_backups(paths: dict[str, PathState], state: str | None, epoch: int,
-                 checkpointed_epoch: int) -> dict[str, PathState]:
+def with_backups(
+    paths: dict[str, PathState], state: str | None, epoch: int, checkpointed_epoch: int
+) -> dict[str, PathState]:
     """Add the ``backups`` path to a receipt's or a status's paths, when there are backups."""
     if state is not None:
         # Decided in the erasure's transaction (keys destroyed there, or the ledger entry

@@ -110,8 +110,9 @@ def _aad(store_id: str, backup_id: str, index: int, kid: bytes = b"") -> bytes:
     return b"\x1f".join([store_id.encode(), backup_id.encode(), str(index).encode(), kid])
 
 
-def seal(payload: bytes, wraps: list[tuple[bytes, bytes, bytes]], *, store_id: str, backup_id: str,
-         index: int) -> bytes:
+def seal(
+    payload: bytes, wraps: list[tuple[bytes, bytes, bytes]], *, store_id: str, backup_id: str, index: int
+) -> bytes:
     """One frame: ``payload`` under a fresh DEK, the DEK wrapped under each ``(kid, key, extra)``
     (``extra``: bytes readable only with that key, e.g. its subject's claims)."""
     dek = AESGCM.generate_key(256)
@@ -126,8 +127,9 @@ def seal(payload: bytes, wraps: list[tuple[bytes, bytes, bytes]], *, store_id: s
     return b"".join(out)
 
 
-def open_frame(frame: bytes, keys: dict[bytes, bytes], *, store_id: str, backup_id: str,
-               index: int) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
+def open_frame(
+    frame: bytes, keys: dict[bytes, bytes], *, store_id: str, backup_id: str, index: int
+) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
     """Decrypt a frame with whichever of ``keys`` (kid -> key) it was wrapped under.
     Returns (payload, [(kid, extra) for every wrap opened]) or None when no key survives.
     A wrap or payload that fails authentication raises :class:`BackupCorrupt`."""
@@ -200,7 +202,7 @@ def read_header(path: str) -> dict:
         head = f.read(len(MAGIC) + 4)
         if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
             raise BackupCorrupt("this file is not an efface backup (or its first bytes were altered)")
-        (n,) = struct.unpack(">I", head[len(MAGIC):])
+        (n,) = struct.unpack(">I", head[len(MAGIC) :])
         if n > _MAX_HEADER:
             raise BackupCorrupt("the backup header is malformed (the file was altered or truncated)")
         raw = f.read(n)
@@ -229,10 +231,9 @@ def verify_file(path: str, mac_key: bytes) -> None:
             mac.update(chunk)
             left -= len(chunk)
         tail = f.read()
-    if tail[: len(TRAILER_TAG)] != TRAILER_TAG or not hmac.compare_digest(tail[len(TRAILER_TAG):], mac.digest()):
+    if tail[: len(TRAILER_TAG)] != TRAILER_TAG or not hmac.compare_digest(tail[len(TRAILER_TAG) :], mac.digest()):
         raise BackupCorrupt(
-            "the backup file fails authentication (altered, truncated, or made by another store); "
-            "nothing was restored"
+            "the backup file fails authentication (altered, truncated, or made by another store); nothing was restored"
         )
 
 

@@ -40,14 +40,17 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
     header = fmt.read_header(src)
     h = ctx.hasher
     if header.get("store_id") != h("store", "id"):
-        raise BackupMismatch("this backup was made by another efface store; only the store that made it "
-                             "holds its keys: restore it there")
+        raise BackupMismatch(
+            "this backup was made by another efface store; only the store that made it holds its keys: restore it there"
+        )
     fmt.verify_file(src, ctx.secret("backup-mac"))
     ctx.expire_due()
     entries = ctx.origin.ledger()
     if not verify_chain(entries).ok:
-        raise UnverifiableDeletion("the erasure ledger does not verify, so a restore could bring back "
-                                   "erased records; nothing was restored (run `efface ledger verify`)")
+        raise UnverifiableDeletion(
+            "the erasure ledger does not verify, so a restore could bring back "
+            "erased records; nothing was restored (run `efface ledger verify`)"
+        )
     seq = header["ledger_seq"]
     mark = entries[seq - 1] if 0 < seq <= len(entries) else None
     if mark is None or mark["hash"] != header["ledger_hash"] or mark["kind"] != "backup":
@@ -119,9 +122,11 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                 if not live:  # its subjects' keys went since the decryption above
                     n["shredded"] += 1
                     continue
-                live = [c for c in live
-                        if (key_h, h("subject", tenant, c[0]), c[1], c[2]) not in released
-                        and (c[3] is None or c[3] > now)]
+                live = [
+                    c
+                    for c in live
+                    if (key_h, h("subject", tenant, c[0]), c[1], c[2]) not in released and (c[3] is None or c[3] > now)
+                ]
                 if not live:
                     n["replayed"] += 1
                     continue
@@ -129,8 +134,21 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                     n["present"] += 1
                     continue
                 s0, p0, b0, e0 = live[0]
-                rid = tx.upsert(tenant, NewRecord(key, fields["text"], fields["metadata"],
-                                                  tuple(json.loads(fields["sources"])), emb, s0, p0, b0, e0), now)
+                rid = tx.upsert(
+                    tenant,
+                    NewRecord(
+                        key,
+                        fields["text"],
+                        fields["metadata"],
+                        tuple(json.loads(fields["sources"])),
+                        emb,
+                        s0,
+                        p0,
+                        b0,
+                        e0,
+                    ),
+                    now,
+                )
                 for s, purpose, basis, expires_at in live[1:]:
                     tx.add_claim(rid, s, purpose, basis, expires_at, now)
                 for purpose in {c[1] for c in live}:
@@ -143,8 +161,9 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                 puts.append(rid)
                 texts[rid] = fields["text"]
                 n["restored"] += 1
-            tx.append_ledger("restore", None, {"tenant_h": h("tenant", tenant),
-                                               "backup_id": header["backup_id"], **n}, now)
+            tx.append_ledger(
+                "restore", None, {"tenant_h": h("tenant", tenant), "backup_id": header["backup_id"], **n}, now
+            )
             return n, puts, [], texts
 
         try:

@@ -107,19 +107,41 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
 
     def decorate(f: Callable) -> Callable:
         options = [
-            click.option("--json", "json_", is_flag=True, default=False, expose_value=False,
-                         callback=_setter("json"),
-                         help="Print exactly one JSON document on stdout (errors too) instead of tables."),
+            click.option(
+                "--json",
+                "json_",
+                is_flag=True,
+                default=False,
+                expose_value=False,
+                callback=_setter("json"),
+                help="Print exactly one JSON document on stdout (errors too) instead of tables.",
+            ),
         ]
         if store:
             options += [
-                click.option("--store", metavar="DIR", expose_value=False, callback=_setter("store"),
-                             help="The store's directory (created if missing).", **env("EFFACE_STORE")),
-                click.option("--tenant", metavar="TENANT", expose_value=False, callback=_setter("tenant"),
-                             help=f"Tenant to act in (default: '{DEFAULT_TENANT}').", **env("EFFACE_TENANT")),
-                click.option("--embedder", type=click.Choice(["hashing", "minilm"]), expose_value=False,
-                             callback=_setter("embedder"),
-                             help="Embedder for a new store (default: the store's own, else the best installed)."),
+                click.option(
+                    "--store",
+                    metavar="DIR",
+                    expose_value=False,
+                    callback=_setter("store"),
+                    help="The store's directory (created if missing).",
+                    **env("EFFACE_STORE"),
+                ),
+                click.option(
+                    "--tenant",
+                    metavar="TENANT",
+                    expose_value=False,
+                    callback=_setter("tenant"),
+                    help=f"Tenant to act in (default: '{DEFAULT_TENANT}').",
+                    **env("EFFACE_TENANT"),
+                ),
+                click.option(
+                    "--embedder",
+                    type=click.Choice(["hashing", "minilm"]),
+                    expose_value=False,
+                    callback=_setter("embedder"),
+                    help="Embedder for a new store (default: the store's own, else the best installed).",
+                ),
             ]
         for option in reversed(options):
             f = option(f)
@@ -170,12 +192,17 @@ def cli() -> None:
 @click.argument("text")
 @click.option("--subject", required=True, help="Whose data this is (the claim's subject).")
 @click.option("--purpose", required=True, help="What it may be used for (the claim's purpose), e.g. support.")
-@click.option("--basis", default="consent", show_default=True,
-              help="Why it may be kept: consent, contract, legal_obligation, legal_hold, ...")
+@click.option(
+    "--basis",
+    default="consent",
+    show_default=True,
+    help="Why it may be kept: consent, contract, legal_obligation, legal_hold, ...",
+)
 @click.option("--ttl", type=float, help="Seconds until this claim expires (default: until forgotten).")
 @click.option("--metadata", metavar="JSON", help="A JSON object stored with the record.")
-@click.option("--source", "sources", multiple=True, metavar="KEY",
-              help="A key this record was derived from (repeat for several).")
+@click.option(
+    "--source", "sources", multiple=True, metavar="KEY", help="A key this record was derived from (repeat for several)."
+)
 @_common_options()
 def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
     """Store TEXT under KEY with one claim. TEXT '-' reads it from stdin."""
@@ -186,10 +213,19 @@ def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
         try:
             meta = json.loads(metadata)
         except json.JSONDecodeError:
-            raise InvalidInput("--metadata must be a JSON object, e.g. '{\"channel\": \"chat\"}'") from None
+            raise InvalidInput('--metadata must be a JSON object, e.g. \'{"channel": "chat"}\'') from None
     store = _open()
-    epoch = store.write(key, text, tenant=_tenant(), subject=subject, purpose=purpose, basis=basis, ttl=ttl,
-                        metadata=meta, sources=list(sources) or None)
+    epoch = store.write(
+        key,
+        text,
+        tenant=_tenant(),
+        subject=subject,
+        purpose=purpose,
+        basis=basis,
+        ttl=ttl,
+        metadata=meta,
+        sources=list(sources) or None,
+    )
     _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"written at epoch {epoch}"))
 
 
@@ -208,15 +244,19 @@ def retain(key, subject, purpose, basis, ttl) -> None:
 
 @cli.command("register-subject")
 @click.argument("subject")
-@click.option("--identifier", "identifiers", multiple=True, required=True,
-              help="A name, e-mail, phone number or handle that names SUBJECT (repeat for several).")
+@click.option(
+    "--identifier",
+    "identifiers",
+    multiple=True,
+    required=True,
+    help="A name, e-mail, phone number or handle that names SUBJECT (repeat for several).",
+)
 @_common_options()
 def register_subject(subject, identifiers) -> None:
     """Record the identifiers that name SUBJECT, so a forget finds records mentioning them."""
     epoch = _open().register_subject(subject, tenant=_tenant(), identifiers=list(identifiers))
     n = len(set(identifiers))
-    _emit({"epoch": epoch, "identifiers": n},
-          lambda out: out.print(f"{n} identifier(s) registered at epoch {epoch}"))
+    _emit({"epoch": epoch, "identifiers": n}, lambda out: out.print(f"{n} identifier(s) registered at epoch {epoch}"))
 
 
 @cli.command()
@@ -230,14 +270,24 @@ def read(key, purpose) -> None:
     def human(out: Console) -> None:
         if memory is None:
             return
-        out.print(kv_table(memory.key, [
-            ("text", memory.text),
-            ("metadata", json.dumps(dict(memory.metadata), ensure_ascii=False)),
-            ("sources", ", ".join(memory.sources) or "-"),
-            ("updated", fmt_time(memory.updated_at)),
-            ("claims", "; ".join(f"{c.subject} / {c.purpose} / {c.basis} / until {fmt_time(c.expires_at)}"
-                                 for c in memory.claims)),
-        ]))
+        out.print(
+            kv_table(
+                memory.key,
+                [
+                    ("text", memory.text),
+                    ("metadata", json.dumps(dict(memory.metadata), ensure_ascii=False)),
+                    ("sources", ", ".join(memory.sources) or "-"),
+                    ("updated", fmt_time(memory.updated_at)),
+                    (
+                        "claims",
+                        "; ".join(
+                            f"{c.subject} / {c.purpose} / {c.basis} / until {fmt_time(c.expires_at)}"
+                            for c in memory.claims
+                        ),
+                    ),
+                ],
+            )
+        )
 
     _emit({"found": memory is not None, "memory": None if memory is None else memory.to_dict()}, human)
     if memory is None:
@@ -286,10 +336,20 @@ def status(handle) -> None:
 
 @cli.command()
 @click.argument("handle")
-@click.option("--timeout", type=float, default=30.0, show_default=True,
-              help="Seconds to wait at most. Exits 1 if the erasure is not done by then.")
-@click.option("--until", type=click.Choice(["erased", "absorbed"]), default="erased", show_default=True,
-              help="erased: until its bytes are gone from every file; absorbed: until every read path absorbed it.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait at most. Exits 1 if the erasure is not done by then.",
+)
+@click.option(
+    "--until",
+    type=click.Choice(["erased", "absorbed"]),
+    default="erased",
+    show_default=True,
+    help="erased: until its bytes are gone from every file; absorbed: until every read path absorbed it.",
+)
 @_common_options()
 def wait(handle, timeout, until) -> None:
     """Drive the erasure HANDLE through every path and wait until it is done (then `efface verify`)."""
@@ -338,8 +398,10 @@ def ledger_verify() -> None:
 
     def human(out: Console) -> None:
         if check.ok:
-            out.print(f"[green]ledger intact[/]: {check.entries} entr{'y' if check.entries == 1 else 'ies'}, "
-                      "every link verified")
+            out.print(
+                f"[green]ledger intact[/]: {check.entries} entr{'y' if check.entries == 1 else 'ies'}, "
+                "every link verified"
+            )
         else:
             out.print(f"[red]ledger BROKEN[/]: {len(check.problems)} problem(s) in {check.entries} entries")
             for p in check.problems:
@@ -352,10 +414,18 @@ def ledger_verify() -> None:
 
 @ledger.command("export")
 @click.argument("handle")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write the JSON certificate to this file (default: standard output).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
-              help="Also write a readable HTML certificate to this file.")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the JSON certificate to this file (default: standard output).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write a readable HTML certificate to this file.",
+)
 @_common_options()
 def ledger_export(handle, out_path, html_path) -> None:
     """Export the deletion certificate of erasure HANDLE: what was asked, when, the epoch,
@@ -420,14 +490,19 @@ def backup(dest) -> None:
     result = _open().backup(dest).to_dict()
 
     def human(out: Console) -> None:
-        out.print(kv_table(f"Backup {result['backup_id']}", [
-            ("file", result["path"]),
-            ("records", result["records"]),
-            ("subject keys", result["subjects"]),
-            ("epoch", result["epoch"]),
-            ("ledger seq", result["ledger_seq"]),
-            ("bytes", result["bytes"]),
-        ]))
+        out.print(
+            kv_table(
+                f"Backup {result['backup_id']}",
+                [
+                    ("file", result["path"]),
+                    ("records", result["records"]),
+                    ("subject keys", result["subjects"]),
+                    ("epoch", result["epoch"]),
+                    ("ledger seq", result["ledger_seq"]),
+                    ("bytes", result["bytes"]),
+                ],
+            )
+        )
 
     _emit(result, human)
 
@@ -441,13 +516,18 @@ def restore(src) -> None:
     result = _open().restore(src).to_dict()
 
     def human(out: Console) -> None:
-        out.print(kv_table(f"Restore of {result['backup_id']}", [
-            ("restored", f"{result['restored']} record(s)"),
-            ("shredded", f"{result['shredded']} record(s): their subjects' keys are destroyed"),
-            ("replayed", f"{result['replayed']} record(s): erased or released since the backup"),
-            ("present", f"{result['present']} record(s) already live (left as they are)"),
-            ("subjects", f"{result['subjects']} registered subject(s) restored"),
-        ]))
+        out.print(
+            kv_table(
+                f"Restore of {result['backup_id']}",
+                [
+                    ("restored", f"{result['restored']} record(s)"),
+                    ("shredded", f"{result['shredded']} record(s): their subjects' keys are destroyed"),
+                    ("replayed", f"{result['replayed']} record(s): erased or released since the backup"),
+                    ("present", f"{result['present']} record(s) already live (left as they are)"),
+                    ("subjects", f"{result['subjects']} registered subject(s) restored"),
+                ],
+            )
+        )
 
     _emit(result, human)
 
@@ -489,8 +569,13 @@ def quarantine_list() -> None:
 @quarantine.command("rederive")
 @click.argument("key")
 @click.argument("text")
-@click.option("--source", "sources", multiple=True, metavar="KEY",
-              help="A key the new version is derived from (repeat; replaces the old lineage).")
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="KEY",
+    help="A key the new version is derived from (repeat; replaces the old lineage).",
+)
 @click.option("--no-sources", is_flag=True, help="The new version is derived from nothing (clears its lineage).")
 @_common_options()
 def quarantine_rederive(key, text, sources, no_sources) -> None:

@@ -20,18 +20,26 @@ from .render import console
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--subject", help="Forget the records whose subject field has this value.")
 @click.option("--ids", help="Forget these ids instead (comma-separated).")
-@click.option("--subject-field", default=None,
-              help="Metadata field / column / payload key naming the subject (default: subject; mem0: user_id).")
+@click.option(
+    "--subject-field",
+    default=None,
+    help="Metadata field / column / payload key naming the subject (default: subject; mem0: user_id).",
+)
 @click.option("--collection", help="Collection, table or tenant to audit (default: the only one; efface: default).")
 @click.option("--in-place", is_flag=True, help="Audit the original store, not a copy. Its data WILL be deleted.")
 @click.option("--maintenance", is_flag=True, help="Also run the store's own maintenance calls, then look again.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write an HTML report to this file.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write an HTML report to this file.",
+)
 @click.option("--id-field", default=None, help="LanceDB: the id column (default: id).")
 @click.option("--text-field", default=None, help="LanceDB / Qdrant: the text column or payload key (default: text).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document instead of tables.")
-def audit(kind, path, subject, ids, subject_field, collection, in_place, maintenance, html_file, id_field,
-          text_field, as_json) -> None:
+def audit(
+    kind, path, subject, ids, subject_field, collection, in_place, maintenance, html_file, id_field, text_field, as_json
+) -> None:
     """Check what a store's delete really proves: forget a subject (or ids) in a copy of
     the store at PATH through the store's own API, probe every read path it exposes, scan
     the bytes of every file, and give a level per path: intent, unreadable or erased.
@@ -44,9 +52,16 @@ def audit(kind, path, subject, ids, subject_field, collection, in_place, mainten
     if (subject is None) == (id_list is None):
         raise InvalidInput("name exactly one of --subject or --ids")
     field = subject_field or ("user_id" if kind == "mem0" else "subject")
-    report = run_audit(kind, path, Selection(subject=subject, ids=id_list, subject_field=field),
-                       collection=collection, in_place=in_place, maintenance=maintenance,
-                       id_field=id_field, text_field=text_field)
+    report = run_audit(
+        kind,
+        path,
+        Selection(subject=subject, ids=id_list, subject_field=field),
+        collection=collection,
+        in_place=in_place,
+        maintenance=maintenance,
+        id_field=id_field,
+        text_field=text_field,
+    )
     if html_file is not None:
         html_file.write_text(to_html(report), encoding="utf-8")
     # `efface --json audit ...` is noticed by the root group and kept in ctx.meta.

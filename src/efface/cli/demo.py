@@ -133,9 +133,13 @@ class NaiveStore:
         self._log.clear()
 
     def forget(self, *, tenant: str, subject: str | None = None, prefix: str | None = None) -> dict:
-        gone = [(t, k) for (t, k) in self.primary
-                if t == tenant and (subject is None or self.subjects[(t, k)] == subject)
-                and (prefix is None or k.startswith(prefix))]
+        gone = [
+            (t, k)
+            for (t, k) in self.primary
+            if t == tenant
+            and (subject is None or self.subjects[(t, k)] == subject)
+            and (prefix is None or k.startswith(prefix))
+        ]
         for where in gone:
             del self.primary[where]
             self._log.append(("delete", where, None))
@@ -163,9 +167,14 @@ class NaiveStore:
         by_words = set.intersection(*(self.words.get(w, set()) for w in words)) if words else set()
         by_words = {i for i in by_words if self.ann[i].tenant == tenant}
         ranked = sorted(set(by_vector) | by_words, key=lambda i: -float(q @ self.ann[i].vector))[:k]
-        return [{"key": self.ann[i].key, "text": self.chunk_cache[self.ann[i].digest],
-                 "via": (["ann"] if i in by_vector else []) + (["fts"] if i in by_words else [])}
-                for i in ranked]
+        return [
+            {
+                "key": self.ann[i].key,
+                "text": self.chunk_cache[self.ann[i].digest],
+                "via": (["ann"] if i in by_vector else []) + (["fts"] if i in by_words else []),
+            }
+            for i in ranked
+        ]
 
 
 # == Probes =========================================================================================
@@ -193,11 +202,21 @@ class Probe:
 
     def to_dict(self) -> dict:
         return {
-            "id": self.id, "path": self.path, "title": self.title, "forbidden": self.forbidden,
-            "naive": {"served": self.naive, "leaked": bool(leaked(self.naive, self.forbidden)),
-                      "note": self.naive_note},
-            "efface": {"served": self.efface, "leaked": bool(leaked(self.efface, self.forbidden)),
-                       "served_before_forget": self.efface_before, "note": self.efface_note},
+            "id": self.id,
+            "path": self.path,
+            "title": self.title,
+            "forbidden": self.forbidden,
+            "naive": {
+                "served": self.naive,
+                "leaked": bool(leaked(self.naive, self.forbidden)),
+                "note": self.naive_note,
+            },
+            "efface": {
+                "served": self.efface,
+                "leaked": bool(leaked(self.efface, self.forbidden)),
+                "served_before_forget": self.efface_before,
+                "note": self.efface_note,
+            },
             **self.extra,
         }
 
@@ -242,14 +261,20 @@ def _timed(fn):
 def _verification(store: efface.Store, handle: str) -> dict:
     """verify() after wait(): the checks behind the level, as the ledger records them."""
     v = store.verify(handle)
-    return {"level": v.level, "scanned_bytes": v.scanned_bytes, "files": len(v.scanned_files),
-            "checks": {c.name: c.outcome for c in v.checks}, "ledger_seq": v.ledger_seq}
+    return {
+        "level": v.level,
+        "scanned_bytes": v.scanned_bytes,
+        "files": len(v.scanned_files),
+        "checks": {c.name: c.outcome for c in v.checks},
+        "ledger_seq": v.ledger_seq,
+    }
 
 
 def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
     store.register_subject("alice", tenant=TENANT, identifiers=["Alice", "alice@example.com"])
-    store.write_many([{"key": k, "text": t} for k, t in ALICE.items()], tenant=TENANT,
-                     subject="alice", purpose="support")
+    store.write_many(
+        [{"key": k, "text": t} for k, t in ALICE.items()], tenant=TENANT, subject="alice", purpose="support"
+    )
     store.write_many([{"key": k, "text": t} for k, t in BOB.items()], tenant=TENANT, subject="bob", purpose="support")
     # The rolling digests: written under the tenant's service account, for analytics, with no
     # lineage recorded (as in the incident). Only the mention index can tie the first to Alice.
@@ -280,26 +305,46 @@ def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
     naive_a1 = _naive_hits(naive, by_words)
     naive_a2 = _naive_hits(naive, by_meaning)
     probes = [
-        Probe("A1", "ann", "recall by an erased memory's own words: vector-index candidates",
-              erased, naive_a1, _hits(store, by_words, ["support"]), before["A1"],
-              "the vector index still holds the erased vectors and recall serves its candidates "
-              "without asking the primary",
-              "the vector index still holds the erased vectors (pending), but every candidate is "
-              "resolved against the origin's live claims before any text leaves the store"),
-        Probe("A2", "chunk-cache", "recall by a paraphrase: text served from the reranker's chunk cache",
-              erased, naive_a2, _hits(store, by_meaning, ["support"]), before["A2"],
-              "the primary no longer has these texts; the reranker took them from its chunk cache, "
-              "keyed by content hash, which a delete by key never finds",
-              "efface has no text cache: a hit's text is read from the origin in the same step "
-              "that checks its claims"),
-        Probe("A3", "digest", "recall('alice') for analytics: the digest written under a service account",
-              digest, _naive_hits(naive, ["alice"]), _hits(store, ["alice"], ["analytics"]), before["A3"],
-              "the digest belongs to the service account, so forget(subject=alice) leaves it, "
-              "and recall serves it because its text names her",
-              "the digest is not erased (another subject's claim keeps it) but it names Alice's "
-              "registered identifier, so the forget quarantined it and the receipt lists it; it "
-              "comes back once re-derived without her or released. Only registered identifiers "
-              "are found: a name never passed to register_subject is not"),
+        Probe(
+            "A1",
+            "ann",
+            "recall by an erased memory's own words: vector-index candidates",
+            erased,
+            naive_a1,
+            _hits(store, by_words, ["support"]),
+            before["A1"],
+            "the vector index still holds the erased vectors and recall serves its candidates "
+            "without asking the primary",
+            "the vector index still holds the erased vectors (pending), but every candidate is "
+            "resolved against the origin's live claims before any text leaves the store",
+        ),
+        Probe(
+            "A2",
+            "chunk-cache",
+            "recall by a paraphrase: text served from the reranker's chunk cache",
+            erased,
+            naive_a2,
+            _hits(store, by_meaning, ["support"]),
+            before["A2"],
+            "the primary no longer has these texts; the reranker took them from its chunk cache, "
+            "keyed by content hash, which a delete by key never finds",
+            "efface has no text cache: a hit's text is read from the origin in the same step that checks its claims",
+        ),
+        Probe(
+            "A3",
+            "digest",
+            "recall('alice') for analytics: the digest written under a service account",
+            digest,
+            _naive_hits(naive, ["alice"]),
+            _hits(store, ["alice"], ["analytics"]),
+            before["A3"],
+            "the digest belongs to the service account, so forget(subject=alice) leaves it, "
+            "and recall serves it because its text names her",
+            "the digest is not erased (another subject's claim keeps it) but it names Alice's "
+            "registered identifier, so the forget quarantined it and the receipt lists it; it "
+            "comes back once re-derived without her or released. Only registered identifiers "
+            "are found: a name never passed to register_subject is not",
+        ),
     ]
     # The probes went through every read path; none of them absorbs an erasure.
     still = store.status(receipt.handle)
@@ -311,11 +356,20 @@ def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
         "title": "Incident A: the acknowledgement was a policy fact, not a read fact",
         "forget": "forget(subject='alice')",
         "acknowledgement": {
-            "naive": {"answer": naive_ack, "ms": naive_ms,
-                      "point_read_of_an_erased_key": naive.read("acme:alice:1", tenant=TENANT)},
-            "efface": {"handle": receipt.handle, "epoch": receipt.epoch, "level": receipt.level,
-                       "erased": len(receipt.erased), "quarantined": list(receipt.quarantined), "ms": efface_ms,
-                       "point_read_of_an_erased_key": _reads(store, ["acme:alice:1"], "support") or None},
+            "naive": {
+                "answer": naive_ack,
+                "ms": naive_ms,
+                "point_read_of_an_erased_key": naive.read("acme:alice:1", tenant=TENANT),
+            },
+            "efface": {
+                "handle": receipt.handle,
+                "epoch": receipt.epoch,
+                "level": receipt.level,
+                "erased": len(receipt.erased),
+                "quarantined": list(receipt.quarantined),
+                "ms": efface_ms,
+                "point_read_of_an_erased_key": _reads(store, ["acme:alice:1"], "support") or None,
+            },
         },
         "probes": [p.to_dict() for p in probes],
         "efface_paths": {
@@ -334,8 +388,9 @@ def incident_a(store: efface.Store, naive: NaiveStore) -> dict:
 def incident_b(store: efface.Store, naive: NaiveStore) -> dict:
     # One key, two retention scopes: the tenant's 30-day retention (contract) and the
     # session prefix's 7-day retention (consent). In efface they are two claims.
-    store.write(KEY42, SECRET42, tenant=TENANT, subject="carol", purpose="tenant-retention", basis="contract",
-                ttl=30 * DAY)
+    store.write(
+        KEY42, SECRET42, tenant=TENANT, subject="carol", purpose="tenant-retention", basis="contract", ttl=30 * DAY
+    )
     store.retain(KEY42, tenant=TENANT, subject="carol", purpose="session", basis="consent", ttl=7 * DAY)
     store.write(KEY43, TEXT43, tenant=TENANT, subject="carol", purpose="session", ttl=7 * DAY)
     store.write(*FAQ, tenant=TENANT, subject="svc-faq", purpose="session")
@@ -363,41 +418,74 @@ def incident_b(store: efface.Store, naive: NaiveStore) -> dict:
     r1, efface_ms = _timed(lambda: store.forget(tenant=TENANT, prefix=PREFIX, purpose="session"))
     listing_after = naive.list_prefix(PREFIX, tenant=TENANT, now=now + 1)
 
-    naive_b1 = [{"key": k, "text": t, "via": ["read@replica"]}
-                for k in (KEY42, KEY43) if (t := naive.read(k, tenant=TENANT, host="replica")) is not None]
+    naive_b1 = [
+        {"key": k, "text": t, "via": ["read@replica"]}
+        for k in (KEY42, KEY43)
+        if (t := naive.read(k, tenant=TENANT, host="replica")) is not None
+    ]
     efface_b1 = _reads(store, [KEY42, KEY43], "session")
     # The receipt named the retention scope the forget left: the 30-day tenant retention.
     declared = [asdict(r) | {"until": fmt_time(r.expires_at)} for r in r1.retained]
     b2_before = _reads(store, [KEY42], "tenant-retention")
     r2, r2_ms = _timed(lambda: store.forget(tenant=TENANT, prefix=PREFIX, purpose="tenant-retention"))
     during = store.status(r2.handle)
-    naive_b2 = [{"key": KEY42, "text": t, "via": ["read@archive"]}
-                for t in [naive.read(KEY42, tenant=TENANT, host="archive")] if t is not None]
+    naive_b2 = [
+        {"key": KEY42, "text": t, "via": ["read@archive"]}
+        for t in [naive.read(KEY42, tenant=TENANT, host="archive")]
+        if t is not None
+    ]
 
     probes = [
-        Probe("B1", "point read", "point read of a forgotten key (right after the acknowledgement)",
-              session_scope, naive_b1, efface_b1, before["B1"],
-              "the listing was empty and taken as proof, but the replica had not applied the "
-              "tombstone yet and served the value",
-              "reads go to the origin, where the tombstone is committed before the acknowledgement"),
-        Probe("B2", "second retention scope", "the same key, kept under the tenant's 30-day retention",
-              {"keys": [KEY42], "texts": [SECRET42]}, naive_b2, _reads(store, [KEY42], "tenant-retention"),
-              b2_before,
-              "the forget cleared the prefix scope; the compliance archive (another host, same "
-              "namespace) still serves the value, and the acknowledgement never said so",
-              "the first receipt listed the key as retained under 'tenant-retention' (basis contract, "
-              "30 days) and why; a forget naming that purpose released it, and then nothing serves it",
-              extra={"efface_declared_by_first_receipt": declared}),
-        Probe("B3", "full-text", "keyword search for words of the deleted texts",
-              everything, _naive_hits(naive, words), _hits(store, words, both), before["B3"],
-              "the keyword index keeps the deleted tokens until its own rebuild",
-              "the full-text index is updated in the forget's own transaction (and secure-delete "
-              "overwrites the freed pages)"),
-        Probe("B4", "vector", "semantic search for an unrelated question",
-              everything, _naive_hits(naive, unrelated), _hits(store, unrelated, both), before["B4"],
-              "the vector index returns fragments of the deleted text as nearest neighbours",
-              "the vector index still holds the vectors (pending) but its candidates are resolved "
-              "against the origin; only live records come back"),
+        Probe(
+            "B1",
+            "point read",
+            "point read of a forgotten key (right after the acknowledgement)",
+            session_scope,
+            naive_b1,
+            efface_b1,
+            before["B1"],
+            "the listing was empty and taken as proof, but the replica had not applied the "
+            "tombstone yet and served the value",
+            "reads go to the origin, where the tombstone is committed before the acknowledgement",
+        ),
+        Probe(
+            "B2",
+            "second retention scope",
+            "the same key, kept under the tenant's 30-day retention",
+            {"keys": [KEY42], "texts": [SECRET42]},
+            naive_b2,
+            _reads(store, [KEY42], "tenant-retention"),
+            b2_before,
+            "the forget cleared the prefix scope; the compliance archive (another host, same "
+            "namespace) still serves the value, and the acknowledgement never said so",
+            "the first receipt listed the key as retained under 'tenant-retention' (basis contract, "
+            "30 days) and why; a forget naming that purpose released it, and then nothing serves it",
+            extra={"efface_declared_by_first_receipt": declared},
+        ),
+        Probe(
+            "B3",
+            "full-text",
+            "keyword search for words of the deleted texts",
+            everything,
+            _naive_hits(naive, words),
+            _hits(store, words, both),
+            before["B3"],
+            "the keyword index keeps the deleted tokens until its own rebuild",
+            "the full-text index is updated in the forget's own transaction (and secure-delete "
+            "overwrites the freed pages)",
+        ),
+        Probe(
+            "B4",
+            "vector",
+            "semantic search for an unrelated question",
+            everything,
+            _naive_hits(naive, unrelated),
+            _hits(store, unrelated, both),
+            before["B4"],
+            "the vector index returns fragments of the deleted text as nearest neighbours",
+            "the vector index still holds the vectors (pending) but its candidates are resolved "
+            "against the origin; only live records come back",
+        ),
     ]
     still = store.status(r2.handle)
     settled = store.wait(r2.handle, timeout=30)
@@ -408,12 +496,21 @@ def incident_b(store: efface.Store, naive: NaiveStore) -> dict:
         "title": "Incident B: the acknowledgement was intent, not evidence",
         "forget": "forget(prefix='tenant:acme:session:', purpose='session'), then purpose='tenant-retention'",
         "acknowledgement": {
-            "naive": {"answer": naive_ack, "ms": naive_ms, "listing_before": listing_before,
-                      "listing_after": listing_after},
-            "efface": {"handle": r1.handle, "epoch": r1.epoch, "level": r1.level, "erased": list(r1.erased),
-                       "retained": declared, "ms": efface_ms,
-                       "second_forget": {"handle": r2.handle, "epoch": r2.epoch, "erased": list(r2.erased),
-                                         "ms": r2_ms}},
+            "naive": {
+                "answer": naive_ack,
+                "ms": naive_ms,
+                "listing_before": listing_before,
+                "listing_after": listing_after,
+            },
+            "efface": {
+                "handle": r1.handle,
+                "epoch": r1.epoch,
+                "level": r1.level,
+                "erased": list(r1.erased),
+                "retained": declared,
+                "ms": efface_ms,
+                "second_forget": {"handle": r2.handle, "epoch": r2.epoch, "erased": list(r2.erased), "ms": r2_ms},
+            },
         },
         "probes": [p.to_dict() for p in probes],
         "efface_paths": {
@@ -482,12 +579,16 @@ def _cell(served: list[dict], forbidden: dict, *, good: str) -> str:
 
 
 def render(out: Console, f: dict) -> None:
-    out.print(Panel.fit(
-        "Two incidents from DESIGN.md §1, replayed against a [bold]naive store[/] (a small in-process "
-        "comparison class built the way the incident systems were; not efface) and against "
-        "[bold]efface[/] (a real store, hashing embedder, compactor held back so the vector index is "
-        "still [yellow]pending[/] while the probes run). A probe counts as served when a store hands "
-        "out a key or text the forget named (a fragment counts).", title="efface demo"))
+    out.print(
+        Panel.fit(
+            "Two incidents from DESIGN.md §1, replayed against a [bold]naive store[/] (a small in-process "
+            "comparison class built the way the incident systems were; not efface) and against "
+            "[bold]efface[/] (a real store, hashing embedder, compactor held back so the vector index is "
+            "still [yellow]pending[/] while the probes run). A probe counts as served when a store hands "
+            "out a key or text the forget named (a fragment counts).",
+            title="efface demo",
+        )
+    )
     for inc in f["incidents"]:
         out.rule(f"[bold]{inc['title']}")
         ack = inc["acknowledgement"]
@@ -495,16 +596,23 @@ def render(out: Console, f: dict) -> None:
         naive, e = ack["naive"], ack["efface"]
         out.print(f"  naive answers  {escape(json.dumps(naive['answer']))} in {naive['ms']} ms")
         if "point_read_of_an_erased_key" in naive:
-            out.print(f"  naive point read of an erased key: {naive['point_read_of_an_erased_key']} "
-                      "(the tombstone filters point reads; the leaks are elsewhere)")
+            out.print(
+                f"  naive point read of an erased key: {naive['point_read_of_an_erased_key']} "
+                "(the tombstone filters point reads; the leaks are elsewhere)"
+            )
         if "listing_after" in naive:
-            out.print(f"  naive listing of the prefix: before {escape(str(naive['listing_before']))}, "
-                      f"after {escape(str(naive['listing_after']))} (taken as proof of deletion)")
-        out.print(f"  efface answers a receipt in {e['ms']} ms: handle {e['handle']}, epoch {e['epoch']}, "
-                  f"level [bold]{e['level']}[/] (an acknowledgement alone proves intent; the read paths "
-                  "below show how far it went), full receipts at the end")
-        table = Table(title="After the acknowledgement, the same probe on both stores", title_justify="left",
-                      show_lines=True)
+            out.print(
+                f"  naive listing of the prefix: before {escape(str(naive['listing_before']))}, "
+                f"after {escape(str(naive['listing_after']))} (taken as proof of deletion)"
+            )
+        out.print(
+            f"  efface answers a receipt in {e['ms']} ms: handle {e['handle']}, epoch {e['epoch']}, "
+            f"level [bold]{e['level']}[/] (an acknowledgement alone proves intent; the read paths "
+            "below show how far it went), full receipts at the end"
+        )
+        table = Table(
+            title="After the acknowledgement, the same probe on both stores", title_justify="left", show_lines=True
+        )
         table.add_column("probe", overflow="fold", max_width=30)
         table.add_column("naive store serves", overflow="fold")
         table.add_column("efface serves", overflow="fold")
@@ -517,29 +625,39 @@ def render(out: Console, f: dict) -> None:
         out.print(table)
         paths = inc["efface_paths"]
         out.print(paths_table(paths["during_probes"]["paths"], "efface read paths while the probes ran"))
-        out.print(f"pending deletions while the probes ran: {paths['during_probes']['pending_deletions']}; "
-                  f"after them: {paths['after_probes']['pending_deletions']} (probes do not absorb erasures)")
-        out.print(f"after store.wait(): settled={paths['after_wait']['settled']}, pending deletions "
-                  f"{paths['after_wait']['pending_deletions']}; the same probes still serve nothing forbidden: "
-                  f"{not inc['efface_after_wait']['leaked']}")
+        out.print(
+            f"pending deletions while the probes ran: {paths['during_probes']['pending_deletions']}; "
+            f"after them: {paths['after_probes']['pending_deletions']} (probes do not absorb erasures)"
+        )
+        out.print(
+            f"after store.wait(): settled={paths['after_wait']['settled']}, pending deletions "
+            f"{paths['after_wait']['pending_deletions']}; the same probes still serve nothing forbidden: "
+            f"{not inc['efface_after_wait']['leaked']}"
+        )
         out.print(paths_table(paths["after_wait"]["paths"], "efface read paths after wait()"))
         v = inc.get("verification")
         if v:
             passed = sum(1 for o in v["checks"].values() if o in ("pass", "recorded"))
-            out.print(f"verify(): level [bold]{v['level']}[/] — {passed}/{len(v['checks'])} checks passed "
-                      f"(probes by id, by words, by nearest neighbours; a byte scan of {v['files']} files, "
-                      f"{v['scanned_bytes']:,} bytes); recorded in the ledger at seq {v['ledger_seq']}")
+            out.print(
+                f"verify(): level [bold]{v['level']}[/] — {passed}/{len(v['checks'])} checks passed "
+                f"(probes by id, by words, by nearest neighbours; a byte scan of {v['files']} files, "
+                f"{v['scanned_bytes']:,} bytes); recorded in the ledger at seq {v['ledger_seq']}"
+            )
     out.rule("[bold]efface receipts")
     for inc in f["incidents"]:
         for r in inc["receipts"]:
             render_receipt(out, r)
     led = f["ledger"]
-    out.print(f"ledger: {led['entries']} entries, chain {'intact' if led['ok'] else 'BROKEN'}; "
-              f"keys, texts, subjects or tenant found in it: {led['personal_data_found'] or 'none'}")
+    out.print(
+        f"ledger: {led['entries']} entries, chain {'intact' if led['ok'] else 'BROKEN'}; "
+        f"keys, texts, subjects or tenant found in it: {led['personal_data_found'] or 'none'}"
+    )
     s = f["summary"]
     out.rule("[bold]summary")
-    out.print(f"{s['probes']} probes: the naive store served forbidden content in [red]{s['naive_leaked']}[/], "
-              f"efface in [green]{s['efface_leaked']}[/]. ({f['seconds']} s)")
+    out.print(
+        f"{s['probes']} probes: the naive store served forbidden content in [red]{s['naive_leaked']}[/], "
+        f"efface in [green]{s['efface_leaked']}[/]. ({f['seconds']} s)"
+    )
     if f.get("store"):
         out.print(f"store kept at {f['store']}")
 

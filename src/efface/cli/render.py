@@ -47,9 +47,15 @@ def paths_table(paths: dict, title: str = "Read paths") -> Table:
     for name, p in paths.items():
         style = "green" if p["state"] in ("absorbed", "shredded") else "yellow" if p.get("read_safe", True) else "red"
         measured = p.get("measured_propagation_s")
-        table.add_row(name, f"[{style}]{p['state']}[/]", str(p["applied_epoch"]), str(p.get("erased_epoch", "-")),
-                      f"{p['max_propagation_s']:g} s", "-" if measured is None else f"{measured:.3f} s",
-                      "yes" if p.get("read_safe", True) else "NO")
+        table.add_row(
+            name,
+            f"[{style}]{p['state']}[/]",
+            str(p["applied_epoch"]),
+            str(p.get("erased_epoch", "-")),
+            f"{p['max_propagation_s']:g} s",
+            "-" if measured is None else f"{measured:.3f} s",
+            "yes" if p.get("read_safe", True) else "NO",
+        )
     return table
 
 
@@ -60,20 +66,28 @@ def _listing(keys: list[str], limit: int = 20) -> str:
 
 def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
     """A receipt (Receipt.to_dict()) as tables: the summary, its read paths, what stays and why."""
-    out.print(kv_table(title or f"Receipt {r['handle']}", [
-        ("handle", r["handle"]),
-        ("epoch", r["epoch"]),
-        ("kind", r["kind"]),
-        ("level", r["level"]),
-        ("released", f"{len(r['released'])} claim(s)"),
-        ("erased", f"{len(r['erased'])} record(s)" + (f": {_listing(r['erased'])}" if r["erased"] else "")),
-        ("retained", f"{len(r['retained'])} record(s)"),
-        ("quarantined", f"{len(r['quarantined'])} record(s)"
-         + (f": {_listing(r['quarantined'])}" if r["quarantined"] else "")),
-        ("max propagation", f"{r['max_propagation_s']:g} s"),
-        ("acknowledged", fmt_time(r["acknowledged_at"])),
-        ("ledger", f"seq {r['ledger_seq']}, hash {r['ledger_hash'][:16]}…"),
-    ]))
+    out.print(
+        kv_table(
+            title or f"Receipt {r['handle']}",
+            [
+                ("handle", r["handle"]),
+                ("epoch", r["epoch"]),
+                ("kind", r["kind"]),
+                ("level", r["level"]),
+                ("released", f"{len(r['released'])} claim(s)"),
+                ("erased", f"{len(r['erased'])} record(s)" + (f": {_listing(r['erased'])}" if r["erased"] else "")),
+                ("retained", f"{len(r['retained'])} record(s)"),
+                (
+                    "quarantined",
+                    f"{len(r['quarantined'])} record(s)"
+                    + (f": {_listing(r['quarantined'])}" if r["quarantined"] else ""),
+                ),
+                ("max propagation", f"{r['max_propagation_s']:g} s"),
+                ("acknowledged", fmt_time(r["acknowledged_at"])),
+                ("ledger", f"seq {r['ledger_seq']}, hash {r['ledger_hash'][:16]}…"),
+            ],
+        )
+    )
     out.print(paths_table(r["paths"], "Read paths at acknowledgement"))
     if r["retained"]:
         table = Table(title="Retained (the selector matched them; another claim keeps them)", title_justify="left")
@@ -94,18 +108,25 @@ def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
 def render_status(out: Console, s: dict) -> None:
     """A status (Status.to_dict()) as tables."""
     counts = s["counts"]
-    out.print(kv_table(f"Erasure {s['handle']}", [
-        ("epoch", s["epoch"]),
-        ("kind", s["kind"]),
-        ("level", s["level"]),
-        ("settled (read paths absorbed)", "yes" if s["settled"] else "no"),
-        ("erased (bytes gone from every file)", "yes" if s.get("erased") else "no"),
-        ("pending deletions", s["pending_deletions"]),
-        ("released / erased / retained / quarantined",
-         f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}"),
-        ("max propagation", f"{s['max_propagation_s']:g} s"),
-        ("acknowledged", fmt_time(s["acknowledged_at"])),
-    ]))
+    out.print(
+        kv_table(
+            f"Erasure {s['handle']}",
+            [
+                ("epoch", s["epoch"]),
+                ("kind", s["kind"]),
+                ("level", s["level"]),
+                ("settled (read paths absorbed)", "yes" if s["settled"] else "no"),
+                ("erased (bytes gone from every file)", "yes" if s.get("erased") else "no"),
+                ("pending deletions", s["pending_deletions"]),
+                (
+                    "released / erased / retained / quarantined",
+                    f"{counts['released']} / {counts['erased']} / {counts['retained']} / {counts['quarantined']}",
+                ),
+                ("max propagation", f"{s['max_propagation_s']:g} s"),
+                ("acknowledged", fmt_time(s["acknowledged_at"])),
+            ],
+        )
+    )
     out.print(paths_table(s["paths"]))
     for alarm in s.get("alarms", []):
         out.print(Text(f"ALARM {alarm}", style="bold red"))
@@ -123,17 +144,23 @@ def hits_table(hits) -> Table:
 
 def receipts_table(rows: list[dict]) -> Table:
     """Stored receipts (``Store.receipts()`` rows, as kept), one line each."""
-    table = Table(title=f"{len(rows)} receipt(s)", title_justify="left", box=None, pad_edge=False,
-                  caption="counts: released / erased / retained / quarantined; times in UTC",
-                  caption_justify="left")
+    table = Table(
+        title=f"{len(rows)} receipt(s)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        caption="counts: released / erased / retained / quarantined; times in UTC",
+        caption_justify="left",
+    )
     table.add_column("handle", no_wrap=True, min_width=28)
     for col in ("epoch", "kind", "level", "counts", "acknowledged"):
         table.add_column(col, no_wrap=True)
     for row in rows:
         b = row["body"]
         counts = "/".join(str(len(b[f])) for f in ("released", "erased", "retained", "quarantined"))
-        table.add_row(row["handle"], str(row["epoch"]), row["kind"], b["level"], counts,
-                      fmt_time(b["acknowledged_at"])[:16])
+        table.add_row(
+            row["handle"], str(row["epoch"]), row["kind"], b["level"], counts, fmt_time(b["acknowledged_at"])[:16]
+        )
     return table
 
 
@@ -166,6 +193,7 @@ def quarantine_table(items: list[dict]) -> Table:
     for col in ("key", "why", "since", "surviving sources", "erasure"):
         table.add_column(col, overflow="fold")
     for i in items:
-        table.add_row(Text(i["key"]), i["why"], fmt_time(i["since"]),
-                      Text(", ".join(i["surviving_sources"]) or "-"), i["handle"])
+        table.add_row(
+            Text(i["key"]), i["why"], fmt_time(i["since"]), Text(", ".join(i["surviving_sources"]) or "-"), i["handle"]
+        )
     return table

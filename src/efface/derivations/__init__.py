@@ -63,7 +63,7 @@ class Derivations:
         own.set_subject(tenant, subject, identifiers)
         candidates: dict[int, str] = {}
         for pattern in own.identifiers(tenant, subject):
-            words = pattern[len(PHONE_PREFIX):] if pattern.startswith(PHONE_PREFIX) else pattern
+            words = pattern[len(PHONE_PREFIX) :] if pattern.startswith(PHONE_PREFIX) else pattern
             for variant in _phone_variants(words) if pattern.startswith(PHONE_PREFIX) else [words]:
                 candidates.update(tx.records_with_phrase(tenant, variant))
         for rid, text in candidates.items():
@@ -72,8 +72,17 @@ class Derivations:
         return own
 
     # -- forget ----------------------------------------------------------------------------
-    def process(self, tx, *, tenant: str, subject: str | None, erased_keys: Sequence[str],
-                erased_ids: set[int], handle: str, now: float) -> tuple[list[Derivation], list[int], dict[int, str]]:
+    def process(
+        self,
+        tx,
+        *,
+        tenant: str,
+        subject: str | None,
+        erased_keys: Sequence[str],
+        erased_ids: set[int],
+        handle: str,
+        now: float,
+    ) -> tuple[list[Derivation], list[int], dict[int, str]]:
         """Enumerate and treat the records derived from this erasure, inside its transaction.
         Returns (derivations for the receipt, record ids rewritten, their new texts)."""
         policy, reason = tx.policy(tenant)
@@ -131,13 +140,16 @@ class Derivations:
                 "lineage": "derived from an erased record: re-derive it from its surviving sources or release it",
                 "mention": "names the erased subject: re-derive it without them or release it",
                 "lineage+mention": "derived from an erased record and names the erased subject: "
-                                   "re-derive it or release it",
+                "re-derive it or release it",
             }[why]
             if redacted:
                 detail = f"identifiers replaced by {REDACTION_MARK}; still " + detail
             elif policy == "redact":
-                detail += " (no identifier span could be located for redaction)" if why == "mention" else \
-                    " (redaction cannot remove what was derived)"
+                detail += (
+                    " (no identifier span could be located for redaction)"
+                    if why == "mention"
+                    else " (redaction cannot remove what was derived)"
+                )
             out.append(Derivation(key, why, "quarantined", detail))
         if erased_keys:
             # Lineage keeps the erasure's handle, never the erased key (DESIGN §8).

@@ -51,9 +51,14 @@ def identifier_patterns(identifier: str, region: str | None = None) -> list[str]
         national = phonenumbers.national_significant_number(parsed)
         e164 = phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
         cc = str(parsed.country_code)
-        return [PHONE_PREFIX + e164, PHONE_PREFIX + national, PHONE_PREFIX + "0" + national,
-                # international with the trunk 0 kept ("+44 (0)20 ...") and with the 00 prefix
-                PHONE_PREFIX + "+" + cc + "0" + national, PHONE_PREFIX + "00" + cc + national]
+        return [
+            PHONE_PREFIX + e164,
+            PHONE_PREFIX + national,
+            PHONE_PREFIX + "0" + national,
+            # international with the trunk 0 kept ("+44 (0)20 ...") and with the 00 prefix
+            PHONE_PREFIX + "+" + cc + "0" + national,
+            PHONE_PREFIX + "00" + cc + national,
+        ]
     return [_SPACE.sub(" ", fold(raw)).strip()]
 
 
@@ -163,7 +168,7 @@ class MentionIndex:
             rx = re.compile(r"(?<!\w)" + r"\s+".join(re.escape(w) for w in p.split(" ")) + r"(?!\w)")
             for m in rx.finditer(folded):
                 out.append((origin[m.start()], origin[m.end() - 1] + 1))
-        phones = {p[len(PHONE_PREFIX):] for p in pats if p.startswith(PHONE_PREFIX)}
+        phones = {p[len(PHONE_PREFIX) :] for p in pats if p.startswith(PHONE_PREFIX)}
         if phones and _DIGITS7.search(text):
             for start, end, digits in _phone_candidates(text):
                 if digits in phones or "+" + digits in phones:

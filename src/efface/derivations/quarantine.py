@@ -15,15 +15,24 @@ Body = Callable[[Any, float], tuple[Any, list[int], list[int], dict[int, str]]]
 def policy_body(hasher: Callable[..., str], tenant: str, policy: str, reason: str | None) -> Body:
     def body(tx, now):
         tx.set_policy(tenant, policy, reason)
-        tx.append_ledger("policy", None, {"tenant_h": hasher("tenant", tenant), "policy": policy,
-                                          "reason": reason}, now)
+        tx.append_ledger(
+            "policy", None, {"tenant_h": hasher("tenant", tenant), "policy": policy, "reason": reason}, now
+        )
         return None, [], [], {}
 
     return body
 
 
-def rederive_body(derivations: Any, hasher: Callable[..., str], tenant: str, key: str, text: str, vector: bytes,
-                  sources: Sequence[str] | None, metadata: str | None) -> Body:
+def rederive_body(
+    derivations: Any,
+    hasher: Callable[..., str],
+    tenant: str,
+    key: str,
+    text: str,
+    vector: bytes,
+    sources: Sequence[str] | None,
+    metadata: str | None,
+) -> Body:
     """A new version of a derived record (its claims stay); its quarantine is lifted."""
 
     def body(tx, now):
@@ -37,8 +46,12 @@ def rederive_body(derivations: Any, hasher: Callable[..., str], tenant: str, key
             tx.set_sources(rid, tenant, sources)
         derivations.on_write(tx, tenant, rid, text)
         lifted = tx.lift_quarantine(rid)
-        tx.append_ledger("rederive", None, {"tenant_h": hasher("tenant", tenant),
-                                            "key_h": hasher("key", tenant, key), "lifted": lifted}, now)
+        tx.append_ledger(
+            "rederive",
+            None,
+            {"tenant_h": hasher("tenant", tenant), "key_h": hasher("key", tenant, key), "lifted": lifted},
+            now,
+        )
         return None, [rid], [], {rid: text}
 
     return body
@@ -49,8 +62,12 @@ def release_body(hasher: Callable[..., str], tenant: str, key: str, reason: str)
         rid = tx.record_id(tenant, key)
         if rid is None or not tx.lift_quarantine(rid):
             raise NotFound("no quarantined record with that key in this tenant")
-        tx.append_ledger("release", None, {"tenant_h": hasher("tenant", tenant),
-                                           "key_h": hasher("key", tenant, key), "reason": reason}, now)
+        tx.append_ledger(
+            "release",
+            None,
+            {"tenant_h": hasher("tenant", tenant), "key_h": hasher("key", tenant, key), "reason": reason},
+            now,
+        )
         return None, [], [], {}
 
     return body

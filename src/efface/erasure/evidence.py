@@ -39,16 +39,29 @@ class Evidence:
         self._fp = fingerprinter
         self._hash = hasher
 
-    def collect(self, tx: Tx, tenant: str, handle: str, content: dict[int, tuple[str, str, bytes]],
-                quarantined_ids: Sequence[int], identifiers: Sequence[str], now: float,
-                keys: Sequence[bytes] = ()) -> None:
+    def collect(
+        self,
+        tx: Tx,
+        tenant: str,
+        handle: str,
+        content: dict[int, tuple[str, str, bytes]],
+        quarantined_ids: Sequence[int],
+        identifiers: Sequence[str],
+        now: float,
+        keys: Sequence[bytes] = (),
+    ) -> None:
         ids = sorted(content)
         fp = Fingerprints()
         if keys:  # subject data keys destroyed by this erasure (crypto-shredding of backups)
             self._fp.add_many(fp, "datakey", list(keys))
         sample = tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])
-        erased = Erased(tenant, tuple(ids), {i: content[i][1] for i in ids},
-                        {i: np.frombuffer(content[i][2], dtype=np.float32) for i in ids}, sample)
+        erased = Erased(
+            tenant,
+            tuple(ids),
+            {i: content[i][1] for i in ids},
+            {i: np.frombuffer(content[i][2], dtype=np.float32) for i in ids},
+            sample,
+        )
         if ids:
             self._fp.add_many(fp, "text", [content[i][1].encode("utf-8") for i in ids])
             self._fp.add_many(fp, "key", [content[i][0].encode("utf-8") for i in ids])
@@ -59,5 +72,6 @@ class Evidence:
         if identifiers:
             self._fp.add_many(fp, "identifier", [i.encode("utf-8") for i in identifiers])
         per_path = {p.name: p.evidence(erased) for p in self._paths}
-        tx.save_evidence(handle, self._hash("tenant", tenant), id_blob(ids), id_blob(quarantined_ids),
-                         per_path, fp.to_blob(), now)
+        tx.save_evidence(
+            handle, self._hash("tenant", tenant), id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now
+        )

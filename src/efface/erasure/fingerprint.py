@@ -151,7 +151,10 @@ class Fingerprinter:
         An item too short, or whose every sampled window is too uniform, gets no fingerprint
         and is counted in ``fp.too_short``."""
         groups: dict[str, tuple[list[bytes], list[np.ndarray], list[np.ndarray]]] = {
-            "w16": ([], [], []), "w8": ([], [], []), "u8": ([], [], [])}
+            "w16": ([], [], []),
+            "w8": ([], [], []),
+            "u8": ([], [], []),
+        }
         offset = {"w16": 0, "w8": 0, "u8": 0}
         fp.items[kind] = fp.items.get(kind, 0) + len(items)
         short = 0
@@ -175,8 +178,9 @@ class Fingerprinter:
         for group, (bufs, starts, owners) in groups.items():
             if not bufs:
                 continue
-            hashes, kept = self._windows(b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8,
-                                         np.concatenate(owners))
+            hashes, kept = self._windows(
+                b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8, np.concatenate(owners)
+            )
             short += len(bufs) - kept
             if hashes.size == 0:
                 continue
@@ -186,8 +190,9 @@ class Fingerprinter:
         if short:
             fp.too_short[kind] = fp.too_short.get(kind, 0) + short
 
-    def _windows(self, data: bytes, starts: np.ndarray, width: int,
-                 owners: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    def _windows(
+        self, data: bytes, starts: np.ndarray, width: int, owners: np.ndarray | None = None
+    ) -> tuple[np.ndarray, int]:
         """Hashes of the usable windows, and how many distinct owners kept at least one."""
         arr = np.frombuffer(data, dtype=np.uint8)
         win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]

@@ -30,8 +30,13 @@ log = logging.getLogger("efface")
 class Propagation:
     """Path states, measured propagation and alarms for one store."""
 
-    def __init__(self, origin: Origin, paths: Sequence[ReadPath], clock: Callable[[], float],
-                 erase_bound_s: float = ERASE_BOUND_S):
+    def __init__(
+        self,
+        origin: Origin,
+        paths: Sequence[ReadPath],
+        clock: Callable[[], float],
+        erase_bound_s: float = ERASE_BOUND_S,
+    ):
         self._origin = origin
         self._paths = list(paths)
         self._clock = clock
@@ -58,13 +63,28 @@ class Propagation:
         erased = self.erased_epochs()
         with self._mu:
             m = {k: dict(v) for k, v in self._measured.items()}
-        states = {"origin": PathState("absorbed", self._origin.current_epoch(), 0.0, True, erased["origin"],
-                                      0.0, m.get("origin", {}).get("erase"))}
+        states = {
+            "origin": PathState(
+                "absorbed",
+                self._origin.current_epoch(),
+                0.0,
+                True,
+                erased["origin"],
+                0.0,
+                m.get("origin", {}).get("erase"),
+            )
+        }
         for p in self._paths:
             applied = p.applied_epoch()
-            states[p.name] = PathState("absorbed" if applied >= epoch else "pending", applied, p.max_propagation_s,
-                                       True, erased.get(p.name, 0), m.get(p.name, {}).get("absorb"),
-                                       m.get(p.name, {}).get("erase"))
+            states[p.name] = PathState(
+                "absorbed" if applied >= epoch else "pending",
+                applied,
+                p.max_propagation_s,
+                True,
+                erased.get(p.name, 0),
+                m.get(p.name, {}).get("absorb"),
+                m.get(p.name, {}).get("erase"),
+            )
         return states
 
     def pending_deletions(self) -> int:
@@ -92,13 +112,15 @@ class Propagation:
         out = []
         for name, p in paths.items():
             if p.state not in SETTLED_STATES and age > p.max_propagation_s:
-                out.append(f"{name}: not absorbed {age:.1f} s after the acknowledgement "
-                           f"(bound {p.max_propagation_s:g} s)")
+                out.append(
+                    f"{name}: not absorbed {age:.1f} s after the acknowledgement (bound {p.max_propagation_s:g} s)"
+                )
             elif p.erased_epoch < epoch and p.state != "ledger-replay" and age > self.erase_bound_s:
                 # (ledger-replay declares no bound: only the subject's last claim going, or the
                 # backup files being deleted, erases those bytes; status.erased stays False.)
-                out.append(f"{name}: bytes not erased {age:.1f} s after the acknowledgement "
-                           f"(bound {self.erase_bound_s:g} s)")
+                out.append(
+                    f"{name}: bytes not erased {age:.1f} s after the acknowledgement (bound {self.erase_bound_s:g} s)"
+                )
         for alarm in out:
             slot = (handle, alarm.split(":")[0])
             with self._mu:
@@ -112,15 +134,25 @@ class Propagation:
         """The status of the erasure whose stored receipt is ``row``, given its paths now."""
         handle, epoch, body = row["handle"], row["epoch"], row["body"]
         return Status(
-            handle=handle, epoch=epoch, kind=row["kind"], level=body["level"], paths=paths,
+            handle=handle,
+            epoch=epoch,
+            kind=row["kind"],
+            level=body["level"],
+            paths=paths,
             pending_deletions=self.pending_deletions(),
             settled=all(p.state in SETTLED_STATES for p in paths.values()),
-            max_propagation_s=body["max_propagation_s"], acknowledged_at=body["acknowledged_at"],
-            counts={"released": len(body["released"]), "erased": len(body["erased"]),
-                    "retained": len(body["retained"]), "quarantined": len(body["quarantined"])},
+            max_propagation_s=body["max_propagation_s"],
+            acknowledged_at=body["acknowledged_at"],
+            counts={
+                "released": len(body["released"]),
+                "erased": len(body["erased"]),
+                "retained": len(body["retained"]),
+                "quarantined": len(body["quarantined"]),
+            },
             # The store's own files; backups are outside the directory, and a backup that
             # still opens under a living key (ledger-replay) is reported by its path and by
             # verify's backups check, not waited for: nothing the compactor does changes it.
             erased=all(p.erased_epoch >= epoch for n, p in paths.items() if n != "backups"),
-            alarms=self.alarms(handle, epoch, body["acknowledged_at"], paths), erase_bound_s=self.erase_bound_s,
+            alarms=self.alarms(handle, epoch, body["acknowledged_at"], paths),
+            erase_bound_s=self.erase_bound_s,
         )

@@ -42,8 +42,9 @@ class Outcome:
         return tuple(d.key for d in self.derivations if d.action == "quarantined")
 
 
-def hashed_body(out: Outcome, epoch: int, now: float, hasher: Callable[..., str],
-                max_propagation_s: float) -> dict[str, Any]:
+def hashed_body(
+    out: Outcome, epoch: int, now: float, hasher: Callable[..., str], max_propagation_s: float
+) -> dict[str, Any]:
     """The receipt as it is kept: keyed hashes in place of every key, subject and tenant."""
     t = out.selector.tenant
     memo: dict[tuple[str, str], str] = {}
@@ -66,11 +67,21 @@ def hashed_body(out: Outcome, epoch: int, now: float, hasher: Callable[..., str]
             "prefix_h": h("key", out.selector.prefix),
             "key_h": h("key", out.selector.key),
         },
-        "released": [{"key_h": h("key", r.key), "subject_h": h("subject", r.subject),
-                      "purpose": r.purpose, "basis": r.basis} for r in out.released],
+        "released": [
+            {"key_h": h("key", r.key), "subject_h": h("subject", r.subject), "purpose": r.purpose, "basis": r.basis}
+            for r in out.released
+        ],
         "erased": [h("key", k) for k in out.erased],
-        "retained": [{"key_h": h("key", r.key), "purpose": r.purpose, "basis": r.basis,
-                      "expires_at": r.expires_at, "reason": r.reason} for r in out.retained],
+        "retained": [
+            {
+                "key_h": h("key", r.key),
+                "purpose": r.purpose,
+                "basis": r.basis,
+                "expires_at": r.expires_at,
+                "reason": r.reason,
+            }
+            for r in out.retained
+        ],
         "quarantined": [h("key", k) for k in out.quarantined],
         "derivations": [{"key_h": h("key", d.key), "why": d.why, "action": d.action} for d in out.derivations],
         "policy": out.policy,

@@ -24,16 +24,29 @@ from .receipts import Outcome, hashed_body
 class EvidenceCollector(Protocol):
     """What a forget keeps for a later verification (see :mod:`efface.erasure.evidence`)."""
 
-    def collect(self, tx: Tx, tenant: str, handle: str, content: dict[int, tuple[str, str, bytes]],
-                quarantined_ids: Sequence[int], identifiers: Sequence[str], now: float,
-                keys: Sequence[bytes] = ()) -> None: ...
+    def collect(
+        self,
+        tx: Tx,
+        tenant: str,
+        handle: str,
+        content: dict[int, tuple[str, str, bytes]],
+        quarantined_ids: Sequence[int],
+        identifiers: Sequence[str],
+        now: float,
+        keys: Sequence[bytes] = (),
+    ) -> None: ...
 
 
 class Releaser:
     """Applies the release rules inside a transaction; handed its collaborators."""
 
-    def __init__(self, derivations: Any, evidence: EvidenceCollector, hasher: Callable[..., str],
-                 max_propagation: Callable[[], float]):
+    def __init__(
+        self,
+        derivations: Any,
+        evidence: EvidenceCollector,
+        hasher: Callable[..., str],
+        max_propagation: Callable[[], float],
+    ):
         self._derivations = derivations
         self._evidence = evidence
         self._hash = hasher
@@ -68,8 +81,14 @@ class Releaser:
         handle = "efr_" + secrets.token_hex(12)
         subject = selector.subject if kind == "forget" else None
         out.derivations, out.puts, out.texts = self._derivations.process(
-            tx, tenant=selector.tenant, subject=subject, erased_keys=out.erased,
-            erased_ids=set(out.drops), handle=handle, now=now)
+            tx,
+            tenant=selector.tenant,
+            subject=subject,
+            erased_keys=out.erased,
+            erased_ids=set(out.drops),
+            handle=handle,
+            now=now,
+        )
         out.policy = tx.policy(selector.tenant)[0]
         identifiers: list[str] = []
         if subject is not None:
@@ -79,8 +98,9 @@ class Releaser:
                 identifiers = [subject, *(json.loads(registered) if registered else [])]
         found = [tx.record_id(selector.tenant, d.key) for d in out.derivations if d.action == "quarantined"]
         quarantined_ids = [rid for rid in found if rid is not None]
-        self._evidence.collect(tx, selector.tenant, handle, content, quarantined_ids, identifiers, now,
-                               keys=[key for _s, key in shredded])
+        self._evidence.collect(
+            tx, selector.tenant, handle, content, quarantined_ids, identifiers, now, keys=[key for _s, key in shredded]
+        )
         body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())
         body["backups"] = out.backups = coverage(tx, out, [s for s, _key in shredded], self._hash)
         tx.save_receipt(handle, kind, self._hash("tenant", selector.tenant), body, now)

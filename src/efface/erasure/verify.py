@@ -42,8 +42,14 @@ class Verifier:
     """Checks a forget's evidence later. Handed the origin, the read paths, the fingerprinter
     and the store directory; it takes no store lock, so reads go on while it runs."""
 
-    def __init__(self, origin: Origin, paths: Sequence[ReadPath], fingerprinter: Fingerprinter, root: str,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        origin: Origin,
+        paths: Sequence[ReadPath],
+        fingerprinter: Fingerprinter,
+        root: str,
+        clock: Callable[[], float] = time.time,
+    ):
         self._origin = origin
         self._paths = list(paths)
         self._fp = fingerprinter
@@ -55,15 +61,23 @@ class Verifier:
         now = round(self._clock(), 6)
         return [dataclasses.replace(c, at=now) for c in checks]
 
-    def verify(self, handle: str, receipt: dict, evidence: dict | None, tenant: str | None,
-               previous_proof: dict | None) -> tuple[str, list[Check], int, list[str]]:
+    def verify(
+        self, handle: str, receipt: dict, evidence: dict | None, tenant: str | None, previous_proof: dict | None
+    ) -> tuple[str, list[Check], int, list[str]]:
         """Run every check; returns (level, checks, bytes scanned, files scanned)."""
         checks: list[Check] = []
         epoch = receipt["epoch"]
         if evidence is None:
-            checks.append(check("evidence", "unreadable", "cannot_verify",
-                                "this erasure has no recorded evidence (made by an older efface); "
-                                "only its receipt can be shown", time.time(), 0.0))
+            checks.append(
+                check(
+                    "evidence",
+                    "unreadable",
+                    "cannot_verify",
+                    "this erasure has no recorded evidence (made by an older efface); only its receipt can be shown",
+                    time.time(),
+                    0.0,
+                )
+            )
             return "intent", self._stamped(checks), 0, []
         erased = blob_ids(evidence["erased_ids"])
         quarantined = blob_ids(evidence["quarantined_ids"])
@@ -76,22 +90,45 @@ class Verifier:
         structural = [p.check_erased(tenant, epoch, erased) for p in self._paths]
         t0 = time.time()
         ck = self._origin.erased_epoch()
-        structural.append(check("origin.wal", "erased", "pass" if ck >= epoch else "fail",
-                                f"WAL checkpointed and truncated at epoch {ck} (erasure epoch {epoch})", t0))
+        structural.append(
+            check(
+                "origin.wal",
+                "erased",
+                "pass" if ck >= epoch else "fail",
+                f"WAL checkpointed and truncated at epoch {ck} (erasure epoch {epoch})",
+                t0,
+            )
+        )
         checks += structural
         scanned, files = 0, list[str]()
         if evidence["fingerprints"] is None:
             where = f"ledger seq {previous_proof['seq']}" if previous_proof else "an earlier verification"
-            checks.append(check("bytes", "erased", "recorded",
-                                f"no fingerprint was found in any file by {where}; the fingerprints were "
-                                "then deleted, as they must not outlive the proof", time.time(), 0.0))
+            checks.append(
+                check(
+                    "bytes",
+                    "erased",
+                    "recorded",
+                    f"no fingerprint was found in any file by {where}; the fingerprints were "
+                    "then deleted, as they must not outlive the proof",
+                    time.time(),
+                    0.0,
+                )
+            )
         elif all(c.outcome == "pass" for c in structural):
             found, scanned, files = self._bytes(evidence["fingerprints"], tenant)
             checks.append(found)
         else:
-            checks.append(check("bytes", "erased", "fail",
-                                "not scanned yet: an artifact above still holds or may hold the erased "
-                                "bytes (run compact(), or wait for the compactor)", time.time(), 0.0))
+            checks.append(
+                check(
+                    "bytes",
+                    "erased",
+                    "fail",
+                    "not scanned yet: an artifact above still holds or may hold the erased "
+                    "bytes (run compact(), or wait for the compactor)",
+                    time.time(),
+                    0.0,
+                )
+            )
         backups = _backups_check(receipt["body"].get("backups"))
         if backups is not None:
             checks.append(backups)
@@ -107,17 +144,31 @@ class Verifier:
         o = self._origin
         t0 = time.time()
         rows = o.residual_rows(erased)
-        out = [check(
-            "origin.by_id", "unreadable", "fail" if rows else "pass",
-            (f"rows still name erased records: {', '.join(f'{t}: {n}' for t, n in rows.items())}" if rows
-             else f"{len(erased)} erased record ids: no row in records, claims, lineage, mentions or quarantine"),
-            t0)]
+        out = [
+            check(
+                "origin.by_id",
+                "unreadable",
+                "fail" if rows else "pass",
+                (
+                    f"rows still name erased records: {', '.join(f'{t}: {n}' for t, n in rows.items())}"
+                    if rows
+                    else f"{len(erased)} erased record ids: no row in records, claims, lineage, mentions or quarantine"
+                ),
+                t0,
+            )
+        ]
         t0 = time.time()
         held = o.still_quarantined(quarantined)
-        out.append(check(
-            "derived.quarantine", "unreadable", "pass",
-            f"{len(quarantined)} derived records were quarantined; {held} are still held back, the rest were "
-            "re-derived, released by a recorded decision, or erased", t0))
+        out.append(
+            check(
+                "derived.quarantine",
+                "unreadable",
+                "pass",
+                f"{len(quarantined)} derived records were quarantined; {held} are still held back, the rest were "
+                "re-derived, released by a recorded decision, or erased",
+                t0,
+            )
+        )
         return out
 
     def _bytes(self, blob: bytes, tenant: str | None) -> tuple[Check, int, list[str]]:
@@ -164,22 +215,30 @@ class Verifier:
             where: dict[str, int] = {}
             for h in residue:
                 where[f"{h.file} ({h.kind})"] = where.get(f"{h.file} ({h.kind})", 0) + 1
-            detail = (f"{len(residue)} fingerprint windows of erased content found: "
-                      + ", ".join(f"{k}: {n}" for k, n in sorted(where.items())))
+            detail = f"{len(residue)} fingerprint windows of erased content found: " + ", ".join(
+                f"{k}: {n}" for k, n in sorted(where.items())
+            )
             outcome = "fail"
         elif short:
-            detail = (f"{short} erased items ({', '.join(f'{n} {k}' for k, n in sorted(fp.too_short.items()))}) "
-                      "are too short or too uniform to fingerprint; "
-                      f"the other items were not found in {len(files)} files")
+            detail = (
+                f"{short} erased items ({', '.join(f'{n} {k}' for k, n in sorted(fp.too_short.items()))}) "
+                "are too short or too uniform to fingerprint; "
+                f"the other items were not found in {len(files)} files"
+            )
             outcome = "cannot_verify"
         else:
             items = ", ".join(f"{n} {k}" for k, n in sorted(fp.items.items()))
-            detail = (f"none of {fp.count()} fingerprints ({items}) found in {len(files)} files, "
-                      f"{scanned:,} bytes at {mbs:,.0f} MB/s"
-                      + (f"; {shared} windows are held by live records (retained or re-written copies)"
-                         if shared else "")
-                      + ("; not checkable (under 8 bytes or too uniform): "
-                         + ", ".join(f"{n} {k}" for k, n in sorted(unchecked.items())) if unchecked else ""))
+            detail = (
+                f"none of {fp.count()} fingerprints ({items}) found in {len(files)} files, "
+                f"{scanned:,} bytes at {mbs:,.0f} MB/s"
+                + (f"; {shared} windows are held by live records (retained or re-written copies)" if shared else "")
+                + (
+                    "; not checkable (under 8 bytes or too uniform): "
+                    + ", ".join(f"{n} {k}" for k, n in sorted(unchecked.items()))
+                    if unchecked
+                    else ""
+                )
+            )
             outcome = "pass"
         return check("bytes", "erased", outcome, detail, t0, elapsed), scanned, rel
 
@@ -192,11 +251,24 @@ def _backups_check(state: str | None) -> Check | None:
         return None
     t0 = time.time()
     if state in ("shredded", "absorbed"):
-        return check("backups", "erased", "pass",
-                     "every backup taken before this erasure holds its content only under subject keys "
-                     "destroyed in the erasure's transaction (crypto-shredding)" if state == "shredded"
-                     else "no claim was released: no backup holds anything of this erasure", t0, 0.0)
-    return check("backups", "erased", "fail",
-                 "backups taken before this erasure hold content it erased under subject keys that live "
-                 "(the subjects keep other claims); a restore replays the ledger and does not bring it "
-                 "back, but those bytes are not crypto-shredded", t0, 0.0)
+        return check(
+            "backups",
+            "erased",
+            "pass",
+            "every backup taken before this erasure holds its content only under subject keys "
+            "destroyed in the erasure's transaction (crypto-shredding)"
+            if state == "shredded"
+            else "no claim was released: no backup holds anything of this erasure",
+            t0,
+            0.0,
+        )
+    return check(
+        "backups",
+        "erased",
+        "fail",
+        "backups taken before this erasure hold content it erased under subject keys that live "
+        "(the subjects keep other claims); a restore replays the ledger and does not bring it "
+        "back, but those bytes are not crypto-shredded",
+        t0,
+        0.0,
+    )

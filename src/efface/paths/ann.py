@@ -45,8 +45,9 @@ class VectorIndex:
     name = "ann"
     synchronous = False
 
-    def __init__(self, origin, directory: str, dim: int, file_for: Callable[[str], str],
-                 max_propagation_s: float = 5.0):
+    def __init__(
+        self, origin, directory: str, dim: int, file_for: Callable[[str], str], max_propagation_s: float = 5.0
+    ):
         self._origin = origin
         self._dir = directory
         self._dim = dim
@@ -74,8 +75,7 @@ class VectorIndex:
     def _new(self) -> Index:
         # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
         # insert rate here, at a recall@10 within 0-4 points of f32 (docs/benchmarks.md).
-        return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16,
-                     expansion_add=64, expansion_search=128)
+        return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16, expansion_add=64, expansion_search=128)
 
     def _path(self, tenant: str) -> str:
         return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
@@ -179,7 +179,9 @@ class VectorIndex:
         second erasure on). The noise nodes are never served (no record has their labels)
         and go with the next rebuild."""
         # Random labels above SENTINEL_BASE: unique without remembering a counter across reloads.
-        keys = (np.uint64(SENTINEL_BASE) + self._rng.integers(0, 1 << 61, size=count, dtype=np.uint64)).astype(np.uint64)
+        keys = (np.uint64(SENTINEL_BASE) + self._rng.integers(0, 1 << 61, size=count, dtype=np.uint64)).astype(
+            np.uint64
+        )
         noise = self._rng.standard_normal((count, self._dim)).astype(np.float32)
         _add(idx, keys.tolist(), list(noise))
 
@@ -299,11 +301,18 @@ class VectorIndex:
                 if self._origin.residual_rows(sorted(proposed)).get("records"):
                     served = proposed
         return check(
-            "ann.by_neighbours", "unreadable", "fail" if served else "pass",
-            (f"{len(served)} erased records proposed by the index resolve to live rows" if served else
-             f"{len(anchors)} live neighbours of the erased vectors used as queries: "
-             f"{len(proposed)} erased ids still proposed by the index (pending its compaction), "
-             "0 resolve to a live row, so none can be served"), t0)
+            "ann.by_neighbours",
+            "unreadable",
+            "fail" if served else "pass",
+            (
+                f"{len(served)} erased records proposed by the index resolve to live rows"
+                if served
+                else f"{len(anchors)} live neighbours of the erased vectors used as queries: "
+                f"{len(proposed)} erased ids still proposed by the index (pending its compaction), "
+                "0 resolve to a live row, so none can be served"
+            ),
+            t0,
+        )
 
     def check_erased(self, tenant: str | None, epoch: int, erased: Sequence[int]) -> Check:
         t0 = time.time()
@@ -311,9 +320,13 @@ class VectorIndex:
         holding = self.holding(tenant, erased) if tenant is not None else 0
         ok = applied >= epoch and saved >= epoch and holding == 0
         return check(
-            "ann.erased", "erased", "pass" if ok else "fail",
+            "ann.erased",
+            "erased",
+            "pass" if ok else "fail",
             f"index applied epoch {applied}, saved epoch {saved} (erasure epoch {epoch}); "
-            f"{holding} erased vectors still in memory; removed slots are overwritten with noise before saving", t0)
+            f"{holding} erased vectors still in memory; removed slots are overwritten with noise before saving",
+            t0,
+        )
 
     def live_copies(self, tenant: str | None, windows: Sequence[bytes]) -> set[bytes]:
         """Which of these byte windows occur in a live vector of the tenant's index (a

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..model import Check
 from ..origin.base import WordIndex
@@ -112,18 +112,29 @@ class FullTextIndex:
                     leaked.update(self._text.matching_ids(terms[start : start + 8], erased))
         missing = sum(1 for h in wanted if h not in recovered)
         return check(
-            "fts.by_text", "unreadable", "fail" if leaked else "pass",
-            (f"{len(leaked)} erased records still matched by their words" if leaked else
-             f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
-             f"(used by live records), {missing} are gone; {probes} queries matched no erased record"), t0)
+            "fts.by_text",
+            "unreadable",
+            "fail" if leaked else "pass",
+            (
+                f"{len(leaked)} erased records still matched by their words"
+                if leaked
+                else f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
+                f"(used by live records), {missing} are gone; {probes} queries matched no erased record"
+            ),
+            t0,
+        )
 
     def check_erased(self, tenant: str | None, epoch: int, erased: Sequence[int]) -> Check:
         t0 = time.time()
         purged = self.erased_epoch()
         return check(
-            "fts.erased", "erased", "pass" if purged >= epoch else "fail",
+            "fts.erased",
+            "erased",
+            "pass" if purged >= epoch else "fail",
             f"full-text segments merged at epoch {purged} (erasure epoch {epoch}): deleted entries are dropped "
-            "by the merge and the freed pages zeroed (secure_delete)", t0)
+            "by the merge and the freed pages zeroed (secure_delete)",
+            t0,
+        )
 
     def live_copies(self, tenant: str | None, windows: Sequence[bytes]) -> set[bytes]:
         return set()  # no copy of text is kept here (external content)

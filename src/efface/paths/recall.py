@@ -27,8 +27,7 @@ def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
     n = max(4 * k, 40)
     with origin.snapshot() as snap:
         ranked: dict[str, list[int]] = {p.name: p.candidates(q, n) for p in paths}
-        live = snap.live_ids(list({i for ids in ranked.values() for i in ids}), q.tenant, q.purpose, q.subject,
-                             q.now)
+        live = snap.live_ids(list({i for ids in ranked.values() for i in ids}), q.tenant, q.purpose, q.subject, q.now)
         for p in paths:
             size = getattr(p, "size", None)
             if size is None:
@@ -36,12 +35,16 @@ def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
             total = size(q.tenant)
             m = n
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
-            while (sum(1 for i in ranked[p.name] if i in live) < k and len(ranked[p.name]) == m
-                   and m < min(total, MAX_ANN_CANDIDATES)):
+            while (
+                sum(1 for i in ranked[p.name] if i in live) < k
+                and len(ranked[p.name]) == m
+                and m < min(total, MAX_ANN_CANDIDATES)
+            ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
-                live |= snap.live_ids([i for i in ranked[p.name] if i not in live], q.tenant, q.purpose,
-                                      q.subject, q.now)
+                live |= snap.live_ids(
+                    [i for i in ranked[p.name] if i not in live], q.tenant, q.purpose, q.subject, q.now
+                )
         scores: dict[int, float] = {}
         via: dict[int, list[str]] = {}
         for p in sorted(paths, key=lambda p: p.name):  # 'ann' before 'fts', as the hits' via says
@@ -52,7 +55,12 @@ def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         rows = snap.records_by_id(best)
     return [
-        Hit(key=rows[r].key, text=rows[r].text, score=round(scores[r], 6), via=tuple(via[r]),
-            metadata=json.loads(rows[r].metadata))
+        Hit(
+            key=rows[r].key,
+            text=rows[r].text,
+            score=round(scores[r], 6),
+            via=tuple(via[r]),
+            metadata=json.loads(rows[r].metadata),
+        )
         for r in best
     ]

@@ -16,9 +16,7 @@ def need(module: str, extra: str, *, for_audit: bool = False) -> Any:
         return importlib.import_module(module)
     except ImportError:
         if for_audit:
-            raise InvalidInput(
-                f"this store kind needs the '{module}' library: pip install 'efface[{extra}]'"
-            ) from None
+            raise InvalidInput(f"this store kind needs the '{module}' library: pip install 'efface[{extra}]'") from None
         raise InvalidInput(f"this adapter needs '{module}': pip install 'efface[{extra}]'") from None
 
 
@@ -37,4 +35,3 @@ def now() -> float:
 def check_selector(subject: str | None, keys: Any) -> None:
     if subject is None and not keys:
         raise InvalidInput("forget needs a subject or at least one key")
-

@@ -56,28 +56,36 @@ class ChromaTool:
 
     def _collection(self, scope: str):
         if not _NAME.fullmatch(scope):
-            raise InvalidInput("a Chroma scope must be 3-512 characters of [a-zA-Z0-9._-], starting and ending "
-                               "with a letter or digit (it names the collection)")
-        return self.client.get_or_create_collection(scope, embedding_function=None,
-                                                    metadata={"hnsw:space": "cosine"})
+            raise InvalidInput(
+                "a Chroma scope must be 3-512 characters of [a-zA-Z0-9._-], starting and ending "
+                "with a letter or digit (it names the collection)"
+            )
+        return self.client.get_or_create_collection(scope, embedding_function=None, metadata={"hnsw:space": "cosine"})
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
         meta = dict(metadata or {})
         if subject is not None:
             meta["subject"] = subject
-        self._collection(scope).upsert(ids=[key], documents=[text], embeddings=self.embedder.embed([text]),
-                                       metadatas=[meta or None])
+        self._collection(scope).upsert(
+            ids=[key], documents=[text], embeddings=self.embedder.embed([text]), metadatas=[meta or None]
+        )
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
         col = self._collection(scope)
         n = col.count()
         if not n:
             return []
-        r = col.query(query_embeddings=self.embedder.embed([query]), n_results=min(k, n),
-                      include=["documents", "metadatas", "distances"])
-        return [ToolHit(i, d or "", 1.0 - dist, m or {}) for i, d, m, dist in
-                zip(r["ids"][0], r["documents"][0], r["metadatas"][0], r["distances"][0], strict=True)]
+        r = col.query(
+            query_embeddings=self.embedder.embed([query]),
+            n_results=min(k, n),
+            include=["documents", "metadatas", "distances"],
+        )
+        return [
+            ToolHit(i, d or "", 1.0 - dist, m or {})
+            for i, d, m, dist in zip(r["ids"][0], r["documents"][0], r["metadatas"][0], r["distances"][0], strict=True)
+        ]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         check_selector(subject, keys)
@@ -168,12 +176,24 @@ class ChromaDriver(BaseDriver):
         n = len(targets.ids)
         out = []
         got = self._col.get(ids=list(targets.ids), include=["documents"])
-        out.append(ProbeResult("get by id", n, count_returned(targets, got["ids"], got["documents"]),
-                               f"{len(got['ids'])} rows returned for {n} ids"))
+        out.append(
+            ProbeResult(
+                "get by id",
+                n,
+                count_returned(targets, got["ids"], got["documents"]),
+                f"{len(got['ids'])} rows returned for {n} ids",
+            )
+        )
         if selection.subject is not None:
             got = self._col.get(where=self._where(selection), include=["documents"])
-            out.append(ProbeResult("get by metadata filter", n, count_returned(targets, got["ids"], got["documents"]),
-                                   f"{len(got['ids'])} rows matched the subject filter"))
+            out.append(
+                ProbeResult(
+                    "get by metadata filter",
+                    n,
+                    count_returned(targets, got["ids"], got["documents"]),
+                    f"{len(got['ids'])} rows matched the subject filter",
+                )
+            )
         ids, docs = [], []
         total = self._col.count()
         for offset in range(0, total, _PAGE):
@@ -185,25 +205,38 @@ class ChromaDriver(BaseDriver):
             q = self._col.query(query_embeddings=targets.vectors, n_results=min(10, total), include=["documents"])
             flat_ids = [i for row in q["ids"] for i in row]
             flat_docs = [d for row in q["documents"] for d in row]
-            out.append(ProbeResult("nearest neighbours of the deleted vectors", n,
-                                   count_returned(targets, flat_ids, flat_docs),
-                                   f"{len(targets.vectors)} queries, k={min(10, total)}"))
+            out.append(
+                ProbeResult(
+                    "nearest neighbours of the deleted vectors",
+                    n,
+                    count_returned(targets, flat_ids, flat_docs),
+                    f"{len(targets.vectors)} queries, k={min(10, total)}",
+                )
+            )
         found = 0
         for text in targets.texts:
             if text:
                 got = self._col.get(where_document={"$contains": text}, include=["documents"])
                 found += bool(count_returned(targets, got["ids"], got["documents"]))
-        out.append(ProbeResult("full text (where_document $contains)", n, found,
-                               f"{n} queries, one per deleted text"))
+        out.append(ProbeResult("full text (where_document $contains)", n, found, f"{n} queries, one per deleted text"))
         return out
 
     def maintenance(self, root: Path) -> list[Call]:
         # Chroma's own maintenance is its CLI's `vacuum`; run in a child process so it is
         # exactly what a user would run.
         proc = subprocess.run(
-            [sys.executable, "-c", "import sys; from chromadb.cli.cli import app; sys.argv[0] = 'chroma'; app()",
-             "vacuum", "--path", str(root), "--force"],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-c",
+                "import sys; from chromadb.cli.cli import app; sys.argv[0] = 'chroma'; app()",
+                "vacuum",
+                "--path",
+                str(root),
+                "--force",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         last = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
         if proc.returncode != 0:

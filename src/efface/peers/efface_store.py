@@ -56,8 +56,9 @@ class EffaceTool:
         if scope != self.tenant:
             raise InvalidInput("this tool serves one tenant: pass that tenant as the scope")
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
         """Write under the tool's purpose, with consent as the basis."""
         self._scope(scope)
         if subject is None:
@@ -66,8 +67,10 @@ class EffaceTool:
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> list[ToolHit]:
         self._scope(scope)
-        return [ToolHit(h.key, h.text, h.score, h.metadata)
-                for h in self.store.recall(query, tenant=self.tenant, purpose=self.purpose, k=k)]
+        return [
+            ToolHit(h.key, h.text, h.score, h.metadata)
+            for h in self.store.recall(query, tenant=self.tenant, purpose=self.purpose, k=k)
+        ]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         """Forget through efface and acknowledge with the receipts' evidence and a
@@ -183,14 +186,17 @@ class EffaceDriver(BaseDriver):
         tenant = self.collection
         if selection.ids is not None:
             marks = ",".join("?" * len(selection.ids))
-            rows = self._sql(f"SELECT id, key, text, embedding FROM records WHERE tenant=? AND key IN ({marks})",
-                             [tenant, *selection.ids])
+            rows = self._sql(
+                f"SELECT id, key, text, embedding FROM records WHERE tenant=? AND key IN ({marks})",
+                [tenant, *selection.ids],
+            )
         else:
             rows = self._sql(
                 "SELECT r.id, r.key, r.text, r.embedding FROM records r WHERE r.tenant=? AND EXISTS"
                 " (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.subject=?) AND NOT EXISTS"
                 f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND (c.subject<>? OR c.basis IN {_KEEP}))",
-                [tenant, selection.subject, selection.subject])
+                [tenant, selection.subject, selection.subject],
+            )
         if not rows:
             raise no_targets()
         ids = [r[0] for r in rows]
@@ -202,8 +208,11 @@ class EffaceDriver(BaseDriver):
 
     def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
         mine = set(targets.ids)
-        rows = [r for r in self._sql("SELECT tenant, key, text, embedding FROM records")
-                if not (r[0] == self.collection and r[1] in mine)]
+        rows = [
+            r
+            for r in self._sql("SELECT tenant, key, text, embedding FROM records")
+            if not (r[0] == self.collection and r[1] in mine)
+        ]
         vecs = [np.frombuffer(r[3], dtype=np.float32) for r in rows]
         return [r[2] for r in rows], (np.stack(vecs) if vecs else None)
 
@@ -214,8 +223,16 @@ class EffaceDriver(BaseDriver):
             receipts = [self._store.forget(tenant=self.collection, subject=selection.subject)]
         for r in receipts:
             self._store.wait(r.handle, timeout=120)
-        summary = [{"handle": r.handle, "level": r.level, "erased": len(r.erased), "retained": len(r.retained),
-                    "quarantined": len(r.quarantined)} for r in receipts]
+        summary = [
+            {
+                "handle": r.handle,
+                "level": r.level,
+                "erased": len(r.erased),
+                "retained": len(r.retained),
+                "quarantined": len(r.quarantined),
+            }
+            for r in receipts
+        ]
         return Call("store.forget(...) + store.wait(handle)", summary[0] if len(summary) == 1 else summary)
 
     def probes(self, selection: Selection, targets: Targets) -> list[ProbeResult]:
@@ -233,8 +250,14 @@ class EffaceDriver(BaseDriver):
                 for h in self._store.recall(t, tenant=self.collection, purpose=p, k=10):
                     ids.append(h.key)
                     texts.append(h.text)
-        out.append(ProbeResult("recall by the deleted texts (FTS + ANN)", n, count_returned(targets, ids, texts),
-                               f"{n} queries x {len(purposes)} purpose(s), k=10"))
+        out.append(
+            ProbeResult(
+                "recall by the deleted texts (FTS + ANN)",
+                n,
+                count_returned(targets, ids, texts),
+                f"{n} queries x {len(purposes)} purpose(s), k=10",
+            )
+        )
         return out
 
     def maintenance(self, root: Path) -> list[Call]:

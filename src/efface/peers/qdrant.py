@@ -63,11 +63,13 @@ class QdrantTool:
         from qdrant_client import models
 
         if not self.client.collection_exists(scope):
-            self.client.create_collection(scope, vectors_config=models.VectorParams(
-                size=self.embedder.dim, distance=models.Distance.COSINE))
+            self.client.create_collection(
+                scope, vectors_config=models.VectorParams(size=self.embedder.dim, distance=models.Distance.COSINE)
+            )
 
-    def write(self, key: str, text: str, *, scope: str, subject: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
         from qdrant_client import models
 
         self._ensure(scope)
@@ -80,8 +82,9 @@ class QdrantTool:
     def recall(self, query: str, *, scope: str, k: int = 10) -> Sequence[ToolHit]:
         if not self.client.collection_exists(scope):
             return []
-        res = self.client.query_points(scope, query=self.embedder.embed([query])[0].tolist(), limit=k,
-                                       with_payload=True).points
+        res = self.client.query_points(
+            scope, query=self.embedder.embed([query])[0].tolist(), limit=k, with_payload=True
+        ).points
         payloads = [(p.payload or {}, p.score) for p in res]  # with_payload=True: every point has one
         return [ToolHit(pl["key"], pl.get("text", ""), score, pl.get("metadata") or {}) for pl, score in payloads]
 
@@ -147,14 +150,16 @@ class QdrantLocalDriver(BaseDriver):
         from qdrant_client import models
 
         assert selection.subject is not None, "a selection without ids names a subject"
-        return models.Filter(must=[models.FieldCondition(key=selection.subject_field,
-                                                         match=models.MatchValue(value=selection.subject))])
+        return models.Filter(
+            must=[models.FieldCondition(key=selection.subject_field, match=models.MatchValue(value=selection.subject))]
+        )
 
     def _scroll(self, flt=None, vectors: bool = False) -> list:
         points, offset = [], None
         while True:
-            batch, offset = self._c.scroll(self.collection, scroll_filter=flt, limit=_PAGE, offset=offset,
-                                           with_payload=True, with_vectors=vectors)
+            batch, offset = self._c.scroll(
+                self.collection, scroll_filter=flt, limit=_PAGE, offset=offset, with_payload=True, with_vectors=vectors
+            )
             points += batch
             if offset is None:
                 return points
@@ -171,15 +176,17 @@ class QdrantLocalDriver(BaseDriver):
 
     def targets(self, selection: Selection) -> Targets:
         if selection.ids is not None:
-            pts = self._c.retrieve(self.collection, [_point_id(i) for i in selection.ids],
-                                   with_payload=True, with_vectors=True)
+            pts = self._c.retrieve(
+                self.collection, [_point_id(i) for i in selection.ids], with_payload=True, with_vectors=True
+            )
         else:
             pts = self._scroll(self._filter(selection), vectors=True)
         if not pts:
             raise no_targets()
         vecs = [self._vector(p) for p in pts]
-        vectors = (np.asarray(vecs, dtype=np.float32) if all(v is not None for v in vecs)
-                   else np.zeros((0, 0), np.float32))
+        vectors = (
+            np.asarray(vecs, dtype=np.float32) if all(v is not None for v in vecs) else np.zeros((0, 0), np.float32)
+        )
         return Targets(tuple(str(p.id) for p in pts), tuple(self._text(p) for p in pts), vectors)
 
     def others(self, targets: Targets) -> tuple[list[str], np.ndarray]:
@@ -205,26 +212,47 @@ class QdrantLocalDriver(BaseDriver):
         n = len(targets.ids)
         out = []
         pts = self._c.retrieve(self.collection, [_point_id(i) for i in targets.ids], with_payload=True)
-        out.append(ProbeResult("retrieve by id", n, count_returned(targets, [p.id for p in pts],
-                                                                   [self._text(p) for p in pts]),
-                               f"{len(pts)} points returned for {n} ids"))
+        out.append(
+            ProbeResult(
+                "retrieve by id",
+                n,
+                count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
+                f"{len(pts)} points returned for {n} ids",
+            )
+        )
         if selection.subject is not None:
             pts = self._scroll(self._filter(selection))
-            out.append(ProbeResult("scroll with payload filter", n,
-                                   count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
-                                   f"{len(pts)} points matched"))
+            out.append(
+                ProbeResult(
+                    "scroll with payload filter",
+                    n,
+                    count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
+                    f"{len(pts)} points matched",
+                )
+            )
         pts = self._scroll()
-        out.append(ProbeResult("full listing (scroll)", n,
-                               count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
-                               f"{len(pts)} points listed"))
+        out.append(
+            ProbeResult(
+                "full listing (scroll)",
+                n,
+                count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]),
+                f"{len(pts)} points listed",
+            )
+        )
         if len(targets.vectors):
             ids, texts = [], []
             for v in targets.vectors:
                 res = self._c.query_points(self.collection, query=v.tolist(), limit=10, with_payload=True).points
                 ids += [p.id for p in res]
                 texts += [self._text(p) for p in res]
-            out.append(ProbeResult("nearest neighbours of the deleted vectors", n,
-                                   count_returned(targets, ids, texts), f"{len(targets.vectors)} queries, k=10"))
+            out.append(
+                ProbeResult(
+                    "nearest neighbours of the deleted vectors",
+                    n,
+                    count_returned(targets, ids, texts),
+                    f"{len(targets.vectors)} queries, k=10",
+                )
+            )
         # Qdrant's local mode filters every point in Python for each full-text query: probe
         # a sample of the texts so a large store stays auditable, and say so.
         sample = [t for t in targets.texts if t][:TEXT_PROBES]
@@ -235,8 +263,14 @@ class QdrantLocalDriver(BaseDriver):
                 flt = models.Filter(must=[match])
                 pts = self._scroll(flt)
                 found += bool(count_returned(targets, [p.id for p in pts], [self._text(p) for p in pts]))
-        out.append(ProbeResult("full-text match on the text payload", len(sample), found,
-                               f"{len(sample)} of {n} deleted texts probed, one query each"))
+        out.append(
+            ProbeResult(
+                "full-text match on the text payload",
+                len(sample),
+                found,
+                f"{len(sample)} of {n} deleted texts probed, one query each",
+            )
+        )
         return out
 
     def notes(self) -> list[str]:
@@ -251,6 +285,8 @@ def sqlite_note() -> str:
     con = sqlite3.connect(":memory:")
     on = con.execute("PRAGMA secure_delete").fetchone()[0]
     con.close()
-    return (f"Qdrant's local mode stores points in SQLite via Python's sqlite3 (SQLite {sqlite3.sqlite_version}, "
-            f"secure_delete {'on' if on else 'off'} by default in this build) and does not set secure_delete "
-            f"itself: with a build where it is off, deleted points stay in free pages until VACUUM")
+    return (
+        f"Qdrant's local mode stores points in SQLite via Python's sqlite3 (SQLite {sqlite3.sqlite_version}, "
+        f"secure_delete {'on' if on else 'off'} by default in this build) and does not set secure_delete "
+        f"itself: with a build where it is off, deleted points stay in free pages until VACUUM"
+    )

@@ -16,17 +16,13 @@ erased epoch is its current epoch. It is the reference the contract tests run be
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import math
-import os
 import threading
-from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-from ..base import ClaimRow, NewRecord, RecordRow
-from .state import _Claim, _Rec, _State, _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _subject_keys
+from ..base import ClaimRow, RecordRow
+from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
 from .tx import MemoryTx
 
@@ -58,7 +54,7 @@ class MemoryOrigin:
         return self._state
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator["MemoryOrigin"]:
+    def snapshot(self) -> Iterator[MemoryOrigin]:
         """Every read made in this thread inside the block sees one committed state."""
         outer = getattr(self._local, "state", None)
         if outer is None:
@@ -110,8 +106,9 @@ class MemoryOrigin:
 
         self._replace(change)
 
-    def record_verification(self, handle: str, body: dict, receipt_level: str, discard: bool,
-                            now: float) -> tuple[int, str]:
+    def record_verification(
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+    ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level, and (once erased is
         proven) drop the fingerprints and the word hashes: all or none."""
         with self.write_lock:
@@ -159,12 +156,14 @@ class MemoryOrigin:
         if rid is None or rid in s.quarantine:
             return None
         rec = s.records[rid]
-        claims = [ClaimRow(c.id, rid, rec.key, c.subject, c.purpose, c.basis, c.expires_at)
-                  for c in (s.claims[i] for i in s.claims_of.get(rid, ())) if c.purpose == purpose and _live(c, now)]
+        claims = [
+            ClaimRow(c.id, rid, rec.key, c.subject, c.purpose, c.basis, c.expires_at)
+            for c in (s.claims[i] for i in s.claims_of.get(rid, ()))
+            if c.purpose == purpose and _live(c, now)
+        ]
         return (rec.row(), claims) if claims else None
 
-    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
-                 now: float) -> set[int]:
+    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None, now: float) -> set[int]:
         """The ids among ``ids`` that are live for this tenant and purpose (and subject)."""
         return _live_ids(self._st(), ids, tenant, purpose, subject, now)
 
@@ -178,8 +177,11 @@ class MemoryOrigin:
     def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
         """(record id, key, why, handle, since, sources JSON) of every quarantined record."""
         s = self._st()
-        rows = [(rid, s.records[rid].key, why, handle, since, s.records[rid].sources)
-                for rid, (t, why, handle, since) in s.quarantine.items() if t == tenant and rid in s.records]
+        rows = [
+            (rid, s.records[rid].key, why, handle, since, s.records[rid].sources)
+            for rid, (t, why, handle, since) in s.quarantine.items()
+            if t == tenant and rid in s.records
+        ]
         return sorted(rows, key=lambda r: r[1])
 
     def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
@@ -198,8 +200,11 @@ class MemoryOrigin:
     def due_tenant(self, now: float) -> str | None:
         """A tenant with a claim whose TTL has passed, if any (the one that expired first)."""
         s = self._st()
-        due = [(c.expires_at, c.id, c.record_id) for c in s.claims.values()
-               if c.expires_at is not None and c.expires_at <= now]
+        due = [
+            (c.expires_at, c.id, c.record_id)
+            for c in s.claims.values()
+            if c.expires_at is not None and c.expires_at <= now
+        ]
         return s.records[min(due)[2]].tenant if due else None
 
     def pending_drops(self, applied: int) -> int:
@@ -224,18 +229,26 @@ class MemoryOrigin:
         if row is None:
             return None
         epoch, kind, tenant_h, at, body = row
-        return {"handle": handle, "epoch": epoch, "kind": kind, "tenant_h": tenant_h, "created_at": at,
-                "body": json.loads(body)}
+        return {
+            "handle": handle,
+            "epoch": epoch,
+            "kind": kind,
+            "tenant_h": tenant_h,
+            "created_at": at,
+            "body": json.loads(body),
+        }
 
     def receipts(self, tenant_h: str | None = None) -> list[dict[str, Any]]:
         s = self._st()
-        handles = sorted((row[0], n, h) for n, (h, row) in enumerate(s.receipts.items())
-                         if not tenant_h or row[2] == tenant_h)
+        handles = sorted(
+            (row[0], n, h) for n, (h, row) in enumerate(s.receipts.items()) if not tenant_h or row[2] == tenant_h
+        )
         out = []
         for _epoch, _n, h in handles:
             epoch, kind, th, at, body = s.receipts[h]
-            out.append({"handle": h, "epoch": epoch, "kind": kind, "tenant_h": th, "created_at": at,
-                        "body": json.loads(body)})
+            out.append(
+                {"handle": h, "epoch": epoch, "kind": kind, "tenant_h": th, "created_at": at, "body": json.loads(body)}
+            )
         return out
 
     def ledger(self) -> list[dict[str, Any]]:

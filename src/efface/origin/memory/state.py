@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import json
-import math
-import os
-import threading
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-from ..base import ClaimRow, NewRecord, RecordRow
+from ..base import RecordRow
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -83,7 +79,7 @@ class _State:
         self.doc_len_total = 0
         self.postings: dict[str, set[int]] = {}
 
-    def clone(self) -> "_State":
+    def clone(self) -> _State:
         new = copy.copy(self)
         for name, value in vars(self).items():
             if isinstance(value, (dict, list)):
@@ -108,8 +104,8 @@ def _exposed(s: _State, tenant: str, key_hashes: Sequence[str]) -> set[str]:
     wanted = set(key_hashes)
     return {subj for t, k, subj in s.exposure if t == tenant and k in wanted}
 
-def _live_ids(s: _State, ids: Iterable[int], tenant: str, purpose: str, subject: str | None,
-              now: float) -> set[int]:
+
+def _live_ids(s: _State, ids: Iterable[int], tenant: str, purpose: str, subject: str | None, now: float) -> set[int]:
     out = set()
     for rid in ids:
         rec = s.records.get(rid)

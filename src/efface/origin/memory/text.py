@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import json
 import math
-import os
-import threading
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ...text import words as text_words
 from .state import BM25_B, BM25_K1, _live_ids, _State
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import MemoryOrigin
+    from .tx import MemoryTx
 
 
 class MemoryText:
@@ -55,8 +54,9 @@ class MemoryText:
             out |= s.postings.get(w, set())
         return out
 
-    def search(self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float,
-               depth: int, limit: int) -> list[int]:
+    def search(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> list[int]:
         """Rank the ``depth`` best matches of any of ``words`` by BM25, keep those live for the
         tenant and purpose (and subject), best first, at most ``limit``."""
         s = self._o._st()

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import math
 import os
-import threading
-from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ...text import words as text_words
 from ..base import ClaimRow, NewRecord, RecordRow
 from ..ledger import GENESIS, chain_hash
-from .state import _Claim, _Rec, _State, _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _subject_keys
+from .state import _all_subjects, _Claim, _exposed, _live, _live_subject_hashes, _Rec, _State, _subject_keys
 
 
 class MemoryTx:
@@ -41,8 +35,9 @@ class MemoryTx:
         return s.postings.setdefault(word, set())  # a touched word emptied and deleted: a fresh set
 
     def _claim_row(self, c: _Claim) -> ClaimRow:
-        return ClaimRow(c.id, c.record_id, self._s.records[c.record_id].key, c.subject, c.purpose, c.basis,
-                        c.expires_at)
+        return ClaimRow(
+            c.id, c.record_id, self._s.records[c.record_id].key, c.subject, c.purpose, c.basis, c.expires_at
+        )
 
     def _set_lineage(self, rid: int, tenant: str, sources: Sequence[str]) -> None:
         if sources:
@@ -63,14 +58,16 @@ class MemoryTx:
         else:
             self._remember(rid)
             old = s.records[rid]
-            s.records[rid] = _Rec(rid, tenant, rec.key, rec.text, rec.metadata, sources, rec.embedding,
-                                  old.created_at, now)
+            s.records[rid] = _Rec(
+                rid, tenant, rec.key, rec.text, rec.metadata, sources, rec.embedding, old.created_at, now
+            )
         self._set_lineage(rid, tenant, rec.sources)
         self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
         return rid
 
-    def add_claim(self, record_id: int, subject: str, purpose: str, basis: str,
-                  expires_at: float | None, now: float) -> None:
+    def add_claim(
+        self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
+    ) -> None:
         s = self._s
         if record_id not in s.records:
             raise KeyError(f"no record {record_id}")  # SQLite: FOREIGN KEY constraint failed
@@ -87,22 +84,30 @@ class MemoryTx:
     def record_id(self, tenant: str, key: str) -> int | None:
         return self._s.by_key.get((tenant, key))
 
-    def match_claims(self, tenant: str, subject: str | None, purpose: str | None,
-                     prefix: str | None, key: str | None) -> list[ClaimRow]:
+    def match_claims(
+        self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None
+    ) -> list[ClaimRow]:
         s = self._s
         out = []
         for c in s.claims.values():
             r = s.records[c.record_id]
-            if (r.tenant == tenant and (subject is None or c.subject == subject)
-                    and (purpose is None or c.purpose == purpose)
-                    and (prefix is None or r.key.startswith(prefix)) and (key is None or r.key == key)):
+            if (
+                r.tenant == tenant
+                and (subject is None or c.subject == subject)
+                and (purpose is None or c.purpose == purpose)
+                and (prefix is None or r.key.startswith(prefix))
+                and (key is None or r.key == key)
+            ):
                 out.append(self._claim_row(c))
         return out
 
     def due_claims(self, now: float) -> list[tuple[str, ClaimRow]]:
         s = self._s
-        due = [(s.records[c.record_id].tenant, self._claim_row(c)) for c in s.claims.values()
-               if c.expires_at is not None and c.expires_at <= now]
+        due = [
+            (s.records[c.record_id].tenant, self._claim_row(c))
+            for c in s.claims.values()
+            if c.expires_at is not None and c.expires_at <= now
+        ]
         return sorted(due, key=lambda tc: tc[0])
 
     def release(self, claim_ids: Sequence[int]) -> None:
@@ -131,16 +136,34 @@ class MemoryTx:
     def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
         """Key, text and embedding of records about to be erased (for their fingerprints)."""
         s = self._s
-        return {rid: (s.records[rid].key, s.records[rid].text, s.records[rid].embedding)
-                for rid in record_ids if rid in s.records}
+        return {
+            rid: (s.records[rid].key, s.records[rid].text, s.records[rid].embedding)
+            for rid in record_ids
+            if rid in s.records
+        }
 
-    def save_evidence(self, handle: str, tenant_h: str, erased_ids: bytes, quarantined_ids: bytes,
-                      paths: dict[str, bytes], fingerprints: bytes, now: float) -> None:
+    def save_evidence(
+        self,
+        handle: str,
+        tenant_h: str,
+        erased_ids: bytes,
+        quarantined_ids: bytes,
+        paths: dict[str, bytes],
+        fingerprints: bytes,
+        now: float,
+    ) -> None:
         if handle in self._s.evidence:
             raise KeyError(f"evidence for {handle} exists")  # SQLite: UNIQUE constraint failed
         self._s.evidence[handle] = {
-            "tenant_h": tenant_h, "epoch": self.epoch, "erased_ids": erased_ids, "quarantined_ids": quarantined_ids,
-            "anchors": b"", "tokens": b"", "fingerprints": fingerprints, "created_at": now}
+            "tenant_h": tenant_h,
+            "epoch": self.epoch,
+            "erased_ids": erased_ids,
+            "quarantined_ids": quarantined_ids,
+            "anchors": b"",
+            "tokens": b"",
+            "fingerprints": fingerprints,
+            "created_at": now,
+        }
         self.save_path_evidence(handle, paths)
 
     def erase_records(self, record_ids: Sequence[int]) -> None:
@@ -171,14 +194,20 @@ class MemoryTx:
 
     def mentioning(self, tenant: str, subject: str) -> list[tuple[int, str]]:
         s = self._s
-        return [(rid, s.records[rid].key) for rid, (t, subs) in sorted(s.mentions.items())
-                if t == tenant and subject in subs and rid in s.records]
+        return [
+            (rid, s.records[rid].key)
+            for rid, (t, subs) in sorted(s.mentions.items())
+            if t == tenant and subject in subs and rid in s.records
+        ]
 
     def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
         s = self._s
         wanted = set(keys)
-        return [(rid, s.records[rid].key) for rid, (t, srcs) in sorted(s.lineage.items())
-                if t == tenant and rid in s.records and wanted.intersection(srcs)]
+        return [
+            (rid, s.records[rid].key)
+            for rid, (t, srcs) in sorted(s.lineage.items())
+            if t == tenant and rid in s.records and wanted.intersection(srcs)
+        ]
 
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
         s = self._s
@@ -186,15 +215,25 @@ class MemoryTx:
         if old is None:
             return
         self._remember(record_id)
-        s.records[record_id] = _Rec(old.id, old.tenant, old.key, text, old.metadata, old.sources, embedding,
-                                    old.created_at, now)
+        s.records[record_id] = _Rec(
+            old.id, old.tenant, old.key, text, old.metadata, old.sources, embedding, old.created_at, now
+        )
 
     def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
         s = self._s
         old = s.records.get(record_id)
         if old is not None:
-            s.records[record_id] = _Rec(old.id, old.tenant, old.key, old.text, old.metadata,
-                                        json.dumps(list(sources)), old.embedding, old.created_at, old.updated_at)
+            s.records[record_id] = _Rec(
+                old.id,
+                old.tenant,
+                old.key,
+                old.text,
+                old.metadata,
+                json.dumps(list(sources)),
+                old.embedding,
+                old.created_at,
+                old.updated_at,
+            )
         self._set_lineage(record_id, tenant, sources)
 
     def forget_sources(self, tenant: str, keys: Sequence[str], marker: str) -> list[int]:
@@ -257,7 +296,7 @@ class MemoryTx:
             if rec is None or rec.tenant != tenant:
                 continue
             ws = text_words(rec.text)
-            if any(ws[i:i + n] == phrase for i in range(len(ws) - n + 1)):
+            if any(ws[i : i + n] == phrase for i in range(len(ws) - n + 1)):
                 out.append((rid, rec.text))
                 if len(out) >= limit:
                     break
@@ -286,14 +325,24 @@ class MemoryTx:
     def set_times(self, record_id: int, created_at: float, updated_at: float) -> None:
         old = self._s.records.get(record_id)
         if old is not None:
-            self._s.records[record_id] = _Rec(old.id, old.tenant, old.key, old.text, old.metadata, old.sources,
-                                              old.embedding, created_at, updated_at)
+            self._s.records[record_id] = _Rec(
+                old.id, old.tenant, old.key, old.text, old.metadata, old.sources, old.embedding, created_at, updated_at
+            )
 
     def set_metadata(self, record_id: int, metadata: str) -> None:
         old = self._s.records.get(record_id)
         if old is not None:
-            self._s.records[record_id] = _Rec(old.id, old.tenant, old.key, old.text, metadata, old.sources,
-                                              old.embedding, old.created_at, old.updated_at)
+            self._s.records[record_id] = _Rec(
+                old.id,
+                old.tenant,
+                old.key,
+                old.text,
+                metadata,
+                old.sources,
+                old.embedding,
+                old.created_at,
+                old.updated_at,
+            )
 
     def save_path_evidence(self, handle: str, evidence: dict[str, bytes]) -> None:
         kept = dict(self._s.path_evidence.get(handle, {}))
@@ -317,8 +366,7 @@ class MemoryTx:
         seq, prev = (led[-1]["seq"] + 1, led[-1]["hash"]) if led else (1, GENESIS)
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         digest = chain_hash(prev, seq, now, kind, handle, text)
-        led.append({"seq": seq, "at": now, "kind": kind, "handle": handle, "body": text, "prev": prev,
-                    "hash": digest})
+        led.append({"seq": seq, "at": now, "kind": kind, "handle": handle, "body": text, "prev": prev, "hash": digest})
         return seq, digest
 
     def register_purpose(self, tenant: str, purpose: str) -> None:
@@ -328,8 +376,9 @@ class MemoryTx:
         self._s.subjects[(tenant, subject)] = (identifiers, now)
 
     # -- per-subject data keys (crypto-shredding of backups) -----------------------------
-    def ensure_subject_keys(self, tenant: str, subjects: Iterable[str], now: float,
-                            subject_h: Callable[[str], str]) -> None:
+    def ensure_subject_keys(
+        self, tenant: str, subjects: Iterable[str], now: float, subject_h: Callable[[str], str]
+    ) -> None:
         keys = self._s.subject_keys
         for subj in sorted(set(subjects)):
             if (tenant, subj) not in keys:
@@ -354,28 +403,38 @@ class MemoryTx:
 
     def claim_subjects(self, now: float) -> list[tuple[str, str]]:
         s = self._s
-        return list(dict.fromkeys((s.records[c.record_id].tenant, c.subject)
-                                  for c in s.claims.values() if _live(c, now)))
+        return list(
+            dict.fromkeys((s.records[c.record_id].tenant, c.subject) for c in s.claims.values() if _live(c, now))
+        )
 
     def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
         """Each record with a live claim, in id order, with its live claims
         (subject, purpose, basis, expires_at) and its quarantine (why, handle, since) or None."""
         s = self._s
         for rid in sorted(s.records):
-            claims = [(c.subject, c.purpose, c.basis, c.expires_at)
-                      for c in (s.claims[i] for i in sorted(s.claims_of.get(rid, ()))) if _live(c, now)]
+            claims = [
+                (c.subject, c.purpose, c.basis, c.expires_at)
+                for c in (s.claims[i] for i in sorted(s.claims_of.get(rid, ())))
+                if _live(c, now)
+            ]
             if not claims:
                 continue
             r = s.records[rid]
             q = s.quarantine.get(rid)
-            yield ((r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at)
-                   + ((q[1], q[2], q[3]) if q else (None, None, None))), claims
+            yield (
+                (
+                    (r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at)
+                    + ((q[1], q[2], q[3]) if q else (None, None, None))
+                ),
+                claims,
+            )
 
     def backup_floor(self) -> int | None:
         return min((b[2] for b in self._s.backups.values()), default=None)
 
-    def record_backup(self, backup_id: str, path_h: str, ledger_seq: int, now: float,
-                      records: int, subjects: int) -> None:
+    def record_backup(
+        self, backup_id: str, path_h: str, ledger_seq: int, now: float, records: int, subjects: int
+    ) -> None:
         if backup_id in self._s.backups:
             raise KeyError(f"backup {backup_id} exists")
         self._s.backups[backup_id] = (path_h, self.epoch, ledger_seq, now, records, subjects)

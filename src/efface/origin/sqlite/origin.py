@@ -127,15 +127,17 @@ class SQLiteOrigin:
 
     def meta_set(self, key: str, value: str) -> None:
         with self.write_lock, self._c:
-            self._c.execute("INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
-                            (key, value))
+            self._c.execute(
+                "INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v", (key, value)
+            )
 
     def prune_changes(self, upto: int) -> None:
         with self.write_lock, self._c:
             self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
 
-    def record_verification(self, handle: str, body: dict, receipt_level: str, discard: bool,
-                            now: float) -> tuple[int, str]:
+    def record_verification(
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+    ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level, and (once erased is
         proven) delete the fingerprints and the word hashes: one transaction, so a crash
         leaves all or none."""
@@ -144,8 +146,9 @@ class SQLiteOrigin:
             try:
                 tx = SQLiteTx(self._c, self.current_epoch())
                 seq, digest = tx.append_ledger("verify", handle, body, now)
-                self._c.execute("UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?",
-                                (receipt_level, handle))
+                self._c.execute(
+                    "UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?", (receipt_level, handle)
+                )
                 if discard:
                     # the word hashes too: beside the secret they are a dictionary away from the words
                     self._c.execute("UPDATE evidence SET fingerprints=NULL, tokens=X'5B5D' WHERE handle=?", (handle,))
@@ -159,7 +162,8 @@ class SQLiteOrigin:
     def path_evidence(self, handle: str) -> dict[str, bytes]:
         """What each read path kept at forget time for its probe (see paths.base.ReadPath)."""
         out: dict[str, bytes] = dict(
-            self._r().execute("SELECT path, data FROM path_evidence WHERE handle=?", (handle,)).fetchall())
+            self._r().execute("SELECT path, data FROM path_evidence WHERE handle=?", (handle,)).fetchall()
+        )
         if not out:  # erasures recorded before path_evidence existed
             row = self._r().execute("SELECT anchors, tokens FROM evidence WHERE handle=?", (handle,)).fetchone()
             if row is not None:
@@ -187,9 +191,13 @@ class SQLiteOrigin:
 
     # -- reads (each on this thread's reader connection) ---------------------------------
     def read(self, tenant: str, key: str, purpose: str, now: float):
-        row = self._r().execute(
-            f"SELECT {REC_COLS} FROM records r WHERE r.tenant=? AND r.key=? AND {NOT_QUARANTINED}", (tenant, key)
-        ).fetchone()
+        row = (
+            self._r()
+            .execute(
+                f"SELECT {REC_COLS} FROM records r WHERE r.tenant=? AND r.key=? AND {NOT_QUARANTINED}", (tenant, key)
+            )
+            .fetchone()
+        )
         if row is None:
             return None
         claims = [
@@ -202,44 +210,60 @@ class SQLiteOrigin:
         ]
         return (record_row(row), claims) if claims else None
 
-    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None,
-                 now: float) -> set[int]:
+    def live_ids(self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None, now: float) -> set[int]:
         """The ids among ``ids`` that are live for this tenant and purpose (and subject):
         the gate every index candidate passes before any text leaves the store."""
         out: set[int] = set()
         sub = " AND c.subject=?" if subject is not None else ""
         for chunk, marks in in_chunks(ids):
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
-            out.update(r[0] for r in self._r().execute(
-                # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
-                f"SELECT r.id FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS"
-                f" (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})",
-                args,
-            ))
+            out.update(
+                r[0]
+                for r in self._r().execute(
+                    # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
+                    f"SELECT r.id FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {NOT_QUARANTINED}"
+                    f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})",
+                    args,
+                )
+            )
         return out
 
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         """Rows by id; the caller has checked them with :meth:`live_ids` under the same lock."""
         marks = ",".join("?" * len(ids))
-        return {r[0]: record_row(r) for r in self._r().execute(
-            f"SELECT {REC_COLS} FROM records r WHERE r.id IN ({marks})", list(ids))} if ids else {}
+        return (
+            {
+                r[0]: record_row(r)
+                for r in self._r().execute(f"SELECT {REC_COLS} FROM records r WHERE r.id IN ({marks})", list(ids))
+            }
+            if ids
+            else {}
+        )
 
     def all_subjects(self) -> list[tuple[str, str, str]]:
         return self._r().execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
 
     def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
         """(record id, key, why, handle, since, sources JSON) of every quarantined record."""
-        return self._r().execute(
-            "SELECT q.record_id, r.key, q.why, q.handle, q.since, r.sources FROM quarantine q"
-            " JOIN records r ON r.id=q.record_id WHERE q.tenant=? ORDER BY r.key",
-            (tenant,),
-        ).fetchall()
+        return (
+            self._r()
+            .execute(
+                "SELECT q.record_id, r.key, q.why, q.handle, q.since, r.sources FROM quarantine q"
+                " JOIN records r ON r.id=q.record_id WHERE q.tenant=? ORDER BY r.key",
+                (tenant,),
+            )
+            .fetchall()
+        )
 
     def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
         out: set[str] = set()
         for chunk, marks in in_chunks(keys):
-            out |= {r[0] for r in self._r().execute(
-                f"SELECT key FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk])}
+            out |= {
+                r[0]
+                for r in self._r().execute(
+                    f"SELECT key FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk]
+                )
+            }
         return out
 
     def purposes(self, tenant: str) -> list[str]:
@@ -247,13 +271,21 @@ class SQLiteOrigin:
 
     def changes_since(self, epoch: int, upto: int | None = None) -> list[tuple[int, int, str, str]]:
         if upto is None:
-            return self._r().execute(
-                "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? ORDER BY epoch, rowid", (epoch,)
-            ).fetchall()
-        return self._r().execute(
-            "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
-            (epoch, upto),
-        ).fetchall()
+            return (
+                self._r()
+                .execute(
+                    "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? ORDER BY epoch, rowid", (epoch,)
+                )
+                .fetchall()
+            )
+        return (
+            self._r()
+            .execute(
+                "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
+                (epoch, upto),
+            )
+            .fetchall()
+        )
 
     def latest_put_epoch(self, after: int) -> int | None:
         """The newest epoch after ``after`` that added or changed content, if any."""
@@ -262,11 +294,15 @@ class SQLiteOrigin:
 
     def due_tenant(self, now: float) -> str | None:
         """A tenant with a claim whose TTL has passed, if any (uses the partial expiry index)."""
-        row = self._r().execute(
-            "SELECT r.tenant FROM claims c JOIN records r ON r.id=c.record_id"
-            " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? LIMIT 1",
-            (now,),
-        ).fetchone()
+        row = (
+            self._r()
+            .execute(
+                "SELECT r.tenant FROM claims c JOIN records r ON r.id=c.record_id"
+                " WHERE c.expires_at IS NOT NULL AND c.expires_at<=? LIMIT 1",
+                (now,),
+            )
+            .fetchone()
+        )
         return row[0] if row else None
 
     def pending_drops(self, applied: int) -> int:
@@ -290,13 +326,21 @@ class SQLiteOrigin:
         return row[0] if row else 0
 
     def receipt(self, handle: str) -> dict[str, Any] | None:
-        row = self._r().execute(
-            "SELECT handle, epoch, kind, tenant_h, created_at, body FROM receipts WHERE handle=?", (handle,)
-        ).fetchone()
+        row = (
+            self._r()
+            .execute("SELECT handle, epoch, kind, tenant_h, created_at, body FROM receipts WHERE handle=?", (handle,))
+            .fetchone()
+        )
         if row is None:
             return None
-        return {"handle": row[0], "epoch": row[1], "kind": row[2], "tenant_h": row[3],
-                "created_at": row[4], "body": json.loads(row[5])}
+        return {
+            "handle": row[0],
+            "epoch": row[1],
+            "kind": row[2],
+            "tenant_h": row[3],
+            "created_at": row[4],
+            "body": json.loads(row[5]),
+        }
 
     def receipts(self, tenant_h: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT handle FROM receipts" + (" WHERE tenant_h=?" if tenant_h else "") + " ORDER BY epoch"
@@ -317,10 +361,15 @@ class SQLiteOrigin:
 
     # -- evidence for verify -------------------------------------------------------------
     def evidence(self, handle: str) -> dict[str, Any] | None:
-        row = self._r().execute(
-            "SELECT tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens, fingerprints, created_at"
-            " FROM evidence WHERE handle=?", (handle,)
-        ).fetchone()
+        row = (
+            self._r()
+            .execute(
+                "SELECT tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens, fingerprints, created_at"
+                " FROM evidence WHERE handle=?",
+                (handle,),
+            )
+            .fetchone()
+        )
         if row is None:
             return None
         keys = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
@@ -329,15 +378,26 @@ class SQLiteOrigin:
     def erased_proof(self, handle: str) -> dict[str, Any] | None:
         """The newest verification of ``handle`` that proved ``erased`` (one indexed lookup
         per handle instead of reading the whole ledger)."""
-        row = self._r().execute(
-            "SELECT seq, at, kind, handle, body, prev, hash FROM ledger WHERE handle=? AND kind='verify'"
-            " AND json_extract(body, '$.level')='erased' ORDER BY seq DESC LIMIT 1", (handle,)).fetchone()
-        return None if row is None else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row, strict=True))
+        row = (
+            self._r()
+            .execute(
+                "SELECT seq, at, kind, handle, body, prev, hash FROM ledger WHERE handle=? AND kind='verify'"
+                " AND json_extract(body, '$.level')='erased' ORDER BY seq DESC LIMIT 1",
+                (handle,),
+            )
+            .fetchone()
+        )
+        return (
+            None
+            if row is None
+            else dict(zip(("seq", "at", "kind", "handle", "body", "prev", "hash"), row, strict=True))
+        )
 
     def ack_times(self, after: int, upto: int) -> list[float]:
         """Acknowledgement times of the erasures with epochs in (after, upto]."""
-        return [r[0] for r in self._r().execute(
-            "SELECT created_at FROM receipts WHERE epoch>? AND epoch<=?", (after, upto))]
+        return [
+            r[0] for r in self._r().execute("SELECT created_at FROM receipts WHERE epoch>? AND epoch<=?", (after, upto))
+        ]
 
     def tenant_names(self) -> list[str]:
         """Every tenant that ever wrote (its purposes outlive its records)."""
@@ -346,8 +406,13 @@ class SQLiteOrigin:
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
         """Rows that still name any of these record ids, per table."""
         found: dict[str, int] = {}
-        for table, col in (("records", "id"), ("claims", "record_id"), ("lineage", "record_id"),
-                           ("mentions", "record_id"), ("quarantine", "record_id")):
+        for table, col in (
+            ("records", "id"),
+            ("claims", "record_id"),
+            ("lineage", "record_id"),
+            ("mentions", "record_id"),
+            ("quarantine", "record_id"),
+        ):
             n = 0
             for chunk, marks in in_chunks(ids):
                 n += self._r().execute(f"SELECT count(*) FROM {table} WHERE {col} IN ({marks})", chunk).fetchone()[0]
@@ -357,7 +422,11 @@ class SQLiteOrigin:
 
     def still_quarantined(self, ids: Sequence[int]) -> int:
         marks = ",".join("?" * len(ids))
-        return self._r().execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0] if ids else 0
+        return (
+            self._r().execute(f"SELECT count(*) FROM quarantine WHERE record_id IN ({marks})", list(ids)).fetchone()[0]
+            if ids
+            else 0
+        )
 
     def count_records(self) -> int:
         return self._r().execute("SELECT count(*) FROM records").fetchone()[0]

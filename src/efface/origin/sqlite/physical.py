@@ -18,10 +18,21 @@ from .schema import CHECKPOINTED, REINDEX, REINDEXED
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
 
-LIVE_BTREES = ("records", "sqlite_autoindex_records_1", "claims", "claims_subject", "sqlite_autoindex_claims_1",
-               "subjects", "sqlite_autoindex_subjects_1", "mentions", "sqlite_autoindex_mentions_1",
-               "mentions_subject", "subject_keys", "sqlite_autoindex_subject_keys_1",
-               "sqlite_autoindex_subject_keys_2")
+LIVE_BTREES = (
+    "records",
+    "sqlite_autoindex_records_1",
+    "claims",
+    "claims_subject",
+    "sqlite_autoindex_claims_1",
+    "subjects",
+    "sqlite_autoindex_subjects_1",
+    "mentions",
+    "sqlite_autoindex_mentions_1",
+    "mentions_subject",
+    "subject_keys",
+    "sqlite_autoindex_subject_keys_1",
+    "sqlite_autoindex_subject_keys_2",
+)
 """The b-trees where a live record, claim or subject legitimately holds bytes."""
 
 
@@ -102,8 +113,12 @@ class SQLitePhysical:
         automaton.make_automaton()
         found: set[bytes] = set()
         cols = "text, key" + (", embedding" if embeddings else "")
-        queries = (f"SELECT {cols} FROM records", "SELECT DISTINCT subject FROM claims",
-                   "SELECT subject, identifiers FROM subjects", "SELECT subject FROM subject_keys")
+        queries = (
+            f"SELECT {cols} FROM records",
+            "SELECT DISTINCT subject FROM claims",
+            "SELECT subject, identifiers FROM subjects",
+            "SELECT subject FROM subject_keys",
+        )
         with self._o.snapshot():
             r = self._o._r()
             for sql in queries:

@@ -131,9 +131,16 @@ CREATE TABLE IF NOT EXISTS backups(
 
 CHECKPOINTED = "origin.checkpointed_epoch"
 REINDEX = "origin.reindex"
-REINDEXED = ("sqlite_autoindex_records_1", "claims_subject", "sqlite_autoindex_claims_1", "lineage_source",
-             "sqlite_autoindex_lineage_1", "mentions_subject", "sqlite_autoindex_mentions_1",
-             "sqlite_autoindex_subjects_1")
+REINDEXED = (
+    "sqlite_autoindex_records_1",
+    "claims_subject",
+    "sqlite_autoindex_claims_1",
+    "lineage_source",
+    "sqlite_autoindex_lineage_1",
+    "mentions_subject",
+    "sqlite_autoindex_mentions_1",
+    "sqlite_autoindex_subjects_1",
+)
 
 FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(

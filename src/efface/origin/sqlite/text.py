@@ -51,27 +51,35 @@ class SQLiteText:
         marks = ",".join("?" * len(words))
         return dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", list(words)))
 
-    def search(self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float,
-               depth: int, limit: int) -> list[int]:
+    def search(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> list[int]:
         """Rank the ``depth`` best matches of any of ``words`` by BM25, keep those live for the
         tenant and purpose (and subject), best first, at most ``limit``."""
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
-        rows = self._o._r().execute(
-            "SELECT i.rowid FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
-            "  ORDER BY score LIMIT ?) i JOIN records r ON r.id=i.rowid"
-            # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
-            f" WHERE +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
-            f" AND c.purpose=? AND {LIVE}{sub})"
-            " ORDER BY i.score LIMIT ?",
-            [_match(words), depth, tenant, purpose, now, *extra, limit],
-        ).fetchall()
+        rows = (
+            self._o._r()
+            .execute(
+                "SELECT i.rowid FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
+                "  ORDER BY score LIMIT ?) i JOIN records r ON r.id=i.rowid"
+                # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
+                f" WHERE +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
+                f" AND c.purpose=? AND {LIVE}{sub})"
+                " ORDER BY i.score LIMIT ?",
+                [_match(words), depth, tenant, purpose, now, *extra, limit],
+            )
+            .fetchall()
+        )
         return [r[0] for r in rows]
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
-        row = self._o._r().execute(
-            "SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (_match(words), cap)).fetchone()
+        row = (
+            self._o._r()
+            .execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (_match(words), cap))
+            .fetchone()
+        )
         return row[0]
 
     def terms(self) -> Iterable[str]:
@@ -82,8 +90,12 @@ class SQLiteText:
         """Which of ``ids`` the index still matches for any of ``words``."""
         out: list[int] = []
         for chunk, marks in in_chunks(ids):
-            out += [r[0] for r in self._o._r().execute(
-                f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (_match(words), *chunk))]
+            out += [
+                r[0]
+                for r in self._o._r().execute(
+                    f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (_match(words), *chunk)
+                )
+            ]
         return out
 
     def purge(self) -> bool:
@@ -97,8 +109,10 @@ class SQLiteText:
             with o.writer:
                 o.writer.execute("INSERT INTO fts(fts) VALUES('optimize')")
                 o.writer.execute("UPDATE meta SET v='0' WHERE k=?", (DIRTY,))
-                o.writer.execute("INSERT INTO meta(k, v) VALUES(?, ?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
-                                 (PURGED, str(epoch)))
+                o.writer.execute(
+                    "INSERT INTO meta(k, v) VALUES(?, ?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+                    (PURGED, str(epoch)),
+                )
         return True
 
     def purged_epoch(self) -> int:

@@ -70,8 +70,9 @@ class SQLiteTx:
         self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
         return rid
 
-    def add_claim(self, record_id: int, subject: str, purpose: str, basis: str,
-                  expires_at: float | None, now: float) -> None:
+    def add_claim(
+        self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
+    ) -> None:
         # Restating a claim replaces its expiry: the newest statement of a scope wins.
         self._c.execute(
             "INSERT INTO claims(record_id, subject, purpose, basis, expires_at, created_at)"
@@ -84,8 +85,9 @@ class SQLiteTx:
         row = self._c.execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
         return row[0] if row else None
 
-    def match_claims(self, tenant: str, subject: str | None, purpose: str | None,
-                     prefix: str | None, key: str | None) -> list[ClaimRow]:
+    def match_claims(
+        self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None
+    ) -> list[ClaimRow]:
         where, args = ["r.tenant=?"], list[Any]([tenant])
         if subject is not None:
             where.append("c.subject=?")
@@ -135,8 +137,16 @@ class SQLiteTx:
                 out[rid] = (key, text, emb)
         return out
 
-    def save_evidence(self, handle: str, tenant_h: str, erased_ids: bytes, quarantined_ids: bytes,
-                      paths: dict[str, bytes], fingerprints: bytes, now: float) -> None:
+    def save_evidence(
+        self,
+        handle: str,
+        tenant_h: str,
+        erased_ids: bytes,
+        quarantined_ids: bytes,
+        paths: dict[str, bytes],
+        fingerprints: bytes,
+        now: float,
+    ) -> None:
         """What verify needs later, without the content: record ids, each read path's probe
         evidence, and the keyed fingerprints of the erased bytes."""
         self._c.execute(
@@ -152,11 +162,17 @@ class SQLiteTx:
             self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
         for chunk, marks in in_chunks(record_ids):
             self.old_texts.update(
-                (rid, text) for rid, text in self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk)
+                (rid, text)
+                for rid, text in self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk)
                 if rid not in self.old_texts
             )
-            for table, col in (("lineage", "record_id"), ("mentions", "record_id"), ("quarantine", "record_id"),
-                               ("claims", "record_id"), ("records", "id")):
+            for table, col in (
+                ("lineage", "record_id"),
+                ("mentions", "record_id"),
+                ("quarantine", "record_id"),
+                ("claims", "record_id"),
+                ("records", "id"),
+            ):
                 self._c.execute(f"DELETE FROM {table} WHERE {col} IN ({marks})", chunk)
 
     # -- derivations (lineage, mentions, quarantine) ------------------------------------
@@ -203,14 +219,17 @@ class SQLiteTx:
 
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
         self._remember(record_id)
-        self._c.execute("UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?",
-                        (text, embedding, now, record_id))
+        self._c.execute(
+            "UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?", (text, embedding, now, record_id)
+        )
 
     def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
         self._c.execute("UPDATE records SET sources=? WHERE id=?", (json.dumps(list(sources)), record_id))
         self._c.execute("DELETE FROM lineage WHERE record_id=?", (record_id,))
-        self._c.executemany("INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
-                            [(record_id, tenant, s) for s in sources])
+        self._c.executemany(
+            "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+            [(record_id, tenant, s) for s in sources],
+        )
 
     def record(self, record_id: int) -> RecordRow | None:
         row = self._c.execute(f"SELECT {REC_COLS} FROM records r WHERE r.id=?", (record_id,)).fetchone()
@@ -231,10 +250,13 @@ class SQLiteTx:
         return self._c.changes() > 0
 
     def subject_has_claims(self, tenant: str, subject: str) -> bool:
-        return self._c.execute(
-            "SELECT 1 FROM claims c JOIN records r ON r.id=c.record_id WHERE r.tenant=? AND c.subject=? LIMIT 1",
-            (tenant, subject),
-        ).fetchone() is not None
+        return (
+            self._c.execute(
+                "SELECT 1 FROM claims c JOIN records r ON r.id=c.record_id WHERE r.tenant=? AND c.subject=? LIMIT 1",
+                (tenant, subject),
+            ).fetchone()
+            is not None
+        )
 
     def drop_subject(self, tenant: str, subject: str) -> bool:
         """Erase a subject's registered identifiers and the mention rows that point at it."""
@@ -266,16 +288,18 @@ class SQLiteTx:
     # -- reads inside the transaction (backups, restores, release) ----------------------
     def subject_identifiers(self, tenant: str, subject: str) -> str | None:
         """The subject's registered identifiers (JSON), or None if it has none registered."""
-        row = self._c.execute("SELECT identifiers FROM subjects WHERE tenant=? AND subject=?",
-                              (tenant, subject)).fetchone()
+        row = self._c.execute(
+            "SELECT identifiers FROM subjects WHERE tenant=? AND subject=?", (tenant, subject)
+        ).fetchone()
         return row[0] if row else None
 
     def all_subjects(self) -> list[tuple[str, str, str]]:
         return self._c.execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
 
     def count_live_records(self, now: float) -> int:
-        return self._c.execute("SELECT count(DISTINCT record_id) FROM claims c WHERE"
-                               " c.expires_at IS NULL OR c.expires_at > ?", (now,)).fetchone()[0]
+        return self._c.execute(
+            "SELECT count(DISTINCT record_id) FROM claims c WHERE c.expires_at IS NULL OR c.expires_at > ?", (now,)
+        ).fetchone()[0]
 
     def all_policies(self) -> list[tuple[str, str, str | None]]:
         return self._c.execute("SELECT tenant, policy, reason FROM policies").fetchall()
@@ -293,8 +317,10 @@ class SQLiteTx:
         self._c.execute("UPDATE records SET metadata=? WHERE id=?", (metadata, record_id))
 
     def save_path_evidence(self, handle: str, evidence: dict[str, bytes]) -> None:
-        self._c.executemany("INSERT INTO path_evidence(handle, path, data) VALUES(?,?,?)",
-                            [(handle, name, data) for name, data in evidence.items()])
+        self._c.executemany(
+            "INSERT INTO path_evidence(handle, path, data) VALUES(?,?,?)",
+            [(handle, name, data) for name, data in evidence.items()],
+        )
 
     def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
         rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
@@ -329,15 +355,20 @@ class SQLiteTx:
         )
 
     # -- per-subject data keys (crypto-shredding of backups) -----------------------------
-    def ensure_subject_keys(self, tenant: str, subjects: Iterable[str], now: float,
-                            subject_h: Callable[[str], str]) -> None:
+    def ensure_subject_keys(
+        self, tenant: str, subjects: Iterable[str], now: float, subject_h: Callable[[str], str]
+    ) -> None:
         """Give each subject that has none yet a data key in this tenant (same transaction
         as the claim that needs it, so no claim ever exists without its key)."""
         wanted = sorted(set(subjects))
         have: set[str] = set()
         for chunk, marks in in_chunks(wanted):
-            have |= {r[0] for r in self._c.execute(
-                f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk])}
+            have |= {
+                r[0]
+                for r in self._c.execute(
+                    f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk]
+                )
+            }
         self._c.executemany(
             "INSERT INTO subject_keys(tenant, subject, kid, key, subject_h, created_at) VALUES(?,?,?,?,?,?)",
             [(tenant, s, os.urandom(16), os.urandom(32), subject_h(s), now) for s in wanted if s not in have],
@@ -351,8 +382,9 @@ class SQLiteTx:
         gone = []
         for s in sorted(set(subjects)):
             if not self.subject_has_claims(tenant, s):
-                row = self._c.execute("DELETE FROM subject_keys WHERE tenant=? AND subject=? RETURNING key",
-                                      (tenant, s)).fetchone()
+                row = self._c.execute(
+                    "DELETE FROM subject_keys WHERE tenant=? AND subject=? RETURNING key", (tenant, s)
+                ).fetchone()
                 if row is not None:
                     gone.append((s, row[0]))
         return gone
@@ -366,28 +398,35 @@ class SQLiteTx:
         hs = sorted(set(hashes))
         out: set[str] = set()
         for chunk, marks in in_chunks(hs):
-            out |= {r[0] for r in self._c.execute(
-                f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk])}
+            out |= {
+                r[0]
+                for r in self._c.execute(
+                    f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk]
+                )
+            }
         return out
 
     def claim_subjects(self, now: float) -> list[tuple[str, str]]:
         """Every (tenant, subject) with a live claim."""
         return self._c.execute(
-            "SELECT DISTINCT r.tenant, c.subject FROM claims c JOIN records r ON r.id=c.record_id"
-            f" WHERE {LIVE}", (now,)).fetchall()
+            f"SELECT DISTINCT r.tenant, c.subject FROM claims c JOIN records r ON r.id=c.record_id WHERE {LIVE}", (now,)
+        ).fetchall()
 
     def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
         """Each record with a live claim, in id order, with its live claims
         (subject, purpose, basis, expires_at) and its quarantine (why, handle, since) or None."""
         claims: dict[int, list[tuple]] = {}
         for rid, subject, purpose, basis, expires_at in self._c.execute(
-                f"SELECT c.record_id, c.subject, c.purpose, c.basis, c.expires_at FROM claims c WHERE {LIVE}"
-                " ORDER BY c.record_id, c.id", (now,)):
+            f"SELECT c.record_id, c.subject, c.purpose, c.basis, c.expires_at FROM claims c WHERE {LIVE}"
+            " ORDER BY c.record_id, c.id",
+            (now,),
+        ):
             claims.setdefault(rid, []).append((subject, purpose, basis, expires_at))
         for row in self._c.execute(
-                "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
-                " r.updated_at, q.why, q.handle, q.since FROM records r LEFT JOIN quarantine q ON q.record_id=r.id"
-                " ORDER BY r.id"):
+            "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
+            " r.updated_at, q.why, q.handle, q.since FROM records r LEFT JOIN quarantine q ON q.record_id=r.id"
+            " ORDER BY r.id"
+        ):
             if row[0] in claims:
                 yield row, claims[row[0]]
 
@@ -395,8 +434,9 @@ class SQLiteTx:
         """The ledger seq of the oldest recorded backup (None: no backup was ever taken)."""
         return self._c.execute("SELECT min(ledger_seq) FROM backups").fetchone()[0]
 
-    def record_backup(self, backup_id: str, path_h: str, ledger_seq: int, now: float,
-                      records: int, subjects: int) -> None:
+    def record_backup(
+        self, backup_id: str, path_h: str, ledger_seq: int, now: float, records: int, subjects: int
+    ) -> None:
         self._c.execute(
             "INSERT INTO backups(id, path_h, epoch, ledger_seq, created_at, records, subjects) VALUES(?,?,?,?,?,?,?)",
             (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
@@ -405,20 +445,27 @@ class SQLiteTx:
     def note_exposure(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
         """Remember (key hash, subject hash) of claims released while their subject keeps its
         key: older backups still hold that record's key wrapped under a key that lives."""
-        self._c.executemany("INSERT OR IGNORE INTO backup_exposure(tenant, key_h, subject_h) VALUES(?,?,?)",
-                            [(tenant, k, s) for k, s in pairs])
+        self._c.executemany(
+            "INSERT OR IGNORE INTO backup_exposure(tenant, key_h, subject_h) VALUES(?,?,?)",
+            [(tenant, k, s) for k, s in pairs],
+        )
 
     def drop_exposure(self, tenant: str, subject_hashes: Iterable[str]) -> None:
         """Forget the exposures of subjects whose key was destroyed: nothing opens them any more."""
-        self._c.executemany("DELETE FROM backup_exposure WHERE tenant=? AND subject_h=?",
-                            [(tenant, s) for s in subject_hashes])
+        self._c.executemany(
+            "DELETE FROM backup_exposure WHERE tenant=? AND subject_h=?", [(tenant, s) for s in subject_hashes]
+        )
 
     def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
         """Subject hashes noted as exposing any of these key hashes in older backups."""
         out: set[str] = set()
         for chunk, marks in in_chunks(key_hashes):
-            out |= {r[0] for r in self._c.execute(
-                f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk])}
+            out |= {
+                r[0]
+                for r in self._c.execute(
+                    f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk]
+                )
+            }
         return out
 
 
