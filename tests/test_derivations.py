@@ -905,7 +905,8 @@ class DerivationMachine(RuleBasedStateMachine):
         """One record or a batch (write_many), each with its own owner, purpose, basis,
         mentions and sources (which may name keys that do not exist)."""
         batch = []
-        for key, (owner, purpose, mentions, decoy, sources, legal) in zip(keys, fields, strict=True):
+        # fewer fields than keys: the keys left over are not written
+        for key, (owner, purpose, mentions, decoy, sources, legal) in zip(keys, fields, strict=False):
             text, nonce, names = self._text(mentions, decoy)
             basis = LEGAL if legal == 0 else "consent"
             batch.append(

@@ -125,7 +125,8 @@ def test_incident_a_digest_under_another_subject_is_quarantined(incident_a):
     assert "acme:digest:w14" not in [h.key for h in _hits(store, digest, "analytics")]
     (item,) = store.quarantined(tenant=TENANT)
     assert item.key == "acme:digest:w14" and item.handle == receipt.handle
-    assert set(item.sources) <= set(alice) and len(item.sources) == 3
+    # Its three sources were erased: the lineage keeps the erasure's handle, never their keys.
+    assert item.sources == ("erased:" + receipt.handle,) and not set(item.sources) & set(alice)
     assert item.surviving_sources == ()
     # Re-derived without her, it is served again.
     store.rederive("acme:digest:w14", "week 14: three support calls about tea", tenant=TENANT, sources=[])

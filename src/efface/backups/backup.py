@@ -15,9 +15,13 @@ import json
 import os
 import secrets
 import tempfile
+import time
 
 from . import format as fmt
 from .context import BackupContext, fsync_dir
+
+YIELD_EVERY = 64
+"""Records sealed between two yields of the GIL (reads run beside a backup)."""
 
 
 def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResult:
@@ -81,6 +85,8 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
                 index += 1
             written = 0
             for row, claims in tx.backup_rows(now):
+                if written % YIELD_EVERY == 0:
+                    time.sleep(0)  # a long Python loop: let waiting readers take the GIL
                 _rid, t, key_, text, meta, srcs, emb, created, updated, qwhy, qhandle, qsince = row
                 by_subject: dict[str, list] = {}
                 for s, purpose, basis, expires_at in claims:

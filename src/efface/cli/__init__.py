@@ -1,15 +1,20 @@
 """The ``efface`` command line, as a package.
 
-* :mod:`.app`: the click group and the commands, and the one place library errors become
-  exit codes;
+* :mod:`.base`: the click group, the common options, and the one place library errors
+  become exit codes;
+* :mod:`.app`: the commands that write, read, recall, forget and follow an erasure;
+* :mod:`.admin`: the ledger, certificates, quarantine, policy, compaction, backups, sweep,
+  the demo and the audit; and ``main``;
 * :mod:`.render`: the tables for people, shared by the commands and the demo;
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
 * :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed.
 
-Imports run one way: ``app`` -> ``audit``, ``demo`` -> ``render``; ``demo`` never imports
-``app``. ``efface.cli:main`` is the console script's entry point.
+Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``; ``demo`` imports
+``render`` only. ``efface.cli:main`` is the console script's entry point.
 """
 
-from .app import cli, main
+from . import app as _app  # noqa: F401  (registers its commands on the group)
+from .admin import main
+from .base import cli
 
 __all__ = ["cli", "main"]

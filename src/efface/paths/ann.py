@@ -341,6 +341,7 @@ class VectorIndex:
             got = idx.get(np.asarray(chunk, dtype=np.uint64), dtype="i8")
             tape = b"".join(np.asarray(v, dtype=np.int8).tobytes() for v in _rows(got))
             found.update(w for w in windows if w in tape)
+            time.sleep(0)  # verify runs beside reads: let them take the GIL between chunks
         return found
 
     def may_hold_live(self, file: str) -> bool:

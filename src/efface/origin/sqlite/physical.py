@@ -10,6 +10,7 @@ without knowing what a SQLite page is.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -122,7 +123,9 @@ class SQLitePhysical:
         with self._o.snapshot():
             r = self._o._r()
             for sql in queries:
-                for row in r.execute(sql):
+                for n, row in enumerate(r.execute(sql)):
+                    if n % 256 == 0:
+                        time.sleep(0)  # a long Python loop: let waiting readers take the GIL
                     for value in row:
                         raw = value.encode("utf-8") if isinstance(value, str) else value
                         for _end, w in automaton.iter(raw.decode("latin-1")):

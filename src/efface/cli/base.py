@@ -1,0 +1,168 @@
+"""The CLI's frame: the ``efface`` click group, the common options, and the one edge where
+library errors become exit codes. The commands live in :mod:`.app` and :mod:`.admin`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+
+import efface
+from efface.errors import EffaceError, InvalidInput, ScopeError
+
+from .render import (
+    console,
+)
+
+DEFAULT_TENANT = "default"
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+
+@dataclass
+class Settings:
+    """The common options, gathered from the group and the command (the command wins)."""
+
+    store: str | None = None
+    tenant: str | None = None
+    embedder: str | None = None
+    json: bool = False
+
+
+# -- the edge: errors -> exit codes ---------------------------------------------------------
+def _json_requested(args: Iterable[str]) -> bool:
+    args = list(args)
+    if "--" in args:
+        args = args[: args.index("--")]
+    return "--json" in args
+
+
+def _fail(ctx: click.Context, kind: str, message: str, code: int) -> None:
+    if ctx.meta.get("efface.json"):
+        click.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False))
+    else:
+        click.echo(f"Error: {message}", err=True)
+    ctx.exit(code)
+
+
+class EffaceGroup(click.Group):
+    """The root group: translates efface errors (and, under ``--json``, usage errors)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Known before parsing, so even a usage error can be answered as JSON.
+        ctx.meta["efface.json"] = _json_requested(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EffaceError as exc:
+            bad_input = isinstance(exc, (InvalidInput, ScopeError))
+            _fail(ctx, type(exc).__name__, str(exc), EXIT_BAD_INPUT if bad_input else EXIT_FAILED)
+        except click.ClickException as exc:
+            if not ctx.meta.get("efface.json"):
+                raise
+            _fail(ctx, type(exc).__name__, exc.format_message(), exc.exit_code)
+
+
+# -- common options ----------------------------------------------------------------------------
+def _setter(field: str) -> Callable:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        settings = ctx.ensure_object(Settings)
+        if value is not None and value is not False:
+            setattr(settings, field, value)
+
+    return callback
+
+
+def _common_options(*, root: bool = False, store: bool = True) -> Callable:
+    """The shared options. On the root group they read the environment; on a command they
+    override what the root was given."""
+
+    def env(name: str) -> dict:
+        return {"envvar": name, "show_envvar": True} if root else {}
+
+    def decorate(f: Callable) -> Callable:
+        options = [
+            click.option(
+                "--json",
+                "json_",
+                is_flag=True,
+                default=False,
+                expose_value=False,
+                callback=_setter("json"),
+                help="Print exactly one JSON document on stdout (errors too) instead of tables.",
+            ),
+        ]
+        if store:
+            options += [
+                click.option(
+                    "--store",
+                    metavar="DIR",
+                    expose_value=False,
+                    callback=_setter("store"),
+                    help="The store's directory (created if missing).",
+                    **env("EFFACE_STORE"),
+                ),
+                click.option(
+                    "--tenant",
+                    metavar="TENANT",
+                    expose_value=False,
+                    callback=_setter("tenant"),
+                    help=f"Tenant to act in (default: '{DEFAULT_TENANT}').",
+                    **env("EFFACE_TENANT"),
+                ),
+                click.option(
+                    "--embedder",
+                    type=click.Choice(["hashing", "minilm"]),
+                    expose_value=False,
+                    callback=_setter("embedder"),
+                    help="Embedder for a new store (default: the store's own, else the best installed).",
+                ),
+            ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _settings() -> Settings:
+    return click.get_current_context().ensure_object(Settings)
+
+
+def _tenant() -> str:
+    return _settings().tenant or DEFAULT_TENANT
+
+
+def _open() -> efface.Store:
+    """Open the store for this one command; it is closed (and compacted) when the command ends."""
+    settings = _settings()
+    if not settings.store:
+        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    ctx = click.get_current_context()
+    return ctx.with_resource(efface.open(settings.store, embedder=settings.embedder, background=False))
+
+
+def _emit(doc: Any, human: Callable[[Console], None]) -> None:
+    """One JSON document, or the human rendering. Never both."""
+    if _settings().json:
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+    else:
+        human(console())
+
+
+# -- commands ------------------------------------------------------------------------------------
+@click.group("efface", cls=EffaceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@_common_options(root=True)
+@click.version_option(efface.__version__, prog_name="efface", help="Show the version and exit.")
+def cli() -> None:
+    """efface: a memory store for AI agents whose forget can be proven.
+
+    Write memories, read and recall them, forget them by subject, purpose, key prefix or
+    key, and follow each erasure through every read path with its receipt.
+    """
