@@ -16,40 +16,47 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..model import PathState
+from ..model import Derivation, PathState, Released
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..erasure.receipts import Outcome
     from ..origin.base import Origin, Tx
 
 
-def coverage(tx: Tx, out: Outcome, shredded: Sequence[str], hasher: Callable[..., str]) -> str | None:
-    """The coverage of this erasure (see the module docstring). ``shredded``: the subjects
-    whose data keys this erasure destroyed. An older backup can hold an erased record under
-    a key that still lives when a subject's claim on it went earlier but the subject kept
-    others: ``backup_exposure`` remembers those, as keyed hashes, until the subject's key goes."""
+def coverage(
+    tx: Tx,
+    tenant: str,
+    released: Sequence[Released],
+    erased: Sequence[str],
+    derivations: Sequence[Derivation],
+    shredded: Sequence[str],
+    hasher: Callable[..., str],
+) -> str | None:
+    """The coverage of one erasure (see the module docstring), decided in its transaction.
+    ``shredded``: the subjects whose data keys it destroyed. An older backup can hold an
+    erased record under a key that still lives when a subject's claim on it went earlier but
+    the subject kept others: ``backup_exposure`` remembers those, as keyed hashes, until the
+    subject's key goes."""
     if tx.backup_floor() is None:
         return None
-    tenant = out.selector.tenant
     gone = set(shredded)
     tx.note_exposure(
         tenant,
         {
             (hasher("key", tenant, r.key), hasher("subject", tenant, r.subject))
-            for r in out.released
+            for r in released
             if r.subject not in gone
         },
     )
     tx.drop_exposure(tenant, [hasher("subject", tenant, s) for s in gone])
-    if not out.released:
+    if not released:
         return "absorbed"
     # A derived record quarantined or redacted here is in older backups, unchanged, under
     # its own subjects' keys (which live): only the ledger replay keeps it out.
-    if any(r.subject not in gone for r in out.released) or any(
-        d.action in ("redacted", "quarantined") for d in out.derivations
+    if any(r.subject not in gone for r in released) or any(
+        d.action in ("redacted", "quarantined") for d in derivations
     ):
         return "ledger-replay"
-    if tx.exposed(tenant, sorted({hasher("key", tenant, k) for k in out.erased})):
+    if tx.exposed(tenant, sorted({hasher("key", tenant, k) for k in erased})):
         return "ledger-replay"
     return "shredded"
 

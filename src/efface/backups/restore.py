@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 
-from ..erasure.ledger import verify_chain
 from ..errors import BackupMismatch, NotFound, UnverifiableDeletion
 from ..origin.base import NewRecord
+from ..origin.ledger import verify_chain
 from . import format as fmt
 from .context import BackupContext
 

@@ -102,7 +102,9 @@ class Releaser:
             tx, selector.tenant, handle, content, quarantined_ids, identifiers, now, keys=[key for _s, key in shredded]
         )
         body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())
-        body["backups"] = out.backups = coverage(tx, out, [s for s, _key in shredded], self._hash)
+        body["backups"] = out.backups = coverage(
+            tx, selector.tenant, out.released, out.erased, out.derivations, [s for s, _key in shredded], self._hash
+        )
         tx.save_receipt(handle, kind, self._hash("tenant", selector.tenant), body, now)
         out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
         out.handle, out.acknowledged_at = handle, now
