@@ -327,3 +327,21 @@ def test_reads_do_not_wait_for_maintenance(busy_store, tmp_path, kind):
     seen, through = reads_during(busy_store, kind, tmp_path)
     assert seen >= 1, f"{kind} was never seen at work"
     assert through >= 1, f"in {seen} of {seen} rounds the read and recall waited for {kind} to finish"
+
+
+def test_a_live_copy_in_the_wal_is_not_residue(tmp_path):
+    """An erased text that a live record also holds, with that record's page in the WAL (it
+    was written after the erasure's checkpoint), is a live copy, not residue: verify reaches
+    'erased' (it stopped at 'unreadable', found by the Hypothesis state machine)."""
+    text = "the quarterly plan for the lighthouse restoration, second draft"
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write("a", text, tenant="t", subject="alice", purpose="p")
+        store.write("other", "an unrelated note about ferries", tenant="t", subject="bob", purpose="p")
+        receipt = store.forget(tenant="t", subject="alice")
+        assert store.wait(receipt.handle).erased
+        store.write("b", text, tenant="t", subject="bob", purpose="p")  # the same text, live
+        wal = tmp_path / "s" / "origin.db-wal"
+        assert text.encode() in wal.read_bytes()  # its page image sits in the WAL
+        v = store.verify(receipt.handle)
+        assert v.level == "erased", [c.to_dict() for c in v.failed]
+        assert "held by live records" in next(c.detail for c in v.checks if c.name == "bytes")

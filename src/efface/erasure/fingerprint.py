@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,6 +258,7 @@ class Fingerprinter:
             # chunks overlap by one word so a 16-byte window across the seam is seen
             end = min(size, start + CHUNK + 8)
             hits.extend(self._scan_chunk(buf, start, end, tables, name))
+            time.sleep(0)  # the scan runs beside reads: let them take the GIL between chunks
         return hits
 
     def _scan_chunk(self, mm, start: int, end: int, tables, name: str) -> list[Hit]:
