@@ -175,6 +175,13 @@ class Verifier:
         t0 = time.time()
         fp = Fingerprints.from_blob(blob)
         root = self._root
+        physical = getattr(self._origin, "physical", None)
+        if physical is not None:
+            # Page images written since the erasure's checkpoint (a live record's copy of an
+            # erased text, say) go into the database file, where a live copy is told apart by
+            # the page it sits on; if a reader keeps the checkpoint from completing, what stays
+            # in the WAL counts as residue: verify fails closed.
+            physical.checkpoint()
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
         hits, scanned = self._fp.scan(files, fp, root)
         rel = [os.path.relpath(f, root) for f in files]
@@ -187,7 +194,6 @@ class Verifier:
                     handles[hit.file] = stack.enter_context(open(os.path.join(root, hit.file), "rb"))
                 handles[hit.file].seek(hit.offset)
                 windows.append(handles[hit.file].read(hit.width))
-        physical = getattr(self._origin, "physical", None)
         vector = sorted({w for h, w in zip(hits, windows, strict=True) if h.kind == "vector"})
         other = {w for h, w in zip(hits, windows, strict=True) if h.kind != "vector"}
         live: set[bytes] = set()

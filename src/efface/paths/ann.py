@@ -235,7 +235,9 @@ class VectorIndex:
         if size == 0:
             return []
         found = idx.search(query.vector, min(n, size), exact=size <= EXACT_BELOW)
-        return [int(k) for k in found.keys]
+        # Scrub noise never names a record; usearch pads a short answer with its missing-key
+        # label (2**64 - 1), which a search beside removals can return.
+        return [int(k) for k in found.keys if k < SENTINEL_BASE]
 
     def size(self, tenant: str) -> int:
         """Record vectors in the tenant's index (scrub noise not counted)."""

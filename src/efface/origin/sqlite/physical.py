@@ -37,46 +37,17 @@ LIVE_BTREES = (
 """The b-trees where a live record, claim or subject legitimately holds bytes."""
 
 
-WAL_HEADER, FRAME_HEADER = 32, 24
-"""SQLite's WAL layout: a file header, then frames of a header (its first 4 bytes: the page
-number, big-endian) and one page image."""
-
-
 class LiveRegions:
-    """The file regions where a live copy of content may sit (for one verification): pages of
-    the b-trees that hold live content, in the database file or as page images in the WAL.
+    """The file regions where a live copy of content may sit (for one verification)."""
 
-    A WAL frame counts by the page it carries. That is sound only because verify scans the
-    bytes after the WAL was checkpointed and truncated past the erasure (``origin.wal``): every
-    frame in it was written after the erasure, so it can hold an erased text only as a copy
-    that a live record holds too (which the caller checks)."""
-
-    def __init__(self, file: str, pages: set[int], page_size: int, root: str):
-        self._file, self._pages, self._page, self._root = file, pages, page_size, root
-        self._frames: dict[int, int] = {}
+    def __init__(self, file: str, pages: set[int], page_size: int):
+        self._file, self._pages, self._page = file, pages, page_size
 
     def contains(self, file: str, offset: int, width: int) -> bool:
         """Whether ``width`` bytes at ``offset`` of ``file`` (relative to the store directory)
         lie inside one page of a b-tree that holds live content."""
-        if file == self._file:
-            first, last = offset // self._page + 1, (offset + width - 1) // self._page + 1
-            return first == last and first in self._pages
-        if file == self._file + "-wal" and offset >= WAL_HEADER:
-            frame = (offset - WAL_HEADER) // (FRAME_HEADER + self._page)
-            start = WAL_HEADER + frame * (FRAME_HEADER + self._page)
-            inside = start + FRAME_HEADER <= offset and offset + width <= start + FRAME_HEADER + self._page
-            return inside and self._page_of_frame(start) in self._pages
-        return False
-
-    def _page_of_frame(self, start: int) -> int:
-        if start not in self._frames:
-            try:
-                with open(os.path.join(self._root, self._file + "-wal"), "rb") as f:
-                    f.seek(start)
-                    self._frames[start] = int.from_bytes(f.read(4), "big")
-            except OSError:  # truncated by a checkpoint since the scan: not a live region
-                self._frames[start] = 0
-        return self._frames[start]
+        first, last = offset // self._page + 1, (offset + width - 1) // self._page + 1
+        return file == self._file and first == last and first in self._pages
 
 
 class SQLitePhysical:
@@ -126,7 +97,7 @@ class SQLitePhysical:
         marks = ",".join("?" * len(LIVE_BTREES))
         pages = {row[0] for row in r.execute(f"SELECT pageno FROM dbstat WHERE name IN ({marks})", LIVE_BTREES)}
         page = r.execute("PRAGMA page_size").fetchone()[0]
-        return LiveRegions(os.path.relpath(self._o.path, root), pages, page, root)
+        return LiveRegions(os.path.relpath(self._o.path, root), pages, page)
 
     def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
         """Which of these byte windows occur in a live record's text or key (or embedding), or
