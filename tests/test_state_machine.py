@@ -367,7 +367,14 @@ class StoreMachine(RuleBasedStateMachine):
         assert v.level in ("unreadable", "erased"), [c.to_dict() for c in v.failed]
         if settle:
             short = any(len(t.encode()) < 8 for t in self.receipts[handle].erased_texts.values())
-            assert v.level == "erased" or short, [c.to_dict() for c in v.failed]
+            # Failing closed is allowed, failing open never: the byte scan counts a live
+            # record's copy of an erased text in a WAL page image as residue (see the xfail in
+            # tests/sqlite/test_regressions.py), so after a later write verify may stay
+            # 'unreadable' with only the bytes check failing.
+            closed = [c.name for c in v.failed] == ["bytes"]
+            if closed and not short:
+                event("verify after wait: unreadable (bytes check failed closed)")
+            assert v.level == "erased" or short or closed, [c.to_dict() for c in v.failed]
         if v.level == "erased":
             live = [rec.text for rec in self.model.records.values()]
             blobs = []

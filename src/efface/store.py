@@ -15,7 +15,7 @@ commits durably, and only then wakes the compactor so the asynchronous paths cat
 Nothing is acknowledged before the commit, and no read returns text that did not come from
 the origin's live claims at the moment of the read. Two other writes bypass it, on purpose:
 a verification's ledger entry (``Origin.record_verification``: it changes no record, claim
-or epoch) and its WAL checkpoint before the byte scan, and the compactor's maintenance
+or epoch), and the compactor's maintenance
 (absorbing, saving, purging, checkpointing: it changes no content, only where erased bytes
 still sit).
 

@@ -329,6 +329,11 @@ def test_reads_do_not_wait_for_maintenance(busy_store, tmp_path, kind):
     assert through >= 1, f"in {seen} of {seen} rounds the read and recall waited for {kind} to finish"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a live record's copy of an erased text in a WAL page image counts as residue: verify fails closed "
+    "(stays 'unreadable') until the next compaction checkpoints it; excusing it window by window hid real residue",
+)
 def test_a_live_copy_in_the_wal_is_not_residue(tmp_path):
     """An erased text that a live record also holds, with that record's page in the WAL (it
     was written after the erasure's checkpoint), is a live copy, not residue: verify reaches
