@@ -1,0 +1,150 @@
+"""API keys, each bound to exactly one tenant, kept only as hashes.
+
+A key looks like ``efk_<id>_<secret>``: ``id`` (12 hex digits) names the key in listings and
+revocations and is not secret; ``secret`` is 32 random bytes. The key ring keeps the SHA-256 of
+the whole key (a key has 256 bits of entropy, so a plain digest cannot be reversed by guessing),
+never the key itself: it is shown once, by ``create``.
+
+The ring is its own SQLite file (``keys.db`` beside the store's files by default), so
+``efface keys create|list|revoke`` works while a server holds the store open, and a server sees a
+revocation on the next request. The tenant name is kept here because the server needs it to act
+for the key; revoking a key deletes its row (``secure_delete``), tenant name included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import apsw
+
+from ..errors import EffaceError, InvalidInput, NotFound
+
+PREFIX = "efk_"
+_KEY = re.compile(r"^efk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+_ID = re.compile(r"^[0-9a-f]{12}$")
+KEYS_FILE = "keys.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    digest BLOB NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    label TEXT,
+    created_at REAL NOT NULL
+);
+"""
+
+
+class KeyRingDamaged(EffaceError):
+    """The key ring file cannot be read: restore it or create new keys in a new file."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One key as listed: never its secret."""
+
+    id: str
+    """The key's public identifier (the 12 hex digits after ``efk_``)."""
+    tenant: str
+    """The one tenant the key acts for."""
+    label: str | None
+    """A free note given at creation (who or what holds the key)."""
+    created_at: float
+    """Seconds since the epoch."""
+
+
+def key_path(store_dir: str | os.PathLike) -> str:
+    """Where a store's key ring lives by default."""
+    return os.path.join(os.fspath(store_dir), KEYS_FILE)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("ascii")).digest()
+
+
+class KeyRing:
+    """Create, list, revoke and resolve API keys. Thread-safe; every call is one transaction."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        try:
+            self._db = apsw.Connection(self.path)
+            self._db.execute("PRAGMA secure_delete=ON")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+        except apsw.Error as e:
+            raise KeyRingDamaged(
+                f"the key ring cannot be opened ({type(e).__name__}): restore it from a copy, "
+                "or move it away and create new keys"
+            ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> KeyRing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self, tenant: str, *, label: str | None = None) -> tuple[str, ApiKey]:
+        """A new key for ``tenant``: returns the key (shown only now) and its listing."""
+        if not isinstance(tenant, str) or not tenant.strip():
+            raise InvalidInput("tenant must be a non-empty string")
+        if label is not None and (not isinstance(label, str) or len(label) > 200):
+            raise InvalidInput("label must be a string of at most 200 characters")
+        kid = secrets.token_hex(6)
+        token = f"{PREFIX}{kid}_{secrets.token_urlsafe(32)}"
+        now = time.time()
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO api_keys(id, digest, tenant, label, created_at) VALUES (?,?,?,?,?)",
+                (kid, _digest(token), tenant, label, now),
+            )
+        return token, ApiKey(kid, tenant, label, now)
+
+    def list(self, *, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (or one tenant's), oldest first."""
+        sql = "SELECT id, tenant, label, created_at FROM api_keys"
+        args: tuple = ()
+        if tenant is not None:
+            sql += " WHERE tenant = ?"
+            args = (tenant,)
+        with self._lock:
+            rows = list(self._db.execute(sql + " ORDER BY created_at, id", args))
+        return [ApiKey(*row) for row in rows]
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Delete a key by its id (or by the whole key): it stops working at once."""
+        m = _KEY.match(key_id) if isinstance(key_id, str) else None
+        kid = m.group(1) if m else key_id
+        if not isinstance(kid, str) or not _ID.match(kid):
+            raise InvalidInput("give a key id (12 hex digits, as `efface keys list` shows it) or the key itself")
+        with self._lock:
+            row = next(iter(self._db.execute("SELECT id, tenant, label, created_at FROM api_keys WHERE id=?", (kid,))), None)
+            if row is None:
+                raise NotFound("no such key id: see `efface keys list`")
+            self._db.execute("DELETE FROM api_keys WHERE id=?", (kid,))
+        return ApiKey(*row)
+
+    def resolve(self, token: str | None) -> str | None:
+        """The tenant a presented key acts for, or None (malformed, unknown or revoked)."""
+        if not isinstance(token, str):
+            return None
+        m = _KEY.match(token)
+        if m is None:
+            return None
+        with self._lock:
+            row = next(iter(self._db.execute("SELECT digest, tenant FROM api_keys WHERE id=?", (m.group(1),))), None)
+        if row is None or not hmac.compare_digest(row[0], _digest(token)):
+            return None
+        return row[1]
