@@ -7,13 +7,15 @@
   the demo and the audit; and ``main``;
 * :mod:`.render`: the tables for people, shared by the commands and the demo;
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
-* :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed.
+* :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed;
+* :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`).
 
 Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``; ``demo`` imports
 ``render`` only. ``efface.cli:main`` is the console script's entry point.
 """
 
 from . import app as _app  # noqa: F401  (registers its commands on the group)
+from . import mcp as _mcp  # noqa: F401  (registers `efface mcp`)
 from .admin import main
 from .base import cli
 

@@ -1,0 +1,101 @@
+"""``efface mcp``: serve a store to agents as an MCP server, over stdio or streamable HTTP.
+
+Over stdio the protocol owns stdout: nothing else is written there (the SDK moves file
+descriptor 1 aside while it serves, and the store is opened with Python's stdout sent to
+stderr), and logs go to stderr without personal data. The tools are
+:mod:`efface.service.mcp`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+
+import click
+
+import efface
+from efface.service.keys import KeyRing, key_path
+
+from .base import DEFAULT_TENANT, _setter, _settings, cli
+
+
+@cli.command("mcp")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio: one client (its tenant is --tenant); http: streamable HTTP, each API key acts for its tenant.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to bind.")
+@click.option("--port", type=int, default=8000, show_default=True, help="HTTP: the port to bind.")
+@click.option("--path", default="/mcp", show_default=True, help="HTTP: the MCP endpoint's path.")
+@click.option(
+    "--store",
+    metavar="DIR",
+    expose_value=False,
+    callback=_setter("store"),
+    help="The store's directory (or EFFACE_STORE).",
+)
+@click.option(
+    "--tenant",
+    metavar="TENANT",
+    expose_value=False,
+    callback=_setter("tenant"),
+    help=f"stdio: the tenant every tool acts in (or EFFACE_TENANT; default '{DEFAULT_TENANT}'). Not used over HTTP.",
+)
+@click.option(
+    "--purpose",
+    envvar="EFFACE_PURPOSE",
+    show_envvar=True,
+    help="The purpose remember, read and recall use when the agent names none.",
+)
+@click.option(
+    "--embedder",
+    type=click.Choice(["hashing", "minilm"]),
+    expose_value=False,
+    callback=_setter("embedder"),
+    help="Embedder for a new store (default: the store's own, else the best installed).",
+)
+@click.option("--keys", "keys_file", metavar="FILE", help="HTTP: the API key ring (default: keys.db in the store).")
+def mcp(transport, host, port, path, purpose, keys_file) -> None:
+    """Serve the store to agents over MCP (tools: remember, recall, forget with its receipt, ...).
+
+    See docs/mcp.md for a client's configuration. Runs until the client disconnects (stdio)
+    or until interrupted (http).
+    """
+    settings = _settings()
+    if not settings.store:
+        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="efface mcp: %(levelname)s %(message)s")
+    if transport == "stdio":
+        _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose)
+    else:
+        if settings.tenant:
+            click.echo("efface mcp: over HTTP each API key names its tenant; --tenant is not used", err=True)
+        _http(settings.store, settings.embedder, keys_file, host, port, path, purpose)
+
+
+def _stdio(directory: str, embedder: str | None, tenant: str, purpose: str | None) -> None:
+    from efface.service.mcp import build_mcp
+
+    # A model loading may print; stdout is the protocol's from the first byte.
+    with contextlib.redirect_stdout(sys.stderr):
+        store = efface.open(directory, embedder=embedder)
+    with store:
+        build_mcp(store, tenant=tenant, purpose=purpose).run("stdio")
+
+
+def _http(
+    directory: str, embedder: str | None, keys_file: str | None, host: str, port: int, path: str, purpose: str | None
+) -> None:
+    import uvicorn
+
+    from efface.service.mcp import mcp_http_app
+
+    with efface.open(directory, embedder=embedder) as store, KeyRing(keys_file or key_path(directory)) as ring:
+        # The SDK's app runs its own lifespan (the session manager) when served alone.
+        app, _lifespan = mcp_http_app(store, ring, path=path, host=host, purpose=purpose)
+        click.echo(f"efface mcp: serving http://{host}:{port}{path}", err=True)
+        uvicorn.run(app, host=host, port=port, log_level="warning")

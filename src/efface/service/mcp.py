@@ -1,0 +1,383 @@
+"""The MCP server: efface as an agent's memory tool, over stdio and streamable HTTP.
+
+One set of tools, built by :func:`build_mcp` on the official MCP SDK (``MCPServer``):
+``remember``, ``register_subject``, ``read``, ``recall``, ``forget`` (its result is the
+receipt, as structured output), ``erasure_status``, ``wait_erasure`` and ``verify_erasure``.
+The tools only parse, call the :class:`~efface.Store` and render; a library error comes back
+as a tool error whose text is ``{"error": {"type": ..., "message": ...}}`` (the CLI's JSON
+shape), never a traceback.
+
+The tenant is never a tool argument. Over stdio it is the server's configuration
+(``build_mcp(store, tenant=...)``). Over HTTP every request carries an API key as a bearer
+token; :class:`KeyVerifier` maps it to its one tenant (:meth:`KeyRing.resolve`) and each tool
+acts for the tenant of the request's own access token, so a key never sees or forgets another
+tenant's data. :func:`mcp_http_app` is the ASGI app the HTTP server mounts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar, cast
+
+import anyio.to_thread
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+from starlette.types import ASGIApp
+
+from ..errors import EffaceError, InvalidInput
+from ..store import Store
+from .keys import KeyRing
+from .mcp_models import (
+    LADDER,
+    LADDER_TEXT,
+    ReadResult,
+    ReceiptOut,
+    RecallResult,
+    StatusOut,
+    SubjectResult,
+    VerificationOut,
+    WriteResult,
+)
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+NEXT_STEP = {
+    "intent": "call wait_erasure(handle) to let the store erase the bytes, then verify_erasure(handle) for evidence",
+    "unreadable": "call wait_erasure(handle), then verify_erasure(handle): only its byte scan proves 'erased'",
+    "erased": "nothing: verify has proven the bytes gone; verify_erasure(handle) re-runs the checks at any time",
+}
+
+FORGET = (
+    "Release the claims the selector names (at least one of subject, purpose, prefix, key; they combine "
+    "with AND) and erase every record left with none. Returns the receipt: its handle, its epoch, what was "
+    "released, erased, retained (and why) and quarantined, and every read path's state. From the moment it "
+    "returns nothing erased is served by this store. The receipt's level is evidence, and it starts at "
+    "'intent': " + LADDER_TEXT + " Call wait_erasure, then verify_erasure, before you report the memory erased."
+)
+
+INSTRUCTIONS = (
+    "efface is a memory store whose forget can be proven. Write memories with remember, find them with "
+    "read and recall, and forget them with forget, which returns a receipt with a handle. A receipt's "
+    "level is evidence, and only these words count: " + LADDER_TEXT + " A receipt at 'intent' is not proof "
+    "of deletion: call wait_erasure, then verify_erasure, and report the level verify returns. "
+    "Every tool acts for one tenant, fixed by the server (its configuration or your API key)."
+)
+
+
+# -- the HTTP side: API keys -> one tenant each ----------------------------------------------
+class TenantToken(AccessToken):
+    """An API key accepted by :class:`KeyVerifier`: the tenant it acts for travels with it."""
+
+    tenant: str
+
+
+class KeyVerifier:
+    """The SDK's ``TokenVerifier`` over efface's key ring: a bearer token is an API key, and a
+    valid one stands for exactly one tenant. Malformed, unknown and revoked keys are refused
+    (the SDK answers 401 before any tool runs). The ring is asked on every request, so a
+    revocation takes effect on the next one."""
+
+    def __init__(self, ring: KeyRing) -> None:
+        self.ring = ring
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        tenant = await anyio.to_thread.run_sync(self.ring.resolve, token)
+        if tenant is None:
+            return None
+        # client_id is the key's public id (efk_<id>_...): the SDK binds each HTTP session to it,
+        # so a session opened with one key cannot be used with another.
+        return TenantToken(token=token, client_id=token.split("_")[1], scopes=[], tenant=tenant)
+
+
+# -- the edge: library errors -> tool errors -----------------------------------------------
+def _tool_error(kind: str, message: str) -> CallToolResult:
+    doc = {"error": {"type": kind, "message": message}}
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc, ensure_ascii=False))], is_error=True)
+
+
+def _edge(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn what a tool raises into an MCP tool error. efface's messages never echo personal
+    data, so they go to the agent as they are; anything else is a bug, logged by type only (its
+    message might hold a key or a text) and answered without details."""
+
+    @functools.wraps(fn)
+    async def tool(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except EffaceError as exc:
+            return cast(T, _tool_error(type(exc).__name__, str(exc)))
+        except Exception as exc:
+            log.error("MCP tool %s failed: %s", fn.__name__, type(exc).__name__)
+            return cast(
+                T,
+                _tool_error(
+                    "InternalError",
+                    "the server failed on this call; its log names the exception type. If this was a forget, "
+                    "call it again: a forget that names nothing left to release changes nothing",
+                ),
+            )
+
+    return tool
+
+
+async def _call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run a blocking store call in a worker thread, so one slow call (a wait, a verify's byte
+    scan) never holds up the event loop that serves every other session."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+# -- argument types: their descriptions are the input schema an agent reads -----------------
+Key = Annotated[str, Field(description="The memory's key: a stable name such as 'alice/preferences/tea'.")]
+Subject = Annotated[str, Field(description="Whose data this is (a person's id in your system).")]
+Purpose = Annotated[
+    str | None,
+    Field(description="What the memory may be used for, e.g. 'support'. Default: the server's configured purpose."),
+]
+Handle = Annotated[str, Field(description="The handle a forget's receipt carries.")]
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+def build_mcp(
+    store: Store,
+    *,
+    tenant: str | None = None,
+    purpose: str | None = None,
+    ring: KeyRing | None = None,
+    name: str = "efface",
+) -> MCPServer:
+    """The MCP server for ``store``.
+
+    Give ``tenant`` for a server that acts for one configured tenant (stdio, or an in-memory
+    client), or ``ring`` for one that acts, per request, for the tenant of the API key the
+    request carries (streamable HTTP: see :func:`mcp_http_app`); not both. ``purpose`` is the
+    default purpose of ``remember``, ``read`` and ``recall`` when the agent names none (a
+    forget never narrows to it: it releases what its selector names).
+    """
+    if (tenant is None) == (ring is None):
+        raise InvalidInput("give build_mcp either a tenant (stdio) or a key ring (HTTP), not both and not neither")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
+        raise InvalidInput("tenant must be a non-empty string")
+    auth = verifier = None
+    if ring is not None:
+        verifier = KeyVerifier(ring)
+        # The SDK's auth needs an issuer URL; efface issues its own keys (`efface keys create`) and
+        # publishes no OAuth metadata (no resource_server_url), so this one is never served.
+        auth = AuthSettings(issuer_url="http://localhost", resource_server_url=None)
+    server: MCPServer = MCPServer(
+        name,
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        token_verifier=verifier,
+        auth=auth,
+        log_level="WARNING",
+    )
+
+    def acting_tenant() -> str:
+        if tenant is not None:
+            return tenant
+        token = get_access_token()
+        if not isinstance(token, TenantToken):
+            raise EffaceError("this server acts only for an API key's tenant: send the key as a bearer token")
+        return token.tenant
+
+    def purpose_for(asked: str | None) -> str:
+        if asked is not None:
+            return asked
+        if purpose is None:
+            raise InvalidInput("name a purpose: this server has no default purpose (start it with --purpose)")
+        return purpose
+
+    @server.tool(
+        title="Write a memory",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    @_edge
+    async def remember(
+        key: Key,
+        text: Annotated[str, Field(description="The memory itself.")],
+        subject: Subject,
+        purpose: Purpose = None,
+        basis: Annotated[
+            str, Field(description="Why it may be kept: consent, contract, legal_obligation, legal_hold, ...")
+        ] = "consent",
+        ttl_s: Annotated[float | None, Field(description="Seconds until this claim expires (erased then).")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="A JSON object stored with it.")] = None,
+        sources: Annotated[list[str] | None, Field(description="Keys this memory was derived from.")] = None,
+    ) -> WriteResult:
+        """Store a memory under a key, with one claim (subject, purpose, basis). Writing an
+        existing key replaces its text and adds the claim; other claims on it stay. Committed
+        and fsynced when this returns."""
+        epoch = await _call(
+            store.write,
+            key,
+            text,
+            tenant=acting_tenant(),
+            subject=subject,
+            purpose=purpose_for(purpose),
+            basis=basis,
+            ttl=ttl_s,
+            metadata=metadata,
+            sources=sources,
+        )
+        return WriteResult(key=key, epoch=epoch)
+
+    @server.tool(
+        title="Register a subject's identifiers",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    @_edge
+    async def register_subject(
+        subject: Subject,
+        identifiers: Annotated[
+            list[str], Field(description="Names, e-mails, phone numbers or handles that name the subject.")
+        ],
+    ) -> SubjectResult:
+        """Record the identifiers that name a subject, so that forgetting the subject also finds
+        (and quarantines) other records that mention them, such as digests written about them."""
+        epoch = await _call(store.register_subject, subject, tenant=acting_tenant(), identifiers=identifiers)
+        return SubjectResult(epoch=epoch, identifiers=len(set(identifiers)))
+
+    @server.tool(title="Read a memory by key", annotations=READ_ONLY)
+    @_edge
+    async def read(key: Key, purpose: Purpose = None) -> ReadResult:
+        """The memory under a key, if it has a live claim for the purpose; found=false
+        otherwise (never written, forgotten, expired, or kept only for another purpose)."""
+        memory = await _call(store.read, key, tenant=acting_tenant(), purpose=purpose_for(purpose))
+        return ReadResult.model_validate({"found": memory is not None, "memory": memory and memory.to_dict()})
+
+    @server.tool(title="Recall memories by meaning and words", annotations=READ_ONLY)
+    @_edge
+    async def recall(
+        query: Annotated[str, Field(description="What to look for, in words.")],
+        purpose: Purpose = None,
+        subject: Annotated[str | None, Field(description="Only memories with a live claim of this subject.")] = None,
+        k: Annotated[int, Field(description="How many hits at most.", ge=1, le=1000)] = 10,
+    ) -> RecallResult:
+        """Find memories by meaning (vector index) and by words (full text), fused by rank.
+        Every hit's text is read from the origin, so nothing forgotten is ever returned, even
+        while an index still holds its entries."""
+        hits = await _call(store.recall, query, tenant=acting_tenant(), purpose=purpose_for(purpose), subject=subject, k=k)
+        return RecallResult.model_validate({"hits": [h.to_dict() for h in hits]})
+
+    @server.tool(
+        title="Forget memories, with a receipt",
+        description=FORGET,
+        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    @_edge
+    async def forget(
+        subject: Annotated[str | None, Field(description="Release this subject's claims.")] = None,
+        purpose: Annotated[
+            str | None, Field(description="Release claims for this purpose (no default: a forget is never narrowed).")
+        ] = None,
+        prefix: Annotated[str | None, Field(description="Release claims on keys starting with this.")] = None,
+        key: Annotated[str | None, Field(description="Release the claims on this one key.")] = None,
+    ) -> ReceiptOut:
+        receipt = await _call(
+            store.forget, tenant=acting_tenant(), subject=subject, purpose=purpose, prefix=prefix, key=key
+        )
+        return ReceiptOut.model_validate(
+            {**receipt.to_dict(), "level_means": LADDER[receipt.level], "next_step": NEXT_STEP[receipt.level]}
+        )
+
+    @server.tool(title="Where an erasure stands", annotations=READ_ONLY)
+    @_edge
+    async def erasure_status(handle: Handle) -> StatusOut:
+        """How far a forget has gone through every read path, now. It reads the receipt's
+        level; it does not check anything (verify_erasure does)."""
+        st = await _call(store.status, handle, tenant=acting_tenant())
+        return StatusOut.model_validate({**st.to_dict(), "level_means": LADDER[st.level]})
+
+    @server.tool(
+        title="Wait for an erasure to complete",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    @_edge
+    async def wait_erasure(
+        handle: Handle,
+        timeout_s: Annotated[float, Field(description="Seconds to wait at most.", ge=0, le=300)] = 30.0,
+        until: Annotated[
+            Literal["erased", "absorbed"],
+            Field(description="erased: until the bytes are gone from every file; absorbed: every read path absorbed."),
+        ] = "erased",
+    ) -> StatusOut:
+        """Let the store carry a forget through every path and wait until it is done or the
+        timeout passes; returns the status (check 'erased' or 'settled'). Waiting proves
+        nothing by itself: call verify_erasure next."""
+        st = await _call(store.wait, handle, timeout_s, tenant=acting_tenant(), until=until)
+        return StatusOut.model_validate({**st.to_dict(), "level_means": LADDER[st.level]})
+
+    @server.tool(
+        title="Verify an erasure (evidence)",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    @_edge
+    async def verify_erasure(handle: Handle) -> VerificationOut:
+        """Check a forget and record the outcome in the store's ledger: probes through every
+        read path for 'unreadable', and a scan of every file's bytes for 'erased'. The only
+        tool that moves a receipt up the ladder. Call wait_erasure first."""
+        ver = await _call(store.verify, handle, tenant=acting_tenant())
+        return VerificationOut.model_validate(
+            {**ver.to_dict(), "failed": [c.name for c in ver.failed], "level_means": LADDER[ver.level]}
+        )
+
+    return server
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def mcp_http_app(
+    store: Store,
+    ring: KeyRing,
+    *,
+    path: str = "/mcp",
+    host: str = "127.0.0.1",
+    purpose: str | None = None,
+) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+    """The MCP server over streamable HTTP, as an ASGI app plus what runs its lifespan.
+
+    Returns ``(app, lifespan)``:
+
+    * ``app`` answers the MCP endpoint at ``path`` (default ``/mcp``) *inside* itself, and 404
+      for any other path. Every request must carry ``Authorization: Bearer <API key>``; a
+      missing, malformed, unknown or revoked key gets 401 before any tool runs, and each tool
+      acts for the key's one tenant (:class:`KeyVerifier`). Revocation is seen on the next
+      request.
+    * ``lifespan()`` returns an async context manager that runs the SDK's session manager
+      (the task group every MCP session lives in). Enter it once, for the server's whole life
+      (in the host app's lifespan), before the first MCP request; it cannot be entered twice.
+
+    How to serve it at ``/mcp`` in a FastAPI (or Starlette) server: add it as a *route* whose
+    endpoint is the app, at the same path it answers —
+    ``api.router.routes.append(starlette.routing.Route("/mcp", endpoint=app))`` (a Route with an
+    ASGI app as endpoint passes the request through untouched: every method, no trailing-slash
+    redirect) — or mount it at the root after every other route (``api.mount("/", app)``).
+    Do **not** ``api.mount("/mcp", app)``: a Mount strips nothing here (Starlette keeps the full
+    path and only extends ``root_path``), so the endpoint would be ``/mcp/mcp``, and the bare
+    ``/mcp`` would be answered with a redirect that MCP clients do not all follow.
+
+    ``host`` is the host the server binds: for a loopback host the SDK turns on its DNS-rebinding
+    protection (only ``Host: 127.0.0.1|localhost|[::1]:*`` accepted); for any other host it is
+    off, and TLS and the network in front are the deployer's. ``purpose`` is the default
+    purpose of ``remember``, ``read`` and ``recall``. The app does not close ``store`` or
+    ``ring``: their owner does, after the lifespan has ended.
+    """
+    server = build_mcp(store, ring=ring, purpose=purpose)
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    return app, server.session_manager.run
