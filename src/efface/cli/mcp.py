@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 
 import click
@@ -69,6 +70,10 @@ def mcp(transport, host, port, path, purpose, keys_file) -> None:
     if not settings.store:
         raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="efface mcp: %(levelname)s %(message)s")
+    # SIGTERM (what a client or a supervisor sends) ends the server like a normal exit, so the store
+    # is closed (its compactor stopped, its lock released) on the way out. uvicorn re-raises the
+    # signal after its graceful shutdown, to this handler.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if transport == "stdio":
         _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose)
     else:

@@ -29,7 +29,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import AnyHttpUrl, Field
 from starlette.types import ASGIApp
 
 from ..errors import EffaceError, InvalidInput
@@ -39,8 +39,8 @@ from .mcp_models import (
     LADDER,
     LADDER_TEXT,
     ReadResult,
-    ReceiptOut,
     RecallResult,
+    ReceiptOut,
     StatusOut,
     SubjectResult,
     VerificationOut,
@@ -174,7 +174,7 @@ def build_mcp(
         verifier = KeyVerifier(ring)
         # The SDK's auth needs an issuer URL; efface issues its own keys (`efface keys create`) and
         # publishes no OAuth metadata (no resource_server_url), so this one is never served.
-        auth = AuthSettings(issuer_url="http://localhost", resource_server_url=None)
+        auth = AuthSettings(issuer_url=AnyHttpUrl("http://localhost"), resource_server_url=None)
     server: MCPServer = MCPServer(
         name,
         instructions=INSTRUCTIONS,
@@ -268,7 +268,9 @@ def build_mcp(
         """Find memories by meaning (vector index) and by words (full text), fused by rank.
         Every hit's text is read from the origin, so nothing forgotten is ever returned, even
         while an index still holds its entries."""
-        hits = await _call(store.recall, query, tenant=acting_tenant(), purpose=purpose_for(purpose), subject=subject, k=k)
+        hits = await _call(
+            store.recall, query, tenant=acting_tenant(), purpose=purpose_for(purpose), subject=subject, k=k
+        )
         return RecallResult.model_validate({"hits": [h.to_dict() for h in hits]})
 
     @server.tool(
