@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import jsonschema
 import pytest
 import uvicorn
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -426,7 +426,7 @@ def http_server(tmp_path_factory):
 async def http_client(url: str, key: str | None):
     headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     async with (
-        create_mcp_http_client(headers=headers) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         yield client

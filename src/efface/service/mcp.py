@@ -61,9 +61,9 @@ NEXT_STEP = {
 FORGET = (
     "Release the claims the selector names (at least one of subject, purpose, prefix, key; they combine "
     "with AND) and erase every record left with none. Returns the receipt: its handle, its epoch, what was "
-    "released, erased, retained (and why) and quarantined, and every read path's state. From the moment it "
-    "returns nothing erased is served by this store. The receipt's level is evidence, and it starts at "
-    "'intent': " + LADDER_TEXT + " Call wait_erasure, then verify_erasure, before you report the memory erased."
+    "released, erased, retained (and why) and quarantined, and every read path's state. The receipt's level "
+    "is the evidence, and it starts at 'intent': " + LADDER_TEXT + " Call wait_erasure, then verify_erasure, "
+    "before you report a memory as erased; report the level verify_erasure returns."
 )
 
 INSTRUCTIONS = (
@@ -123,8 +123,8 @@ def _edge(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
                 T,
                 _tool_error(
                     "InternalError",
-                    "the server failed on this call; its log names the exception type. If this was a forget, "
-                    "call it again: a forget that names nothing left to release changes nothing",
+                    "the server failed on this call (its log names the exception type, nothing else); check "
+                    "with read, or erasure_status for a forget's handle, before calling it again",
                 ),
             )
 
