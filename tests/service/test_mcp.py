@@ -340,12 +340,14 @@ def test_stdio_writes_nothing_but_protocol_to_stdout_and_no_data_to_stderr(tmp_p
             "params": {"name": "forget", "arguments": {"key": "zq-key"}},
         },
     ]
+    # The configuration from the environment this time: store, tenant and default purpose.
+    env = {**_env(), "EFFACE_STORE": str(tmp_path / "store"), "EFFACE_TENANT": "globex", "EFFACE_PURPOSE": "support"}
     proc = subprocess.Popen(
-        _efface_mcp(tmp_path / "store", "--purpose", "support"),
+        [sys.executable, "-m", "efface", "mcp", "--embedder", "hashing"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=_env(),
+        env=env,
         text=True,
     )
     out: list[dict] = []
@@ -366,6 +368,8 @@ def test_stdio_writes_nothing_but_protocol_to_stdout_and_no_data_to_stderr(tmp_p
     assert out[2]["result"]["isError"] is True
     assert out[3]["result"]["structuredContent"]["erased"] == ["zq-key"]
     assert "zq" not in err
+    with efface.open(tmp_path / "store", embedder="hashing", background=False) as s:
+        assert len(s.receipts("globex")) == 1 and s.receipts("default") == []
 
 
 # -- streamable HTTP -----------------------------------------------------------------------
@@ -501,6 +505,21 @@ def test_http_refuses_no_key_a_bad_key_and_a_revoked_key(http_server):
 
     run(revoked_mid_session)
     assert post(key) == 401
+    # Every tool, with no key, a bad key and the revoked key: refused before it runs, nothing changed.
+    for name in sorted(TOOLS):
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": {"key": "k"}}}
+        for token in (None, "efk_nope", key):
+            auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+            answer = httpx.post(http_server.url, json=call, headers={**headers, **auth}, timeout=30)
+            assert answer.status_code == 401, (name, token is None)
+            assert "tea" not in answer.text
+    owner, _ = http_server.ring.create("acme")
+
+    async def still_there():
+        async with http_client(http_server.url, owner) as client:
+            return await ok(client, "read", {"key": "k"})
+
+    assert run(still_there)["memory"]["text"] == "tea"
 
 
 def test_mcp_http_app_served_at_mcp_by_a_host_app(tmp_path):
