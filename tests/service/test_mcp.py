@@ -25,11 +25,10 @@ import httpx2
 import jsonschema
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
-from starlette.applications import Starlette
-from starlette.routing import Route
 
 import efface
 from efface.errors import InvalidInput
@@ -523,8 +522,8 @@ def test_http_refuses_no_key_a_bad_key_and_a_revoked_key(http_server):
 
 
 def test_mcp_http_app_served_at_mcp_by_a_host_app(tmp_path):
-    """The contract the HTTP server relies on: a Route at /mcp whose endpoint is the app, and
-    the lifespan entered by the host app's own."""
+    """The contract the HTTP server relies on: in a FastAPI app, a route at /mcp whose endpoint
+    is the app, and the lifespan entered by the host app's own."""
     with (
         efface.open(tmp_path / "store", embedder="hashing") as store,
         KeyRing(tmp_path / "keys.db") as ring,
@@ -536,7 +535,13 @@ def test_mcp_http_app_served_at_mcp_by_a_host_app(tmp_path):
             async with lifespan():
                 yield
 
-        host = Starlette(routes=[Route("/mcp", endpoint=app)], lifespan=host_lifespan)
+        host = FastAPI(lifespan=host_lifespan)
+        host.add_route("/mcp", app)  # a Route whose endpoint is the ASGI app
+
+        @host.get("/v1/health")
+        def health() -> dict:
+            return {"ok": True}
+
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(host, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
@@ -555,6 +560,7 @@ def test_mcp_http_app_served_at_mcp_by_a_host_app(tmp_path):
             assert run(body)["epoch"] >= 1
             assert httpx.post(f"http://127.0.0.1:{port}/mcp", json={}, timeout=30).status_code == 401
             assert httpx.post(f"http://127.0.0.1:{port}/mcp/mcp", json={}, timeout=30).status_code == 404
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=30).json() == {"ok": True}
         finally:
             server.should_exit = True
             thread.join(timeout=60)

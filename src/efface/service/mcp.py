@@ -366,13 +366,13 @@ def mcp_http_app(
       (in the host app's lifespan), before the first MCP request; it cannot be entered twice.
 
     How to serve it at ``/mcp`` in a FastAPI (or Starlette) server: add it as a *route* whose
-    endpoint is the app, at the same path it answers —
-    ``api.router.routes.append(starlette.routing.Route("/mcp", endpoint=app))`` (a Route with an
-    ASGI app as endpoint passes the request through untouched: every method, no trailing-slash
-    redirect) — or mount it at the root after every other route (``api.mount("/", app)``).
-    Do **not** ``api.mount("/mcp", app)``: a Mount strips nothing here (Starlette keeps the full
-    path and only extends ``root_path``), so the endpoint would be ``/mcp/mcp``, and the bare
-    ``/mcp`` would be answered with a redirect that MCP clients do not all follow.
+    endpoint is the app, at the same path it answers — ``api.add_route("/mcp", app)`` (a
+    Starlette ``Route`` with an ASGI app as endpoint passes the request through untouched: every
+    method, no trailing-slash redirect) — and enter ``lifespan()`` in the host's lifespan; or
+    mount it at the root after every other route (``api.mount("/", app)``).
+    Do **not** ``api.mount("/mcp", app)``: a Mount hands the app the path after its prefix, so the
+    endpoint would be ``/mcp/mcp``, ``/mcp/`` a 404, and the bare ``/mcp`` a 307 redirect to
+    ``/mcp/`` that MCP clients need not follow.
 
     ``host`` is the host the server binds: for a loopback host the SDK turns on its DNS-rebinding
     protection (only ``Host: 127.0.0.1|localhost|[::1]:*`` accepted); for any other host it is
