@@ -140,8 +140,9 @@ def test_tools_declare_their_hints_and_output_schemas(store):
     retained = receipt["$defs"]["RetainedOut"]
     assert {"key", "purpose", "basis", "expires_at", "reason"} <= set(retained["required"])
     # The description says what each rung proves, so intent is not taken for evidence.
-    for words in ("intent:", "unreadable:", "erased:", "not evidence", "verify_erasure"):
-        assert words in forget.description, words
+    for name in ("forget", "erasure_status", "wait_erasure", "verify_erasure"):
+        for words in ("intent:", "unreadable:", "erased:", "not evidence", "verify_erasure"):
+            assert words in tools[name].description, (name, words)
 
 
 def test_write_recall_forget_and_prove_in_memory(store):

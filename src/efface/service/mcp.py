@@ -17,6 +17,7 @@ tenant's data. :func:`mcp_http_app` is the ASGI app the HTTP server mounts.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -128,7 +129,15 @@ def _edge(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
                 ),
             )
 
+    # The SDK takes the docstring as the description: without the source's indentation.
+    tool.__doc__ = inspect.cleandoc(fn.__doc__ or "")
     return tool
+
+
+def _ladder(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Append what each rung of the ladder means to a tool's description."""
+    fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + " " + LADDER_TEXT
+    return fn
 
 
 async def _call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -296,6 +305,7 @@ def build_mcp(
 
     @server.tool(title="Where an erasure stands", annotations=READ_ONLY)
     @_edge
+    @_ladder
     async def erasure_status(handle: Handle) -> StatusOut:
         """How far a forget has gone through every read path, now. It reads the receipt's
         level; it does not check anything (verify_erasure does)."""
@@ -307,6 +317,7 @@ def build_mcp(
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @_edge
+    @_ladder
     async def wait_erasure(
         handle: Handle,
         timeout_s: Annotated[float, Field(description="Seconds to wait at most.", ge=0, le=300)] = 30.0,
@@ -326,6 +337,7 @@ def build_mcp(
         annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
     @_edge
+    @_ladder
     async def verify_erasure(handle: Handle) -> VerificationOut:
         """Check a forget and record the outcome in the store's ledger: probes through every
         read path for 'unreadable', and a scan of every file's bytes for 'erased'. The only
