@@ -212,6 +212,19 @@ def test_library_errors_come_back_as_typed_tool_errors(store):
         assert "alice" not in error["message"].lower() and "nope" not in error["message"]
 
 
+def test_arguments_outside_the_schema_are_refused_without_echoing_them(store):
+    async def body():
+        async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:
+            return await client.call_tool(
+                "remember", {"key": "k", "text": "t", "subject": "s", "ttl_s": "alice-secret-ttl"}
+            )
+
+    result = run(body)
+    assert result.is_error
+    (block,) = result.content
+    assert "ttl_s" in block.text and "alice-secret-ttl" not in block.text
+
+
 def test_an_unexpected_failure_is_answered_without_its_details(store, monkeypatch, caplog):
     def broken(*_a, **_k):
         raise RuntimeError("alice's secret text")

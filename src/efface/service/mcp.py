@@ -29,6 +29,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl, Field
 from starlette.types import ASGIApp
@@ -184,14 +185,14 @@ def build_mcp(
         # The SDK's auth needs an issuer URL; efface issues its own keys (`efface keys create`) and
         # publishes no OAuth metadata (no resource_server_url), so this one is never served.
         auth = AuthSettings(issuer_url=AnyHttpUrl("http://localhost"), resource_server_url=None)
-    server: MCPServer = MCPServer(
-        name,
-        instructions=INSTRUCTIONS,
-        version=_version(),
-        token_verifier=verifier,
-        auth=auth,
-        log_level="WARNING",
-    )
+    tools: list[Tool] = []
+
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            tools.append(_hide_inputs(Tool.from_function(fn, **options)))
+            return fn
+
+        return register
 
     def acting_tenant() -> str:
         if tenant is not None:
@@ -208,7 +209,7 @@ def build_mcp(
             raise InvalidInput("name a purpose: this server has no default purpose (start it with --purpose)")
         return purpose
 
-    @server.tool(
+    @tool(
         title="Write a memory",
         annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
@@ -242,7 +243,7 @@ def build_mcp(
         )
         return WriteResult(key=key, epoch=epoch)
 
-    @server.tool(
+    @tool(
         title="Register a subject's identifiers",
         annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
@@ -258,7 +259,7 @@ def build_mcp(
         epoch = await _call(store.register_subject, subject, tenant=acting_tenant(), identifiers=identifiers)
         return SubjectResult(epoch=epoch, identifiers=len(set(identifiers)))
 
-    @server.tool(title="Read a memory by key", annotations=READ_ONLY)
+    @tool(title="Read a memory by key", annotations=READ_ONLY)
     @_edge
     async def read(key: Key, purpose: Purpose = None) -> ReadResult:
         """The memory under a key, if it has a live claim for the purpose; found=false
@@ -266,7 +267,7 @@ def build_mcp(
         memory = await _call(store.read, key, tenant=acting_tenant(), purpose=purpose_for(purpose))
         return ReadResult.model_validate({"found": memory is not None, "memory": memory and memory.to_dict()})
 
-    @server.tool(title="Recall memories by meaning and words", annotations=READ_ONLY)
+    @tool(title="Recall memories by meaning and words", annotations=READ_ONLY)
     @_edge
     async def recall(
         query: Annotated[str, Field(description="What to look for, in words.")],
@@ -282,7 +283,7 @@ def build_mcp(
         )
         return RecallResult.model_validate({"hits": [h.to_dict() for h in hits]})
 
-    @server.tool(
+    @tool(
         title="Forget memories, with a receipt",
         description=FORGET,
         annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
@@ -303,7 +304,7 @@ def build_mcp(
             {**receipt.to_dict(), "level_means": LADDER[receipt.level], "next_step": NEXT_STEP[receipt.level]}
         )
 
-    @server.tool(title="Where an erasure stands", annotations=READ_ONLY)
+    @tool(title="Where an erasure stands", annotations=READ_ONLY)
     @_edge
     @_ladder
     async def erasure_status(handle: Handle) -> StatusOut:
@@ -312,7 +313,7 @@ def build_mcp(
         st = await _call(store.status, handle, tenant=acting_tenant())
         return StatusOut.model_validate({**st.to_dict(), "level_means": LADDER[st.level]})
 
-    @server.tool(
+    @tool(
         title="Wait for an erasure to complete",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
@@ -332,7 +333,7 @@ def build_mcp(
         st = await _call(store.wait, handle, timeout_s, tenant=acting_tenant(), until=until)
         return StatusOut.model_validate({**st.to_dict(), "level_means": LADDER[st.level]})
 
-    @server.tool(
+    @tool(
         title="Verify an erasure (evidence)",
         annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
@@ -347,7 +348,25 @@ def build_mcp(
             {**ver.to_dict(), "failed": [c.name for c in ver.failed], "level_means": LADDER[ver.level]}
         )
 
-    return server
+    return MCPServer(
+        name,
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        token_verifier=verifier,
+        auth=auth,
+        log_level="WARNING",
+        tools=tools,
+    )
+
+
+def _hide_inputs(registered: Tool) -> Tool:
+    """Arguments that do not fit a tool's input schema are refused by the SDK with pydantic's
+    message, which quotes each rejected value by default; keep the field and the rule, never the
+    value (it may be a memory's text or a key)."""
+    model = registered.fn_metadata.arg_model
+    model.model_config["hide_input_in_errors"] = True
+    model.model_rebuild(force=True)
+    return registered
 
 
 def _version() -> str:
