@@ -90,9 +90,11 @@ class Selector:
     purpose: str | None = None
     prefix: str | None = None
     key: str | None = None
+    everything: bool = False
+    """``forget(tenant=..., everything=True)``: all of the tenant (shown only when set)."""
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and v is not False}
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,8 @@ class Receipt:
     """The tenant's derivation policy that applied."""
     identifiers_erased: bool = False
     """True when the forgotten subject's registered identifiers were erased with them."""
+    tenant_erased: bool = False
+    """True when nothing of the tenant was left, so its name was erased too (DESIGN §8)."""
     ledger_seq: int = 0
     """Where this erasure sits in the hash-chained ledger."""
     ledger_hash: str = ""
@@ -225,6 +229,7 @@ class Receipt:
             "derivations": [asdict(d) for d in self.derivations],
             "policy": self.policy,
             "identifiers_erased": self.identifiers_erased,
+            "tenant_erased": self.tenant_erased,
             "paths": {k: v.to_dict() for k, v in self.paths.items()},
             "max_propagation_s": self.max_propagation_s,
             "acknowledged_at": self.acknowledged_at,

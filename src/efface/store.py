@@ -19,6 +19,15 @@ or epoch), and the compactor's maintenance
 (absorbing, saving, purging, checkpointing: it changes no content, only where erased bytes
 still sit).
 
+Tenant names are personal data (DESIGN §8: per-user tenants are often named by an e-mail).
+Every public method turns the name it is given into the tenant's id, a keyed hash of the
+name (:meth:`Store._tenant`), and everything below the facade (origin rows, change log,
+receipts, ledger, ANN files, backups) sees only that id. The name is kept in one place, the
+origin's tenant table, and deleted in the erasure that removes the tenant's last record,
+registered subject and data key; that erasure's ``verify`` fingerprints the name and proves
+it gone from every file. ``forget(tenant=..., everything=True)`` is the one call that
+erases all of a (per-user) tenant.
+
 Reads (``read``, ``recall``, ``quarantined``, ``status``, ``receipts``, ``ledger``) take no
 store lock: each runs on its own origin snapshot, beside writes, compaction, verification
 and backups.
@@ -26,6 +35,7 @@ and backups.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -153,6 +163,11 @@ class Store:
         if self._closed:
             raise EffaceError("the store is closed; open it again with efface.open()")
 
+    def _tenant(self, name: Any) -> str:
+        """The id that stands for tenant ``name`` everywhere below the facade: a keyed hash
+        (the receipts' ``tenant_h``), so no row, file or ledger entry holds the name."""
+        return self._hash("tenant", v.name(name, "tenant"))
+
     # -- the chokepoint ----------------------------------------------------------------
     def _mutate(
         self,
@@ -230,7 +245,8 @@ class Store:
         ``key`` and ``text`` and optionally ``subject``, ``purpose``, ``basis``, ``ttl``,
         ``metadata``, ``sources``, overriding the keyword defaults. ``embeddings`` may
         carry precomputed vectors (one row per item) from this store's embedder."""
-        tenant = v.name(tenant, "tenant")
+        name = v.name(tenant, "tenant")
+        tenant = self._tenant(name)
         prepared = v.items(items, defaults={"subject": subject, "purpose": purpose, "basis": basis, "ttl": ttl})
         if embeddings is None:
             vectors = self.embedder.embed([p[1] for p in prepared])
@@ -240,6 +256,7 @@ class Store:
                 raise InvalidInput(f"embeddings must have shape ({len(prepared)}, {self.embedder.dim})")
 
         def body(tx, now):
+            tx.set_tenant_name(tenant, name)
             puts, texts = [], {}
             for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
                 rec = NewRecord(
@@ -266,10 +283,12 @@ class Store:
 
     def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
         """Add a claim to an existing record (a second reason to keep it). Returns the epoch."""
-        tenant, key = v.name(tenant, "tenant"), v.key(key)
+        name = v.name(tenant, "tenant")
+        tenant, key = self._tenant(name), v.key(key)
         subject, purpose, basis, ttl_s = v.name(subject, "subject"), v.purpose(purpose), v.basis(basis), v.ttl(ttl)
 
         def body(tx, now):
+            tx.set_tenant_name(tenant, name)
             rid = tx.record_id(tenant, key)
             if rid is None:
                 raise NotFound("no live record with that key in this tenant: write it before retaining it")
@@ -283,7 +302,8 @@ class Store:
 
     def register_subject(self, subject: str, *, tenant: str, identifiers: Iterable[str]) -> int:
         """Record the identifiers (names, e-mails, phones, handles) that name a subject."""
-        tenant, subject = v.name(tenant, "tenant"), v.name(subject, "subject")
+        name = v.name(tenant, "tenant")
+        tenant, subject = self._tenant(name), v.name(subject, "subject")
         if isinstance(identifiers, str):
             raise InvalidInput("identifiers must be a list of strings, not one string")
         if not isinstance(identifiers, Iterable):
@@ -291,6 +311,7 @@ class Store:
         ids = sorted({v.name(i, "each identifier") for i in identifiers})
 
         def body(tx, now):
+            tx.set_tenant_name(tenant, name)
             tx.set_subject(tenant, subject, json.dumps(ids, ensure_ascii=False), now)
             self._derivations.on_register(tx, tenant, subject, ids)
             return None, [], [], {}
@@ -312,7 +333,8 @@ class Store:
 
     def read(self, key: str, *, tenant: str, purpose: str) -> Memory | None:
         """The record under ``key``, if it has a live claim for ``purpose``; else None."""
-        tenant, key, purpose = v.name(tenant, "tenant"), v.key(key), v.purpose(purpose)
+        name = v.name(tenant, "tenant")
+        tenant, key, purpose = self._tenant(name), v.key(key), v.purpose(purpose)
         self._check_open()
         with self._origin.snapshot() as r:
             self._known_purpose(tenant, purpose)
@@ -323,7 +345,7 @@ class Store:
         return Memory(
             key=rec.key,
             text=rec.text,
-            tenant=rec.tenant,
+            tenant=name,  # the origin keeps the tenant's id, not its name
             metadata=json.loads(rec.metadata),
             sources=tuple(json.loads(rec.sources)),
             claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
@@ -335,7 +357,7 @@ class Store:
         Every candidate is resolved against the origin's live claims for ``tenant`` and
         ``purpose`` (and ``subject`` if given) before its text, read from the origin, is
         returned."""
-        tenant, purpose, query, k = v.name(tenant, "tenant"), v.purpose(purpose), v.query(query), v.k(k)
+        tenant, purpose, query, k = self._tenant(tenant), v.purpose(purpose), v.query(query), v.k(k)
         if subject is not None:
             subject = v.name(subject, "subject")
         self._check_open()
@@ -364,15 +386,27 @@ class Store:
         purpose: str | None = None,
         prefix: str | None = None,
         key: str | None = None,
+        everything: bool = False,
     ) -> Receipt:
         """Release the claims the selector matches, erase records left with none, and
         return a receipt once the tombstones and the epoch are durable. From that moment
-        nothing erased is served through any read path."""
-        tenant = v.name(tenant, "tenant")
-        if subject is None and purpose is None and prefix is None and key is None:
+        nothing erased is served through any read path.
+
+        ``everything=True`` (and nothing else besides the tenant) forgets all of the
+        tenant: every claim (legal holds stay, as for any forget that does not name their
+        purpose), every registered subject's identifiers, and, once nothing of the tenant
+        is left, the tenant's name itself; ``verify`` then proves the name gone from every
+        file. An API key still bound to the tenant (``keys.db``) keeps the name: revoke it."""
+        name = v.name(tenant, "tenant")
+        tenant = self._tenant(name)
+        if everything is not False and everything is not True:
+            raise InvalidInput("everything must be True or False")
+        if everything and (subject, purpose, prefix, key) != (None, None, None, None):
+            raise ScopeError("forget with everything=True names only the tenant: drop subject, purpose, prefix and key")
+        if not everything and subject is None and purpose is None and prefix is None and key is None:
             raise ScopeError(
-                "forget must name a subject, purpose, prefix or key besides the tenant; "
-                "erasing a whole tenant is not a forget"
+                "forget must name a subject, purpose, prefix or key besides the tenant, "
+                "or everything=True to erase all of the tenant"
             )
         if subject is not None:
             subject = v.name(subject, "subject")
@@ -382,7 +416,7 @@ class Store:
             prefix = v.key(prefix, "prefix")
         if key is not None:
             key = v.key(key)
-        selector = Selector(tenant, subject, purpose, prefix, key)
+        selector = Selector(tenant, subject, purpose, prefix, key, everything)
         with self._lock:
             self._check_open()
             if purpose is not None:
@@ -396,11 +430,13 @@ class Store:
             def after(outcome):
                 if outcome.identifiers_erased and subject is not None:
                     self._derivations.mentions.drop_subject(tenant, subject)
+                for gone in outcome.subjects_erased:
+                    self._derivations.mentions.drop_subject(tenant, gone)
 
             epoch, outcome = self._mutate("forget", tenant, body, after=after)
-            receipt = self._receipt(epoch, outcome)
+            receipt = self._receipt(epoch, outcome, name)
         if receipt.quarantined and self._on_quarantine:
-            items = [i for i in self.quarantined(tenant=tenant) if i.handle == receipt.handle]
+            items = [i for i in self.quarantined(tenant=name) if i.handle == receipt.handle]
             for callback in list(self._on_quarantine):
                 try:
                     callback(receipt, items)
@@ -412,7 +448,7 @@ class Store:
     def set_policy(self, tenant: str, policy: str, *, reason: str | None = None) -> int:
         """What a forget does to records derived from what it erased, for one tenant:
         ``quarantine`` (default), ``redact``, or ``keep`` (needs a ``reason``)."""
-        tenant = v.name(tenant, "tenant")
+        tenant = self._tenant(tenant)
         policy, reason = validate_policy(policy, reason)
 
         body = quarantine.policy_body(self._hash, tenant, policy, reason)
@@ -427,7 +463,7 @@ class Store:
 
     def quarantined(self, *, tenant: str) -> list[QuarantineItem]:
         """Records held back from reads in ``tenant``, with the sources that survive."""
-        tenant = v.name(tenant, "tenant")
+        tenant = self._tenant(tenant)
         self._check_open()
         with self._origin.snapshot() as r:
             rows = r.quarantined(tenant)
@@ -456,7 +492,7 @@ class Store:
     ) -> int:
         """Write a new version of a derived record (its claims stay) and lift its quarantine.
         ``sources`` replaces its lineage when given. Returns the epoch."""
-        tenant, key, text = v.name(tenant, "tenant"), v.key(key), v.text(text)
+        tenant, key, text = self._tenant(tenant), v.key(key), v.text(text)
         new_sources = None if sources is None else v.sources(sources)
         meta = None if metadata is None else v.metadata(metadata)
         vec = np.ascontiguousarray(self.embedder.embed([text])[0], dtype=np.float32).tobytes()
@@ -467,7 +503,7 @@ class Store:
     def release(self, key: str, *, tenant: str, reason: str) -> int:
         """Lift a quarantine without changing the record (a policy decision: ``reason`` is
         recorded in the ledger). Returns the epoch."""
-        tenant, key = v.name(tenant, "tenant"), v.key(key)
+        tenant, key = self._tenant(tenant), v.key(key)
         if not isinstance(reason, str) or not reason.strip() or len(reason) > 500:
             raise InvalidInput("release needs a reason (1-500 characters); it is recorded in the ledger")
 
@@ -479,6 +515,7 @@ class Store:
         """Release every claim whose TTL has passed: one erasure (and receipt) per tenant."""
         receipts = []
         while (tenant := self._origin.due_tenant(now)) is not None:
+            name = self._origin.tenant_name(tenant)  # read before the expiry may erase it
 
             def body(tx, _now, tenant=tenant):
                 matched = [c for t, c in tx.due_claims(now) if t == tenant]
@@ -486,7 +523,7 @@ class Store:
                 return outcome, outcome.puts, outcome.drops, outcome.texts
 
             epoch, outcome = self._mutate("expire", tenant, body, sweep=False)
-            receipts.append(self._receipt(epoch, outcome))
+            receipts.append(self._receipt(epoch, outcome, name))
         return receipts
 
     def _sweep_quietly(self) -> None:
@@ -502,9 +539,14 @@ class Store:
             return self._expire_due(self._clock())
 
     # -- receipts, status, wait, verify ------------------------------------------------------
-    def _receipt(self, epoch: int, out: Outcome) -> Receipt:
+    def _receipt(self, epoch: int, out: Outcome, name: str | None) -> Receipt:
+        """The receipt returned to the caller, its selector naming the tenant as the caller
+        did (``name``; the tenant's id if the name is unknown)."""
         paths = with_backups(self._propagation.paths(epoch), out.backups, epoch, self._origin.erased_epoch())
-        return to_receipt(epoch, out, paths, self._propagation.max_propagation())
+        receipt = to_receipt(epoch, out, paths, self._propagation.max_propagation())
+        if name is None:
+            return receipt
+        return dataclasses.replace(receipt, selector=dataclasses.replace(receipt.selector, tenant=name))
 
     def _receipt_row(self, handle: str, tenant: str | None) -> dict:
         """The stored receipt for ``handle`` (checked against ``tenant`` when named)."""
@@ -512,7 +554,7 @@ class Store:
             raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
         self._check_open()
         row = self._origin.receipt(handle)
-        if row is None or (tenant is not None and row["tenant_h"] != self._hash("tenant", v.name(tenant, "tenant"))):
+        if row is None or (tenant is not None and row["tenant_h"] != self._tenant(tenant)):
             raise NotFound("no receipt with that handle in this store (for this tenant)")
         return row
 
@@ -554,11 +596,11 @@ class Store:
         to erase the bytes; until then the result says which check failed and where.
         Reads and writes go on while it runs."""
         row = self._receipt_row(handle, tenant)
-        name = next((t for t in self._origin.tenant_names() if self._hash("tenant", t) == row["tenant_h"]), None)
+        tenant_id = row["tenant_h"]  # the receipt's keyed tenant hash is the tenant's id
         evidence = self._origin.evidence(handle)
-        row = backups_now(row, name, self._origin)
+        row = backups_now(row, tenant_id, self._origin)
         proof = self._origin.erased_proof(handle)
-        level, checks, scanned, files = self._verifier.verify(handle, row, evidence, name, proof)
+        level, checks, scanned, files = self._verifier.verify(handle, row, evidence, tenant_id, proof)
         ladder = ("intent", "unreadable", "erased")
         receipt_level = max(row["body"]["level"], level, key=ladder.index)
         discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
@@ -600,7 +642,7 @@ class Store:
     def receipts(self, tenant: str | None = None) -> list[dict]:
         """Every stored receipt (hashed form), oldest first, optionally for one tenant."""
         self._check_open()
-        th = self._hash("tenant", v.name(tenant, "tenant")) if tenant is not None else None
+        th = self._tenant(tenant) if tenant is not None else None
         return self._origin.receipts(th)
 
     # -- ledger ------------------------------------------------------------------------------
@@ -632,7 +674,7 @@ class Store:
             "paths": {n: p.to_dict() for n, p in self._propagation.paths(epoch).items()},
         }
         if tenant is not None:
-            out["ann_vectors"] = self._ann.size(v.name(tenant, "tenant"))
+            out["ann_vectors"] = self._ann.size(self._tenant(tenant))
         return out
 
     # -- backups with crypto-shredding -----------------------------------------------------------

@@ -56,6 +56,15 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
             "backup", None, {"backup_id": backup_id, "epoch": tx.epoch, "path_h": path_h}, now
         )
         keys = {(t, s): (kid, key) for t, s, kid, key in tx.subject_keys()}
+        # Tenant names travel only inside frames sealed with subject keys, so they are
+        # crypto-shredded with the tenant's last subject (the settings frame has ids only).
+        names: dict[str, str | None] = {}
+
+        def name_of(t: str) -> str | None:
+            if t not in names:
+                names[t] = ctx.origin.tenant_name(t)
+            return names[t]
+
         subjects = [r for r in tx.all_subjects() if (r[0], r[1]) in keys]
         header = {
             "format": fmt.FORMAT,
@@ -79,7 +88,8 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
             for t, s, idents in subjects:
                 kid, key = keys[t, s]
                 payload = json.dumps(
-                    {"t": "subject", "tenant": t, "subject": s, "identifiers": idents}, ensure_ascii=False
+                    {"t": "subject", "tenant": t, "tenant_name": name_of(t), "subject": s, "identifiers": idents},
+                    ensure_ascii=False,
                 ).encode()
                 w.frame(fmt.seal(payload, [(kid, key, b"")], index=index, **ids))
                 index += 1
@@ -97,6 +107,7 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
                 fields = {
                     "t": "record",
                     "tenant": t,
+                    "tenant_name": name_of(t),
                     "key": key_,
                     "text": text,
                     "metadata": meta,

@@ -107,6 +107,8 @@ def derive_key(secret: bytes, label: str) -> bytes:
 
 
 def _aad(store_id: str, backup_id: str, index: int, kid: bytes = b"") -> bytes:
+    # Unambiguous without length prefixes: the store id and backup id are hex made here, the
+    # index is decimal, and only the last field (the key id) is arbitrary bytes.
     return b"\x1f".join([store_id.encode(), backup_id.encode(), str(index).encode(), kid])
 
 

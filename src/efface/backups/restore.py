@@ -82,10 +82,14 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
         elif index <= n_subjects:
             s = json.loads(payload)
             tenant_plan(s["tenant"])["subjects"].append((s["subject"], s["identifiers"], wraps[0][0]))
+            if s.get("tenant_name"):
+                tenant_plan(s["tenant"])["name"] = s["tenant_name"]
         else:
             fields, emb = fmt.decode_record(payload)
             claims = [(kid, c) for kid, extra in wraps for c in json.loads(extra)]
             tenant_plan(fields["tenant"])["records"].append((fields, emb, claims))
+            if fields.get("tenant_name"):
+                tenant_plan(fields["tenant"])["name"] = fields["tenant_name"]
 
     totals = {"restored": 0, "shredded": shredded, "replayed": 0, "present": 0, "subjects": 0}
     last_epoch = 0
@@ -104,6 +108,8 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                     tx.set_policy(tenant, policy, reason)
             for subject, idents, kid in p["subjects"]:
                 if kid in alive and tx.subject_identifiers(tenant, subject) is None:
+                    if p.get("name"):
+                        tx.set_tenant_name(tenant, p["name"])
                     tx.set_subject(tenant, subject, idents, now)
                     names = json.loads(idents)
                     ctx.derivations.on_register(tx, tenant, subject, names)
@@ -133,6 +139,8 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                 if tx.record_id(tenant, key) is not None:
                     n["present"] += 1
                     continue
+                if p.get("name"):
+                    tx.set_tenant_name(tenant, p["name"])
                 s0, p0, b0, e0 = live[0]
                 rid = tx.upsert(
                     tenant,
@@ -162,7 +170,7 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                 texts[rid] = fields["text"]
                 n["restored"] += 1
             tx.append_ledger(
-                "restore", None, {"tenant_h": h("tenant", tenant), "backup_id": header["backup_id"], **n}, now
+                "restore", None, {"tenant_h": tenant, "backup_id": header["backup_id"], **n}, now
             )
             return n, puts, [], texts
 

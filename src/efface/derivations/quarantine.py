@@ -16,7 +16,7 @@ def policy_body(hasher: Callable[..., str], tenant: str, policy: str, reason: st
     def body(tx, now):
         tx.set_policy(tenant, policy, reason)
         tx.append_ledger(
-            "policy", None, {"tenant_h": hasher("tenant", tenant), "policy": policy, "reason": reason}, now
+            "policy", None, {"tenant_h": tenant, "policy": policy, "reason": reason}, now
         )
         return None, [], [], {}
 
@@ -49,7 +49,7 @@ def rederive_body(
         tx.append_ledger(
             "rederive",
             None,
-            {"tenant_h": hasher("tenant", tenant), "key_h": hasher("key", tenant, key), "lifted": lifted},
+            {"tenant_h": tenant, "key_h": hasher("key", tenant, key), "lifted": lifted},
             now,
         )
         return None, [rid], [], {rid: text}
@@ -65,7 +65,7 @@ def release_body(hasher: Callable[..., str], tenant: str, key: str, reason: str)
         tx.append_ledger(
             "release",
             None,
-            {"tenant_h": hasher("tenant", tenant), "key_h": hasher("key", tenant, key), "reason": reason},
+            {"tenant_h": tenant, "key_h": hasher("key", tenant, key), "reason": reason},
             now,
         )
         return None, [], [], {}

@@ -49,6 +49,7 @@ class Evidence:
         identifiers: Sequence[str],
         now: float,
         keys: Sequence[bytes] = (),
+        tenant_name: str | None = None,
     ) -> None:
         ids = sorted(content)
         fp = Fingerprints()
@@ -71,7 +72,9 @@ class Evidence:
                     self._fp.add_many(fp, held.kind, held.items, held.region)
         if identifiers:
             self._fp.add_many(fp, "identifier", [i.encode("utf-8") for i in identifiers])
+        if tenant_name is not None:  # erased with the tenant's last record, subject and key
+            self._fp.add_many(fp, "tenant", [tenant_name.encode("utf-8")])
         per_path = {p.name: p.evidence(erased) for p in self._paths}
         tx.save_evidence(
-            handle, self._hash("tenant", tenant), id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now
+            handle, tenant, id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now
         )

@@ -8,10 +8,9 @@ entry breaks the chain at a place :func:`verify_chain` names.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 
+from ..keyed_hash import keyed_hash
 from ..origin.ledger import ChainCheck, verify_chain
 
 __all__ = ["SECRET_KEY", "ChainCheck", "Hasher", "verify_chain"]
@@ -30,5 +29,5 @@ class Hasher:
         return secrets.token_hex(32)
 
     def __call__(self, *parts: str) -> str:
-        msg = "\x1f".join(parts).encode("utf-8")
-        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
+        """The keyed hash of ``parts``, length-prefixed (see :mod:`efface.keyed_hash`)."""
+        return keyed_hash(self._secret, *parts)

@@ -31,6 +31,10 @@ class Outcome:
     derivations: list[Derivation] = field(default_factory=list)
     policy: str = "quarantine"
     identifiers_erased: bool = False
+    subjects_erased: list[str] = field(default_factory=list)
+    """Subjects whose identifiers a ``forget(everything=True)`` erased."""
+    tenant_erased: bool = False
+    """The tenant's name was erased: nothing of the tenant is left."""
     handle: str = ""
     acknowledged_at: float = 0.0
     ledger_seq: int = 0
@@ -61,7 +65,7 @@ def hashed_body(
         "kind": out.kind,
         "level": "intent",
         "selector": {
-            "tenant_h": hasher("tenant", t),
+            "tenant_h": t,  # the selector's tenant is already its id (a keyed hash)
             "subject_h": h("subject", out.selector.subject),
             "purpose": out.selector.purpose,
             "prefix_h": h("key", out.selector.prefix),
@@ -86,6 +90,7 @@ def hashed_body(
         "derivations": [{"key_h": h("key", d.key), "why": d.why, "action": d.action} for d in out.derivations],
         "policy": out.policy,
         "identifiers_erased": out.identifiers_erased,
+        "tenant_erased": out.tenant_erased,
         "max_propagation_s": max_propagation_s,
         "acknowledged_at": now,
     }
@@ -109,6 +114,7 @@ def to_receipt(epoch: int, out: Outcome, paths: dict[str, PathState], max_propag
         derivations=tuple(out.derivations),
         policy=out.policy,
         identifiers_erased=out.identifiers_erased,
+        tenant_erased=out.tenant_erased,
         ledger_seq=out.ledger_seq,
         ledger_hash=out.ledger_hash,
     )

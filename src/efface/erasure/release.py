@@ -34,6 +34,7 @@ class EvidenceCollector(Protocol):
         identifiers: Sequence[str],
         now: float,
         keys: Sequence[bytes] = (),
+        tenant_name: str | None = None,
     ) -> None: ...
 
 
@@ -96,16 +97,38 @@ class Releaser:
             out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
             if out.identifiers_erased or not tx.subject_has_claims(selector.tenant, subject):
                 identifiers = [subject, *(json.loads(registered) if registered else [])]
+        if selector.everything and kind == "forget":
+            # All of the tenant: every subject left with no claim loses its identifiers too.
+            for gone in tx.subjects_of(selector.tenant):
+                registered = tx.subject_identifiers(selector.tenant, gone)
+                if self._derivations.forget_subject(tx, selector.tenant, gone):
+                    out.subjects_erased.append(gone)
+                    identifiers += [gone, *(json.loads(registered) if registered else [])]
+                elif not tx.subject_has_claims(selector.tenant, gone):
+                    identifiers.append(gone)
+            out.identifiers_erased = bool(out.subjects_erased)
+        # Once no record, registered subject or data key of the tenant is left, its name goes
+        # too (DESIGN §8), fingerprinted so verify proves it gone from every file.
+        tenant_name = tx.drop_tenant_name(selector.tenant)
+        out.tenant_erased = tenant_name is not None
         found = [tx.record_id(selector.tenant, d.key) for d in out.derivations if d.action == "quarantined"]
         quarantined_ids = [rid for rid in found if rid is not None]
         self._evidence.collect(
-            tx, selector.tenant, handle, content, quarantined_ids, identifiers, now, keys=[key for _s, key in shredded]
+            tx,
+            selector.tenant,
+            handle,
+            content,
+            quarantined_ids,
+            identifiers,
+            now,
+            keys=[key for _s, key in shredded],
+            tenant_name=tenant_name,
         )
         body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())
         body["backups"] = out.backups = coverage(
             tx, selector.tenant, out.released, out.erased, out.derivations, [s for s, _key in shredded], self._hash
         )
-        tx.save_receipt(handle, kind, self._hash("tenant", selector.tenant), body, now)
+        tx.save_receipt(handle, kind, selector.tenant, body, now)  # the tenant id is its keyed hash
         out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
         out.handle, out.acknowledged_at = handle, now
         return out

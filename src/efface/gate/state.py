@@ -7,14 +7,14 @@ It holds no personal data. Scopes, subjects, keys and texts enter it only as key
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import secrets
 import sqlite3
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from ..keyed_hash import keyed_hash
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -86,8 +86,7 @@ class GateState:
 
     def hash(self, kind: str, *parts: str) -> str:
         """A keyed hash of an identifying value, stable for this state file."""
-        msg = "\x1f".join((kind, *parts)).encode("utf-8")
-        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
+        return keyed_hash(self._secret, kind, *parts)
 
     def begin(self, scope_h: str, subject_h: str | None, key_hs: Iterable[str], now: float) -> int:
         """Record a forget before the tool is called, so a crash during the call leaves the

@@ -270,9 +270,9 @@ class MemoryOrigin:
         """Acknowledgement times of the erasures with epochs in (after, upto]."""
         return [row[3] for row in self._st().receipts.values() if after < row[0] <= upto]
 
-    def tenant_names(self) -> list[str]:
-        """Every tenant that ever wrote (its purposes outlive its records)."""
-        return list(dict.fromkeys(t for t, _p in self._st().purposes))
+    def tenant_name(self, tenant: str) -> str | None:
+        """The name kept for this tenant id, while the tenant has anything left."""
+        return self._st().tenant_names.get(tenant)
 
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
         """Rows that still name any of these record ids, per table."""

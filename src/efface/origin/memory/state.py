@@ -55,6 +55,7 @@ class _State:
         self.next_record = 1
         self.next_claim = 1
         self.meta: dict[str, str] = {}
+        self.tenant_names: dict[str, str] = {}  # tenant id -> name, while the tenant has anything left
         self.records: dict[int, _Rec] = {}
         self.by_key: dict[tuple[str, str], int] = {}
         self.claims: dict[int, _Claim] = {}

@@ -369,6 +369,26 @@ class MemoryTx:
         led.append({"seq": seq, "at": now, "kind": kind, "handle": handle, "body": text, "prev": prev, "hash": digest})
         return seq, digest
 
+    def set_tenant_name(self, tenant: str, name: str) -> None:
+        self._s.tenant_names.setdefault(tenant, name)
+
+    def drop_tenant_name(self, tenant: str) -> str | None:
+        """Delete the tenant's name if nothing personal of the tenant is left (no record,
+        registered subject or data key); returns the name deleted."""
+        s = self._s
+        if any(r.tenant == tenant for r in s.records.values()) or any(
+            t == tenant for t, _subj in [*s.subjects, *s.subject_keys]
+        ):
+            return None
+        return s.tenant_names.pop(tenant, None)
+
+    def subjects_of(self, tenant: str) -> list[str]:
+        """Every subject registered or holding a claim in the tenant."""
+        s = self._s
+        found = {subj for t, subj in s.subjects if t == tenant}
+        found |= {c.subject for c in s.claims.values() if s.records[c.record_id].tenant == tenant}
+        return sorted(found)
+
     def register_purpose(self, tenant: str, purpose: str) -> None:
         self._s.purposes.setdefault((tenant, purpose), None)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import apsw
 
+from ...errors import EffaceError
 from ..base import RecordRow
 from .schema import _SCHEMA, FTS_SCHEMA, PATH_EVIDENCE, SCHEMA_VERSION
 from .tx import (
@@ -67,8 +68,16 @@ class SQLiteOrigin:
         self._readers: list[apsw.Connection] = []
         self._readers_mu = threading.Lock()
         self._closed = False
-        if self.meta_get("schema") is None:
+        schema = self.meta_get("schema")
+        if schema is None:
             self.meta_set("schema", SCHEMA_VERSION)
+        elif schema != SCHEMA_VERSION:
+            self.close()
+            raise EffaceError(
+                f"this store's schema is version {schema}, this efface needs {SCHEMA_VERSION} "
+                "(tenant names are no longer kept in clear): back it up with the efface that made it, "
+                "and restore into a new store"
+            )
         from .physical import SQLitePhysical
         from .text import SQLiteText
 
@@ -399,9 +408,10 @@ class SQLiteOrigin:
             r[0] for r in self._r().execute("SELECT created_at FROM receipts WHERE epoch>? AND epoch<=?", (after, upto))
         ]
 
-    def tenant_names(self) -> list[str]:
-        """Every tenant that ever wrote (its purposes outlive its records)."""
-        return [r[0] for r in self._r().execute("SELECT DISTINCT tenant FROM purposes")]
+    def tenant_name(self, tenant: str) -> str | None:
+        """The name kept for this tenant id, while the tenant has anything left."""
+        row = self._r().execute("SELECT name FROM tenants WHERE tenant=?", (tenant,)).fetchone()
+        return None if row is None else row[0]
 
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
         """Rows that still name any of these record ids, per table."""

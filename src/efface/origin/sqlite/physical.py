@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
 
 LIVE_BTREES = (
+    "tenants",
     "records",
     "sqlite_autoindex_records_1",
     "claims",
@@ -119,6 +120,7 @@ class SQLitePhysical:
             "SELECT DISTINCT subject FROM claims",
             "SELECT subject, identifiers FROM subjects",
             "SELECT subject FROM subject_keys",
+            "SELECT name FROM tenants",
         )
         with self._o.snapshot():
             r = self._o._r()

@@ -1,10 +1,21 @@
 """The SQLite origin's schema: one file holds records, claims, subjects, lineage, mentions,
-quarantine, the change log, receipts, evidence, the ledger, data keys and the FTS5 index."""
+quarantine, the change log, receipts, evidence, the ledger, data keys and the FTS5 index.
 
-SCHEMA_VERSION = "1"
+Every ``tenant`` column holds the tenant's id, a keyed hash of its name (the store computes
+it; DESIGN §8: tenant names are personal data). The name itself is kept in one place,
+``tenants``, while the tenant has anything left, and deleted with the tenant's last record,
+subject and data key."""
+
+SCHEMA_VERSION = "2"
+"""2: tenant columns hold keyed hashes, names only in ``tenants`` (1 kept names in clear)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants(        -- the only copy of a tenant's name
+    id INTEGER PRIMARY KEY,                  -- a rowid table: the name sits in leaf cells only,
+    tenant TEXT NOT NULL UNIQUE,             -- never in an index (secure_delete zeroes it)
+    name TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS records(
     id INTEGER PRIMARY KEY AUTOINCREMENT,   -- never reused: a stale index label can't name a new record
     tenant TEXT NOT NULL,

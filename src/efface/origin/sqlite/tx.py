@@ -343,6 +343,27 @@ class SQLiteTx:
         )
         return seq, digest
 
+    def set_tenant_name(self, tenant: str, name: str) -> None:
+        self._c.execute("INSERT OR IGNORE INTO tenants(tenant, name) VALUES(?,?)", (tenant, name))
+
+    def drop_tenant_name(self, tenant: str) -> str | None:
+        """Delete the tenant's name if nothing personal of the tenant is left (no record,
+        registered subject or data key); returns the name deleted."""
+        for table in ("records", "subjects", "subject_keys"):
+            if self._c.execute(f"SELECT 1 FROM {table} WHERE tenant=? LIMIT 1", (tenant,)).fetchone() is not None:
+                return None
+        row = self._c.execute("DELETE FROM tenants WHERE tenant=? RETURNING name", (tenant,)).fetchone()
+        return None if row is None else row[0]
+
+    def subjects_of(self, tenant: str) -> list[str]:
+        """Every subject registered or holding a claim in the tenant."""
+        rows = self._c.execute(
+            "SELECT subject FROM subjects WHERE tenant=? UNION SELECT c.subject FROM claims c"
+            " JOIN records r ON r.id=c.record_id WHERE r.tenant=?",
+            (tenant, tenant),
+        )
+        return sorted(r[0] for r in rows)
+
     def register_purpose(self, tenant: str, purpose: str) -> None:
         self._c.execute("INSERT OR IGNORE INTO purposes(tenant, purpose) VALUES(?,?)", (tenant, purpose))
 
