@@ -57,12 +57,12 @@ def lose_everything(store, tenant: str | None = None) -> None:
 
         def change(s):
             tx = MemoryTx(s, s.epoch)
-            tx.erase_records([rid for rid, r in s.records.items() if tenant is None or r.tenant == tenant])
+            tx.erase_records([rid for rid, r in s.records.items() if tenant is None or r.tenant == store._tenant(tenant)])
 
         behind_the_back(store, change)
         return
     conn = raw_db(store)
-    where, args = ("WHERE tenant=?", (tenant,)) if tenant else ("", ())
+    where, args = ("WHERE tenant=?", (store._tenant(tenant),)) if tenant else ("", ())
     ids = [r[0] for r in conn.execute(f"SELECT id FROM records {where}", args)]
     with conn:
         for rid in ids:
@@ -117,6 +117,7 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
 
 
 def subject_key(store, subject: str, tenant: str = T) -> bytes | None:
+    tenant = store._tenant(tenant)  # the origin keys rows by the tenant's id
     if in_memory(store):
         return next((key for t, s, _kid, key in store._origin.subject_keys() if (t, s) == (tenant, subject)), None)
     row = (

@@ -247,7 +247,7 @@ def check_store(store_dir: str, rp: Replay, rng: random.Random) -> ReferenceMode
         # it must hold exactly the live records (no write lost, no erasure left behind).
         # Recall cannot tell a vector the index lost from one it holds but cannot reach
         # (a separate defect, see test_ann_reachability.py), so this looks inside.
-        for tenant in TENANTS:
+        for tenant in map(store._tenant, TENANTS):
             live_ids = {rid for rid, _blob in store._origin.records_of_tenant(tenant)}
             index = store._ann._index(tenant)
             lost = sorted(rid for rid in live_ids if rid not in index)

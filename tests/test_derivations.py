@@ -442,7 +442,7 @@ def test_quarantined_record_is_unreadable_and_unrecallable_on_every_path(digests
 def _query(store, text, purpose):
     from efface.paths.base import Query
 
-    return Query(T, text, store.embedder.embed([text])[0], purpose, None, store._clock())
+    return Query(store._tenant(T), text, store.embedder.embed([text])[0], purpose, None, store._clock())
 
 
 def test_rederive_lifts_the_quarantine_and_serves_the_new_text(digests):
@@ -687,7 +687,7 @@ def test_receipt_and_ledger_name_every_derivation_without_plaintext(digests):
     assert sorted(as_json["quarantined"]) == ["d:lin", "digest:zq"]
     assert {d["key"]: d["why"] for d in as_json["derivations"]} == {"digest:zq": "mention", "d:lin": "lineage"}
     stored = store._origin.receipt(receipt.handle)["body"]
-    assert sorted(stored["quarantined"]) == sorted(store._hash("key", T, k) for k in ("d:lin", "digest:zq"))
+    assert sorted(stored["quarantined"]) == sorted(store._hash("key", store._tenant(T), k) for k in ("d:lin", "digest:zq"))
     assert sorted(d["why"] for d in stored["derivations"]) == ["lineage", "mention"]
     store.rederive("digest:zq", "a digest without names", tenant=T)
     store.release("d:lin", tenant=T, reason="ticket 12 reviewed")

@@ -290,7 +290,7 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     ]
     store.write_many(items, tenant=TENANT, purpose="support", embeddings=vectors)
     store.compact()
-    tenant_index = store._ann._index(TENANT)
+    tenant_index = store._ann._index(store._tenant(TENANT))
     for r in range(rounds):
         ids = [record_id_of(store, TENANT, f"r{r}:{i}") for i in range(r * per, (r + 1) * per)]
         quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
