@@ -160,9 +160,11 @@ def record_id_of(store, tenant: str, key: str) -> int | None:
     """The origin's record id for (tenant, key), read behind the store's API."""
     if in_memory(store):
         return store._origin._state.by_key.get((store._tenant(tenant), key))
-    row = raw_db(store).execute(
-        "SELECT id FROM records WHERE tenant=? AND key=?", (store._tenant(tenant), key)
-    ).fetchone()
+    row = (
+        raw_db(store)
+        .execute("SELECT id FROM records WHERE tenant=? AND key=?", (store._tenant(tenant), key))
+        .fetchone()
+    )
     return None if row is None else row[0]
 
 

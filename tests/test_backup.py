@@ -57,7 +57,9 @@ def lose_everything(store, tenant: str | None = None) -> None:
 
         def change(s):
             tx = MemoryTx(s, s.epoch)
-            tx.erase_records([rid for rid, r in s.records.items() if tenant is None or r.tenant == store._tenant(tenant)])
+            tx.erase_records(
+                [rid for rid, r in s.records.items() if tenant is None or r.tenant == store._tenant(tenant)]
+            )
 
         behind_the_back(store, change)
         return

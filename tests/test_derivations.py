@@ -687,7 +687,9 @@ def test_receipt_and_ledger_name_every_derivation_without_plaintext(digests):
     assert sorted(as_json["quarantined"]) == ["d:lin", "digest:zq"]
     assert {d["key"]: d["why"] for d in as_json["derivations"]} == {"digest:zq": "mention", "d:lin": "lineage"}
     stored = store._origin.receipt(receipt.handle)["body"]
-    assert sorted(stored["quarantined"]) == sorted(store._hash("key", store._tenant(T), k) for k in ("d:lin", "digest:zq"))
+    assert sorted(stored["quarantined"]) == sorted(
+        store._hash("key", store._tenant(T), k) for k in ("d:lin", "digest:zq")
+    )
     assert sorted(d["why"] for d in stored["derivations"]) == ["lineage", "mention"]
     store.rederive("digest:zq", "a digest without names", tenant=T)
     store.release("d:lin", tenant=T, reason="ticket 12 reviewed")

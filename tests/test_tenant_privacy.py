@@ -26,7 +26,9 @@ OTHER = "bo.lindqvist@mail.example"
 def _fill(store, tenant: str) -> None:
     store.register_subject("ana", tenant=tenant, identifiers=["Ana Perez"])
     store.write("n1", "prefers green tea in the morning meetings", tenant=tenant, subject="ana", purpose="support")
-    store.write("n2", "asked for the invoice of the last quarter again", tenant=tenant, subject="ana", purpose="billing")
+    store.write(
+        "n2", "asked for the invoice of the last quarter again", tenant=tenant, subject="ana", purpose="billing"
+    )
     store.write("n3", "the ticket about the broken umbrella stand", tenant=tenant, subject="carl", purpose="support")
 
 
@@ -174,7 +176,7 @@ def test_tenant_name_is_kept_in_the_tenant_table_only(store, tmp_path):
     for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
         cols = [c[1] for c in db.execute(f"PRAGMA table_info('{table}')")]
         for col in cols:
-            n = db.execute(f"SELECT count(*) FROM \"{table}\" WHERE instr(CAST(\"{col}\" AS BLOB), ?)", (USER.encode(),))
+            n = db.execute(f'SELECT count(*) FROM "{table}" WHERE instr(CAST("{col}" AS BLOB), ?)', (USER.encode(),))
             if n.fetchone()[0]:
                 holding.append(f"{table}.{col}")
     assert holding == ["tenants.name"]

@@ -169,9 +169,7 @@ def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreRes
                 puts.append(rid)
                 texts[rid] = fields["text"]
                 n["restored"] += 1
-            tx.append_ledger(
-                "restore", None, {"tenant_h": tenant, "backup_id": header["backup_id"], **n}, now
-            )
+            tx.append_ledger("restore", None, {"tenant_h": tenant, "backup_id": header["backup_id"], **n}, now)
             return n, puts, [], texts
 
         try:

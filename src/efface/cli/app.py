@@ -156,13 +156,17 @@ def recall(query, purpose, k, subject) -> None:
 @click.option("--purpose", help="Release claims for this purpose.")
 @click.option("--prefix", help="Release claims on keys starting with this prefix.")
 @click.option("--key", help="Release claims on this one key.")
+@click.option("--everything", is_flag=True, help="All of the tenant, its name included (alone: no other selector).")
 @_common_options()
-def forget(subject, purpose, prefix, key) -> None:
+def forget(subject, purpose, prefix, key, everything) -> None:
     """Release the claims the selector names; erase records left with none; print the receipt.
 
-    Name at least one of --subject, --purpose, --prefix, --key (they combine with AND).
+    Name at least one of --subject, --purpose, --prefix, --key (they combine with AND), or
+    --everything alone to erase all of a (per-user) tenant.
     """
-    receipt = _open().forget(tenant=_tenant(), subject=subject, purpose=purpose, prefix=prefix, key=key)
+    receipt = _open().forget(
+        tenant=_tenant(), subject=subject, purpose=purpose, prefix=prefix, key=key, everything=everything
+    )
     doc = receipt.to_dict()
     _emit(doc, lambda out: render_receipt(out, doc))
 

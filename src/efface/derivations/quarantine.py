@@ -15,9 +15,7 @@ Body = Callable[[Any, float], tuple[Any, list[int], list[int], dict[int, str]]]
 def policy_body(hasher: Callable[..., str], tenant: str, policy: str, reason: str | None) -> Body:
     def body(tx, now):
         tx.set_policy(tenant, policy, reason)
-        tx.append_ledger(
-            "policy", None, {"tenant_h": tenant, "policy": policy, "reason": reason}, now
-        )
+        tx.append_ledger("policy", None, {"tenant_h": tenant, "policy": policy, "reason": reason}, now)
         return None, [], [], {}
 
     return body

@@ -75,6 +75,4 @@ class Evidence:
         if tenant_name is not None:  # erased with the tenant's last record, subject and key
             self._fp.add_many(fp, "tenant", [tenant_name.encode("utf-8")])
         per_path = {p.name: p.evidence(erased) for p in self._paths}
-        tx.save_evidence(
-            handle, tenant, id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now
-        )
+        tx.save_evidence(handle, tenant, id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now)
