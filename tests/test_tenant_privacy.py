@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_backup import lose_everything
 
 from efface.errors import InvalidInput, NotFound, ScopeError
 from efface.gate.state import GateState
 from efface.service.keys import KeyRing, key_path
+from test_backup import lose_everything
 
 USER = "ana.perez@mail.example"
 OTHER = "bo.lindqvist@mail.example"
