@@ -64,18 +64,19 @@ def top(prof: cProfile.Profile, n: int, key: str = "cumulative") -> None:
 def recall_breakdown(s, queries) -> None:
     print("\n== recall, component by component (ms) ==")
     parts = collections.defaultdict(list)
+    tid = s._tenant(TENANT)  # below the facade a tenant is known by its keyed id
     for _, q in queries:
         t0 = time.perf_counter()
-        s._origin.purposes(TENANT)
+        s._origin.purposes(tid)
         t1 = time.perf_counter()
         vec = s.embedder.embed([q])[0]
         t2 = time.perf_counter()
-        qq = Query(TENANT, q, vec, PURPOSE, None, time.time())
+        qq = Query(tid, q, vec, PURPOSE, None, time.time())
         f = s._fts.candidates(qq, 40)
         t3 = time.perf_counter()
         a = s._ann.candidates(qq, 40)
         t4 = time.perf_counter()
-        s._origin.live_ids(list({*f, *a}), TENANT, PURPOSE, None, qq.now)
+        s._origin.live_ids(list({*f, *a}), tid, PURPOSE, None, qq.now)
         t5 = time.perf_counter()
         s.recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
         t6 = time.perf_counter()

@@ -247,9 +247,10 @@ def check_store(store_dir: str, rp: Replay, rng: random.Random) -> ReferenceMode
         # it must hold exactly the live records (no write lost, no erasure left behind).
         # Recall cannot tell a vector the index lost from one it holds but cannot reach
         # (a separate defect, see test_ann_reachability.py), so this looks inside.
-        for tenant in map(store._tenant, TENANTS):
-            live_ids = {rid for rid, _blob in store._origin.records_of_tenant(tenant)}
-            index = store._ann._index(tenant)
+        for tenant in TENANTS:
+            tid = store._tenant(tenant)  # below the facade a tenant is known by its keyed id
+            live_ids = {rid for rid, _blob in store._origin.records_of_tenant(tid)}
+            index = store._ann._index(tid)
             lost = sorted(rid for rid in live_ids if rid not in index)
             assert not lost, f"after recovery the vector index lacks live records {lost[:10]} ({tenant})"
             # (scrub noise under reserved labels stays until the next rebuild; size() leaves it out)

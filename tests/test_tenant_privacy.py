@@ -217,3 +217,24 @@ def test_a_live_api_key_keeps_the_tenant_name_and_verify_says_so(store):
         ring.revoke(api_key.id)
     store.compact()
     assert store.verify(receipt.handle, tenant=USER).level == "erased"
+
+
+def test_cli_forget_everything(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from efface.cli import cli
+
+    runner = CliRunner(env={"EFFACE_STORE": None, "EFFACE_TENANT": None, "COLUMNS": "200"})
+    base = ["--store", str(tmp_path / "s"), "--embedder", "hashing"]
+    wrote = runner.invoke(
+        cli, [*base, "write", "n1", "prefers green tea", "--tenant", USER, "--subject", "ana", "--purpose", "support"]
+    )
+    assert wrote.exit_code == 0, wrote.output
+    refused = runner.invoke(cli, [*base, "forget", "--tenant", USER])
+    assert refused.exit_code != 0 and "everything" in refused.output and USER not in refused.output
+    done = runner.invoke(cli, [*base, "forget", "--everything", "--tenant", USER, "--json"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    assert doc["erased"] == ["n1"] and doc["tenant_erased"] and doc["selector"]["everything"] is True
