@@ -238,3 +238,24 @@ def test_cli_forget_everything(tmp_path):
     assert done.exit_code == 0, done.output
     doc = json.loads(done.stdout)
     assert doc["erased"] == ["n1"] and doc["tenant_erased"] and doc["selector"]["everything"] is True
+
+
+@pytest.mark.sqlite_only("deletes the origin's rows behind the store's back, as a disaster would")
+def test_restore_brings_the_name_back_so_it_can_be_erased_again(store, tmp_path):
+    from conftest import raw_db
+
+    _fill(store, USER)
+    store.backup(tmp_path / "b.efb")
+    lose_everything(store)
+    db = raw_db(store)
+    with db:
+        db.execute("DELETE FROM subjects")
+        db.execute("DELETE FROM tenants")
+    result = store.restore(tmp_path / "b.efb")
+    assert result.restored == 3
+    assert [r[0] for r in raw_db(store).execute("SELECT name FROM tenants")] == [USER]
+    receipt = store.forget(tenant=USER, everything=True)
+    assert receipt.tenant_erased
+    store.wait(receipt.handle, timeout=60)
+    assert store.verify(receipt.handle, tenant=USER).level == "erased"
+    assert _files_holding(store, USER.encode()) == []
