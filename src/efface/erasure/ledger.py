@@ -1,7 +1,11 @@
 """The erasure ledger: append-only, hash-chained, and free of personal data.
 
 Keys, subjects and tenants enter it only as keyed hashes (HMAC-SHA256 under a per-store
-secret), so the ledger can be handed to an auditor without handing over whose data it was.
+secret, parts length-prefixed by :mod:`efface.keyed_hash` so no two tuples share one), so
+the ledger can be handed to an auditor without handing over whose data it was. A tenant
+appears as its id, the keyed hash of its name, which is also the ``tenant`` of every origin
+row (see :class:`efface.store.Store`).
+
 Each entry's hash covers the previous entry's hash, so a removed, reordered or altered
 entry breaks the chain at a place :func:`verify_chain` names.
 """

@@ -10,6 +10,12 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 ``write_lock`` (held for every write) and, when it keeps bytes in files, ``physical``
 (:class:`Physical`): the store and the verifier look for it with ``getattr(origin,
 "physical", None)`` and, without it, treat the origin's erased epoch as its current one.
+
+Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
+the store (DESIGN §8: tenant names are personal data). An origin keeps the name itself in
+one place only (``set_tenant_name``), and deletes it when the tenant's last record,
+registered subject and data key are gone (``drop_tenant_name``, in the erasure's
+transaction, which fingerprints it for ``verify``).
 """
 
 from __future__ import annotations
