@@ -182,8 +182,14 @@ class EffaceDriver(BaseDriver):
         finally:
             conn.close()
 
+    def _tenant_id(self) -> str | None:
+        """The id every row of the tenant holds: the origin keeps the tenant's name only in
+        ``tenants`` (DESIGN §8), beside the keyed hash that stands in for it elsewhere."""
+        rows = self._sql("SELECT tenant FROM tenants WHERE name=?", (self.collection,))
+        return rows[0][0] if rows else None
+
     def targets(self, selection: Selection) -> Targets:
-        tenant = self.collection
+        tenant = self._tenant_id()
         if selection.ids is not None:
             marks = ",".join("?" * len(selection.ids))
             rows = self._sql(
@@ -207,11 +213,11 @@ class EffaceDriver(BaseDriver):
         return Targets(tuple(r[1] for r in rows), tuple(r[2] for r in rows), vectors, {"purposes": purposes})
 
     def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
-        mine = set(targets.ids)
+        mine, tenant = set(targets.ids), self._tenant_id()
         rows = [
             r
             for r in self._sql("SELECT tenant, key, text, embedding FROM records")
-            if not (r[0] == self.collection and r[1] in mine)
+            if not (r[0] == tenant and r[1] in mine)
         ]
         vecs = [np.frombuffer(r[3], dtype=np.float32) for r in rows]
         return [r[2] for r in rows], (np.stack(vecs) if vecs else None)
