@@ -339,18 +339,35 @@ class Store:
         with self._origin.snapshot() as r:
             self._known_purpose(tenant, purpose)
             found = r.read(tenant, key, purpose, self._clock())
-        if found is None:
-            return None
-        rec, claims = found
-        return Memory(
-            key=rec.key,
-            text=rec.text,
-            tenant=name,  # the origin keeps the tenant's id, not its name
-            metadata=json.loads(rec.metadata),
-            sources=tuple(json.loads(rec.sources)),
-            claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
-            updated_at=rec.updated_at,
-        )
+        return None if found is None else _memory(*found, name)
+
+    def scan(
+        self,
+        *,
+        tenant: str,
+        purpose: str,
+        prefix: str | None = None,
+        subject: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[Memory]:
+        """The listing read: records with a live claim for ``purpose`` (and ``subject``)
+        whose key starts with ``prefix``, in key order, at most ``limit`` (1-1000). Page on
+        by passing the last key returned as ``after``."""
+        name = v.name(tenant, "tenant")
+        tenant, purpose = self._tenant(name), v.purpose(purpose)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be an int from 1 to 1000; page on with after=")
+        prefix = "" if prefix is None else v.key(prefix, "prefix")
+        after = None if after is None else v.key(after, "after")
+        subject = None if subject is None else v.name(subject, "subject")
+        self._check_open()
+        now = self._clock()
+        with self._origin.snapshot() as r:
+            self._known_purpose(tenant, purpose)
+            keys = r.scan_keys(tenant, purpose, prefix, subject, after, limit, now)
+            found = [r.read(tenant, key, purpose, now) for key in keys]
+        return [_memory(*f, name) for f in found if f is not None]
 
     def recall(self, query: str, *, tenant: str, purpose: str, subject: str | None = None, k: int = 10) -> list[Hit]:
         """Hybrid recall: ANN over embeddings and full text over words, fused by reciprocal rank.
@@ -713,3 +730,15 @@ class Store:
         with self._lock:
             self._check_open()
             return restore_backup(self._backup_context(), src)
+
+
+def _memory(rec: Any, claims: Iterable[Any], tenant: str) -> Memory:
+    return Memory(
+        key=rec.key,
+        text=rec.text,
+        tenant=tenant,  # the origin keeps the tenant's id, not its name
+        metadata=json.loads(rec.metadata),
+        sources=tuple(json.loads(rec.sources)),
+        claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
+        updated_at=rec.updated_at,
+    )

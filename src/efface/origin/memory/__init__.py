@@ -188,6 +188,21 @@ class MemoryOrigin:
         s = self._st()
         return {k for k in keys if (tenant, k) in s.by_key}
 
+    def scan_keys(
+        self, tenant: str, purpose: str, prefix: str, subject: str | None, after: str | None, limit: int, now: float
+    ) -> list[str]:
+        s = self._st()
+        found = sorted(
+            k for (t, k) in s.by_key if t == tenant and k.startswith(prefix) and (after is None or k > after)
+        )
+        out = []
+        for k in found:
+            if _live_ids(s, [s.by_key[(tenant, k)]], tenant, purpose, subject, now):
+                out.append(k)
+                if len(out) == limit:
+                    break
+        return out
+
     def purposes(self, tenant: str) -> list[str]:
         return sorted(p for t, p in self._st().purposes if t == tenant)
 

@@ -275,6 +275,24 @@ class SQLiteOrigin:
             }
         return out
 
+    def scan_keys(
+        self, tenant: str, purpose: str, prefix: str, subject: str | None, after: str | None, limit: int, now: float
+    ) -> list[str]:
+        # BINARY collation orders UTF-8 bytes, which is code-point order: the same order as
+        # the memory origin's sorted(); 'r.key >= prefix' lets the (tenant, key) index seek.
+        sub = " AND c.subject=?" if subject is not None else ""
+        args: list[Any] = [tenant, prefix, len(prefix), prefix, after or "", purpose, now]
+        args += [subject] if subject is not None else []
+        return [
+            r[0]
+            for r in self._r().execute(
+                "SELECT r.key FROM records r WHERE r.tenant=? AND r.key>=? AND substr(r.key, 1, ?)=? AND r.key>?"
+                f" AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
+                f" AND c.purpose=? AND {LIVE}{sub}) ORDER BY r.key LIMIT ?",
+                [*args, limit],
+            )
+        ]
+
     def purposes(self, tenant: str) -> list[str]:
         return [r[0] for r in self._r().execute("SELECT purpose FROM purposes WHERE tenant=? ORDER BY 1", (tenant,))]
 
