@@ -1,0 +1,11 @@
+"""Drop-in faces of efface for agent frameworks.
+
+* :mod:`efface.compat.langgraph`: :class:`~efface.compat.langgraph.EffaceStore`, a LangGraph
+  ``BaseStore`` (needs the ``efface[langgraph]`` extra).
+* :mod:`efface.compat.mem0`: :class:`~efface.compat.mem0.Memory`, mem0's ``Memory`` API
+  (needs nothing beyond efface; it never imports mem0).
+
+Both talk to efface only through the public :class:`efface.Store` methods, so they work the
+same over an embedded store and over anything with the same methods. Neither is imported by
+``import efface``.
+"""
