@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import uuid
 import warnings
@@ -75,6 +76,8 @@ class Memory:
         self.last_receipt: Receipt | None = None
         """The receipt of the newest delete, delete_all or reset."""
         self._owns_store = owns_store
+        self._lock = threading.Lock()
+        self._last = 0
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | None = None) -> Memory:
@@ -218,7 +221,13 @@ class Memory:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
         return left
 
-    def _write(self, memory_id: str, text: str, payload: dict[str, Any]) -> None:
+    def _order(self) -> int:
+        # Strictly increasing: get_all lists oldest first even within one clock tick.
+        with self._lock:
+            self._last = max(time.time_ns(), self._last + 1)
+            return self._last
+
+    def _write(self, memory_id: str, text: str, payload: dict[str, Any], order: int) -> None:
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("a memory's text must be a non-empty string")
         self.store.write(
@@ -229,14 +238,14 @@ class Memory:
             purpose=self.purpose,
             basis=self.basis,
             ttl=self._ttl(payload),
-            metadata={"mem0": payload},
+            metadata={"mem0": payload, "order": order},
         )
 
     def _create(self, text: str, base: dict[str, Any]) -> str:
         memory_id = str(uuid.uuid4())
         now = self._now_iso()
         payload = {**base, "hash": _md5(text), "created_at": now, "updated_at": now}
-        self._write(memory_id, text, payload)
+        self._write(memory_id, text, payload, self._order())
         self._event(memory_id, payload, None, text, "ADD")
         return memory_id
 
@@ -316,9 +325,9 @@ class Memory:
             if _match(payload, filters):
                 item = _item(m.key[len(self.key_prefix) : -2], m.text, payload)
                 item.pop("score")
-                rows.append(item)
-        rows.sort(key=lambda r: (r["created_at"] or "", r["id"]))
-        return {"results": rows[:top_k]}
+                rows.append((m.metadata.get("order") or 0, item))
+        rows.sort(key=lambda r: r[0])
+        return {"results": [item for _, item in rows[:top_k]]}
 
     def search(
         self,
@@ -411,7 +420,7 @@ class Memory:
         old = mem.text
         new = old if text is None else text
         payload.update({"hash": _md5(new), "updated_at": self._now_iso()})
-        self._write(memory_id, new, payload)
+        self._write(memory_id, new, payload, mem.metadata.get("order") or self._order())
         if expiration_date is not _UNSET:
             # Earlier events live as long as the memory does.
             for i, ev in enumerate(self._events(memory_id)):

@@ -1,0 +1,236 @@
+"""The mem0 facade: a port of mem0's own usage examples (README and docs quick start: add a
+conversation, search by user, get_all, get, update, history, delete, delete_all, reset) run
+against ``efface.compat.mem0.Memory``, with the return shapes checked against mem0's own
+types where they can be built without an LLM or network (``MemoryItem``, the history table
+of ``SQLiteManager``); and what the facade does that mem0 does not: deleted text gone from
+history and proven erased, ``expiration_date`` as an erasure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import efface
+from efface.compat.mem0 import Memory, MemoryNotFound
+
+MESSAGES = [
+    {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},
+    {"role": "assistant", "content": "How about thriller movies? They can be quite engaging."},
+    {"role": "user", "content": "I'm not a big fan of thriller movies but I love sci-fi movies."},
+    {
+        "role": "assistant",
+        "content": "Got it! I'll avoid thriller recommendations and suggest sci-fi movies in the future.",
+    },
+]
+ADD_ITEM = {"id", "memory", "event", "actor_id", "role"}
+"""The keys of one ``add(..., infer=False)`` result in mem0 2.2.1 (``_add_to_vector_store``)."""
+
+
+@pytest.fixture(scope="module")
+def mem0_shapes(tmp_path_factory):
+    """mem0's own MemoryItem keys and history row keys (mem0 stays out of the facade)."""
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("MEM0_DIR", str(tmp_path_factory.mktemp("mem0dir")))
+    base = pytest.importorskip("mem0.configs.base")
+    storage = pytest.importorskip("mem0.memory.storage")
+    db = storage.SQLiteManager(":memory:")
+    db.add_history("m", None, "x", "ADD", created_at="a", updated_at="a")
+    db.add_history("m", "x", None, "DELETE", created_at="a", updated_at="b", is_deleted=1)
+    history = [set(r) for r in db.get_history("m")]
+    db.close()
+    return {"item": set(base.MemoryItem(id="i", memory="m").model_dump()), "history": history}
+
+
+@pytest.fixture
+def m(store, clock):
+    return Memory(store, tenant="acme", clock=clock)
+
+
+def test_quick_start_port(m, store, mem0_shapes):
+    # mem0 docs, "Quickstart" (open source): add a conversation for alice, with metadata.
+    with pytest.warns(UserWarning, match="verbatim"):
+        result = m.add(MESSAGES, user_id="alice", metadata={"category": "movies"})
+    assert result["stored_verbatim"] is True
+    assert [set(r) for r in result["results"]] == [ADD_ITEM] * 4
+    assert [r["event"] for r in result["results"]] == ["ADD"] * 4
+    assert [r["role"] for r in result["results"]] == ["user", "assistant", "user", "assistant"]
+    memory_id = result["results"][2]["id"]
+
+    # get_all for the user: mem0 2.x filters, and the 1.x keyword still works.
+    everything = m.get_all(filters={"user_id": "alice"})
+    assert m.get_all(user_id="alice") == everything
+    rows = everything["results"]
+    assert [r["memory"] for r in rows] == [msg["content"] for msg in MESSAGES]
+    item_keys = mem0_shapes["item"] - {"score"}
+    for r in rows:
+        assert set(r) == item_keys | {"user_id", "role"}
+        assert r["metadata"] == {"category": "movies"} and r["user_id"] == "alice"
+
+    # get one memory: MemoryItem's keys (score None) plus the promoted ids.
+    got = m.get(memory_id)
+    assert set(got) == mem0_shapes["item"] | {"user_id", "role"}
+    assert got["memory"] == MESSAGES[2]["content"] and got["score"] is None and got["hash"]
+
+    # search "What do you know about me?" in alice's memories: scored results.
+    hits = m.search(query="sci-fi movies", filters={"user_id": "alice"}, top_k=3)["results"]
+    assert 0 < len(hits) <= 3 and hits[0]["id"] == memory_id
+    assert all(set(h) == mem0_shapes["item"] | {"user_id", "role"} and h["score"] > 0 for h in hits)
+    assert m.search("sci-fi movies", user_id="bob")["results"] == []
+
+    # update (the docs' data= form), then history: ADD then UPDATE, with mem0's row keys.
+    assert m.update(memory_id=memory_id, data="I love sci-fi, space operas most of all.") == {
+        "message": "Memory updated successfully!"
+    }
+    assert m.get(memory_id)["memory"] == "I love sci-fi, space operas most of all."
+    history = m.history(memory_id=memory_id)
+    assert [h["event"] for h in history] == ["ADD", "UPDATE"]
+    assert history[1]["old_memory"] == MESSAGES[2]["content"]
+    assert all(set(h) == mem0_shapes["history"][0] for h in history)
+
+    # delete: mem0's message, plus the receipt.
+    deleted = m.delete(memory_id=memory_id)
+    assert deleted["message"] == "Memory deleted successfully!"
+    assert deleted["receipt"]["level"] == "intent" and deleted["receipt"]["handle"]
+    assert m.get(memory_id) is None
+    with pytest.raises(MemoryNotFound):
+        m.delete(memory_id)
+    with pytest.raises(ValueError):  # as mem0 raises
+        m.update(memory_id, text="again")
+
+    # delete_all for the user: one forget of alice's memories, one receipt.
+    out = m.delete_all(user_id="alice")
+    assert out["message"] == "Memories deleted successfully!"
+    assert len(out["receipt"]["erased"]) == 6  # 3 memories and their 3 ADD events
+    assert m.get_all(filters={"user_id": "alice"}) == {"results": []}
+
+    # reset: everything the facade holds in this tenant, with a receipt.
+    m.add("Bob likes jazz", user_id="bob", infer=False)
+    assert m.reset()["receipt"]["erased"]
+    assert m.get_all(user_id="bob") == {"results": []}
+
+
+def test_history_after_delete_holds_no_deleted_text_and_the_text_is_erased(m, store, mem0_shapes):
+    added = m.add("Alice's locker code is 4471", user_id="alice", infer=False)
+    memory_id = added["results"][0]["id"]
+    m.update(memory_id, text="Alice's locker code is 9902")
+    receipt = m.delete(memory_id)["receipt"]
+    history = m.history(memory_id)
+    assert [h["event"] for h in history] == ["ADD", "UPDATE", "DELETE"]
+    assert "4471" not in repr(history) and "9902" not in repr(history)
+    assert all(h["old_memory"] is None and h["new_memory"] is None for h in history)
+    assert history[-1]["receipt"] == receipt["handle"] and history[-1]["is_deleted"] is True
+    assert set(history[-1]) == mem0_shapes["history"][1] | {"receipt"}
+    assert sorted(receipt["erased"]) == sorted(
+        [f"mem0/{memory_id}/m", f"mem0/{memory_id}/h/000000", f"mem0/{memory_id}/h/000001"]
+    )
+    assert store.wait(receipt["handle"], timeout=30).erased
+    assert store.verify(receipt["handle"]).level == "erased"
+    assert not store.recall("locker code", tenant="acme", purpose="memory")
+
+
+def test_expiration_date_erases(m, store, clock):
+    today = datetime.fromtimestamp(clock.now, tz=timezone.utc).date()
+    kept = m.add("Alice is in Lisbon this week", user_id="alice", infer=False, expiration_date=today)
+    m.add("Alice is vegetarian", user_id="alice", infer=False)
+    memory_id = kept["results"][0]["id"]
+    assert m.get(memory_id)["expiration_date"] == today.isoformat()
+    clock.advance(86400)  # past the end of the expiration day (UTC)
+    assert m.get(memory_id) is None
+    (receipt,) = store.sweep()
+    assert receipt.kind == "expire"
+    assert sorted(receipt.erased) == [f"mem0/{memory_id}/h/000000", f"mem0/{memory_id}/m"]
+    assert store.wait(receipt.handle, timeout=30).erased
+    assert [r["memory"] for r in m.get_all(user_id="alice")["results"]] == ["Alice is vegetarian"]
+    with pytest.raises(efface.InvalidInput, match="passed"):
+        m.add("too late", user_id="alice", infer=False, expiration_date=today - timedelta(days=3))
+
+
+def test_update_can_set_and_clear_the_expiration(m, store, clock):
+    today = datetime.fromtimestamp(clock.now, tz=timezone.utc).date()
+    memory_id = m.add("Alice visits Porto", user_id="alice", infer=False)["results"][0]["id"]
+    m.update(memory_id, expiration_date=today)
+    m.update(memory_id, expiration_date=None)
+    clock.advance(3 * 86400)
+    store.sweep()
+    assert m.get(memory_id)["memory"] == "Alice visits Porto"
+    m.update(memory_id, expiration_date=today + timedelta(days=3))
+    clock.advance(86400)
+    assert store.sweep() and m.get(memory_id) is None and m.history(memory_id) == []
+
+
+def test_infer_uses_the_extractor(store, clock):
+    seen = []
+
+    def extractor(messages):
+        seen.append(messages)
+        return ["Alice loves sci-fi movies", "Alice dislikes thrillers"]
+
+    m = Memory(store, tenant="acme", extractor=extractor, clock=clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = m.add(MESSAGES, user_id="alice")
+    assert seen == [MESSAGES] and "stored_verbatim" not in out
+    assert [(set(r), r["memory"]) for r in out["results"]] == [
+        ({"id", "memory", "event"}, "Alice loves sci-fi movies"),
+        ({"id", "memory", "event"}, "Alice dislikes thrillers"),
+    ]
+    bad = Memory(store, tenant="acme", extractor=lambda msgs: "not a list", clock=clock)
+    with pytest.raises(efface.InvalidInput, match="extractor"):
+        bad.add("hello", user_id="alice")
+
+
+def test_agent_and_run_scopes_never_touch_a_user_of_the_same_name(m, store):
+    m.add("agent x note", agent_id="x", infer=False)
+    m.add("user x note", user_id="x", infer=False)
+    both = m.add("run note", user_id="x", agent_id="x", run_id="r1", infer=False)["results"][0]["id"]
+    assert [r["memory"] for r in m.get_all(filters={"agent_id": "x"})["results"]] == ["agent x note", "run note"]
+    out = m.delete_all(agent_id="x")
+    assert len(out["receipts"]) == 2 and out["receipt"] == out["receipts"][-1]
+    assert m.get(both) is None
+    assert [r["memory"] for r in m.get_all(user_id="x")["results"]] == ["user x note"]
+    assert store.read(f"mem0/{m.get_all(user_id='x')['results'][0]['id']}/m", tenant="acme", purpose="memory")
+
+
+def test_filters_and_bad_input(m):
+    m.add("Alice plays chess", user_id="alice", metadata={"level": 3, "kind": "hobby"}, infer=False)
+    m.add("Alice plays go", user_id="alice", metadata={"level": 1, "kind": "hobby"}, infer=False)
+    got = m.get_all(filters={"user_id": "alice", "level": {"gte": 2}})["results"]
+    assert [r["memory"] for r in got] == ["Alice plays chess"]
+    got = m.search("plays", filters={"user_id": "alice", "kind": "hobby", "level": {"in": [1]}})["results"]
+    assert [r["memory"] for r in got] == ["Alice plays go"]
+    with pytest.raises(ValueError, match="user_id, agent_id, run_id"):
+        m.search("plays")
+    with pytest.raises(ValueError, match="user_id, agent_id, run_id"):
+        m.add("nobody's memory")
+    with pytest.raises(ValueError, match="reset"):
+        m.delete_all()
+    with pytest.raises(ValueError):
+        m.get("../escape")
+
+
+def test_from_config(tmp_path):
+    with pytest.warns(UserWarning, match="ignores"):
+        m = Memory.from_config(
+            {"path": tmp_path / "s", "embedder": "hashing", "tenant": "acme", "llm": {"provider": "openai"}}
+        )
+    with m:
+        m.add("Alice likes tea", user_id="alice", infer=False)
+        assert m.get_all(user_id="alice")["results"][0]["memory"] == "Alice likes tea"
+    with efface.open(tmp_path / "s", embedder="hashing") as store:
+        m = Memory.from_config({"store": store, "tenant": "acme"})
+        assert len(m.get_all(user_id="alice")["results"]) == 1
+    with pytest.raises(efface.InvalidInput, match="exactly one"):
+        Memory.from_config({})
+    with pytest.raises(efface.InvalidInput, match="unknown config"):
+        Memory.from_config({"path": tmp_path / "t", "colour": "blue"})
+
+
+def test_the_facade_never_imports_mem0():
+    code = "import sys, efface.compat.mem0; print('mem0' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.strip() == "False"
