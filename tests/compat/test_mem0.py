@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -134,7 +134,7 @@ def test_history_after_delete_holds_no_deleted_text_and_the_text_is_erased(m, st
 
 
 def test_expiration_date_erases(m, store, clock):
-    today = datetime.fromtimestamp(clock.now, tz=timezone.utc).date()
+    today = datetime.fromtimestamp(clock.now, tz=UTC).date()
     kept = m.add("Alice is in Lisbon this week", user_id="alice", infer=False, expiration_date=today)
     m.add("Alice is vegetarian", user_id="alice", infer=False)
     memory_id = kept["results"][0]["id"]
@@ -151,7 +151,7 @@ def test_expiration_date_erases(m, store, clock):
 
 
 def test_update_can_set_and_clear_the_expiration(m, store, clock):
-    today = datetime.fromtimestamp(clock.now, tz=timezone.utc).date()
+    today = datetime.fromtimestamp(clock.now, tz=UTC).date()
     memory_id = m.add("Alice visits Porto", user_id="alice", infer=False)["results"][0]["id"]
     m.update(memory_id, expiration_date=today)
     m.update(memory_id, expiration_date=None)

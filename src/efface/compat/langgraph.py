@@ -34,7 +34,7 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import (
@@ -300,8 +300,8 @@ class EffaceStore(BaseStore):
             "value": json.loads(mem.text),
             "key": key,
             "namespace": namespace,
-            "created_at": datetime.fromtimestamp(created, tz=timezone.utc),
-            "updated_at": datetime.fromtimestamp(mem.updated_at, tz=timezone.utc),
+            "created_at": datetime.fromtimestamp(created, tz=UTC),
+            "updated_at": datetime.fromtimestamp(mem.updated_at, tz=UTC),
         }
         if cls is SearchItem:
             return SearchItem(score=score, **kw)

@@ -19,8 +19,8 @@ never imports mem0. Where it differs, on purpose (see docs/mem0.md):
   numbers), so mem0's cosine ``threshold`` is not applied.
 
 Scope: ``user_id`` is the efface subject; a memory with no ``user_id`` takes
-``"agent_id:<agent_id>"`` (else ``"run_id:<run_id>"``) as its subject. All three are kept and filter as in mem0. The tenant, the
-purpose and the lawful basis come from the config.
+``"agent_id:<agent_id>"`` (else ``"run_id:<run_id>"``) as its subject. All three are kept
+and filter as in mem0. The tenant, the purpose and the lawful basis come from the config.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidInput, NotFound, UnknownPurpose
@@ -176,7 +176,7 @@ class Memory:
             facts = self.extractor(messages)
             if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
                 raise InvalidInput("the extractor must return a list of fact strings")
-            todo = [(f, {}) for f in facts if f.strip()]
+            todo: list[tuple[str, dict[str, Any]]] = [(f, {}) for f in facts if f.strip()]
         else:
             if infer:
                 verbatim = True
@@ -197,7 +197,7 @@ class Memory:
         results = []
         for text, extra in todo:
             memory_id = self._create(text, {**base, **extra})
-            item = {"id": memory_id, "memory": text, "event": "ADD"}
+            item: dict[str, Any] = {"id": memory_id, "memory": text, "event": "ADD"}
             if not (infer and self.extractor is not None):
                 item["actor_id"] = extra.get("actor_id")
                 item["role"] = extra.get("role")
@@ -208,14 +208,14 @@ class Memory:
         return out
 
     def _now_iso(self) -> str:
-        return datetime.fromtimestamp(self.clock(), tz=timezone.utc).isoformat()
+        return datetime.fromtimestamp(self.clock(), tz=UTC).isoformat()
 
     def _ttl(self, payload: dict[str, Any]) -> float | None:
         """Seconds from now to the end (UTC) of the payload's expiration date."""
         exp = payload.get("expiration_date")
         if exp is None:
             return None
-        end = datetime.combine(date.fromisoformat(exp) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+        end = datetime.combine(date.fromisoformat(exp) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
         left = end.timestamp() - self.clock()
         if left <= 0:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
@@ -423,7 +423,7 @@ class Memory:
         self._write(memory_id, new, payload, mem.metadata.get("order") or self._order())
         if expiration_date is not _UNSET:
             # Earlier events live as long as the memory does.
-            for i, ev in enumerate(self._events(memory_id)):
+            for i in range(len(self._events(memory_id))):
                 self.store.retain(
                     self._hkey(memory_id, i),
                     tenant=self.tenant,
@@ -478,9 +478,7 @@ class Memory:
         for memory_id, events in skeletons.items():
             # What is left of a deleted memory: its events without text, and the deletion
             # with the receipt's handle. No personal data: no text, no ids but its own.
-            kept = [
-                {**e, "old_memory": None, "new_memory": None, "actor_id": None} for e in events
-            ]
+            kept = [{**e, "old_memory": None, "new_memory": None, "actor_id": None} for e in events]
             kept.append(
                 {
                     "id": str(uuid.uuid4()),
