@@ -14,7 +14,8 @@ import os
 import shutil
 from typing import Any
 
-from .errors import InvalidInput, StoreLocked
+from .errors import InvalidInput, StoreDamaged, StoreLocked
+from .faults import os_faults
 from .origin.base import Origin
 from .store import Store
 
@@ -27,8 +28,9 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
     root = os.path.abspath(os.fspath(path))
     if os.path.exists(root) and not os.path.isdir(root):
         raise InvalidInput("the store path exists and is not a directory: give a directory path")
-    os.makedirs(root, exist_ok=True)
-    lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
+    with os_faults():  # a read-only or full file system: a typed error, never a bare OSError
+        os.makedirs(root, exist_ok=True)
+        lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
     try:
         fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -45,6 +47,8 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
 
     o: Origin | None = None
     try:
+        with os_faults():
+            _check_layout(root, origin)
         if origin == "memory":
             from .origin.memory import MemoryOrigin
 
@@ -54,7 +58,8 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
         else:
             from .origin.sqlite import SQLiteOrigin
 
-            o = SQLiteOrigin(os.path.join(root, "origin.db"))
+            with os_faults():
+                o = SQLiteOrigin(os.path.join(root, "origin.db"))
         assert o is not None
         return Store(root, embedder, origin=o, on_close=release, **options)
     except BaseException:
@@ -62,3 +67,31 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
             o.close()
         release()
         raise
+
+
+def _check_layout(root: str, origin: str) -> None:
+    """Refuse a directory whose parts do not belong together, before anything is written
+    into it: a new origin next to old index files would start an empty store with a new
+    secret and vectors nobody can erase or verify."""
+    ann = os.path.join(root, "ann")
+    if os.path.lexists(ann) and not os.path.isdir(ann):
+        raise StoreDamaged(
+            "the store is damaged: its 'ann' entry is a file, not the index directory; move that file "
+            "out of the store directory (efface rebuilds the index from origin.db)"
+        )
+    if origin != "sqlite":
+        return
+    db = os.path.join(root, "origin.db")
+    if os.path.lexists(db) and not os.path.isfile(db):
+        raise StoreDamaged("the store is damaged: its origin.db is not a file; restore the store from a backup copy")
+    if os.path.isfile(db) and os.path.getsize(db) > 0:
+        return
+    leftovers = os.path.isdir(ann) and any(name.endswith(".usearch") for name in os.listdir(ann))
+    wal = os.path.join(root, "origin.db-wal")
+    if leftovers or (os.path.isfile(wal) and os.path.getsize(wal) > 0):
+        raise StoreDamaged(
+            "the store is damaged: its origin.db is missing or empty, but the files built from it remain "
+            "(ann/, origin.db-wal); restore origin.db from a backup copy of the store. Opening it would start "
+            "an empty store with a new secret beside vectors nobody could erase or verify; to start afresh "
+            "on purpose, use a new directory"
+        )

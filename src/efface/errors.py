@@ -13,6 +13,10 @@
      │    ├── CacheRoutedVerification  the verification read was not served by the origin
      │    └── UnboundedPropagation     derived structures with no finite propagation bound
      ├── StoreLocked           another process has the store open
+     ├── StoreDamaged          origin.db fails SQLite's checks, is missing beside its
+     │                         indexes, or a file of the store is of the wrong kind
+     ├── StoreUnwritable       the store's files cannot be written: a read-only directory
+     │                         or file system, a full disk, no permission, an I/O error
      ├── EmbedderMismatch      the store was built with another embedder
      ├── BackupCorrupt         a backup file fails authentication (altered, truncated)
      └── BackupMismatch        a backup made by another store
@@ -90,6 +94,16 @@ class UnverifiableDeletion(EffaceError):
 
 class StoreLocked(EffaceError):
     """Another process holds this store open."""
+
+
+class StoreDamaged(EffaceError):
+    """The store's files are damaged (origin.db fails SQLite's checks, or is missing beside
+    its index files): restore the store directory from a backup copy; nothing was changed."""
+
+
+class StoreUnwritable(EffaceError):
+    """The store's files cannot be written (a read-only directory or file system, a full
+    disk, no permission, a disk I/O error); what was not acknowledged was not written."""
 
 
 class EmbedderMismatch(EffaceError):

@@ -98,6 +98,8 @@ class Store:
         self._lock = threading.RLock()
         """Orders mutations (the chokepoint) and the in-memory state that follows them."""
         self._closed = False
+        self._closing = threading.Lock()
+        """One close() at a time: a second caller waits for the first, then finds it closed."""
         secret = origin.meta_get(SECRET_KEY)
         if secret is None:
             secret = Hasher.new_secret()
@@ -138,20 +140,23 @@ class Store:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the compactor, absorb and save every artifact, and release the store."""
-        if self._closed:
-            return
-        self._compactor.stop()
-        with self._lock:
-            try:
-                self._compactor.run(persist=True)
-            finally:
-                self._closed = True
-                for p in self._paths:
-                    p.close()
-                self._origin.close()
-                if self._on_close is not None:
-                    self._on_close()
+        """Stop the compactor, absorb and save every artifact, and release the store.
+        The store is released even when saving fails (a full disk: ``StoreUnwritable``);
+        what was acknowledged is in the origin, and the next open absorbs it again."""
+        with self._closing:
+            if self._closed:
+                return
+            self._compactor.stop()
+            with self._lock:
+                try:
+                    self._compactor.run(persist=True)
+                finally:
+                    self._closed = True
+                    for p in self._paths:
+                        p.close()
+                    self._origin.close()
+                    if self._on_close is not None:
+                        self._on_close()
 
     def __enter__(self) -> Store:
         return self
@@ -592,7 +597,7 @@ class Store:
         Returns the status either way: check ``.erased`` or ``.settled``."""
         if until not in ("erased", "absorbed"):
             raise InvalidInput("until must be 'erased' or 'absorbed'")
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + v.timeout(timeout)
         while True:
             st = self.status(handle, tenant=tenant)
             if not self._compactor.running:

@@ -19,7 +19,10 @@ MAX_NAME_BYTES = 256
 MAX_METADATA_BYTES = 64 << 10
 MAX_SOURCES = 1000
 
-_PURPOSE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+MAX_METADATA_DEPTH = 64
+
+# fullmatch, never `$`: `$` also matches before a final newline, so "support\n" got in
+_PURPOSE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 
 
 def _utf8(value: Any, what: str) -> bytes:
@@ -70,7 +73,7 @@ def name(value: Any, what: str) -> str:
 
 def purpose(value: Any) -> str:
     _utf8(value, "purpose")
-    if not _PURPOSE.match(value):
+    if not _PURPOSE.fullmatch(value):
         raise InvalidInput(
             "purpose must be 1-64 characters: a letter, then letters, digits or _ . : - "
             "(for example 'support' or 'analytics')"
@@ -93,7 +96,10 @@ def ttl(value: Any) -> float | None:
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput("ttl must be seconds (int or float) or a datetime.timedelta")
     else:
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float (10**400)
+            seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidInput("ttl must be a positive, finite duration; to remove a memory now use forget()")
     return seconds
@@ -105,6 +111,7 @@ def metadata(value: Any) -> str:
         return "{}"
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
+    _shallow(value)
     try:
         encoded = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
         _utf8(encoded, "metadata")
@@ -115,6 +122,39 @@ def metadata(value: Any) -> str:
     if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
         raise InvalidInput(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     return encoded
+
+
+def _shallow(value: dict) -> None:
+    """Refuse metadata nested deeper than MAX_METADATA_DEPTH, without recursing (the JSON
+    encoder recurses, and 50,000 levels would raise RecursionError)."""
+    level: list[Any] = [value]
+    for _depth in range(MAX_METADATA_DEPTH):
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, (dict, list, tuple))
+        ]
+        if not level:
+            return
+    raise InvalidInput(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
+
+
+def timeout(value: Any) -> float:
+    """Seconds to wait at most: a finite number, 0 or more. Never None (no limit): an
+    erasure may never reach ``erased`` (an older backup holds it), and a wait must end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(
+            "timeout must be a number of seconds (int or float), e.g. 30; there is no unlimited wait: "
+            "call wait() again if it returns unfinished"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInput("timeout must be a finite number of seconds, 0 or more")
+    return seconds
 
 
 def sources(value: Iterable[str] | None) -> tuple[str, ...]:

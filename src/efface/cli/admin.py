@@ -4,15 +4,14 @@ compaction, backups, sweep, the demo and the audit; and ``main``."""
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 from rich.console import Console
-from rich.text import Text
 
-from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _tenant, cli
+from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
 from .render import (
     console,
+    data,
     kv_table,
     ledger_table,
     paths_table,
@@ -55,7 +54,7 @@ def ledger_verify() -> None:
         else:
             out.print(f"[red]ledger BROKEN[/]: {len(check.problems)} problem(s) in {check.entries} entries")
             for p in check.problems:
-                out.print(Text(f"  - {p}"))
+                out.print(data(f"  - {p}"))
 
     _emit(check.to_dict(), human)
     if not check.ok:
@@ -94,9 +93,9 @@ def ledger_export(handle, out_path, html_path) -> None:
         if not out_path:
             click.echo(json.dumps(cert, indent=2, sort_keys=True))
         else:
-            out.print(f"certificate for {handle} (level {cert['level']}) written to {out_path}")
+            out.print(data(f"certificate for {handle} (level {cert['level']}) written to {out_path}"))
         if html_path:
-            out.print(f"HTML certificate written to {html_path}", highlight=False)
+            out.print(data(f"HTML certificate written to {html_path}"))
 
     _emit(cert, human)
 
@@ -231,7 +230,7 @@ def quarantine_list() -> None:
 def quarantine_rederive(key, text, sources, no_sources) -> None:
     """Write a new version of KEY (TEXT; '-' reads stdin) and lift its quarantine."""
     if text == "-":
-        text = sys.stdin.read()
+        text = _stdin_text()
     new_sources = [] if no_sources else (list(sources) if sources else None)
     epoch = _open().rederive(key, text, tenant=_tenant(), sources=new_sources)
     _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"re-derived and released at epoch {epoch}"))

@@ -11,14 +11,13 @@ the rest.
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 from rich.console import Console
 
 from efface.errors import InvalidInput
 
-from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _tenant, cli
+from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
 from .render import (
     fmt_time,
     hits_table,
@@ -49,12 +48,12 @@ from .render import (
 def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
     """Store TEXT under KEY with one claim. TEXT '-' reads it from stdin."""
     if text == "-":
-        text = sys.stdin.read()
+        text = _stdin_text()
     meta = None
     if metadata is not None:
         try:
             meta = json.loads(metadata)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
             raise InvalidInput('--metadata must be a JSON object, e.g. \'{"channel": "chat"}\'') from None
     store = _open()
     epoch = store.write(
@@ -175,8 +174,8 @@ def forget(subject, purpose, prefix, key, everything) -> None:
 @click.argument("handle")
 @_common_options()
 def status(handle) -> None:
-    """Show how far the erasure HANDLE has gone through every read path, now."""
-    doc = _open().status(handle).to_dict()
+    """Show how far the erasure HANDLE of --tenant has gone through every read path, now."""
+    doc = _open().status(handle, tenant=_tenant()).to_dict()
     _emit(doc, lambda out: render_status(out, doc))
 
 
@@ -198,8 +197,8 @@ def status(handle) -> None:
 )
 @_common_options()
 def wait(handle, timeout, until) -> None:
-    """Drive the erasure HANDLE through every path and wait until it is done (then `efface verify`)."""
-    st = _open().wait(handle, timeout=timeout, until=until)
+    """Drive the erasure HANDLE of --tenant through every path and wait until it is done (then `efface verify`)."""
+    st = _open().wait(handle, timeout=timeout, until=until, tenant=_tenant())
     doc = st.to_dict()
     _emit(doc, lambda out: render_status(out, doc))
     if not (st.erased if until == "erased" else st.settled):

@@ -1,8 +1,13 @@
-"""Rendering for people: the tables the commands print, shared with ``efface demo``.
+r"""Rendering for people: the tables the commands print, shared with ``efface demo``.
 
 Everything here takes the ``to_dict()`` forms and a rich ``Console``; nothing here parses
 options or opens a store, and nothing here imports the commands (:mod:`.app`) or the demo,
-which both import it. Keys, texts and other data go into ``Text`` cells, never into markup.
+which both import it. Keys, texts and other data go into ``Text`` cells through :func:`data`,
+never into markup: a stored value can hold terminal escape sequences (ESC, CSI, OSC, BEL and
+the other C0 and C1 controls, bidirectional overrides), and printed raw they would drive the
+reader's terminal (retitle it, clear it, hide or reorder text). :func:`data` shows them as
+escapes instead (``\x1b``, ``\u202e``). ``--json`` output is for programs: JSON escapes the
+C0 controls itself, and a program reads the rest as the characters they are.
 """
 
 from __future__ import annotations
@@ -15,6 +20,24 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+
+_ESCAPED = {
+    cp: f"\\x{cp:02x}" for cp in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
+}  # every C0 control but tab and newline, DEL, every C1 control (0x9b is a one-byte CSI)
+_ESCAPED.update(
+    {cp: f"\\u{cp:04x}" for cp in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+)  # bidirectional marks, embeddings, overrides and isolates: they reorder what the reader sees
+
+
+def shown(value: Any) -> str:
+    """``str(value)`` safe for a terminal: control characters and bidi overrides as escapes."""
+    return str(value).translate(_ESCAPED)
+
+
+def data(value: Any, style: str = "") -> Text:
+    """A value for a table cell, a title or a line: shown as data (never markup), escaped."""
+    return Text(shown(value), style=style)
 
 
 def console() -> Console:
@@ -31,11 +54,11 @@ def fmt_time(ts: float | None) -> str:
 
 def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
     """A two-column table of ``(field, value)`` rows; values are shown as data."""
-    table = Table(title=Text(title), show_header=False, title_justify="left")
+    table = Table(title=data(title), show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for name, value in rows:
-        table.add_row(name, Text(str(value)))  # data, never markup
+        table.add_row(data(name), data(value))
     return table
 
 
@@ -48,10 +71,10 @@ def paths_table(paths: dict, title: str = "Read paths") -> Table:
         style = "green" if p["state"] in ("absorbed", "shredded") else "yellow" if p.get("read_safe", True) else "red"
         measured = p.get("measured_propagation_s")
         table.add_row(
-            name,
-            f"[{style}]{p['state']}[/]",
-            str(p["applied_epoch"]),
-            str(p.get("erased_epoch", "-")),
+            data(name),
+            data(p["state"], style),
+            data(p["applied_epoch"]),
+            data(p.get("erased_epoch", "-")),
             f"{p['max_propagation_s']:g} s",
             "-" if measured is None else f"{measured:.3f} s",
             "yes" if p.get("read_safe", True) else "NO",
@@ -94,14 +117,16 @@ def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
         for col in ("key", "purpose", "basis", "until", "why"):
             table.add_column(col, overflow="fold")
         for x in r["retained"]:
-            table.add_row(Text(x["key"]), x["purpose"], x["basis"], fmt_time(x["expires_at"]), x["reason"])
+            table.add_row(
+                data(x["key"]), data(x["purpose"]), data(x["basis"]), fmt_time(x["expires_at"]), data(x["reason"])
+            )
         out.print(table)
     if r.get("derivations"):
-        table = Table(title=f"Derived records (tenant policy: {r['policy']})", title_justify="left")
+        table = Table(title=data(f"Derived records (tenant policy: {r['policy']})"), title_justify="left")
         for col in ("key", "why", "action", "detail"):
             table.add_column(col, overflow="fold")
         for d in r["derivations"]:
-            table.add_row(Text(d["key"]), d["why"], d["action"], d["detail"])
+            table.add_row(data(d["key"]), data(d["why"]), data(d["action"]), data(d["detail"]))
         out.print(table)
 
 
@@ -129,7 +154,7 @@ def render_status(out: Console, s: dict) -> None:
     )
     out.print(paths_table(s["paths"]))
     for alarm in s.get("alarms", []):
-        out.print(Text(f"ALARM {alarm}", style="bold red"))
+        out.print(data(f"ALARM {alarm}", style="bold red"))
 
 
 def hits_table(hits) -> Table:
@@ -138,7 +163,7 @@ def hits_table(hits) -> Table:
     for col in ("#", "key", "score", "via", "text"):
         table.add_column(col, overflow="fold")
     for i, h in enumerate(hits, 1):
-        table.add_row(str(i), Text(h.key), f"{h.score:.4f}", "+".join(h.via), Text(h.text))
+        table.add_row(str(i), data(h.key), f"{h.score:.4f}", data("+".join(h.via)), data(h.text))
     return table
 
 
@@ -159,7 +184,12 @@ def receipts_table(rows: list[dict]) -> Table:
         b = row["body"]
         counts = "/".join(str(len(b[f])) for f in ("released", "erased", "retained", "quarantined"))
         table.add_row(
-            row["handle"], str(row["epoch"]), row["kind"], b["level"], counts, fmt_time(b["acknowledged_at"])[:16]
+            data(row["handle"]),
+            data(row["epoch"]),
+            data(row["kind"]),
+            data(b["level"]),
+            counts,
+            fmt_time(b["acknowledged_at"])[:16],
         )
     return table
 
@@ -170,20 +200,28 @@ def ledger_table(entries: list[dict]) -> Table:
     for col in ("seq", "at", "kind", "handle", "hash"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        table.add_row(str(e["seq"]), fmt_time(e["at"]), e["kind"], e["handle"] or "-", e["hash"][:16] + "…")
+        table.add_row(
+            data(e["seq"]), fmt_time(e["at"]), data(e["kind"]), data(e["handle"] or "-"), data(e["hash"][:16] + "…")
+        )
     return table
 
 
 def render_verification(out: Console, v) -> None:
     """A verification (the model object ``Store.verify`` returns): the level, then each check."""
     colour = {"erased": "green", "unreadable": "yellow"}.get(v.level, "red")
-    out.print(f"level: [{colour}]{v.level}[/] (receipt level {v.receipt_level}; ledger seq {v.ledger_seq})")
+    out.print(
+        Text.assemble(
+            "level: ",
+            data(v.level, colour),
+            data(f" (receipt level {v.receipt_level}; ledger seq {v.ledger_seq})"),
+        )
+    )
     table = Table(box=None, pad_edge=False)
     for col in ("check", "rung", "outcome", "evidence"):
         table.add_column(col, overflow="fold")
     for c in v.checks:
         style = {"pass": "green", "recorded": "cyan"}.get(c.outcome, "red")
-        table.add_row(c.name, c.rung, Text(c.outcome, style=style), Text(c.detail))
+        table.add_row(data(c.name), data(c.rung), data(c.outcome, style), data(c.detail))
     out.print(table)
 
 
@@ -194,6 +232,10 @@ def quarantine_table(items: list[dict]) -> Table:
         table.add_column(col, overflow="fold")
     for i in items:
         table.add_row(
-            Text(i["key"]), i["why"], fmt_time(i["since"]), Text(", ".join(i["surviving_sources"]) or "-"), i["handle"]
+            data(i["key"]),
+            data(i["why"]),
+            fmt_time(i["since"]),
+            data(", ".join(i["surviving_sources"]) or "-"),
+            data(i["handle"]),
         )
     return table

@@ -21,8 +21,8 @@ import phonenumbers
 from ..text import fold
 
 _SPACE = re.compile(r"\s+")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_PHONEISH = re.compile(r"^\+?[\d\s().\-]{7,}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+\Z")
+_PHONEISH = re.compile(r"^\+?[\d\s().\-]{7,}\Z")
 _DIGITS7 = re.compile(r"(?:\d[\s().\-]*){7,}")
 PHONE_PREFIX = "tel:"
 

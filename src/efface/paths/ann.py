@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from usearch.index import Index
 
+from ..faults import os_faults
 from ..model import Check
 from .base import Erased, Held, Query, check
 
@@ -53,10 +54,11 @@ class VectorIndex:
         self._dim = dim
         self._file_for = file_for
         self.max_propagation_s = max_propagation_s
-        os.makedirs(directory, exist_ok=True)
-        for name in os.listdir(directory):  # a save killed before its rename: never valid, may hold erased vectors
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(directory, name))
+        with os_faults():
+            os.makedirs(directory, exist_ok=True)
+            for name in os.listdir(directory):  # a save killed before its rename: never valid, may hold erased vectors
+                if name.endswith(".tmp"):
+                    os.unlink(os.path.join(directory, name))
         self._mu = threading.RLock()
         """Serialises the mutators (absorb, scrub, save, rebuild, lazy load). Searches take no
         lock: each usearch call holds the GIL throughout, so a search never sees a half-done
@@ -187,8 +189,10 @@ class VectorIndex:
 
     def persist(self) -> None:
         """Save every changed tenant index atomically, then record the epoch they hold.
-        Graphs worn by churn are rebuilt from the origin first."""
-        with self._mu:
+        Graphs worn by churn are rebuilt from the origin first. A full disk or a read-only
+        directory raises ``StoreUnwritable``; the old file stays whole and the epoch is not
+        advanced, so the next save (or the next open) absorbs the change log again."""
+        with self._mu, os_faults():
             self._persist()
 
     def _persist(self) -> None:

@@ -27,8 +27,8 @@ import apsw
 from ..errors import EffaceError, InvalidInput, NotFound
 
 PREFIX = "efk_"
-_KEY = re.compile(r"^efk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
-_ID = re.compile(r"^[0-9a-f]{12}$")
+_KEY = re.compile(r"^efk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})\Z")
+_ID = re.compile(r"^[0-9a-f]{12}\Z")
 KEYS_FILE = "keys.db"
 
 _SCHEMA = """

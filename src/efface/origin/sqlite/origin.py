@@ -26,6 +26,7 @@ import apsw
 
 from ...errors import EffaceError
 from ..base import RecordRow
+from .edge import edge, guarded
 from .schema import _SCHEMA, FTS_SCHEMA, PATH_EVIDENCE, SCHEMA_VERSION
 from .tx import (
     CLAIM_COLS,
@@ -39,16 +40,31 @@ from .tx import (
 )
 
 
+@guarded
 class SQLiteOrigin:
-    """The origin on one SQLite file (see the module docstring for its threads)."""
+    """The origin on one SQLite file (see the module docstring for its threads). Its errors
+    leave it as efface's (:mod:`.edge`): a damaged file as ``StoreDamaged``, a full disk or a
+    read-only directory as ``StoreUnwritable``."""
 
     def __init__(self, path: str):
         self.path = path
         new = not os.path.exists(path)
         self.write_lock = threading.RLock()
         """Held for every use of the writer connection."""
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_mu = threading.Lock()
+        self._closed = False
         # Any: apsw types rows as tuples of any SQLite value; each method says what it returns.
         self._c: Any = apsw.Connection(path)
+        try:
+            self._setup(new)
+        except BaseException:  # a damaged or unwritable file: leave no connection open behind
+            self.close()
+            raise
+
+    def _setup(self, new: bool) -> None:
+        path = self.path
         self._c.setbusytimeout(5000)
         self._c.execute("PRAGMA journal_mode=WAL")
         # FULL: every commit fsyncs the WAL, so an acknowledgement means the tombstone is durable.
@@ -64,10 +80,6 @@ class SQLiteOrigin:
             self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
         if new:
             fsync_dir(os.path.dirname(os.path.abspath(path)))
-        self._local = threading.local()
-        self._readers: list[apsw.Connection] = []
-        self._readers_mu = threading.Lock()
-        self._closed = False
         schema = self.meta_get("schema")
         if schema is None:
             self.meta_set("schema", SCHEMA_VERSION)
@@ -109,21 +121,22 @@ class SQLiteOrigin:
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[SQLiteOrigin]:
         """Hold one read snapshot across every read made in this thread inside the block."""
-        c = self._r()
-        if self._local.depth == 0:
-            c.execute("BEGIN")
-        self._local.depth += 1
-        try:
-            yield self
-        finally:
-            self._local.depth -= 1
+        with edge():
+            c = self._r()
             if self._local.depth == 0:
-                c.execute("COMMIT")
+                c.execute("BEGIN")
+            self._local.depth += 1
+            try:
+                yield self
+            finally:
+                self._local.depth -= 1
+                if self._local.depth == 0:
+                    c.execute("COMMIT")
 
     @contextlib.contextmanager
     def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
         """One write transaction; the epoch is assigned in it. Commits (fsynced) on exit."""
-        with self.write_lock:
+        with self.write_lock, edge():
             self._c.execute("BEGIN IMMEDIATE")
             try:
                 self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
+from .edge import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
@@ -51,6 +52,7 @@ class LiveRegions:
         return file == self._file and first == last and first in self._pages
 
 
+@guarded
 class SQLitePhysical:
     def __init__(self, origin: SQLiteOrigin):
         self._o = origin

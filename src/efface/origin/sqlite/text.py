@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
+from .edge import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
@@ -27,6 +28,7 @@ def _match(words: Sequence[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
+@guarded
 class SQLiteText:
     def __init__(self, origin: SQLiteOrigin):
         self._o = origin
