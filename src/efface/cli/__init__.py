@@ -6,11 +6,12 @@
 * :mod:`.admin`: the ledger, certificates, quarantine, policy, compaction, backups, sweep,
   the demo and the audit; and ``main``;
 * :mod:`.render`: the tables for people, shared by the commands and the demo;
+* :mod:`.usage`: usage errors rewritten without the values that caused them;
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
 * :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed;
 * :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`).
 
-Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``; ``demo`` imports
+Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``, ``usage``; ``demo`` imports
 ``render`` only. ``efface.cli:main`` is the console script's entry point.
 """
 

@@ -21,7 +21,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-
 _ESCAPED = {
     cp: f"\\x{cp:02x}" for cp in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
 }  # every C0 control but tab and newline, DEL, every C1 control (0x9b is a one-byte CSI)

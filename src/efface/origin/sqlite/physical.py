@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .schema import CHECKPOINTED, REINDEX, REINDEXED
 from .edge import guarded
+from .schema import CHECKPOINTED, REINDEX, REINDEXED
 
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin

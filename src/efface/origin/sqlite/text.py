@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 from .edge import guarded
+from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
