@@ -130,7 +130,9 @@ class KeyRing:
         if not isinstance(kid, str) or not _ID.match(kid):
             raise InvalidInput("give a key id (12 hex digits, as `efface keys list` shows it) or the key itself")
         with self._lock:
-            row = next(iter(self._db.execute("SELECT id, tenant, label, created_at FROM api_keys WHERE id=?", (kid,))), None)
+            row = next(
+                iter(self._db.execute("SELECT id, tenant, label, created_at FROM api_keys WHERE id=?", (kid,))), None
+            )
             if row is None:
                 raise NotFound("no such key id: see `efface keys list`")
             self._db.execute("DELETE FROM api_keys WHERE id=?", (kid,))

@@ -1,0 +1,170 @@
+"""Hostile input through the public API, on every backend: each bad value gets a typed efface
+error that says what to do, never a raw Python error or a hang, and the store's content is
+intact afterwards (nothing written, nothing lost).
+
+The faults of the store's files (damaged pages, a full disk, ...) are in tests/sqlite/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+import efface
+from efface.errors import EffaceError, InvalidInput
+
+SEED = {f"s{i}": f"seed memory {i}: Bob likes espresso" for i in range(5)}
+
+
+@pytest.fixture
+def seeded(store):
+    for key, text in SEED.items():
+        store.write(key, text, tenant="acme", subject="bob", purpose="support", metadata={"n": 1})
+    return store
+
+
+def assert_intact(store) -> None:
+    """The seeded records are there, whole, and nothing else was added or erased."""
+    for key, text in SEED.items():
+        m = store.read(key, tenant="acme", purpose="support")
+        assert m is not None and m.text == text and dict(m.metadata) == {"n": 1}
+    assert store.stats()["records"] == len(SEED)
+    assert store.receipts() == []
+    assert store.verify_ledger().ok
+
+
+def refused(call, match: str | None = None) -> InvalidInput:
+    """``call()`` raises InvalidInput (also a ValueError), and nothing else."""
+    with pytest.raises(InvalidInput, match=match) as info:
+        call()
+    return info.value
+
+
+# -- purposes: the whole string must match ----------------------------------------------------------
+BAD_PURPOSES = ["support\n", "support\r\n", "support\n\n", "\nsupport", "supp\nort", "support ", "support\x00"]
+
+
+@pytest.mark.parametrize("purpose", BAD_PURPOSES)
+def test_a_purpose_with_a_newline_or_space_is_refused_everywhere(seeded, purpose):
+    s = seeded
+    refused(lambda: s.write("x", "some text", tenant="acme", subject="bob", purpose=purpose), "purpose must be")
+    refused(lambda: s.write_many([{"key": "x", "text": "t", "subject": "bob", "purpose": purpose}], tenant="acme"))
+    refused(lambda: s.retain("s1", tenant="acme", subject="bob", purpose=purpose, basis="consent"))
+    refused(lambda: s.read("s1", tenant="acme", purpose=purpose))
+    refused(lambda: s.recall("espresso", tenant="acme", purpose=purpose))
+    refused(lambda: s.forget(tenant="acme", purpose=purpose))
+    assert_intact(s)
+    # no new purpose got in: the only known one is still "support"
+    with pytest.raises(efface.UnknownPurpose, match=r"known purposes: support\)"):
+        s.read("s1", tenant="acme", purpose="analytics")
+
+
+# -- metadata nested very deep ------------------------------------------------------------------------
+def _nested(depth: int, kind: str):
+    value: object = "leaf"
+    for _ in range(depth):
+        value = {"a": value} if kind == "dict" else [value]
+    return value if kind == "dict" else {"a": value}
+
+
+@pytest.mark.parametrize("kind", ["dict", "list"])
+def test_metadata_nested_50000_deep_is_refused(seeded, kind):
+    deep = _nested(50_000, kind)
+    refused(lambda: seeded.write("x", "t", tenant="acme", subject="bob", purpose="support", metadata=deep), "nested")
+    refused(
+        lambda: seeded.write_many(
+            [{"key": "x", "text": "t", "metadata": deep}], tenant="acme", subject="b", purpose="support"
+        )
+    )
+    refused(lambda: seeded.rederive("s1", "t", tenant="acme", metadata=deep))
+    assert_intact(seeded)
+
+
+def test_metadata_nested_64_deep_is_kept(store):
+    from efface.validate import MAX_METADATA_DEPTH
+
+    store.write(
+        "x", "t", tenant="acme", subject="bob", purpose="support", metadata=_nested(MAX_METADATA_DEPTH - 1, "dict")
+    )
+    assert store.read("x", tenant="acme", purpose="support").metadata["a"]["a"]
+    refused(
+        lambda: store.write(
+            "y", "t", tenant="acme", subject="bob", purpose="support", metadata=_nested(MAX_METADATA_DEPTH + 1, "dict")
+        )
+    )
+
+
+def test_metadata_that_holds_itself_is_refused(seeded):
+    loop: dict = {}
+    loop["self"] = loop
+    refused(lambda: seeded.write("x", "t", tenant="acme", subject="bob", purpose="support", metadata=loop))
+    assert_intact(seeded)
+
+
+# -- ttl beyond any float ----------------------------------------------------------------------------
+@pytest.mark.parametrize("ttl", [10**400, -(10**400), 10**309], ids=["1e400", "-1e400", "1e309"])
+def test_a_ttl_beyond_any_float_is_refused(seeded, ttl):
+    refused(lambda: seeded.write("x", "t", tenant="acme", subject="bob", purpose="support", ttl=ttl), "ttl")
+    refused(
+        lambda: seeded.write_many(
+            [{"key": "x", "text": "t", "ttl": ttl}], tenant="acme", subject="b", purpose="support"
+        )
+    )
+    refused(lambda: seeded.retain("s1", tenant="acme", subject="carol", purpose="support", basis="consent", ttl=ttl))
+    assert_intact(seeded)
+
+
+def test_the_largest_timedelta_is_a_valid_ttl(store):
+    store.write("x", "t", tenant="acme", subject="bob", purpose="support", ttl=dt.timedelta.max)
+    assert store.read("x", tenant="acme", purpose="support") is not None
+
+
+# -- wait(timeout=...) ----------------------------------------------------------------------------
+BAD_TIMEOUTS = [None, "5", b"5", float("nan"), float("inf"), -1, True, 10**400, [1]]
+
+
+@pytest.mark.parametrize("timeout", BAD_TIMEOUTS, ids=lambda t: "1e400" if t == 10**400 else repr(t))
+def test_wait_refuses_a_timeout_that_is_not_finite_seconds(store, timeout):
+    store.write("k", "a memory to forget", tenant="acme", subject="bob", purpose="support")
+    store.write("other", "a memory to keep", tenant="acme", subject="carol", purpose="support")
+    receipt = store.forget(tenant="acme", subject="bob")
+    refused(lambda: store.wait(receipt.handle, timeout=timeout), "timeout")
+    refused(lambda: store.wait(receipt.handle, timeout, tenant="acme"), "timeout")
+    # the erasure is unharmed: a good wait finishes it
+    assert store.wait(receipt.handle, timeout=30).erased
+    assert store.read("other", tenant="acme", purpose="support").text == "a memory to keep"
+
+
+def test_wait_with_a_zero_timeout_answers_at_once(store):
+    store.write("k", "a memory to forget", tenant="acme", subject="bob", purpose="support")
+    receipt = store.forget(tenant="acme", subject="bob")
+    assert store.wait(receipt.handle, timeout=0).handle == receipt.handle
+
+
+# -- closing from several threads --------------------------------------------------------------------
+def test_close_from_several_threads_at_once(open_store, backend):
+    s = open_store(background=True)
+    s.write("a", "hello there", tenant="t", subject="s", purpose="p")
+    errors: list[BaseException] = []
+    gate = threading.Barrier(8)
+
+    def close() -> None:
+        gate.wait()
+        try:
+            s.close()
+        except BaseException as exc:  # every one is a failure here
+            errors.append(exc)
+
+    threads = [threading.Thread(target=close) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with pytest.raises(EffaceError, match="closed"):
+        s.read("a", tenant="t", purpose="p")
+    if backend == "sqlite":
+        again = open_store(s.path)
+        assert again.read("a", tenant="t", purpose="p").text == "hello there"
