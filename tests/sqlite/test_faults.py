@@ -298,7 +298,7 @@ def test_a_read_only_store_directory_is_store_unwritable(copy, tmp_path):
 
 def test_an_origin_on_a_read_only_file_system_is_store_unwritable(copy):
     """The directory is writable but origin.db is not (a read-only bind mount of the file):
-    SQLite's own ReadOnlyError, translated at the origin's edge."""
+    SQLite's own ReadOnlyError, translated at the origin's edge; what was stored is served."""
     db = os.fspath(copy / "origin.db")
     why = _mount("--bind", db, db)
     if why is not None:
@@ -307,8 +307,15 @@ def test_an_origin_on_a_read_only_file_system_is_store_unwritable(copy):
         why = _mount("-o", "remount,bind,ro", db)
         if why is not None:
             pytest.skip(why)
+        s = efface.open(copy, **HASHING)  # opening writes nothing: reads are served
+        assert s.read("n5", tenant="acme", purpose="support").text == _text(5)
         with pytest.raises(StoreUnwritable, match="cannot be written"):
-            efface.open(copy, **HASHING)
+            s.write("new", "a new memory", tenant="acme", subject="bob", purpose="support")
+        with pytest.raises(StoreUnwritable, match="cannot be written"):
+            s.forget(tenant="acme", key="n5")
+        with contextlib.suppress(StoreUnwritable):  # its maintenance cannot write either
+            s.close()
+        s.close()
     finally:
         _unmount(db)
     assert_intact(copy)
@@ -329,11 +336,9 @@ def small_disk(tmp_path) -> Path:
 
 def _fill(path: Path) -> None:
     """Write ``path`` until the disk is full."""
-    with open(path, "wb") as f, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), open(path, "wb", buffering=0) as f:
         while True:
             f.write(b"\0" * 65536)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def test_a_full_disk_refuses_the_write_and_loses_nothing(small_disk):
@@ -376,10 +381,45 @@ def test_close_on_a_full_disk_is_store_unwritable_and_releases_the_store(small_d
     with pytest.raises(StoreUnwritable, match="full"):
         s.close()  # the index file cannot be written
     s.close()
+    try:  # SQLite may not even have room for its shared-memory file
+        full = efface.open(root, **HASHING)
+    except StoreUnwritable as exc:
+        assert "disk holding the store is full" in str(exc)
+    else:  # else reads go on, and a write is refused
+        assert full.read("k3", tenant="t", purpose="p").text == "memory number 3"
+        with pytest.raises(StoreUnwritable, match="disk holding the store is full"):
+            full.write("big", "x" * 900_000, tenant="t", subject="s", purpose="p")
+        with contextlib.suppress(StoreUnwritable):
+            full.close()
     ballast.unlink()
     with efface.open(root, **HASHING) as s:  # the lock was released; the index is rebuilt
         assert len(s.recall("memory number 7", tenant="t", purpose="p", k=50)) == 50
         assert s.read("k49", tenant="t", purpose="p").text == "memory number 49"
+
+
+def test_a_cli_command_whose_close_fails_on_a_full_disk_prints_one_document(small_disk):
+    root = small_disk / "store"
+    with efface.open(root, **HASHING) as s:
+        s.write_many(
+            [{"key": f"k{i}", "text": f"green tea {i}"} for i in range(20)], tenant="t", subject="s", purpose="p"
+        )
+    for index in (root / "ann").iterdir():
+        index.unlink()  # recall rebuilds it from the origin, and close must save it again
+    # A reader keeps the WAL's shared memory file in place: without it no connection (a
+    # reader neither) can open the store on a full disk, and the command would not start.
+    holder = apsw.Connection(os.fspath(root / "origin.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    holder.execute("SELECT count(*) FROM records").fetchall()
+    _fill(small_disk / "ballast")
+    runner = CliRunner(env={"EFFACE_STORE": None, "EFFACE_TENANT": None})
+    args = ["--store", os.fspath(root), "--tenant", "t", "--json", "recall", "green tea", "--purpose", "p"]
+    result = runner.invoke(cli, args)
+    holder.close()
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert len(json.loads(result.stdout)["hits"]) == 10, (result.stdout, result.stderr)  # the one document: the answer
+    assert json.loads(result.stderr)["error"]["type"] == "StoreUnwritable"
+    (small_disk / "ballast").unlink()
+    with efface.open(root, **HASHING) as s:
+        assert s.read("k19", tenant="t", purpose="p").text == "green tea 19"
 
 
 _FSIZE_WORKER = r"""

@@ -45,7 +45,10 @@ def _json_requested(args: Iterable[str]) -> bool:
 
 def _fail(ctx: click.Context, kind: str, message: str, code: int) -> None:
     if ctx.meta.get("efface.json"):
-        click.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False))
+        # After the command's own document (closing the store failed: a full disk), the error
+        # goes to stderr, so stdout still holds exactly one document.
+        emitted = ctx.meta.get("efface.emitted", False)
+        click.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False), err=emitted)
     else:
         click.echo(f"Error: {message}", err=True)
     ctx.exit(code)
@@ -175,6 +178,7 @@ def _emit(doc: Any, human: Callable[[Console], None]) -> None:
     """One JSON document, or the human rendering. Never both."""
     if _settings().json:
         click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        click.get_current_context().meta["efface.emitted"] = True
     else:
         human(console())
 

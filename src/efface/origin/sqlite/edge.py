@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -35,11 +36,28 @@ DAMAGED = (
     "backup copy; an efface backup file can only be restored into the store that made it"
 )
 
+NEARLY_FULL = 1 << 20
+"""Free bytes under which an I/O error is taken for a full disk."""
+
 _T = TypeVar("_T")
 
 
-def translate(exc: apsw.Error) -> EffaceError | None:
-    """The efface error an apsw error stands for, or None for a bug of efface's own."""
+def _full(path: str | None) -> bool:
+    """Whether the file system holding ``path`` has (next to) no room left. SQLite reports a
+    full disk as FullError when a page write fails, but as a bare I/O error when it cannot
+    grow its shared-memory file (``-shm``), which every connection needs, readers too."""
+    if path is None:
+        return False
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < NEARLY_FULL
+
+
+def translate(exc: apsw.Error, path: str | None = None) -> EffaceError | None:
+    """The efface error an apsw error stands for, or None for a bug of efface's own.
+    ``path``: the origin's file, to tell a full disk behind an I/O error."""
     if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
         return StoreDamaged(DAMAGED)
     if isinstance(exc, apsw.FullError):
@@ -47,19 +65,19 @@ def translate(exc: apsw.Error) -> EffaceError | None:
     if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError)):
         return StoreUnwritable(READ_ONLY)
     if isinstance(exc, apsw.IOError):
-        return StoreUnwritable(IO_ERROR)
+        return StoreUnwritable(FULL if _full(path) else IO_ERROR)
     if isinstance(exc, apsw.ConnectionClosedError):
         return EffaceError(CLOSED)
     return None
 
 
 @contextlib.contextmanager
-def edge() -> Iterator[None]:
+def edge(path: str | None = None) -> Iterator[None]:
     """Translate the apsw errors raised inside the block (see the module docstring)."""
     try:
         yield
     except apsw.Error as exc:
-        translated = translate(exc)
+        translated = translate(exc, path)
         if translated is None:
             raise
         raise translated from exc
@@ -71,7 +89,10 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except apsw.Error as exc:
-            translated = translate(exc)
+            owner = args[0] if args else None  # the origin, or its physical or text part
+            translated = translate(
+                exc, getattr(owner, "path", None) or getattr(getattr(owner, "_o", None), "path", None)
+            )
             if translated is None:
                 raise
             raise translated from exc

@@ -76,8 +76,10 @@ class SQLiteOrigin:
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)
             self._c.execute(PATH_EVIDENCE)
-            # Deleted tokens are purged by merging (see .text), not rewritten per delete.
-            self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
+            # Deleted tokens are purged by merging (see .text), not rewritten per delete. Set
+            # once: an open that writes nothing can still serve reads on a full disk.
+            if self._c.execute("SELECT 1 FROM fts_config WHERE k='secure-delete' AND v=0").fetchone() is None:
+                self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
         if new:
             fsync_dir(os.path.dirname(os.path.abspath(path)))
         schema = self.meta_get("schema")
@@ -121,7 +123,7 @@ class SQLiteOrigin:
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[SQLiteOrigin]:
         """Hold one read snapshot across every read made in this thread inside the block."""
-        with edge():
+        with edge(self.path):
             c = self._r()
             if self._local.depth == 0:
                 c.execute("BEGIN")
@@ -136,7 +138,7 @@ class SQLiteOrigin:
     @contextlib.contextmanager
     def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
         """One write transaction; the epoch is assigned in it. Commits (fsynced) on exit."""
-        with self.write_lock, edge():
+        with self.write_lock, edge(self.path):
             self._c.execute("BEGIN IMMEDIATE")
             try:
                 self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))
