@@ -41,6 +41,10 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
 
     def release() -> None:
         try:
+            if origin == "memory":
+                # Its index files die with it: left behind, they would look like a SQLite
+                # store's indexes whose origin.db is gone (refused by _check_layout).
+                shutil.rmtree(os.path.join(root, "ann"), ignore_errors=True)
             fcntl.flock(lockfile, fcntl.LOCK_UN)
         finally:
             lockfile.close()
