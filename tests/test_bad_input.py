@@ -168,3 +168,10 @@ def test_close_from_several_threads_at_once(open_store, backend):
     if backend == "sqlite":
         again = open_store(s.path)
         assert again.read("a", tenant="t", purpose="p").text == "hello there"
+
+
+# -- the store location ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", [123, None, b"/tmp/bytes-path", "/tmp/a\x00b"], ids=["int", "None", "bytes", "NUL"])
+def test_a_store_location_that_is_not_a_path_is_refused(where, backend):
+    with pytest.raises(InvalidInput, match="store location"):
+        efface.open(where, embedder="hashing", background=False, origin=backend)

@@ -45,7 +45,12 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     ``compact_interval``, ``ann_max_propagation_s``, ``erase_bound_s``, and ``origin``
     (``"sqlite"``, the default, or ``"memory"``: the in-memory reference origin, for tests).
     """
-    target = os.fspath(path_or_url)
+    try:
+        target = os.fspath(path_or_url)
+    except TypeError:
+        raise InvalidInput("the store location must be a directory path (str or os.PathLike)") from None
+    if isinstance(target, bytes) or "\x00" in target:
+        raise InvalidInput("the store location must be a str path without NUL characters")
     if "://" in target:
         raise InvalidInput(
             "only a directory path is supported by this version of efface (the PostgreSQL "
