@@ -786,10 +786,13 @@ class Model:
 
     def forget(self, tenant, subject=None, key=None):
         erased = []
+        released: set[str] = set()  # subjects whose claim this forget released
         for (t, k), rec in self.records.items():
             if t != tenant or (key is not None and k != key):
                 continue
-            rec.claims = {c for c in rec.claims if c[2] == LEGAL or (subject is not None and c[0] != subject)}
+            kept = {c for c in rec.claims if c[2] == LEGAL or (subject is not None and c[0] != subject)}
+            released |= {c[0] for c in rec.claims - kept}
+            rec.claims = kept
             if not rec.claims:
                 erased.append(k)
         for k in erased:
@@ -821,14 +824,15 @@ class Model:
         for r in live.values():
             if gone & set(r.sources):
                 r.sources = tuple(dict.fromkeys("erased:" if s in gone else s for s in r.sources))
+        # DESIGN §8: identifiers go with the subject's last claim in the tenant, whatever
+        # selector released it (the forgotten subject, or any subject this forget left bare).
         ids_erased = False
-        if (
-            subject is not None
-            and (tenant, subject) in self.registered
-            and not any(c[0] == subject for (t, _k), r in self.records.items() if t == tenant for c in r.claims)
-        ):
-            self.registered.discard((tenant, subject))
-            ids_erased = True
+        for s in released | ({subject} if subject is not None else set()):
+            if (tenant, s) in self.registered and not any(
+                c[0] == s for (t, _k), r in self.records.items() if t == tenant for c in r.claims
+            ):
+                self.registered.discard((tenant, s))
+                ids_erased = True
         return sorted(erased), why, ids_erased
 
     def visible(self, tenant, key, purpose) -> MRecord | None:

@@ -207,7 +207,10 @@ class Receipt:
     policy: str = "quarantine"
     """The tenant's derivation policy that applied."""
     identifiers_erased: bool = False
-    """True when the forgotten subject's registered identifiers were erased with them."""
+    """True when a subject's registered identifiers were erased with its last claim in the
+    tenant (by whatever selector or expiry removed that claim)."""
+    subjects_erased: tuple[str, ...] = ()
+    """The subjects whose registered identifiers this erasure erased, their last claim gone."""
     tenant_erased: bool = False
     """True when nothing of the tenant was left, so its name was erased too (DESIGN §8)."""
     ledger_seq: int = 0
@@ -230,6 +233,7 @@ class Receipt:
             "policy": self.policy,
             "identifiers_erased": self.identifiers_erased,
             "tenant_erased": self.tenant_erased,
+            "subjects_erased": list(self.subjects_erased),
             "paths": {k: v.to_dict() for k, v in self.paths.items()},
             "max_propagation_s": self.max_propagation_s,
             "acknowledged_at": self.acknowledged_at,

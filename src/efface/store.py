@@ -449,13 +449,7 @@ class Store:
                 outcome = self._releaser.release(tx, selector, "forget", matched, now)
                 return outcome, outcome.puts, outcome.drops, outcome.texts
 
-            def after(outcome):
-                if outcome.identifiers_erased and subject is not None:
-                    self._derivations.mentions.drop_subject(tenant, subject)
-                for gone in outcome.subjects_erased:
-                    self._derivations.mentions.drop_subject(tenant, gone)
-
-            epoch, outcome = self._mutate("forget", tenant, body, after=after)
+            epoch, outcome = self._mutate("forget", tenant, body, after=self._drop_mentions)
             receipt = self._receipt(epoch, outcome, name)
         if receipt.quarantined and self._on_quarantine:
             items = [i for i in self.quarantined(tenant=name) if i.handle == receipt.handle]
@@ -544,9 +538,14 @@ class Store:
                 outcome = self._releaser.release(tx, Selector(tenant), "expire", matched, now)
                 return outcome, outcome.puts, outcome.drops, outcome.texts
 
-            epoch, outcome = self._mutate("expire", tenant, body, sweep=False)
+            epoch, outcome = self._mutate("expire", tenant, body, sweep=False, after=self._drop_mentions)
             receipts.append(self._receipt(epoch, outcome, name))
         return receipts
+
+    def _drop_mentions(self, outcome: Outcome) -> None:
+        """After an erasure commits: the mention matcher forgets the subjects it erased."""
+        for subject in outcome.subjects_erased:
+            self._derivations.mentions.drop_subject(outcome.selector.tenant, subject)
 
     def _sweep_quietly(self) -> None:
         with self._lock:

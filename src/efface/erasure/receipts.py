@@ -32,7 +32,8 @@ class Outcome:
     policy: str = "quarantine"
     identifiers_erased: bool = False
     subjects_erased: list[str] = field(default_factory=list)
-    """Subjects whose identifiers a ``forget(everything=True)`` erased."""
+    """Subjects left with no claim in the tenant whose registered identifiers went with it
+    (by any selector, an expiry, or ``forget(everything=True)``)."""
     tenant_erased: bool = False
     """The tenant's name was erased: nothing of the tenant is left."""
     handle: str = ""
@@ -91,6 +92,7 @@ def hashed_body(
         "policy": out.policy,
         "identifiers_erased": out.identifiers_erased,
         "tenant_erased": out.tenant_erased,
+        "subjects_erased": [h("subject", s) for s in out.subjects_erased],
         "max_propagation_s": max_propagation_s,
         "acknowledged_at": now,
     }
@@ -115,6 +117,7 @@ def to_receipt(epoch: int, out: Outcome, paths: dict[str, PathState], max_propag
         policy=out.policy,
         identifiers_erased=out.identifiers_erased,
         tenant_erased=out.tenant_erased,
+        subjects_erased=tuple(out.subjects_erased),
         ledger_seq=out.ledger_seq,
         ledger_hash=out.ledger_hash,
     )

@@ -91,14 +91,10 @@ class Releaser:
             now=now,
         )
         out.policy = tx.policy(selector.tenant)[0]
-        identifiers: list[str] = []
-        if subject is not None:
-            registered = tx.subject_identifiers(selector.tenant, subject)
-            out.identifiers_erased = self._derivations.forget_subject(tx, selector.tenant, subject)
-            if out.identifiers_erased or not tx.subject_has_claims(selector.tenant, subject):
-                identifiers = [subject, *(json.loads(registered) if registered else [])]
+        identifiers = self._last_claims(tx, selector.tenant, subject, {c.subject for c in released}, out)
         if selector.everything and kind == "forget":
-            # All of the tenant: every subject left with no claim loses its identifiers too.
+            # All of the tenant: every registered subject left with no claim loses its
+            # identifiers too, even one that never had a claim.
             for gone in tx.subjects_of(selector.tenant):
                 registered = tx.subject_identifiers(selector.tenant, gone)
                 if self._derivations.forget_subject(tx, selector.tenant, gone):
@@ -132,3 +128,20 @@ class Releaser:
         out.ledger_seq, out.ledger_hash = tx.append_ledger(kind, handle, body, now)
         out.handle, out.acknowledged_at = handle, now
         return out
+
+    def _last_claims(self, tx: Tx, tenant: str, named: str | None, released: set[str], out: Outcome) -> list[str]:
+        """A subject's identifiers go with its last claim in the tenant, whatever removed it
+        (DESIGN §8): a forget by subject, key, prefix or purpose, or an expiry. For each
+        subject this erasure released a claim of (and the subject a forget names) that has no
+        claim left, its registration and mention rows are deleted here, in the erasure's
+        transaction; returns the names and identifiers verify must prove gone."""
+        identifiers: list[str] = []
+        for subject in sorted(released | ({named} if named is not None else set())):
+            if tx.subject_has_claims(tenant, subject):
+                continue  # another claim (another key, a retained legal hold) keeps them
+            registered = tx.subject_identifiers(tenant, subject)
+            if self._derivations.forget_subject(tx, tenant, subject):
+                out.subjects_erased.append(subject)
+            identifiers += [subject, *(json.loads(registered) if registered else [])]
+        out.identifiers_erased = bool(out.subjects_erased)
+        return identifiers

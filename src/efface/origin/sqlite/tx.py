@@ -262,7 +262,10 @@ class SQLiteTx:
         """Erase a subject's registered identifiers and the mention rows that point at it."""
         self._c.execute("DELETE FROM mentions WHERE tenant=? AND subject=?", (tenant, subject))
         self._c.execute("DELETE FROM subjects WHERE tenant=? AND subject=?", (tenant, subject))
-        return self._c.changes() > 0
+        dropped = self._c.changes() > 0
+        if dropped:  # index pages keep old cells in their gaps: the compactor rebuilds them
+            self._c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (REINDEX,))
+        return dropped
 
     def policy(self, tenant: str) -> tuple[str, str | None]:
         row = self._c.execute("SELECT policy, reason FROM policies WHERE tenant=?", (tenant,)).fetchone()
