@@ -3,8 +3,9 @@
 The erased record ids (never reused), each read path's probe evidence (keyed word hashes
 for full text, live neighbours of the erased vectors for the ANN index), and keyed
 fingerprints of every erased byte: texts, keys, embeddings, the forms the read paths hold
-(the index's i8 vectors), the identifiers of a subject whose last claim went and the data
-keys destroyed for crypto-shredding (see :mod:`.fingerprint`). Never the content: it is
+(the index's i8 vectors), the identifiers of every subject whose last claim in the tenant
+went (whatever selector or expiry removed it), the stated reasons of the erased records'
+releases, and the data keys destroyed for crypto-shredding (see :mod:`.fingerprint`). Never the content: it is
 gone with the transaction.
 """
 
@@ -50,6 +51,7 @@ class Evidence:
         now: float,
         keys: Sequence[bytes] = (),
         tenant_name: str | None = None,
+        reasons: Sequence[str] = (),
     ) -> None:
         ids = sorted(content)
         fp = Fingerprints()
@@ -74,5 +76,7 @@ class Evidence:
             self._fp.add_many(fp, "identifier", [i.encode("utf-8") for i in identifiers])
         if tenant_name is not None:  # erased with the tenant's last record, subject and key
             self._fp.add_many(fp, "tenant", [tenant_name.encode("utf-8")])
+        if reasons:  # the stated reasons of releases of the erased records
+            self._fp.add_many(fp, "reason", [r.encode("utf-8") for r in reasons])
         per_path = {p.name: p.evidence(erased) for p in self._paths}
         tx.save_evidence(handle, tenant, id_blob(ids), id_blob(quarantined_ids), per_path, fp.to_blob(), now)

@@ -35,6 +35,7 @@ class EvidenceCollector(Protocol):
         now: float,
         keys: Sequence[bytes] = (),
         tenant_name: str | None = None,
+        reasons: Sequence[str] = (),
     ) -> None: ...
 
 
@@ -75,6 +76,7 @@ class Releaser:
                     reason = "another live claim keeps the record (retention scopes are a union)"
                 out.retained.append(Retained(c.key, c.purpose, c.basis, c.expires_at, reason))
         content = tx.content_of(out.drops)  # for the fingerprints verify needs; gone at commit
+        reasons = tx.reasons_of(out.drops)  # stated release reasons go with their records
         tx.erase_records(out.drops)
         # Crypto-shredding: a subject left with no claim in the tenant loses its data key here,
         # in the erasure's own transaction, so its part of every backup is unreadable from now.
@@ -119,6 +121,7 @@ class Releaser:
             now,
             keys=[key for _s, key in shredded],
             tenant_name=tenant_name,
+            reasons=reasons,
         )
         body = hashed_body(out, tx.epoch, now, self._hash, self._max_propagation())
         body["backups"] = out.backups = coverage(

@@ -299,6 +299,7 @@ class MemoryOrigin:
             "lineage": sum(len(s.lineage[i][1]) for i in wanted if i in s.lineage),
             "mentions": sum(len(s.mentions[i][1]) for i in wanted if i in s.mentions),
             "quarantine": sum(1 for i in wanted if i in s.quarantine),
+            "reasons": sum(len(s.reasons[i]) for i in wanted if i in s.reasons),
         }
         return {t: n for t, n in counts.items() if n}
 

@@ -66,6 +66,7 @@ class _State:
         self.mentions: dict[int, tuple[str, frozenset[str]]] = {}  # rid -> (tenant, subjects)
         self.quarantine: dict[int, tuple[str, str, str, float]] = {}  # rid -> (tenant, why, handle, since)
         self.policies: dict[str, tuple[str, str | None]] = {}
+        self.reasons: dict[int, tuple[tuple[str, str, str], ...]] = {}  # rid -> ((tenant, reason_h, text), ...)
         self.purposes: dict[tuple[str, str], None] = {}
         self.changes: list[tuple[int, int, str, str]] = []
         self.receipts: dict[str, tuple[int, str, str, float, str]] = {}  # -> (epoch, kind, tenant_h, at, body)

@@ -178,6 +178,7 @@ class MemoryTx:
             s.lineage.pop(rid, None)
             s.mentions.pop(rid, None)
             s.quarantine.pop(rid, None)
+            s.reasons.pop(rid, None)
             self.release(list(s.claims_of.get(rid, ())))
 
     # -- derivations (lineage, mentions, quarantine) ------------------------------------
@@ -254,6 +255,13 @@ class MemoryTx:
 
     def is_quarantined(self, record_id: int) -> bool:
         return record_id in self._s.quarantine
+
+    def save_reason(self, record_id: int, tenant: str, reason_h: str, text: str, now: float) -> None:
+        s = self._s
+        s.reasons[record_id] = (*s.reasons.get(record_id, ()), (tenant, reason_h, text))
+
+    def reasons_of(self, record_ids: Sequence[int]) -> list[str]:
+        return [text for rid in record_ids for _t, _h, text in self._s.reasons.get(rid, ())]
 
     def lift_quarantine(self, record_id: int) -> bool:
         return self._s.quarantine.pop(record_id, None) is not None

@@ -455,6 +455,7 @@ class SQLiteOrigin:
             ("lineage", "record_id"),
             ("mentions", "record_id"),
             ("quarantine", "record_id"),
+            ("reasons", "record_id"),
         ):
             n = 0
             for chunk, marks in in_chunks(ids):

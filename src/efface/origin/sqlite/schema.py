@@ -69,6 +69,14 @@ CREATE TABLE IF NOT EXISTS quarantine(
     since REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS policies(tenant TEXT PRIMARY KEY, policy TEXT NOT NULL, reason TEXT);
+CREATE TABLE IF NOT EXISTS reasons(        -- a release's stated reason: the ledger keeps only its hash
+    record_id INTEGER NOT NULL,              -- the record it released; erased with it
+    tenant TEXT NOT NULL,
+    reason_h TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reasons_record ON reasons(record_id);
 CREATE TABLE IF NOT EXISTS purposes(tenant TEXT NOT NULL, purpose TEXT NOT NULL, PRIMARY KEY(tenant, purpose));
 CREATE TABLE IF NOT EXISTS mutations(
     epoch INTEGER PRIMARY KEY AUTOINCREMENT,

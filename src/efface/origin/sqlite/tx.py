@@ -170,6 +170,7 @@ class SQLiteTx:
                 ("lineage", "record_id"),
                 ("mentions", "record_id"),
                 ("quarantine", "record_id"),
+                ("reasons", "record_id"),
                 ("claims", "record_id"),
                 ("records", "id"),
             ):
@@ -244,6 +245,18 @@ class SQLiteTx:
 
     def is_quarantined(self, record_id: int) -> bool:
         return self._c.execute("SELECT 1 FROM quarantine WHERE record_id=?", (record_id,)).fetchone() is not None
+
+    def save_reason(self, record_id: int, tenant: str, reason_h: str, text: str, now: float) -> None:
+        self._c.execute(
+            "INSERT INTO reasons(record_id, tenant, reason_h, text, created_at) VALUES(?,?,?,?,?)",
+            (record_id, tenant, reason_h, text, now),
+        )
+
+    def reasons_of(self, record_ids: Sequence[int]) -> list[str]:
+        out: list[str] = []
+        for chunk, marks in in_chunks(record_ids):
+            out += [r[0] for r in self._c.execute(f"SELECT text FROM reasons WHERE record_id IN ({marks})", chunk)]
+        return out
 
     def lift_quarantine(self, record_id: int) -> bool:
         self._c.execute("DELETE FROM quarantine WHERE record_id=?", (record_id,))
