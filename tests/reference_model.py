@@ -20,6 +20,9 @@ What it models, precisely:
   no claim left is erased; every other claim of a matched record is listed as retained.
 * Reads, recalls and forgets that name a purpose the tenant never wrote under fail with
   :class:`ModelUnknownPurpose`; such a forget changes nothing (not even expiry).
+* A subject's registered identifiers go with its last claim in the tenant (DESIGN §8),
+  whatever released it: a forget by any selector or an expiry. A forget that names a
+  subject with no claim left erases its registration too.
 """
 
 from __future__ import annotations
@@ -66,12 +69,18 @@ class Outcome:
     """Counter of (key, purpose, basis, expires_at)."""
     erased_texts: Mapping[str, str]
     """key -> the text it had when erased."""
+    subjects_erased: frozenset[str] = frozenset()
+    """Registered subjects whose last claim in the tenant went: their identifiers with it."""
+    erased_identifiers: tuple[str, ...] = ()
+    """The identifiers those subjects were registered with."""
 
 
 class ReferenceModel:
     def __init__(self) -> None:
         self.records: dict[tuple[str, str], ModelRecord] = {}
         self.purposes: dict[str, set[str]] = {}
+        self.subjects: dict[tuple[str, str], tuple[str, ...]] = {}
+        """(tenant, subject) -> registered identifiers."""
         self.ledger_entries = 0
         """Receipts written: one per forget, one per tenant per expiry round."""
 
@@ -92,7 +101,12 @@ class ReferenceModel:
         return out
 
     def _release(
-        self, tenant: str, kind: str, matched: list[tuple[str, ClaimKey]], held: set[tuple[str, ClaimKey]]
+        self,
+        tenant: str,
+        kind: str,
+        matched: list[tuple[str, ClaimKey]],
+        held: set[tuple[str, ClaimKey]],
+        named: str | None = None,
     ) -> Outcome:
         released: Counter = Counter()
         for key, ck in matched:
@@ -110,8 +124,38 @@ class ReferenceModel:
             else:
                 for (_subject, purpose, basis), exp in rec.claims.items():
                     retained[(key, purpose, basis, exp)] += 1
+        bare = {subject for _k, subject, _p, _b in released} | ({named} if named is not None else set())
+        subjects_erased, identifiers = set(), []
+        for subject in sorted(bare):
+            if subject in self.claim_subjects(tenant) or (tenant, subject) not in self.subjects:
+                continue
+            subjects_erased.add(subject)
+            identifiers += self.subjects.pop((tenant, subject))
         self.ledger_entries += 1
-        return Outcome(tenant, kind, released, frozenset(erased), retained, erased_texts)
+        return Outcome(
+            tenant,
+            kind,
+            released,
+            frozenset(erased),
+            retained,
+            erased_texts,
+            frozenset(subjects_erased),
+            tuple(identifiers),
+        )
+
+    def claim_subjects(self, tenant: str) -> set[str]:
+        """Every subject with a claim in the tenant (expired ones too, until released)."""
+        return {ck[0] for (t, _k), rec in self.records.items() if t == tenant for ck in rec.claims}
+
+    def register(self, tenant: str, subject: str, identifiers: Iterable[str], *, now: float) -> dict[str, Outcome]:
+        """register_subject: replaces the subject's identifiers. Returns the expiries honoured first."""
+        expired = self.expire(now)
+        self.subjects[(tenant, subject)] = tuple(sorted(set(identifiers)))
+        return expired
+
+    def live_identifiers(self) -> set[str]:
+        """Identifiers some subject is registered with now, in any tenant."""
+        return {i for ids in self.subjects.values() for i in ids}
 
     # -- mutations -------------------------------------------------------------------
     def write(
@@ -184,7 +228,7 @@ class ReferenceModel:
                     continue
                 matched.append((k, ck))
         held = set() if purpose is not None else {(k, ck) for k, ck in matched if ck[2] in LEGAL_BASES}
-        return self._release(tenant, "forget", matched, held)
+        return self._release(tenant, "forget", matched, held, named=subject)
 
     # -- reads -----------------------------------------------------------------------
     def check_purpose(self, tenant: str, purpose: str | None) -> None:

@@ -494,7 +494,9 @@ def test_release_needs_a_reason_and_lifts(digests):
     assert store.read("digest:zq", tenant=T, purpose="analytics").text == DIGEST
     assert "digest:zq" in keys(recall(store, DIGEST, "support"))
     entry = store.ledger()[-1]
-    assert entry["kind"] == "release" and "reviewed by the DPO" in entry["body"]
+    # The ledger commits to the reason's keyed hash, never its text (DESIGN §8).
+    assert entry["kind"] == "release" and "reviewed by the DPO" not in entry["body"]
+    assert json.loads(entry["body"])["reason_h"]
     assert "digest:zq" not in entry["body"]
     with pytest.raises(NotFound):
         store.release("digest:zq", tenant=T, reason="twice")
@@ -667,9 +669,11 @@ def test_policy_keep_needs_a_reason_and_the_receipt_says_kept(store):
     for k, text in mentions.items():
         assert store.read(k, tenant=T, purpose="analytics").text == text
     assert store.read("d", tenant=T, purpose="analytics") is not None
-    # The ledger records the policy with its reason and the forget's decision.
+    # The ledger records the policy with its reason's keyed hash (never the text, DESIGN §8)
+    # and the forget's decision.
     policy_entries = [e for e in store.ledger() if e["kind"] == "policy"]
-    assert reason in policy_entries[-1]["body"] and '"policy":"keep"' in policy_entries[-1]["body"]
+    assert reason not in policy_entries[-1]["body"] and '"policy":"keep"' in policy_entries[-1]["body"]
+    assert json.loads(policy_entries[-1]["body"])["reason_h"]
     body = json.loads(store.ledger()[-1]["body"])
     assert body["policy"] == "keep" and sorted(d["action"] for d in body["derivations"]) == ["kept"] * 4
     # Another tenant keeps the default.

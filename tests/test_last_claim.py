@@ -250,7 +250,7 @@ def test_a_release_reason_goes_with_the_record_it_released(open_store, store_pat
     store.wait(receipt.handle, timeout=30)
     v = store.verify(receipt.handle)
     assert v.level == "erased", [c.to_dict() for c in v.failed]
-    assert "reason" in [c for c in v.checks if c.name == "bytes"][0].detail
+    assert "reason" in next(c for c in v.checks if c.name == "bytes").detail
     store.close()
     assert scan_files(store_path, [REASON, "agreed by phone"]) == {}
     store = open_store()

@@ -17,7 +17,13 @@ whose keys share prefixes. After every step:
 * forget receipts match the model: ``erased`` is exactly the set of keys the model erased,
   ``released`` and ``retained`` the claims it released and kept;
 * after a reopen every earlier receipt is still found by ``status()`` with the same counts,
-  and the hash-chained ledger verifies and holds one entry per receipt.
+  and the hash-chained ledger verifies and holds one entry per receipt;
+* identifiers go with the last claim (DESIGN §8): subjects are registered with distinctive
+  identifiers, and forgets by key, prefix and purpose aimed at a subject's last claim, and
+  expiries of it, must erase them (``subjects_erased`` matches the model); after every
+  wait and verify a raw byte scan of every file of the store directory must agree with
+  ``verify``: never ``erased`` while an erased text's or identifier's bytes remain (unless
+  a live record or registration holds the same bytes).
 
 ``HYPOTHESIS_PROFILE=ci`` runs more and longer examples.
 """
@@ -61,6 +67,13 @@ WORDS = (
     "meadow",
     "nectar",
 )
+IDENTIFIERS = {
+    "alice": ("Alyssa Quillfeather", "alyssa.quill@quillmail.example", "+44 20 7946 0321"),
+    "bob": ("Bartholomew Ostrander", "b.ostrander@ostmail.example"),
+    "carol": ("Carolina Vantongeren", "cvantongeren@vantmail.example", "+1 415 555 0142"),
+}
+"""Distinctive identifiers (none is a word of the texts, so nothing mentions them), long
+enough to be fingerprinted and byte-scanned."""
 K_ALL = 50
 """Larger than any tenant's record count, so recall can return every live record."""
 
@@ -181,7 +194,9 @@ class StoreMachine(RuleBasedStateMachine):
         assert receipt.kind == expected.kind
         assert receipt.selector.tenant == expected.tenant
         assert receipt.level in ("intent", "unreadable", "erased")
-        assert receipt.quarantined == ()  # no lineage and no registered identifiers here
+        assert receipt.quarantined == ()  # no lineage, and no text names a registered identifier
+        assert set(receipt.subjects_erased) == expected.subjects_erased
+        assert receipt.identifiers_erased == bool(expected.subjects_erased)
         assert receipt.handle and receipt.handle not in self.receipts
         self.receipts[receipt.handle] = expected
         event(f"{expected.kind}: erased={bool(expected.erased)} retained={bool(expected.retained)}")
@@ -401,6 +416,107 @@ class StoreMachine(RuleBasedStateMachine):
         check = self.store.verify_ledger()
         assert check.ok, check.problems
         assert check.entries == self.model.ledger_entries
+
+    # -- identifiers go with the last claim (DESIGN §8) ------------------------------------
+    @rule(data=st.data(), tenant=tenants, subject=subjects)
+    def register(self, data, tenant, subject):
+        ids = data.draw(st.lists(st.sampled_from(IDENTIFIERS[subject]), min_size=1, unique=True), label="ids")
+        self.store.register_subject(subject, tenant=tenant, identifiers=ids)
+        self._note_expired(self.model.register(tenant, subject, ids, now=self.clock.t))
+
+    @rule(data=st.data(), tenant=tenants, how=st.sampled_from(["key", "prefix", "purpose"]))
+    def forget_last_claim(self, data, tenant, how):
+        """Aim a forget by key, prefix or purpose (never by subject) at every claim of a
+        registered subject when one selector of that kind covers them all (one key, a common
+        prefix, one purpose), else at one claim of the subject with the fewest."""
+        claims_of: dict[str, list[tuple[str, str]]] = {}
+        for (t, k), rec in sorted(self.model.records.items()):
+            for s, p, _b in rec.claims:
+                if t == tenant and (t, s) in self.model.subjects:
+                    claims_of.setdefault(s, []).append((k, p))
+        if not claims_of:
+            return
+
+        def covering(claims: list[tuple[str, str]]) -> dict | None:
+            if how == "purpose":
+                return {"purpose": claims[0][1]} if len({p for _k, p in claims}) == 1 else None
+            # A key prefix is a character prefix, which is what commonprefix computes.
+            common = os.path.commonprefix(sorted(k for k, _p in claims))  # noqa: RUF071
+            if how == "key":
+                return {"key": common} if len({k for k, _p in claims}) == 1 else None
+            return {"prefix": common} if common else None
+
+        whole = {s: sel for s, c in claims_of.items() if (sel := covering(c)) is not None}
+        if whole:
+            subject = data.draw(st.sampled_from(sorted(whole)), label="subject")
+            selector = whole[subject]
+        else:
+            fewest = min(len(c) for c in claims_of.values())
+            subject = data.draw(st.sampled_from(sorted(s for s, c in claims_of.items() if len(c) == fewest)))
+            key, purpose = data.draw(st.sampled_from(claims_of[subject]), label="claim")
+            selector = {"key": {"key": key}, "prefix": {"prefix": key}, "purpose": {"purpose": purpose}}[how]
+        expected = self.model.forget(tenant, now=self.clock.t, **selector)
+        receipt = self.store.forget(tenant=tenant, **selector)
+        self._check_receipt(receipt, expected)
+        event(f"forget_last_claim by {how}: identifiers erased={bool(expected.subjects_erased)}")
+
+    @rule(data=st.data(), tenant=tenants, subject=subjects, key=keys, text=texts, purpose=purposes)
+    def expire_last_claim(self, data, tenant, subject, key, text, purpose):
+        """Give a subject a short-lived claim, then let time pass it: the sweep (explicit or
+        the one every mutation does first) takes the identifiers once it was the last."""
+        if (tenant, subject) not in self.model.subjects:
+            self.register(data, tenant, subject)
+        basis = "legal_hold" if purpose == "audit" else "consent"
+        self.write(tenant, key, text, (subject, purpose, basis), 1)
+        self.clock.t += 1
+        erased_before = sum(bool(o.subjects_erased) for o in self.receipts.values())
+        if data.draw(st.booleans(), label="explicit sweep"):
+            self.sweep()
+            erased_now = sum(bool(o.subjects_erased) for o in self.receipts.values())
+            event(f"expire_last_claim by sweep: identifiers erased={erased_now > erased_before}")
+        else:  # the next mutation honours it first
+            self.register(data, tenant, data.draw(subjects, label="next registration"))
+
+    def _files(self) -> list[bytes]:
+        blobs = []
+        for d, _, names in os.walk(self.dir):
+            for f in names:
+                try:
+                    with open(os.path.join(d, f), "rb") as fh:
+                        blobs.append(fh.read())
+                except FileNotFoundError:  # a temporary file renamed while we listed
+                    continue
+        return blobs
+
+    @rule(data=st.data())
+    def verify_identifiers(self, data):
+        """Wait for and verify an erasure (one that erased identifiers when there is one), then
+        scan every file's raw bytes: ``erased`` only when none of its texts or identifiers is
+        left (bytes a live record or a live registration holds do not count)."""
+        if not self.receipts:
+            return
+        with_ids = sorted(h for h, o in self.receipts.items() if o.erased_identifiers)
+        handle = data.draw(st.sampled_from(with_ids or sorted(self.receipts)), label="handle")
+        expected = self.receipts[handle]
+        self.store.wait(handle, timeout=30)
+        v = self.store.verify(handle)
+        self.model.ledger_entries += 1
+        assert v.level in ("unreadable", "erased"), [c.to_dict() for c in v.failed]
+        short = any(len(t.encode()) < 8 for t in expected.erased_texts.values())
+        closed = [c.name for c in v.failed] == ["bytes"]  # failing closed: see the verify rule
+        assert v.level == "erased" or short or closed, [c.to_dict() for c in v.failed]
+        event(f"verify_identifiers: {v.level} (identifiers: {bool(expected.erased_identifiers)})")
+        if v.level != "erased":
+            return
+        blobs = self._files()
+        live_texts = [rec.text for rec in self.model.records.values()]
+        live_ids = self.model.live_identifiers()
+        for text in expected.erased_texts.values():
+            if not any(text in other for other in live_texts):
+                assert not any(text.encode() in b for b in blobs), "verify said erased; an erased text remains"
+        for ident in expected.erased_identifiers:
+            if ident not in live_ids:
+                assert not any(ident.encode() in b for b in blobs), "verify said erased; an identifier remains"
 
     # -- invariants ------------------------------------------------------------------
     @invariant()

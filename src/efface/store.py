@@ -518,10 +518,11 @@ class Store:
 
     def release(self, key: str, *, tenant: str, reason: str) -> int:
         """Lift a quarantine without changing the record (a policy decision: ``reason`` is
-        recorded in the ledger). Returns the epoch."""
+        kept with the record and erased with it; the ledger records its keyed hash).
+        Returns the epoch."""
         tenant, key = self._tenant(tenant), v.key(key)
         if not isinstance(reason, str) or not reason.strip() or len(reason) > 500:
-            raise InvalidInput("release needs a reason (1-500 characters); it is recorded in the ledger")
+            raise InvalidInput("release needs a reason (1-500 characters); the ledger records its hash")
 
         body = quarantine.release_body(self._hash, tenant, key, reason)
         return self._mutate("release", tenant, body)[0]

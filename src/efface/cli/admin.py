@@ -238,7 +238,9 @@ def quarantine_rederive(key, text, sources, no_sources) -> None:
 
 @quarantine.command("release")
 @click.argument("key")
-@click.option("--reason", required=True, help="Why it may be served as it is (recorded in the ledger).")
+@click.option(
+    "--reason", required=True, help="Why it may be served as it is (kept with the record; the ledger records its hash)."
+)
 @_common_options()
 def quarantine_release(key, reason) -> None:
     """Lift KEY's quarantine without changing it (a policy decision, recorded with its reason)."""

@@ -180,7 +180,7 @@ def validate_policy(policy: str, reason: str | None) -> tuple[str, str | None]:
     if policy not in POLICIES:
         raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}")
     if policy == "keep" and (not isinstance(reason, str) or not reason.strip()):
-        raise InvalidInput("policy 'keep' needs a stated reason (it is recorded in every receipt and the ledger)")
+        raise InvalidInput("policy 'keep' needs a stated reason (every receipt shows it; the ledger records its hash)")
     if reason is not None and (not isinstance(reason, str) or len(reason) > 500):
         raise InvalidInput("reason must be a string of at most 500 characters")
     return policy, reason
