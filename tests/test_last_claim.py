@@ -270,3 +270,23 @@ def test_a_policy_reason_goes_when_the_policy_is_replaced(open_store, store_path
     assert scan_files(store_path, [KEEP_REASON, "audit agreement"]) == {}
     store = open_store()
     assert store.verify_ledger().ok
+
+
+# -- the byte scan sees an identifier at every alignment --------------------------------------------
+@pytest.mark.parametrize("item", ["+1 415 555 0142", "+1 212 555 0188", "0000 1111 2222 3", "Zebulon Quaxworth"])
+def test_the_byte_scan_finds_an_identifier_at_every_alignment(tmp_path, item):
+    """Windows of few distinct bytes are skipped by the scan; a phone number has several, and
+    a copy of "+1 415 555 0142" at five of eight alignments was met by no window (the state
+    machine saw verify say erased with it on disk). Every alignment must be covered, or the
+    item counted as not checkable."""
+    from efface.erasure.fingerprint import Fingerprinter, Fingerprints
+
+    fingerprinter = Fingerprinter(os.urandom(32))
+    fp = Fingerprints()
+    fingerprinter.add(fp, "identifier", item.encode())
+    assert fp.too_short == {}
+    for shift in range(8):
+        path = tmp_path / f"file{shift}"
+        path.write_bytes(b"\x01" * (64 + shift) + item.encode() + b"\x02" * 64)
+        hits, _ = fingerprinter.scan([os.fspath(path)], fp)
+        assert hits, f"a copy at alignment {shift} was not seen"

@@ -24,6 +24,17 @@ skipped: runs of zeros or spaces, and the mostly-zero windows of sparse vectors 
 common float among zeros), occur everywhere and would match everywhere. A sparse vector can
 therefore end up with no fingerprint at all; its text still has them.
 
+Coverage. A skipped window leaves the alignments it stood for unseen: ``"+1 415 555 0142"``
+has three windows of four distinct bytes, and a copy of it at five of eight alignments was
+found by no window, so verify said ``erased`` with the phone number on disk (the state
+machine met it). So an item of a text-like kind (``REGION`` sampling) counts as
+fingerprinted only when every alignment is covered: all eight windows (15 to 22 bytes), the
+one unaligned window (8 to 14), or one whole run of eight offsets (23 and more). Where the
+strict windows leave a gap, the item's windows with at least three distinct bytes fill it
+(a copy of the item is what they meet; a false match only fails closed); an item still not
+covered counts in ``too_short``, so verify says it cannot check it rather than pass.
+Embeddings (``VECTOR_REGION``) keep the looser rule: a sparse vector's text has fingerprints.
+
 Hash. For the words ``a, b`` of a window, ``h = a*K1 + b*K2 mod 2**64`` (``a*K0`` for an
 8-byte window) with secret odd multipliers, then a keyed non-linear finalisation. Without
 the store's secret a fingerprint says nothing about the bytes; with it, short windows
@@ -52,6 +63,8 @@ CHUNK = 1 << 24
 SHRINKING = ("-wal", "-shm", "-journal")
 """Files another thread may truncate while they are scanned (SQLite's WAL after a checkpoint)."""
 _MIN_DISTINCT = 5
+_MIN_DISTINCT_GAP = 3
+"""Distinct bytes a window needs to fill an alignment gap left by the strict rule."""
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
@@ -125,6 +138,16 @@ class Fingerprints:
         return fp
 
 
+def _covered(owners: np.ndarray, local: np.ndarray, usable: np.ndarray, group: str, region: int) -> np.ndarray:
+    """The owners whose chosen windows see a copy at every alignment: all eight (``w8``),
+    the one unaligned window (``u8``), or one whole run of eight offsets (``w16``)."""
+    need = 1 if group == "u8" else 8
+    runs = owners if group != "w16" else owners.astype(np.int64) * (1 << 32) + local // region
+    ids, counts = np.unique(runs[usable], return_counts=True)
+    full = ids[counts >= need]
+    return np.unique(full if group != "w16" else full >> 32)
+
+
 @dataclass(frozen=True)
 class Hit:
     """A fingerprint met in a file: where, and which kind of item it came from."""
@@ -157,6 +180,7 @@ class Fingerprinter:
             "u8": ([], [], []),
         }
         offset = {"w16": 0, "w8": 0, "u8": 0}
+        locals_: dict[str, list[np.ndarray]] = {"w16": [], "w8": [], "u8": []}
         fp.items[kind] = fp.items.get(kind, 0) + len(items)
         short = 0
         for number, data in enumerate(items):
@@ -175,12 +199,17 @@ class Fingerprinter:
             bufs.append(data)
             starts.append(local + offset[group])
             owners.append(np.full(local.size, number))
+            locals_[group].append(local)
             offset[group] += n
         for group, (bufs, starts, owners) in groups.items():
             if not bufs:
                 continue
             hashes, kept = self._windows(
-                b"".join(bufs), np.concatenate(starts), 16 if group == "w16" else 8, np.concatenate(owners)
+                b"".join(bufs),
+                np.concatenate(starts),
+                16 if group == "w16" else 8,
+                np.concatenate(owners),
+                None if region != REGION else (group, region, np.concatenate(locals_[group])),
             )
             short += len(bufs) - kept
             if hashes.size == 0:
@@ -192,16 +221,30 @@ class Fingerprinter:
             fp.too_short[kind] = fp.too_short.get(kind, 0) + short
 
     def _windows(
-        self, data: bytes, starts: np.ndarray, width: int, owners: np.ndarray | None = None
+        self,
+        data: bytes,
+        starts: np.ndarray,
+        width: int,
+        owners: np.ndarray | None = None,
+        coverage: tuple[str, int, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, int]:
-        """Hashes of the usable windows, and how many distinct owners kept at least one."""
+        """Hashes of the usable windows, and how many distinct owners are fingerprinted: with
+        ``coverage`` (group, region, item-relative starts), those whose every alignment is
+        covered (see the module docstring); without it, those that kept at least one window."""
         arr = np.frombuffer(data, dtype=np.uint8)
         win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
         ordered = np.sort(win, axis=1)
         distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
         zeros = width - np.count_nonzero(win, axis=1)
         usable = (distinct >= _MIN_DISTINCT) & (zeros <= width // 4)
-        kept = int(np.unique(owners[usable]).size) if owners is not None else int(usable.any())
+        if coverage is not None and owners is not None:
+            group, region, local = coverage
+            covered = _covered(owners, local, usable, group, region)
+            loose = (distinct >= _MIN_DISTINCT_GAP) & (zeros <= width // 4)
+            usable |= loose & ~np.isin(owners, covered)
+            kept = int(_covered(owners, local, usable, group, region).size)
+        else:
+            kept = int(np.unique(owners[usable]).size) if owners is not None else int(usable.any())
         win = np.ascontiguousarray(win[usable])
         if win.shape[0] == 0:
             return np.empty(0, dtype=np.uint64), kept
