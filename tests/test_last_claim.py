@@ -48,7 +48,8 @@ def scan_files(directory, needles) -> dict[str, list[str]]:
 
 def registered(store, tenant=T) -> dict[str, list[str]]:
     """subject -> identifiers the origin holds for ``tenant`` (behind the API, either backend)."""
-    return {s: json.loads(i) for t, s, i in store._origin.all_subjects() if t == tenant}
+    tid = store._tenant(tenant)  # the origin knows a tenant by its id (a keyed hash)
+    return {s: json.loads(i) for t, s, i in store._origin.all_subjects() if t == tid}
 
 
 def _open(open_store, how):
