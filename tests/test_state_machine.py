@@ -161,6 +161,16 @@ class StoreMachine(RuleBasedStateMachine):
     def _open(self):
         return efface.open(self.dir, embedder="hashing", background=False, clock=self.clock, origin=self.ORIGIN)
 
+    def _on_disk(self, text: str) -> bool:
+        """Whether any file of the store holds ``text``'s bytes (a raw scan)."""
+        needle = text.encode()
+        for d, _, names in os.walk(self.dir):
+            for f in names:
+                with open(os.path.join(d, f), "rb") as fh:
+                    if needle in fh.read():
+                        return True
+        return False
+
     def teardown(self):
         try:
             self.store.close()
@@ -367,25 +377,31 @@ class StoreMachine(RuleBasedStateMachine):
         assert v.level in ("unreadable", "erased"), [c.to_dict() for c in v.failed]
         if settle:
             short = any(len(t.encode()) < 8 for t in self.receipts[handle].erased_texts.values())
-            # Failing closed is allowed, failing open never: the byte scan counts a live
-            # record's copy of an erased text in a WAL page image as residue (see the xfail in
-            # tests/sqlite/test_regressions.py), so after a later write verify may stay
-            # 'unreadable' with only the bytes check failing.
-            closed = [c.name for c in v.failed] == ["bytes"]
-            if closed and not short:
-                event("verify after wait: unreadable (bytes check failed closed)")
-            assert v.level == "erased" or short or closed, [c.to_dict() for c in v.failed]
+            # verify refuses 'erased' after wait only where the bytes truly remain: a live
+            # record's copy in a WAL page image, a stray window of a short text, or windows of
+            # another erasure's pending items are not residue. (Whole erased texts can remain
+            # in the unallocated gap of a live records page, which the compactor does not
+            # rebuild: then verify is right to refuse.)
+            if v.level != "erased" and not short:
+                assert [c.name for c in v.failed] == ["bytes"], [c.to_dict() for c in v.failed]
+                live = [rec.text for rec in self.model.records.values()]
+                left = [
+                    t
+                    for t in self.receipts[handle].erased_texts.values()
+                    if not any(t in other for other in live) and self._on_disk(t)
+                ]
+                assert left, f"verify refused 'erased' with no erased text on disk: {[c.to_dict() for c in v.failed]}"
+                event("verify after wait: unreadable (an erased text is still on disk)")
         if v.level == "erased":
+            # The bytes are checked when they are proven gone; a later verify shows that proof
+            # as 'recorded' (the fingerprints went with it), and records written since may
+            # hold the same words again: those bytes are theirs, their own erasure checks them.
+            fresh = any(c.name == "bytes" and c.outcome == "pass" for c in v.checks)
             live = [rec.text for rec in self.model.records.values()]
-            blobs = []
-            for d, _, names in os.walk(self.dir):
-                for f in names:
-                    with open(os.path.join(d, f), "rb") as fh:
-                        blobs.append(fh.read())
-            for text in self.receipts[handle].erased_texts.values():
+            for text in self.receipts[handle].erased_texts.values() if fresh else ():
                 if any(text in other for other in live):
                     continue
-                assert not any(text.encode() in b for b in blobs), "verify said erased; the bytes remain"
+                assert not self._on_disk(text), "verify said erased; the bytes remain"
 
     @precondition(lambda self: self.ORIGIN == "sqlite")  # memory origin: nothing persists across reopen
     @rule()
