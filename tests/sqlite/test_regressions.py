@@ -329,15 +329,12 @@ def test_reads_do_not_wait_for_maintenance(busy_store, tmp_path, kind):
     assert through >= 1, f"in {seen} of {seen} rounds the read and recall waited for {kind} to finish"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a live record's copy of an erased text in a WAL page image counts as residue: verify fails closed "
-    "(stays 'unreadable') until the next compaction checkpoints it; excusing it window by window hid real residue",
-)
 def test_a_live_copy_in_the_wal_is_not_residue(tmp_path):
     """An erased text that a live record also holds, with that record's page in the WAL (it
     was written after the erasure's checkpoint), is a live copy, not residue: verify reaches
-    'erased' (it stopped at 'unreadable', found by the Hypothesis state machine)."""
+    'erased' (it stopped at 'unreadable', found by the Hypothesis state machine). The copy is
+    excused because the whole live text lies in a WAL frame of a live records page, not
+    window by window (see efface.erasure.residue)."""
     text = "the quarterly plan for the lighthouse restoration, second draft"
     with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
         store.write("a", text, tenant="t", subject="alice", purpose="p")

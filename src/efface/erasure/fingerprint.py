@@ -22,7 +22,15 @@ offset inside sampled regions, so a copy of the item at any alignment is still m
 Windows with fewer than five distinct byte values, or more than a quarter zero bytes, are
 skipped: runs of zeros or spaces, and the mostly-zero windows of sparse vectors (a single
 common float among zeros), occur everywhere and would match everywhere. A sparse vector can
-therefore end up with no fingerprint at all; its text still has them.
+therefore end up with no fingerprint at all; its text still has them. A text, key or
+identifier whose every window is too uniform ("ha ha ha ha") keeps them anyway, unless
+they are mostly zero bytes: the whole-item check below tells its copies from chance.
+
+Sites and whole items. An 8-byte window of a short text ("customer support call") also
+occurs in a purpose, a tenant name, a schema word or a full-text term, so a window alone
+does not show that the text is there. Beside the window hashes, each window keeps its site
+(which item, at which offset), and each item a keyed hash of its whole bytes and its
+length: at a hit, the verifier reads the bytes where the whole item would lie and compares.
 
 Coverage. A skipped window leaves the alignments it stood for unseen: ``"+1 415 555 0142"``
 has three windows of four distinct bytes, and a copy of it at five of eight alignments was
@@ -105,9 +113,42 @@ class Fingerprints:
     """How many items of each kind were fingerprinted."""
     too_short: dict[str, int] = field(default_factory=dict)
     """Items too short (or too uniform) to fingerprint, per kind."""
+    site_h: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per kind, the hash of every kept window (sorted; repeated when windows repeat) ..."""
+    site_i: dict[str, np.ndarray] = field(default_factory=dict)
+    """... the number of the item it came from ..."""
+    site_o: dict[str, np.ndarray] = field(default_factory=dict)
+    """... and its offset inside that item."""
+    item_h: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per kind, a keyed hash of each item's whole bytes, by item number."""
+    item_n: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per kind, each item's length in bytes, by item number."""
 
     def count(self) -> int:
         return sum(a.size for d in (self.w16, self.w8, self.u8) for a in d.values())
+
+    def has_sites(self, kind: str) -> bool:
+        """Whether the windows of ``kind`` know their items (fingerprints made by an older
+        efface do not: their hits can only be judged window by window)."""
+        return kind in self.site_h
+
+    def sites(self, kind: str, h: int) -> list[tuple[int, int, int]]:
+        """Every (item number, offset in the item, item length) whose window hashes to ``h``."""
+        hs = self.site_h.get(kind)
+        if hs is None:
+            return []
+        key = np.uint64(h)
+        lo, hi = int(np.searchsorted(hs, key, "left")), int(np.searchsorted(hs, key, "right"))
+        items, offs = self.site_i[kind][lo:hi], self.site_o[kind][lo:hi]
+        return [(int(i), int(o), int(self.item_n[kind][int(i)])) for i, o in zip(items, offs, strict=True)]
+
+    def sites_all(self, h: int) -> list[tuple[str, int, int, int]]:
+        """Every (kind, item, offset, length) whose window hashes to ``h``, whatever the kind
+        the scanner named (one window may come from a text and a key alike)."""
+        return [(kind, i, o, n) for kind in self.site_h for i, o, n in self.sites(kind, h)]
+
+    def whole(self, kind: str, item: int) -> int:
+        return int(self.item_h[kind][item])
 
     def to_blob(self) -> bytes:
         """A compact serialisation: a JSON header and the arrays (no content, only hashes)."""
@@ -116,7 +157,7 @@ class Fingerprints:
         parts: list[bytes] = []
         arrays: list[list[Any]] = []
         header = {"items": self.items, "too_short": self.too_short, "arrays": arrays}
-        for group in ("w16", "w8", "u8"):
+        for group in ("w16", "w8", "u8", "site_h", "site_i", "site_o", "item_h", "item_n"):
             for kind, arr in getattr(self, group).items():
                 arrays.append([group, kind, int(arr.size)])
                 parts.append(np.ascontiguousarray(arr, dtype="<u8").tobytes())
@@ -156,6 +197,8 @@ class Hit:
     offset: int
     width: int
     kind: str
+    hash: int = 0
+    """The window's hash (to find its sites)."""
 
 
 class Fingerprinter:
@@ -164,24 +207,33 @@ class Fingerprinter:
     def __init__(self, secret: bytes):
         k = _keys(secret)
         self._k0, self._k1, self._k2, self._k3, self._k4 = (np.uint64(x) for x in k[:5])
+        self._whole_key = hashlib.blake2b(b"efface-fingerprint-whole", key=secret[:64], digest_size=32).digest()
+
+    def whole(self, data: bytes) -> int:
+        """A keyed 64-bit hash of an item's whole bytes (to confirm that a hit is the item)."""
+        return int.from_bytes(hashlib.blake2b(data, key=self._whole_key, digest_size=8).digest(), "little")
 
     # -- fingerprints ------------------------------------------------------------------
     def add(self, fp: Fingerprints, kind: str, data: bytes, region: int = REGION) -> None:
         """Fingerprint one item of ``kind`` into ``fp``."""
         self.add_many(fp, kind, [data], region)
 
-    def add_many(self, fp: Fingerprints, kind: str, items: list[bytes], region: int = REGION) -> None:
+    def add_many(
+        self, fp: Fingerprints, kind: str, items: list[bytes], region: int = REGION, uniform: bool = False
+    ) -> None:
         """Fingerprint many items of one kind at once (one vectorised pass per window width).
-        An item too short, or whose every sampled window is too uniform, gets no fingerprint
-        and is counted in ``fp.too_short``."""
-        groups: dict[str, tuple[list[bytes], list[np.ndarray], list[np.ndarray]]] = {
-            "w16": ([], [], []),
-            "w8": ([], [], []),
-            "u8": ([], [], []),
+        An item too short, or whose every sampled window is too uniform (unless ``uniform``:
+        then only mostly-zero windows are refused), gets no fingerprint and is counted in
+        ``fp.too_short``. Every kept window records its site (item, offset), and every item
+        its whole hash and length, so a verifier can check that a hit is the whole item."""
+        groups: dict[str, tuple[list[bytes], list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {
+            "w16": ([], [], [], []),
+            "w8": ([], [], [], []),
+            "u8": ([], [], [], []),
         }
         offset = {"w16": 0, "w8": 0, "u8": 0}
-        locals_: dict[str, list[np.ndarray]] = {"w16": [], "w8": [], "u8": []}
-        fp.items[kind] = fp.items.get(kind, 0) + len(items)
+        base = fp.items.get(kind, 0)
+        fp.items[kind] = base + len(items)
         short = 0
         for number, data in enumerate(items):
             n = len(data)
@@ -195,28 +247,48 @@ class Fingerprinter:
             else:
                 short += 1
                 continue
-            bufs, starts, owners = groups[group]
+            bufs, starts, owners, locals_ = groups[group]
             bufs.append(data)
             starts.append(local + offset[group])
-            owners.append(np.full(local.size, number))
-            locals_[group].append(local)
+            owners.append(np.full(local.size, base + number))
+            locals_.append(local)
             offset[group] += n
-        for group, (bufs, starts, owners) in groups.items():
+        sites: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for group, (bufs, starts, owners, locals_) in groups.items():
             if not bufs:
                 continue
-            hashes, kept = self._windows(
+            hashes, who, where, kept = self._windows(
                 b"".join(bufs),
                 np.concatenate(starts),
                 16 if group == "w16" else 8,
                 np.concatenate(owners),
-                None if region != REGION else (group, region, np.concatenate(locals_[group])),
+                np.concatenate(locals_),
+                uniform,
+                (group, region) if region == REGION else None,
             )
             short += len(bufs) - kept
             if hashes.size == 0:
                 continue
+            sites.append((hashes, who, where))
             target = getattr(fp, group)
             prev = target.get(kind)
-            target[kind] = hashes if prev is None else np.union1d(prev, hashes)
+            unique = np.unique(hashes)
+            target[kind] = unique if prev is None else np.union1d(prev, unique)
+        item_h = np.fromiter((self.whole(d) for d in items), dtype=np.uint64, count=len(items))
+        item_n = np.asarray([len(d) for d in items], dtype=np.uint64)
+        fp.item_h[kind] = np.concatenate([fp.item_h.get(kind, np.empty(0, np.uint64)), item_h])
+        fp.item_n[kind] = np.concatenate([fp.item_n.get(kind, np.empty(0, np.uint64)), item_n])
+        if kind in fp.site_h:
+            sites.append((fp.site_h[kind], fp.site_i[kind], fp.site_o[kind]))
+        if sites:
+            h = np.concatenate([a for a, _, _ in sites])
+            order = np.argsort(h, kind="stable")
+            fp.site_h[kind] = h[order]
+            fp.site_i[kind] = np.concatenate([b for _, b, _ in sites]).astype(np.uint64)[order]
+            fp.site_o[kind] = np.concatenate([c for _, _, c in sites]).astype(np.uint64)[order]
+        elif kind not in fp.site_h:
+            empty = np.empty(0, np.uint64)
+            fp.site_h[kind], fp.site_i[kind], fp.site_o[kind] = empty, empty, empty
         if short:
             fp.too_short[kind] = fp.too_short.get(kind, 0) + short
 
@@ -225,31 +297,46 @@ class Fingerprinter:
         data: bytes,
         starts: np.ndarray,
         width: int,
-        owners: np.ndarray | None = None,
-        coverage: tuple[str, int, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, int]:
-        """Hashes of the usable windows, and how many distinct owners are fingerprinted: with
-        ``coverage`` (group, region, item-relative starts), those whose every alignment is
-        covered (see the module docstring); without it, those that kept at least one window."""
+        owners: np.ndarray,
+        local: np.ndarray,
+        uniform: bool = False,
+        coverage: tuple[str, int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The hashes of the usable windows with their owners and offsets in their owners,
+        and how many distinct owners are fingerprinted: with ``coverage`` (group, region),
+        those whose every alignment is covered (see the module docstring); without it, those
+        that kept at least one window."""
         arr = np.frombuffer(data, dtype=np.uint8)
         win = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
         ordered = np.sort(win, axis=1)
         distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
         zeros = width - np.count_nonzero(win, axis=1)
-        usable = (distinct >= _MIN_DISTINCT) & (zeros <= width // 4)
-        if coverage is not None and owners is not None:
-            group, region, local = coverage
+        sparse = zeros <= width // 4
+        usable = (distinct >= _MIN_DISTINCT) & sparse
+        if uniform and width == 8:
+            # A short item counts only where it is whole (the verifier checks at each hit), so
+            # a uniform window costs a few extra checks, never a false residue: keep them all,
+            # and a copy at any alignment is met.
+            usable = sparse
+        elif uniform:
+            # a long item with no varied window keeps its uniform ones
+            bare = np.setdiff1d(owners, owners[usable])
+            usable |= sparse & np.isin(owners, bare)
+        if coverage is not None:
+            group, region = coverage
             covered = _covered(owners, local, usable, group, region)
-            loose = (distinct >= _MIN_DISTINCT_GAP) & (zeros <= width // 4)
+            loose = (distinct >= _MIN_DISTINCT_GAP) & sparse
             usable |= loose & ~np.isin(owners, covered)
             kept = int(_covered(owners, local, usable, group, region).size)
         else:
-            kept = int(np.unique(owners[usable]).size) if owners is not None else int(usable.any())
+            kept = int(np.unique(owners[usable]).size)
         win = np.ascontiguousarray(win[usable])
         if win.shape[0] == 0:
-            return np.empty(0, dtype=np.uint64), kept
+            empty = np.empty(0, dtype=np.uint64)
+            return empty, empty, empty, kept
         words = win.view("<u8").reshape(win.shape[0], width // 8)
-        return np.unique(self._hash(words[:, 0], words[:, 1] if width == 16 else None)), kept
+        hashes = self._hash(words[:, 0], words[:, 1] if width == 16 else None)
+        return hashes, owners[usable], local[usable], kept
 
     def _hash(self, a: np.ndarray, b: np.ndarray | None) -> np.ndarray:
         if b is None:
@@ -260,19 +347,27 @@ class Fingerprinter:
         return _mix(h, self._k3, self._k4)
 
     # -- scanning ----------------------------------------------------------------------
-    def scan(self, paths: list[str], fp: Fingerprints, root: str = "") -> tuple[list[Hit], int]:
-        """Every place in ``paths`` where a fingerprint of ``fp`` occurs, and the bytes read."""
-        tables = {}
-        for group, width in (("w16", 16), ("w8", 8), ("u8", 8)):
-            arrays = getattr(fp, group)
-            if not any(a.size for a in arrays.values()):
-                continue
-            values = np.concatenate([a for a in arrays.values()])
-            kinds = np.concatenate([np.full(a.size, i, dtype=np.int32) for i, a in enumerate(arrays.values())])
-            order = np.argsort(values, kind="stable")
-            bitmap = np.zeros(1 << 24, dtype=bool)
-            bitmap[(values >> _TOP).astype(np.int64)] = True
-            tables[group] = (values[order], kinds[order], list(arrays), bitmap, width)
+    def window_hash(self, window: bytes) -> int:
+        """The hash the scanner gives an 8- or 16-byte window."""
+        words = np.frombuffer(window, dtype="<u8")
+        return int(self._hash(words[:1], words[1:2] if len(window) == 16 else None)[0])
+
+    def scan_buffer(self, data: bytes, tables: dict, name: str = "", base: int = 0) -> list[Hit]:
+        """Every place in ``data`` where a fingerprint of the ``tables`` (made by :meth:`tables`)
+        occurs, with offsets plus ``base``."""
+        if not tables or len(data) < 8:
+            return []
+        return [
+            Hit(h.file, h.offset + base, h.width, h.kind, h.hash) for h in self._scan_all(data, len(data), tables, name)
+        ]
+
+    def scan(
+        self, paths: list[str], fp: Fingerprints, root: str = "", copies: dict[str, bytes] | None = None
+    ) -> tuple[list[Hit], int]:
+        """Every place in ``paths`` where a fingerprint of ``fp`` occurs, and the bytes read.
+        The files that shrink under the scan (the WAL) are read as a copy, kept in ``copies``
+        (by name) when given, so that the caller looks at the bytes that were scanned."""
+        tables = self.tables(fp)
         hits: list[Hit] = []
         scanned = 0
         for path in paths:
@@ -289,11 +384,28 @@ class Fingerprinter:
                     # The scan runs beside the compactor, which truncates these files: a mapped
                     # page cut off under the scan would kill the process (SIGBUS), so read a copy.
                     data: Any = f.read()
+                    if copies is not None:
+                        copies[name] = data
                     hits.extend(self._scan_all(data, len(data), tables, name))
                     continue
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                     hits.extend(self._scan_all(mm, size, tables, name))
         return hits, scanned
+
+    def tables(self, fp: Fingerprints) -> dict:
+        """The lookup tables a scan of ``fp`` uses (one 16 MB bitmap per window width)."""
+        tables = {}
+        for group, width in (("w16", 16), ("w8", 8), ("u8", 8)):
+            arrays = getattr(fp, group)
+            if not any(a.size for a in arrays.values()):
+                continue
+            values = np.concatenate([a for a in arrays.values()])
+            kinds = np.concatenate([np.full(a.size, i, dtype=np.int32) for i, a in enumerate(arrays.values())])
+            order = np.argsort(values, kind="stable")
+            bitmap = np.zeros(1 << 24, dtype=bool)
+            bitmap[(values >> _TOP).astype(np.int64)] = True
+            tables[group] = (values[order], kinds[order], list(arrays), bitmap, width)
+        return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
         hits: list[Hit] = []
@@ -330,5 +442,5 @@ class Fingerprinter:
                 pos[pos >= values.size] = values.size - 1
                 found = values[pos] == h[cand]
                 for i, p in zip(cand[found], pos[found], strict=True):
-                    out.append(Hit(name, start + r + 8 * int(i), width, names[int(kinds[p])]))
+                    out.append(Hit(name, start + r + 8 * int(i), width, names[int(kinds[p])], int(values[p])))
         return out

@@ -24,7 +24,6 @@ verifications show the byte check as ``recorded`` with the ledger entry that pro
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -35,7 +34,8 @@ from ..model import Check
 from ..origin.base import Origin
 from ..paths.base import ReadPath, check
 from .evidence import blob_ids
-from .fingerprint import Fingerprinter, Fingerprints
+from .fingerprint import Fingerprinter, Fingerprints, Hit
+from .residue import Judge, Judgement, Reader
 
 
 class Verifier:
@@ -115,7 +115,7 @@ class Verifier:
                 )
             )
         elif all(c.outcome == "pass" for c in structural):
-            found, scanned, files = self._bytes(evidence["fingerprints"], tenant)
+            found, scanned, files = self._bytes(evidence["fingerprints"], tenant, handle)
             checks.append(found)
         else:
             checks.append(
@@ -171,49 +171,66 @@ class Verifier:
         )
         return out
 
-    def _bytes(self, blob: bytes, tenant: str | None) -> tuple[Check, int, list[str]]:
+    def _bytes(self, blob: bytes, tenant: str | None, handle: str) -> tuple[Check, int, list[str]]:
         t0 = time.time()
         fp = Fingerprints.from_blob(blob)
         root = self._root
         # No checkpoint here: page images written since the erasure's checkpoint stay in the WAL,
-        # where a hit counts as residue (fails closed). Checkpointing them into the database
-        # file let the window-by-window live-copy excuse pass residue from the unallocated gap
-        # of live pages (the state machine saw 'erased' with an erased text still on disk).
+        # where a hit counts as residue unless the whole live value it belongs to lies there
+        # (see .residue): a window-by-window excuse once passed residue from the unallocated
+        # gap of live pages.
         physical = getattr(self._origin, "physical", None)
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
-        hits, scanned = self._fp.scan(files, fp, root)
+        copies: dict[str, bytes] = {}
+        hits, scanned = self._fp.scan(files, fp, root, copies)
         rel = [os.path.relpath(f, root) for f in files]
-        # Tell copies held by live records (a retained duplicate, a shared phrase) from residue.
-        windows: list[bytes] = []
-        with contextlib.ExitStack() as stack:
-            handles: dict[str, Any] = {}
-            for hit in hits:
-                if hit.file not in handles:
-                    handles[hit.file] = stack.enter_context(open(os.path.join(root, hit.file), "rb"))
-                handles[hit.file].seek(hit.offset)
-                windows.append(handles[hit.file].read(hit.width))
-        vector = sorted({w for h, w in zip(hits, windows, strict=True) if h.kind == "vector"})
-        other = {w for h, w in zip(hits, windows, strict=True) if h.kind != "vector"}
-        live: set[bytes] = set()
-        if physical is not None:
-            live = physical.live_holding(other, embeddings=any(h.kind == "embedding" for h in hits))
-        for path in self._paths:
-            live |= path.live_copies(tenant, vector)
-        # A live copy can only sit where live content is stored: texts, keys and embeddings in
-        # the origin's live regions (the pages of its records and subjects), vectors in the
-        # files of the path that holds them.
-        regions = physical.live_regions(root) if physical is not None and hits else None
-
-        def where_live(h) -> bool:
-            if h.kind == "vector":
-                return any(p.may_hold_live(h.file) for p in self._paths)
-            return regions is not None and regions.contains(h.file, h.offset, h.width)
-
-        residue = [h for h, w in zip(hits, windows, strict=True) if not (w in live and where_live(h))]
-        shared = len(hits) - len(residue)
+        reader = Reader(root, copies)
+        try:
+            vectors = [h for h in hits if h.kind == "vector"]
+            other = [h for h in hits if h.kind != "vector"]
+            regions = physical.live_regions(root) if physical is not None and hits else None
+            if fp.site_h:
+                judged = Judge(
+                    self._fp,
+                    fp,
+                    reader,
+                    regions,
+                    physical.live_values if physical is not None else None,
+                    (lambda: physical.pending_fingerprints(handle)) if physical is not None else list,
+                ).judge(other)
+            else:  # fingerprints made by an older efface: window by window
+                judged = self._legacy(other, reader, physical, regions)
+            # A vector copy can only sit in the files of the path that holds live vectors.
+            windows = [reader.read(h.file, h.offset, h.width) for h in vectors]
+            live: set[bytes] = set()
+            for path in self._paths:
+                live |= path.live_copies(tenant, sorted(set(windows)))
+            for h, w in zip(vectors, windows, strict=True):
+                if w in live and any(p.may_hold_live(h.file) for p in self._paths):
+                    judged.live += 1
+                else:
+                    judged.residue.append(h)
+        finally:
+            reader.close()
+        residue = judged.residue
+        shared = judged.live
         elapsed = time.time() - t0
         short = fp.too_short.get("text", 0)
         unchecked = {k: n for k, n in fp.too_short.items() if k != "text"}
+        notes = (
+            (f"; {shared} windows are held by live records (retained or re-written copies)" if shared else "")
+            + (
+                f"; {judged.stray} windows of short items occur where the item is not whole (a purpose, "
+                "a name, a schema or full-text word)"
+                if judged.stray
+                else ""
+            )
+            + (
+                f"; {judged.others} windows lie in whole items of other erasures whose bytes wait for the compactor"
+                if judged.others
+                else ""
+            )
+        )
         mbs = scanned / elapsed / 1e6 if elapsed > 0 else 0.0
         if residue:
             where: dict[str, int] = {}
@@ -225,9 +242,10 @@ class Verifier:
             outcome = "fail"
         elif short:
             detail = (
-                f"{short} erased items ({', '.join(f'{n} {k}' for k, n in sorted(fp.too_short.items()))}) "
-                "are too short or too uniform to fingerprint; "
-                f"the other items were not found in {len(files)} files"
+                f"{short} erased texts are shorter than 8 bytes (or mostly zero bytes): too short to tell their "
+                "bytes from any other bytes, so their absence cannot be shown; not fingerprinted: "
+                f"{', '.join(f'{n} {k}' for k, n in sorted(fp.too_short.items()))}; "
+                f"the other items were not found in {len(files)} files" + notes
             )
             outcome = "cannot_verify"
         else:
@@ -235,7 +253,7 @@ class Verifier:
             detail = (
                 f"none of {fp.count()} fingerprints ({items}) found in {len(files)} files, "
                 f"{scanned:,} bytes at {mbs:,.0f} MB/s"
-                + (f"; {shared} windows are held by live records (retained or re-written copies)" if shared else "")
+                + notes
                 + (
                     "; not checkable (under 8 bytes or too uniform): "
                     + ", ".join(f"{n} {k}" for k, n in sorted(unchecked.items()))
@@ -245,6 +263,22 @@ class Verifier:
             )
             outcome = "pass"
         return check("bytes", "erased", outcome, detail, t0, elapsed), scanned, rel
+
+    @staticmethod
+    def _legacy(hits: list[Hit], reader: Reader, physical: Any, regions: Any) -> Judgement:
+        """Fingerprints of an older efface keep no sites: a hit is a live copy when a live
+        record holds its window and it lies in a live page (as that efface judged it)."""
+        out = Judgement()
+        windows = [reader.read(h.file, h.offset, h.width) for h in hits]
+        live: set[bytes] = set()
+        if physical is not None:
+            live = physical.live_holding(set(windows), embeddings=any(h.kind == "embedding" for h in hits))
+        for h, w in zip(hits, windows, strict=True):
+            if w in live and regions is not None and regions.contains(h.file, h.offset, h.width, reader.read):
+                out.live += 1
+            else:
+                out.residue.append(h)
+        return out
 
 
 def _backups_check(state: str | None) -> Check | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from .edge import guarded
@@ -38,18 +38,94 @@ LIVE_BTREES = (
 )
 """The b-trees where a live record, claim or subject legitimately holds bytes."""
 
+NAME_BTREES = (
+    "purposes",
+    "sqlite_autoindex_purposes_1",
+    "policies",
+    "sqlite_autoindex_policies_1",
+    "changes",
+    "mutations",
+    "receipts",
+    "sqlite_autoindex_receipts_1",
+    "ledger",
+    "sqlite_schema",
+    "sqlite_master",
+)
+"""The b-trees that hold no content, only names: tenants and purposes in use (beside keyed
+hashes), and the schema's own words."""
+
+TERM_BTREES = ("fts_data", "fts_idx")
+"""The full-text index's b-trees: the terms of live records (merged after every erasure)."""
+
+LIVE_VALUES = (
+    "SELECT key, text, metadata, sources{embedding} FROM records",
+    "SELECT DISTINCT subject FROM claims",
+    "SELECT subject, identifiers FROM subjects",
+    "SELECT DISTINCT subject FROM mentions",
+    "SELECT subject FROM subject_keys",
+)
+"""Every content value the rows of :data:`LIVE_BTREES` hold that may share bytes with erased content."""
+
+NAME_VALUES = (
+    "SELECT name FROM tenants",
+    "SELECT DISTINCT tenant FROM purposes",
+    "SELECT DISTINCT purpose FROM purposes",
+    "SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL",
+)
+"""The tenant names in use (and their ids, which the other tables hold), the purpose names,
+and the schema's statements."""
+
+TERM_VALUES = ("SELECT term FROM fts_vocab",)
+
+CONTENT, NAME, TERM = "content", "name", "term"
+ALLOWED = {CONTENT: frozenset({CONTENT, NAME}), NAME: frozenset({NAME}), TERM: frozenset({TERM})}
+"""Which kinds of live value may lie in the pages of each kind of b-tree."""
+
+WAL_HEADER, FRAME_HEADER = 32, 24
+
 
 class LiveRegions:
-    """The file regions where a live copy of content may sit (for one verification)."""
+    """The file regions where a live copy of content may sit (for one verification): the
+    pages of the live b-trees in the database file, and the page images of those pages in
+    the current WAL (written after the last checkpoint: a live record written since is
+    there before it is in the database file). Pages of :data:`NAME_BTREES` may hold only
+    names, pages of :data:`TERM_BTREES` only the terms of live records."""
 
-    def __init__(self, file: str, pages: set[int], page_size: int):
-        self._file, self._pages, self._page = file, pages, page_size
+    def __init__(self, file: str, pages: dict[int, frozenset[str]], page_size: int, wal: str):
+        self._file, self._pages, self._page, self._wal = file, pages, page_size, wal
 
-    def contains(self, file: str, offset: int, width: int) -> bool:
-        """Whether ``width`` bytes at ``offset`` of ``file`` (relative to the store directory)
-        lie inside one page of a b-tree that holds live content."""
-        first, last = offset // self._page + 1, (offset + width - 1) // self._page + 1
-        return file == self._file and first == last and first in self._pages
+    def bounds(
+        self, file: str, offset: int, read: Callable[[str, int, int], bytes]
+    ) -> tuple[int, int, frozenset[str]] | None:
+        """The page ``[start, end)`` of ``file`` (relative to the store directory) around
+        ``offset``, and the kinds of live value it may hold, if it is a page of a b-tree
+        that holds live values; else None. ``read`` reads the bytes the scan saw (the WAL may
+        be truncated under it)."""
+        ps = self._page
+        if file == self._file:
+            page = offset // ps + 1
+            return ((page - 1) * ps, page * ps, self._pages[page]) if page in self._pages else None
+        if file != self._wal or offset < WAL_HEADER:
+            return None
+        header = read(file, 0, WAL_HEADER)
+        if len(header) < WAL_HEADER or int.from_bytes(header[8:12], "big") != ps:
+            return None
+        frame = (offset - WAL_HEADER) // (FRAME_HEADER + ps)
+        start = WAL_HEADER + frame * (FRAME_HEADER + ps)
+        fh = read(file, start, FRAME_HEADER)
+        # a frame of this WAL (its salts) holding a page of a live b-tree; stale frames of an
+        # earlier WAL generation, and the frame headers themselves, are not live content
+        if len(fh) < FRAME_HEADER or fh[8:16] != header[16:24] or offset < start + FRAME_HEADER:
+            return None
+        page = int.from_bytes(fh[0:4], "big")
+        if page not in self._pages:
+            return None
+        return start + FRAME_HEADER, start + FRAME_HEADER + ps, self._pages[page]
+
+    def contains(self, file: str, offset: int, width: int, read: Callable[[str, int, int], bytes]) -> bool:
+        """Whether ``width`` bytes at ``offset`` lie inside one page of a live b-tree."""
+        b = self.bounds(file, offset, read)
+        return b is not None and CONTENT in b[2] and offset + width <= b[1]
 
 
 @guarded
@@ -97,10 +173,45 @@ class SQLitePhysical:
     def live_regions(self, root: str) -> LiveRegions:
         """Where, in the origin's file, a live record, claim or subject legitimately holds bytes."""
         r = self._o._r()
-        marks = ",".join("?" * len(LIVE_BTREES))
-        pages = {row[0] for row in r.execute(f"SELECT pageno FROM dbstat WHERE name IN ({marks})", LIVE_BTREES)}
+        kinds = {n: ALLOWED[CONTENT] for n in LIVE_BTREES}
+        kinds.update({n: ALLOWED[NAME] for n in NAME_BTREES})
+        kinds.update({n: ALLOWED[TERM] for n in TERM_BTREES})
+        marks = ",".join("?" * len(kinds))
+        pages = {
+            row[0]: kinds[row[1]]
+            for row in r.execute(f"SELECT pageno, name FROM dbstat WHERE name IN ({marks})", list(kinds))
+        }
         page = r.execute("PRAGMA page_size").fetchone()[0]
-        return LiveRegions(os.path.relpath(self._o.path, root), pages, page)
+        name = os.path.relpath(self._o.path, root)
+        return LiveRegions(name, pages, page, name + "-wal")
+
+    def live_values(self, embeddings: bool) -> Iterator[tuple[bytes, str]]:
+        """Every value a live row holds (texts as their UTF-8 bytes, as stored), and its kind
+        (content, name or term: see :data:`ALLOWED`), from one snapshot: what a live copy of
+        erased bytes may belong to."""
+        emb = ", embedding" if embeddings else ""
+        queries = (
+            [(sql.format(embedding=emb), CONTENT) for sql in LIVE_VALUES]
+            + [(sql, NAME) for sql in NAME_VALUES]
+            + [(sql, TERM) for sql in TERM_VALUES]
+        )
+        with self._o.snapshot():
+            r = self._o._r()
+            for sql, name in queries:
+                for row in r.execute(sql):
+                    for value in row:
+                        if isinstance(value, str):
+                            yield value.encode("utf-8"), name
+                        elif isinstance(value, bytes):
+                            yield value, name
+
+    def pending_fingerprints(self, handle: str) -> list[bytes]:
+        """The fingerprints of every other erasure not yet proven erased (newest first)."""
+        rows = self._o._r().execute(
+            "SELECT fingerprints FROM evidence WHERE fingerprints IS NOT NULL AND handle != ? ORDER BY epoch DESC",
+            (handle,),
+        )
+        return [row[0] for row in rows]
 
     def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
         """Which of these byte windows occur in a live record's text or key (or embedding), or

@@ -1,0 +1,246 @@
+"""Which fingerprint hits of a byte scan are residue of the erasure, and which are not.
+
+A hit says that a window of an erased item (8 or 16 bytes) occurs at some place of some
+file. Three kinds of hit are not residue of the erasure, and every other hit is:
+
+- **a stray window of a short item.** An item under 23 bytes is looked for whole: its
+  8-byte windows also occur in a purpose, a tenant name, a schema word or a full-text term
+  ("customer" in "customer support call"). At each hit the bytes where the whole item would
+  lie are hashed (the fingerprints keep each window's site and each item's keyed whole
+  hash); only a whole copy counts.
+- **a live copy, by whole value.** The bytes at the hit belong to a value a live row holds
+  (a record's text, key, metadata, sources or embedding, a subject's name or identifiers,
+  a tenant or purpose name in use, a schema statement, a term of the full-text index):
+  that whole value lies contiguously at that place, and the place is one where the origin
+  keeps values of that kind (a page of a live b-tree, in the database file or as a page
+  image in the WAL: records' pages hold content and names, the change log's and the
+  ledger's only names, the full-text index's only terms). A window shared with a live value is not
+  enough: the residue of "Alice prefers tea" in a page's unallocated gap shares " prefers
+  tea" with the live "Bob prefers tea", but "Bob prefers tea" is not what lies there. When
+  the whole erased item lies at the hit, the live value must contain the whole item.
+- **a window of another erasure's item**, while that erasure's bytes wait for the
+  compactor: the whole of an item of that newer erasure lies around the hit (and the
+  erased item itself does not). The older erasure's own bytes are gone; the other one's
+  verification looks for its own.
+
+Copies of the index's vectors are judged by the read paths themselves (``live_copies``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fingerprint import Fingerprinter, Fingerprints, Hit
+
+SHORT = 23
+"""Items shorter than this are looked for whole (see :mod:`.fingerprint`)."""
+
+
+class Reader:
+    """Random access to the scanned files: the copies the scan read (files that shrink under
+    it, such as the WAL) or the files themselves, mapped."""
+
+    def __init__(self, root: str, copies: dict[str, bytes]):
+        self._root = root
+        self._copies = copies
+        self._maps: dict[str, Any] = {}
+
+    def read(self, file: str, start: int, n: int) -> bytes:
+        if start < 0 or n <= 0:
+            return b""
+        data: Any = self._copies.get(file)
+        if data is None:
+            data = self._maps.get(file)
+            if data is None:
+                try:
+                    with open(os.path.join(self._root, file), "rb") as f:
+                        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    data = b""
+                self._maps[file] = data
+        return bytes(data[start : start + n])
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            if isinstance(m, mmap.mmap):
+                m.close()
+        self._maps.clear()
+
+
+class LiveValues:
+    """The live values that contain given needles, indexed so that a hit can ask cheaply
+    whether one of them lies whole around it: needle -> offset of the needle in the value
+    -> the value's length -> value -> its kinds."""
+
+    def __init__(self, needles: set[bytes], values: Iterable[tuple[bytes, str]]):
+        import ahocorasick
+
+        self._index: dict[bytes, dict[int, dict[int, dict[bytes, set[str]]]]] = {}
+        if not needles:
+            return
+        automaton = ahocorasick.Automaton()
+        for w in needles:
+            automaton.add_word(w.decode("latin-1"), w)
+        automaton.make_automaton()
+        for n, (value, kind) in enumerate(values):
+            if n % 256 == 0:
+                time.sleep(0)  # a long Python loop beside reads: let them take the GIL
+            for end, w in automaton.iter(value.decode("latin-1")):
+                j = end - len(w) + 1
+                by_len = self._index.setdefault(w, {}).setdefault(j, {}).setdefault(len(value), {})
+                by_len.setdefault(value, set()).add(kind)
+
+    def around(
+        self, needle: bytes, start: int, read: Callable[[int, int], bytes], lo: int, hi: int, kinds: frozenset[str]
+    ) -> bool:
+        """Whether a live value containing ``needle`` (of one of these ``kinds``) lies whole
+        at ``start`` (where the needle begins), inside the page ``[lo, hi)``. A value that
+        runs over the page's edge is compared up to the edge (an overflow page starts with a
+        4-byte pointer)."""
+        for j, by_len in self._index.get(needle, {}).items():
+            vstart = start - j
+            for n, values in by_len.items():
+                if vstart >= lo and vstart + n <= hi:
+                    got = values.get(read(vstart, n))
+                    if got is not None and not got.isdisjoint(kinds):
+                        return True
+                    continue
+                # over the page's edge: compare the part inside the page
+                first = vstart if vstart >= lo else lo + 4
+                last = min(vstart + n, hi)
+                if first >= last or not (first <= start and start + len(needle) <= last):
+                    continue
+                inside = read(first, last - first)
+                for value, got in values.items():
+                    if not got.isdisjoint(kinds) and inside == value[first - vstart : last - vstart]:
+                        return True
+        return False
+
+
+@dataclass
+class Judgement:
+    residue: list[Hit] = field(default_factory=list)
+    live: int = 0
+    """Hits that lie in a live value."""
+    stray: int = 0
+    """Hits of a short item's window where the item is not whole."""
+    others: int = 0
+    """Hits inside a whole item of another erasure still waiting for the compactor."""
+
+
+class Judge:
+    """Judges the hits of one scan (see the module's docstring)."""
+
+    def __init__(
+        self,
+        fpr: Fingerprinter,
+        fp: Fingerprints,
+        reader: Reader,
+        regions: Any,
+        values: Callable[[bool], Iterable[tuple[bytes, str]]] | None,
+        others: Callable[[], Sequence[bytes]],
+    ):
+        self._fpr, self._fp, self._reader = fpr, fp, reader
+        self._regions = regions
+        self._values = values
+        self._others = others
+        self._other_fps: list[tuple[Fingerprints, dict]] | None = None
+        self._by_hash: dict[int, dict[tuple[int, int], tuple[set[int], set[str]]]] = {}
+
+    def _sites(self, h: int) -> dict[tuple[int, int], tuple[set[int], set[str]]]:
+        """The sites of a window hash grouped by (offset, item length): the whole hashes of
+        the items there and their kinds (a common window has many sites, few groups)."""
+        got = self._by_hash.get(h)
+        if got is None:
+            got = {}
+            for kind, item, o, n in self._fp.sites_all(h):
+                items, kinds = got.setdefault((o, n), (set(), set()))
+                items.add(self._fp.whole(kind, item))
+                kinds.add(kind)
+            self._by_hash[h] = got
+        return got
+
+    def judge(self, hits: Sequence[Hit]) -> Judgement:
+        out = Judgement()
+        read = self._reader.read
+        # 1. What lies at each hit: whole items (the needle is the item), or only the window.
+        pending: list[tuple[Hit, list[tuple[bytes, int]], bool]] = []
+        needles: set[bytes] = set()
+        embeddings = False
+        for h in hits:
+            window = read(h.file, h.offset, h.width)
+            if len(window) != h.width or self._fpr.window_hash(window) != h.hash:
+                out.residue.append(h)  # the file changed under the scan: fail closed
+                continue
+            sites = self._sites(h.hash)
+            wholes: list[tuple[bytes, int]] = []
+            for (o, n), (items, kinds) in sites.items():
+                start = h.offset - o
+                data = read(h.file, start, n)
+                if len(data) == n and self._fpr.whole(data) in items:
+                    wholes.append((data, start))
+                    embeddings |= "embedding" in kinds
+            long_item = any(n >= SHORT for _o, n in sites) or not sites
+            if not wholes and not long_item:
+                out.stray += 1
+                continue
+            embeddings |= h.kind == "embedding"
+            needles.update(d for d, _ in wholes)
+            if not wholes:
+                needles.add(window)
+            pending.append((h, wholes, long_item))
+        if not pending:
+            return out
+        # 2. One pass over the live values for every needle.
+        live = LiveValues(needles, self._values(embeddings) if self._values is not None else ())
+        for h, wholes, _long in pending:
+            bounds = self._regions.bounds(h.file, h.offset, read) if self._regions is not None else None
+
+            def around(needle: bytes, start: int, h=h, bounds=bounds) -> bool:
+                if bounds is None:
+                    return False
+                lo, hi, kinds = bounds
+                return live.around(needle, start, lambda s, n: read(h.file, s, n), lo, hi, kinds)
+
+            if wholes:
+                # the erased item itself lies here: only a live value holding all of it excuses it
+                if all(around(data, start) for data, start in wholes):
+                    out.live += 1
+                else:
+                    out.residue.append(h)
+            elif around(read(h.file, h.offset, h.width), h.offset):
+                out.live += 1
+            elif self._in_other(h):
+                out.others += 1
+            else:
+                out.residue.append(h)
+        return out
+
+    def _in_other(self, h: Hit) -> bool:
+        """Whether the window at ``h`` lies inside a whole item of another erasure that still
+        keeps its fingerprints (its bytes wait for the compactor; its own verify finds them)."""
+        if self._other_fps is None:
+            self._other_fps = []
+            for blob in self._others():
+                other = Fingerprints.from_blob(blob)
+                if other.site_h:
+                    self._other_fps.append((other, self._fpr.tables(other)))
+        for other, tables in self._other_fps:
+            if not other.item_n:
+                continue
+            reach = max(int(a.max()) for a in other.item_n.values() if a.size)
+            base = max(0, h.offset - reach)
+            buf = self._reader.read(h.file, base, h.offset + h.width + reach - base)
+            for oh in self._fpr.scan_buffer(buf, tables, h.file, base):
+                for kind, item, o, n in other.sites_all(oh.hash):
+                    start = oh.offset - o
+                    if start <= h.offset and h.offset + h.width <= start + n:
+                        data = self._reader.read(h.file, start, n)
+                        if len(data) == n and self._fpr.whole(data) == other.whole(kind, item):
+                            return True
+        return False
