@@ -75,6 +75,7 @@ class Client:
         self.path = None
         """A served store has no local directory."""
         self._timeout = timeout
+        self._closed = False
         self._http = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": "efface-client"},
@@ -84,8 +85,13 @@ class Client:
 
     # -- lifecycle
     def close(self) -> None:
-        """Close the connection pool (the served store stays open)."""
+        """Close the connection pool (the served store stays open). Idempotent."""
+        self._closed = True
         self._http.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EffaceError("this client is closed; open it again with efface.open(url, api_key=...)")
 
     def __enter__(self) -> Client:
         return self
@@ -98,6 +104,7 @@ class Client:
 
     # -- the wire
     def _post(self, route: str, body: Mapping[str, Any], *, timeout: float | None = None, accept: str | None = None) -> httpx.Response:
+        self._check_open()
         payload = {k: v for k, v in body.items() if v is not None}
         try:
             content = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
@@ -117,6 +124,7 @@ class Client:
         return response
 
     def _get(self, route: str) -> httpx.Response:
+        self._check_open()
         try:
             response = self._http.get(route)
         except httpx.HTTPError as exc:
