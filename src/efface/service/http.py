@@ -58,13 +58,10 @@ enters: a mounted app's own lifespan is never run by Starlette."""
 
 
 # -- the body limit ---------------------------------------------------------------------------------
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse a request body over ``max_body`` bytes with 413, by its Content-Length or, for a
-    chunked body, as soon as the bytes received pass the limit."""
+    chunked body, as soon as the bytes received pass the limit (the app is then told the
+    client went away, and whatever it answers is replaced by the 413)."""
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
         self.app, self.max_body = app, max_body
@@ -78,26 +75,28 @@ class BodyLimit:
             await _too_large(self.max_body)(scope, receive, send)
             return
         seen = 0
-        started = False
+        over = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
-                    raise _TooLarge
+                    over = True
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded(message: Message) -> None:
+            if not over:
+                await send(message)
 
         try:
-            await self.app(scope, limited, tracking)
-        except _TooLarge:
-            if not started:
+            await self.app(scope, limited, guarded)
+        finally:
+            if over:
                 await _too_large(self.max_body)(scope, receive, send)
 
 
@@ -125,8 +124,11 @@ def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     # Name the field and the rule, never the value (pydantic keeps it under "input").
     problems = []
     for e in exc.errors()[:5]:
-        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        problems.append(f"{where}: {e.get('msg', 'invalid')}")
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        if e.get("type") == "extra_forbidden":  # the unknown name is the caller's, not ours
+            problems.append(f"{'.'.join(loc[:-1]) or 'body'}: a field this route does not take")
+            continue
+        problems.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
     return _error_response(422, "InvalidInput", "the request body does not fit this route: " + "; ".join(problems))
 
 
