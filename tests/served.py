@@ -76,9 +76,7 @@ class TenantRouter:
             raise AttributeError(name)  # internals: a served store has none to reach
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if name == "set_policy" and args:
-                tenant = args[0]
-            elif name in ("receipts", "ledger") and args:
+            if (name == "set_policy" and args) or (name in ("receipts", "ledger") and args):
                 tenant = args[0]
             else:
                 tenant = kwargs.get("tenant")

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import efface
+
 from conftest import ann_vectors
 
 HTTP_CONTRACT = True

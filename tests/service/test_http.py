@@ -97,9 +97,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
             for _ in range(5):
                 yield b'{"key": "' + b"y" * 400
 
-        r = httpx.post(
-            small.url + "/v1/write", content=chunks(), headers={"Authorization": f"Bearer {key}"}
-        )
+        r = httpx.post(small.url + "/v1/write", content=chunks(), headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 413
     assert served.store.stats()["epoch"] == 0  # nothing was written
 

@@ -39,7 +39,12 @@ def bodies(handle: str, tenant: str | None) -> dict[str, dict]:
     t = {} if tenant is None else {"tenant": tenant}
     return {
         "/v1/write": {"key": KEY, "text": "overwritten", "subject": SUBJECT, "purpose": "support", **t},
-        "/v1/write_many": {"items": [{"key": KEY, "text": "overwritten"}], "subject": SUBJECT, "purpose": "support", **t},
+        "/v1/write_many": {
+            "items": [{"key": KEY, "text": "overwritten"}],
+            "subject": SUBJECT,
+            "purpose": "support",
+            **t,
+        },
         "/v1/retain": {"key": KEY, "subject": SUBJECT, "purpose": "support", "basis": "contract", **t},
         "/v1/register_subject": {"subject": SUBJECT, "identifiers": ["someone else"], **t},
         "/v1/read": {"key": KEY, "purpose": "support", **t},

@@ -36,8 +36,8 @@ def test_malformed_keys_resolve_to_nothing(tmp_path, bad):
 
 def test_a_forged_secret_with_a_real_id_resolves_to_nothing(tmp_path):
     with KeyRing(tmp_path / "keys.db") as ring:
-        token, key = ring.create("acme")
-        forged = token[: -4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        token, _ = ring.create("acme")
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
         assert ring.resolve(forged) is None
 
 

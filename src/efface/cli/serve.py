@@ -8,8 +8,10 @@ revocation takes effect on the server's next request.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+from typing import Any
 
 import click
 from rich.console import Console
@@ -34,10 +36,10 @@ def _key_doc(k: ApiKey) -> dict:
     return {"id": k.id, "tenant": k.tenant, "label": k.label, "created_at": k.created_at}
 
 
-def _mcp_hook(store: efface.Store, ring: KeyRing):  # type: ignore[no-untyped-def]
+def _mcp_hook(store: efface.Store, ring: KeyRing) -> Any:
     """The MCP streamable-HTTP app and its lifespan, when efface's MCP server is installed."""
     try:
-        from efface.service import mcp as mcp_module
+        mcp_module = importlib.import_module("efface.service.mcp")
     except ImportError:
         return None
     make = getattr(mcp_module, "mcp_http_app", None)

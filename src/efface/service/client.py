@@ -64,7 +64,12 @@ class Client:
     """An efface store served over HTTP. ``api_key`` defaults to ``EFFACE_API_KEY``."""
 
     def __init__(
-        self, url: str, api_key: str | None = None, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         api_key = api_key if api_key is not None else os.environ.get("EFFACE_API_KEY")
         if not api_key:
@@ -103,7 +108,9 @@ class Client:
         return f"efface.Client({self.url!r})"
 
     # -- the wire
-    def _post(self, route: str, body: Mapping[str, Any], *, timeout: float | None = None, accept: str | None = None) -> httpx.Response:
+    def _post(
+        self, route: str, body: Mapping[str, Any], *, timeout: float | None = None, accept: str | None = None
+    ) -> httpx.Response:
         self._check_open()
         payload = {k: v for k, v in body.items() if v is not None}
         try:
@@ -171,7 +178,8 @@ class Client:
         sources: Iterable[str] | None = None,
     ) -> int:
         """As :meth:`efface.Store.write`. Returns the epoch."""
-        body = {"key": key, "text": text, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
+        body: dict[str, Any] = {"key": key, "text": text, "tenant": tenant, "subject": subject, "purpose": purpose}
+        body["basis"] = basis
         body |= {"ttl": _ttl(ttl), "metadata": metadata, "sources": _seq(sources)}
         return self._epoch("/v1/write", body)
 
@@ -200,7 +208,7 @@ class Client:
                 one["sources"] = _seq(one["sources"])
             sent.append(one)
         vectors = None if embeddings is None else [list(map(float, row)) for row in embeddings]
-        body = {"items": sent, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
+        body: dict[str, Any] = {"items": sent, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
         body |= {"ttl": _ttl(ttl), "embeddings": vectors}
         return self._epoch("/v1/write_many", body)
 

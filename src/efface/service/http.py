@@ -21,10 +21,10 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
 from __future__ import annotations
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -198,7 +198,7 @@ def create_app(
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
 
-    def key_tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
+    def key_tenant(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
         tenant = ring.resolve(creds.credentials if creds is not None else None)
         if tenant is None:
             raise w.Unauthorized(
@@ -263,7 +263,9 @@ def create_app(
     def retain(body: w.RetainBody, tenant: str = Tenant) -> w.Epoch:
         """Add a claim to an existing record (Store.retain)."""
         t = scoped(body, tenant)
-        epoch = store.retain(body.key, tenant=t, subject=body.subject, purpose=body.purpose, basis=body.basis, ttl=body.ttl)
+        epoch = store.retain(
+            body.key, tenant=t, subject=body.subject, purpose=body.purpose, basis=body.basis, ttl=body.ttl
+        )
         return w.Epoch(epoch=epoch)
 
     @app.post("/v1/register_subject", tags=["write"])
@@ -282,7 +284,9 @@ def create_app(
     @app.post("/v1/recall", tags=["read"], response_model=list[Hit])
     def recall(body: w.RecallBody, tenant: str = Tenant) -> list[Hit]:
         """Hybrid recall by meaning and words (Store.recall)."""
-        return store.recall(body.query, tenant=scoped(body, tenant), purpose=body.purpose, subject=body.subject, k=body.k)
+        return store.recall(
+            body.query, tenant=scoped(body, tenant), purpose=body.purpose, subject=body.subject, k=body.k
+        )
 
     # -- forget and the erasure's life
     @app.post("/v1/forget", tags=["forget"], response_model=Receipt)
@@ -310,7 +314,7 @@ def create_app(
         """Climb the evidence ladder with recorded checks (Store.verify)."""
         return store.verify(body.handle, tenant=scoped(body, tenant))
 
-    html = {200: {"content": {"application/json": {}, "text/html": {}}}}
+    html: dict[int | str, dict[str, Any]] = {200: {"content": {"application/json": {}, "text/html": {}}}}
 
     @app.post("/v1/certificate", tags=["forget"], responses=html)
     def certificate(body: w.HandleBody, request: Request, tenant: str = Tenant) -> Response:

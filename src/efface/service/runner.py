@@ -34,8 +34,7 @@ class BackgroundServer:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True) -> None:
         self.server = uvicorn.Server(uvicorn_config(app, host, port, access_log=access_log))
-        # A server in a thread cannot install signal handlers (only the main thread can).
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        # uvicorn installs no signal handlers outside the main thread: stop() ends it.
         self._thread = threading.Thread(target=self.server.run, name="efface-http", daemon=True)
         self.host = host
         self.port = port

@@ -12,7 +12,7 @@ travel in request bodies, so access logs (which print the path) cannot carry the
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
@@ -26,18 +26,14 @@ from ..model import Memory
 # the key decides the tenant, and naming another one is refused.
 
 
-def _lib(schema: dict[str, Any]) -> Any:
-    """A field the library validates: the OpenAPI document states its JSON type, the body
-    model takes any JSON value, and the store answers a wrong one with its own typed error
-    (the same message an embedded store gives)."""
-    return Annotated[Any, WithJsonSchema(schema)]
-
-
-Str = _lib({"type": "string"})
-Num = _lib({"type": "number"})
-Int = _lib({"type": "integer"})
-Obj = _lib({"type": "object"})
-Strs = _lib({"type": "array", "items": {"type": "string"}})
+# Fields the library validates: the OpenAPI document states their JSON type, the body models
+# take any JSON value, and the store answers a wrong one with its own typed error (the same
+# message an embedded store gives).
+Str: TypeAlias = Annotated[Any, WithJsonSchema({"type": "string"})]
+Num: TypeAlias = Annotated[Any, WithJsonSchema({"type": "number"})]
+Int: TypeAlias = Annotated[Any, WithJsonSchema({"type": "integer"})]
+Obj: TypeAlias = Annotated[Any, WithJsonSchema({"type": "object"})]
+Strs: TypeAlias = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string"}})]
 
 
 class _Body(BaseModel):
