@@ -239,3 +239,14 @@ def set_ledger_body(store, seq: int, body: str) -> None:
 def ann_vectors(store, tenant: str) -> int:
     """Record vectors the store's ANN index holds for ``tenant`` (public stats)."""
     return store.stats(tenant=tenant)["ann_vectors"]
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    """A real efface server on a free loopback port over a fresh SQLite store (hashing
+    embedder, the compactor running), with its key ring: see ``served.py``."""
+    from served import Served
+
+    s = Served(tmp_path / "served-store", embedder="hashing", access_log=True)
+    yield s
+    s.close()

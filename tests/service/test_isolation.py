@@ -19,7 +19,7 @@ def world(served):
     acme = served.client("acme")
     acme.write(KEY, SECRET_TEXT, subject=SUBJECT, purpose="support")
     acme.write("acme:alice:gone", "Alice Marchetti's old phone number", subject=SUBJECT, purpose="billing")
-    acme.register_subject(SUBJECT, identifiers=["Alice Marchetti"])
+    acme.register_subject(SUBJECT, identifiers=["amarchetti@example.org"])
     receipt = acme.forget(subject=SUBJECT, purpose="billing")
     acme.wait(receipt.handle, timeout=10)
     revoked = served.key("acme")
@@ -73,7 +73,10 @@ def acme_state(acme, handle):
         "recall": acme.recall("oolong", purpose="support"),
         "receipts": acme.receipts(),
         "ledger": acme.ledger(),
-        "status": acme.status(handle).to_dict() | {"pending_deletions": None},
+        # The erasure's own facts (path epochs are store-wide and move with any tenant's write).
+        "status": {
+            k: v for k, v in acme.status(handle).to_dict().items() if k in ("level", "counts", "epoch", "erased")
+        },
         "quarantined": acme.quarantined(),
     }
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -198,7 +198,8 @@ def create_app(
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
 
-    def key_tenant(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+    # A default, not Annotated: the string annotation could not see the local ``bearer``.
+    def key_tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:  # noqa: B008
         tenant = ring.resolve(creds.credentials if creds is not None else None)
         if tenant is None:
             raise w.Unauthorized(
