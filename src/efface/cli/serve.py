@@ -36,14 +36,14 @@ def _key_doc(k: ApiKey) -> dict:
     return {"id": k.id, "tenant": k.tenant, "label": k.label, "created_at": k.created_at}
 
 
-def _mcp_hook(store: efface.Store, ring: KeyRing) -> Any:
+def _mcp_hook(store: efface.Store, ring: KeyRing, host: str) -> Any:
     """The MCP streamable-HTTP app and its lifespan, when efface's MCP server is installed."""
     try:
         mcp_module = importlib.import_module("efface.service.mcp")
     except ImportError:
         return None
     make = getattr(mcp_module, "mcp_http_app", None)
-    return None if make is None else make(store, ring)
+    return None if make is None else make(store, ring, host=host)
 
 
 @cli.command()
@@ -70,7 +70,7 @@ def serve(host, port, max_body, max_wait, no_access_log) -> None:
         raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
     logging.basicConfig(level=logging.INFO)
     with efface.open(settings.store, embedder=settings.embedder) as store, KeyRing(key_path(settings.store)) as ring:
-        app = create_app(store, ring, max_body=max_body, max_wait=max_wait, mcp=_mcp_hook(store, ring))
+        app = create_app(store, ring, max_body=max_body, max_wait=max_wait, mcp=_mcp_hook(store, ring, host))
         uvicorn.Server(uvicorn_config(app, host, port, access_log=not no_access_log)).run()
 
 

@@ -52,9 +52,10 @@ MAX_WAIT = 30.0
 """Default cap on ``wait``'s timeout, in seconds, so no request holds a worker for long."""
 
 McpHook = tuple[ASGIApp, "AbstractAsyncContextManager[Any] | Callable[[], AbstractAsyncContextManager[Any]] | None"]
-"""What ``create_app(mcp=...)`` takes: the MCP streamable-HTTP ASGI app (mounted at ``/mcp``)
-and its lifespan (a context manager, or a callable that makes one), which this app's lifespan
-enters: a mounted app's own lifespan is never run by Starlette."""
+"""What ``create_app(mcp=...)`` takes (``efface.service.mcp.mcp_http_app(store, ring)``): the
+MCP streamable-HTTP ASGI app, which answers at ``/mcp`` itself and is routed there, and its
+lifespan (a context manager, or a callable that makes one), which this app's lifespan enters:
+Starlette never runs a routed or mounted app's own lifespan."""
 
 
 # -- the body limit ---------------------------------------------------------------------------------
@@ -380,7 +381,10 @@ def create_app(
         return out
 
     if mcp is not None:
-        app.mount("/mcp", mcp[0])
+        # A route whose endpoint is an ASGI app passes the request through untouched (every
+        # method, the path still /mcp, no trailing-slash redirect); a Mount would hand the
+        # app the path after its prefix. It stays out of the OpenAPI document.
+        app.add_route("/mcp", mcp[0], include_in_schema=False)
     return app
 
 
