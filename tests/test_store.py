@@ -670,3 +670,16 @@ def test_status_and_memory_serialise_to_json(store):
     d = store.status(r.handle).to_dict()
     assert json.loads(json.dumps(d))["handle"] == r.handle
     assert {"level", "paths", "settled", "pending_deletions", "counts"} <= set(d)
+
+
+def test_a_tenants_ledger_holds_only_its_own_entries(store):
+    put(store, "a1", "acme note")
+    put(store, "g1", "globex note", tenant="globex")
+    ra = store.forget(tenant="acme", key="a1")
+    rg = store.forget(tenant="globex", key="g1")
+    store.set_policy("globex", "redact")
+    acme, globex = store.ledger("acme"), store.ledger("globex")
+    assert [e["handle"] for e in acme] == [ra.handle]
+    assert [e["handle"] for e in globex] == [rg.handle, None]
+    assert [e["kind"] for e in globex] == ["forget", "policy"]
+    assert store.verify_ledger().ok  # the chain is checked whole
