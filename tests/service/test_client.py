@@ -85,3 +85,62 @@ def test_cli_against_a_running_server(served, monkeypatch):
     assert out.exit_code == 2 and json.loads(out.output)["error"]["type"] == "Forbidden"
     # The server held the store all along: the CLI never opened it.
     assert served.store.receipts("acme")[0]["handle"] == handle
+
+
+def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
+    """`efface serve` in its own process; `efface keys create` and the CLI (EFFACE_URL) in
+    others, while the server holds the store."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("EFFACE_URL", None)
+    store = str(tmp_path / "store")
+    cmd = [sys.executable, "-m", "efface", "serve", "--store", store, "--embedder", "hashing", "--port", str(port)]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                if os.environ.get("CI") == "true":
+                    pytest.fail("efface serve did not start")
+                pytest.skip("efface serve did not start on loopback")
+            time.sleep(0.2)
+
+        def efface_cli(*args, **extra):
+            out = subprocess.run(
+                [sys.executable, "-m", "efface", *args, "--json"],
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            return out.returncode, json.loads(out.stdout)
+
+        code, created = efface_cli("keys", "create", "--store", store, "--tenant", "acme")
+        assert code == 0
+        remote = {"EFFACE_URL": url, "EFFACE_API_KEY": created["key"]}
+        code, _ = efface_cli("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support", **remote)
+        assert code == 0
+        code, receipt = efface_cli("forget", "--key", "n1", **remote)
+        assert code == 0 and receipt["erased"] == ["n1"]
+        code, doc = efface_cli("read", "n1", "--purpose", "support", "--store", store)
+        assert code == 1 and doc["error"]["type"] == "StoreLocked"  # the server holds the store
+    finally:
+        server.terminate()
+        logs = server.communicate(timeout=30)[0].decode()
+    assert "Alice" not in logs and created["key"] not in logs and "POST /v1/write" in logs
