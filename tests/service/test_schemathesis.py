@@ -31,6 +31,6 @@ schema = schemathesis.pytest.from_fixture("api")
 
 
 @schema.parametrize()
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_route_answers_a_server_error(case, server):
     case.call_and_validate(headers={"Authorization": f"Bearer {server.acme_key}"}, checks=[not_a_server_error])
