@@ -51,7 +51,11 @@ def test_the_real_mcp_server_answers_at_mcp_with_the_same_keys(served):
             "jsonrpc": "2.0",
             "id": 1,
             "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
         }
         headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
         assert httpx.post(server.url + "/mcp", json=init, headers=headers).status_code == 401

@@ -184,7 +184,9 @@ def _open() -> Any:
     if settings.url:
         return ctx.with_resource(efface.Client(settings.url, api_key=settings.api_key))
     if not settings.store:
-        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE (or --url URL of a running server)")
+        raise click.UsageError(
+            "no store given: pass --store DIR or set EFFACE_STORE (or --url URL of a running server)"
+        )
     return ctx.with_resource(efface.open(settings.store, embedder=settings.embedder, background=False))
 
 

@@ -10,7 +10,7 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
   handle of another tenant: the same answer as for a handle that does not exist.
 * **Nothing identifying is in a URL.** Every value travels in a JSON body, so uvicorn's access
   log (method, path, status) cannot carry texts, queries, keys, handles or tenant names; its
-  query strings are dropped as well (:func:`access_log_filter`). Errors never echo input: the
+  query strings are dropped as well (:class:`DropQuery`). Errors never echo input: the
   library's messages do not, and validation errors name the field, never the value.
 * **Store calls block**, so every route is a plain ``def``: FastAPI runs it in its threadpool
   and reads never wait on each other (the store's reads take no lock).
@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import EffaceError, ErasureNotSettled, InvalidInput
@@ -146,18 +147,22 @@ def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     return _error_response(500, "InternalError", "the server failed on this request; nothing about it is logged")
 
 
-def access_log_filter() -> logging.Filter:
-    """A filter for ``uvicorn.access`` that drops query strings from the logged path (routes
-    take no query parameters; a stray one must not reach the log)."""
+class DropQuery(logging.Filter):
+    """For ``uvicorn.access``: drop query strings from the logged path (routes take no query
+    parameters; a stray one must not reach the log)."""
 
-    class _DropQuery(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            args = record.args
-            if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-                record.args = (args[0], args[1], args[2].split("?", 1)[0], args[3], args[4])
-            return True
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], args[2].split("?", 1)[0], args[3], args[4])
+        return True
 
-    return _DropQuery()
+
+def filter_access_log() -> None:
+    """Install :class:`DropQuery` on uvicorn's access logger (once)."""
+    logger = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, DropQuery) for f in logger.filters):
+        logger.addFilter(DropQuery())
 
 
 # -- the app --------------------------------------------------------------------------------------------
@@ -384,7 +389,7 @@ def create_app(
         # A route whose endpoint is an ASGI app passes the request through untouched (every
         # method, the path still /mcp, no trailing-slash redirect); a Mount would hand the
         # app the path after its prefix. It stays out of the OpenAPI document.
-        app.add_route("/mcp", mcp[0], include_in_schema=False)
+        app.router.routes.append(Route("/mcp", mcp[0], include_in_schema=False))
     return app
 
 

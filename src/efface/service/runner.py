@@ -7,14 +7,13 @@ carry no data, and query strings are dropped), and the server's own errors are l
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any
 
 import uvicorn
 
-from .http import access_log_filter
+from .http import filter_access_log
 
 
 def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True) -> uvicorn.Config:
@@ -22,7 +21,7 @@ def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, *, access_l
     config = uvicorn.Config(
         app, host=host, port=port, access_log=access_log, log_level="info", lifespan="on", timeout_graceful_shutdown=5
     )
-    logging.getLogger("uvicorn.access").addFilter(access_log_filter())
+    filter_access_log()  # after the Config, which (re)configures uvicorn's loggers
     return config
 
 
