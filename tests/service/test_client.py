@@ -133,6 +133,9 @@ def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
 
         code, created = efface_cli("keys", "create", "--store", store, "--tenant", "acme")
         assert code == 0
+        # The MCP server answers in the same process, at /mcp, behind the same keys.
+        mcp_headers = {"Accept": "application/json, text/event-stream"}
+        assert httpx.post(url + "/mcp", json={}, headers=mcp_headers).status_code == 401
         remote = {"EFFACE_URL": url, "EFFACE_API_KEY": created["key"]}
         code, _ = efface_cli("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support", **remote)
         assert code == 0
