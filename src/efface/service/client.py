@@ -246,9 +246,11 @@ class Client:
         purpose: str | None = None,
         prefix: str | None = None,
         key: str | None = None,
+        everything: bool = False,
     ) -> Receipt:
         """As :meth:`efface.Store.forget`: the receipt, once the erasure is durable."""
-        body = {"tenant": tenant, "subject": subject, "purpose": purpose, "prefix": prefix, "key": key}
+        body: dict[str, Any] = {"tenant": tenant, "subject": subject, "purpose": purpose, "prefix": prefix}
+        body |= {"key": key, "everything": everything if everything is not False else None}
         return self._as(Receipt, "/v1/forget", body)
 
     def status(self, handle: str, *, tenant: str | None = None) -> Status:

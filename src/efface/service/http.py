@@ -301,7 +301,12 @@ def create_app(
         """Release the claims the selector names and erase records left with none; the receipt
         (Store.forget). Its level starts at 'intent': follow it with status, wait, verify."""
         return store.forget(
-            tenant=scoped(body, tenant), subject=body.subject, purpose=body.purpose, prefix=body.prefix, key=body.key
+            tenant=scoped(body, tenant),
+            subject=body.subject,
+            purpose=body.purpose,
+            prefix=body.prefix,
+            key=body.key,
+            everything=body.everything,
         )
 
     @app.post("/v1/status", tags=["forget"], response_model=Status)

@@ -110,6 +110,7 @@ class ForgetBody(_Body):
     purpose: Str = None
     prefix: Str = None
     key: Str = None
+    everything: bool = Field(default=False, description="Forget all of the key's tenant (and name nothing else).")
 
 
 class HandleBody(_Body):
