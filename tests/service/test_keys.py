@@ -80,4 +80,4 @@ def test_a_damaged_ring_is_a_typed_error(tmp_path):
 
     with pytest.raises(KeyRingDamaged):
         KeyRing(path)
-    assert key_path(tmp_path).endswith("keys.db")
+    assert key_path(tmp_path / "store") == str(tmp_path / "store.keys.db")  # beside the store, not in it

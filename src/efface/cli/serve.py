@@ -1,7 +1,7 @@
 """``efface serve`` (the HTTP API, and the MCP server at ``/mcp`` when it is installed) and
 ``efface keys create|list|revoke`` (the API key ring).
 
-``keys`` opens only the key ring (``keys.db`` in the store's directory), never the store nor
+``keys`` opens only the key ring (``DIR.keys.db`` beside the store's directory), never the store nor
 the embedder, so it works in a second terminal while ``efface serve`` holds the store, and a
 revocation takes effect on the server's next request.
 """
@@ -26,8 +26,10 @@ from .base import _common_options, _emit, _settings, cli
 def _ring() -> KeyRing:
     settings = _settings()
     if not settings.store:
-        raise click.UsageError("no store given: pass --store DIR (or EFFACE_STORE); its keys.db is the key ring")
-    os.makedirs(settings.store, exist_ok=True)
+        raise click.UsageError(
+            "no store given: pass --store DIR (or EFFACE_STORE); the key ring is DIR.keys.db beside it"
+        )
+    os.makedirs(os.path.dirname(os.path.abspath(settings.store)) or ".", exist_ok=True)
     ctx = click.get_current_context()
     return ctx.with_resource(KeyRing(key_path(settings.store)))
 
