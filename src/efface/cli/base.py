@@ -30,6 +30,8 @@ class Settings:
     """The common options, gathered from the group and the command (the command wins)."""
 
     store: str | None = None
+    url: str | None = None
+    api_key: str | None = None
     tenant: str | None = None
     embedder: str | None = None
     json: bool = False
@@ -124,6 +126,22 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     **env("EFFACE_STORE"),
                 ),
                 click.option(
+                    "--url",
+                    metavar="URL",
+                    expose_value=False,
+                    callback=_setter("url"),
+                    help="Talk to a running `efface serve` instead of opening --store (no model is loaded).",
+                    **env("EFFACE_URL"),
+                ),
+                click.option(
+                    "--api-key",
+                    metavar="KEY",
+                    expose_value=False,
+                    callback=_setter("api_key"),
+                    help="The API key for --url (from `efface keys create`).",
+                    **env("EFFACE_API_KEY"),
+                ),
+                click.option(
                     "--tenant",
                     metavar="TENANT",
                     expose_value=False,
@@ -150,16 +168,25 @@ def _settings() -> Settings:
     return click.get_current_context().ensure_object(Settings)
 
 
-def _tenant() -> str:
-    return _settings().tenant or DEFAULT_TENANT
-
-
-def _open() -> efface.Store:
-    """Open the store for this one command; it is closed (and compacted) when the command ends."""
+def _tenant() -> Any:
     settings = _settings()
-    if not settings.store:
-        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    if settings.url:  # a server acts for the API key's tenant; --tenant may only restate it
+        return settings.tenant
+    return settings.tenant or DEFAULT_TENANT
+
+
+def _open() -> Any:
+    """Open the store for this one command; it is closed (and compacted) when the command ends.
+    With ``--url`` (``EFFACE_URL``) it is a client of that server instead: the same methods,
+    no model loaded, the store left to the server."""
+    settings = _settings()
     ctx = click.get_current_context()
+    if settings.url:
+        return ctx.with_resource(efface.Client(settings.url, api_key=settings.api_key))
+    if not settings.store:
+        raise click.UsageError(
+            "no store given: pass --store DIR or set EFFACE_STORE (or --url URL of a running server)"
+        )
     return ctx.with_resource(efface.open(settings.store, embedder=settings.embedder, background=False))
 
 

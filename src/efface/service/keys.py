@@ -5,7 +5,7 @@ revocations and is not secret; ``secret`` is 32 random bytes. The key ring keeps
 the whole key (a key has 256 bits of entropy, so a plain digest cannot be reversed by guessing),
 never the key itself: it is shown once, by ``create``.
 
-The ring is its own SQLite file (``keys.db`` beside the store's files by default), so
+The ring is its own SQLite file (``DIR.keys.db`` beside the store directory by default), so
 ``efface keys create|list|revoke`` works while a server holds the store open, and a server sees a
 revocation on the next request. The tenant name is kept here because the server needs it to act
 for the key; revoking a key deletes its row (``secure_delete``), tenant name included.
@@ -61,8 +61,11 @@ class ApiKey:
 
 
 def key_path(store_dir: str | os.PathLike) -> str:
-    """Where a store's key ring lives by default."""
-    return os.path.join(os.fspath(store_dir), KEYS_FILE)
+    """Where a store's key ring lives by default: ``DIR.keys.db`` beside the store's directory,
+    not inside it. The ring names tenants, and ``verify`` scans every file of the store for an
+    erased tenant's or subject's bytes: a ring inside would read as residue."""
+    path = os.path.abspath(os.fspath(store_dir)).rstrip(os.sep)
+    return f"{path}.{KEYS_FILE}"
 
 
 def _digest(token: str) -> bytes:

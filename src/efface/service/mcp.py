@@ -370,9 +370,14 @@ def _hide_inputs(registered: Tool) -> Tool:
 
 
 def _version() -> str:
-    from .. import __version__
+    # From the installed metadata, not ``efface.__version__``: the package's __init__ imports
+    # efface.Client from this folder, so importing it back would be a circle between rooms.
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("efface")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        return "0"
 
 
 def mcp_http_app(

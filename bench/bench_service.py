@@ -1,0 +1,196 @@
+#!/usr/bin/env python
+"""Load on `efface serve`: concurrent clients on loopback, mixed write / recall / forget /
+status, with the server's compactor running and a verifier thread verifying erasures.
+
+    python bench/bench_service.py                          # 64 clients, 60 s
+    python bench/bench_service.py --clients 8 --duration 10  # smoke run
+
+Prints ONE JSON document on stdout (throughput, p50/p99 per operation, errors); progress goes
+to stderr. The server runs in its own process (``python -m efface serve``, hashing embedder) so
+the clients' threads do not share its interpreter; every request goes to 127.0.0.1 only, and
+the run stops by itself after ``--duration`` seconds.
+
+Targets (reported, never asserted): 0 errors; recall p99 <= 50 ms; no request failing or
+stalling on the store's locks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+
+import efface
+from efface.service.keys import KeyRing, key_path
+
+WORDS = "tea coffee refund order invoice shipping billing address phone email meeting call note".split()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(12))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--tenants", type=int, default=8)
+    ap.add_argument("--seed-records", type=int, default=2000)
+    args = ap.parse_args()
+
+    root = tempfile.mkdtemp(prefix="efface-bench-service-")
+    store_dir = os.path.join(root, "store")
+    port = free_port()
+    tenants = [f"t{i}" for i in range(args.tenants)]
+    os.makedirs(store_dir)
+    with KeyRing(key_path(store_dir)) as ring:
+        keys = {t: ring.create(t, label="bench")[0] for t in tenants}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "efface", "serve", "--store", store_dir, "--embedder", "hashing"]
+        + ["--port", str(port), "--no-access-log"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                efface.Client(url, api_key=keys[tenants[0]]).health()
+                break
+            except efface.EffaceError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("the server did not start") from None
+                time.sleep(0.2)
+        print(f"server up on {url}; seeding {args.seed_records} records", file=sys.stderr)
+        rng = random.Random(7)
+        for t in tenants:
+            with efface.Client(url, api_key=keys[t]) as c:
+                n = args.seed_records // len(tenants)
+                items = [{"key": f"seed:{i}", "text": text(rng), "subject": f"s{i % 50}"} for i in range(n)]
+                c.write_many(items, purpose="support")
+        results = run(url, keys, tenants, args)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    json.dump(results, sys.stdout, indent=2)
+    print()
+
+
+def run(url: str, keys: dict, tenants: list, args: argparse.Namespace) -> dict:
+    stop = time.monotonic() + args.duration
+    lat: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, int] = defaultdict(int)
+    handles: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def timed(op: str, f):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            out = f()
+        except Exception as exc:
+            with lock:
+                errors[f"{op}:{type(exc).__name__}"] += 1
+            return None
+        dt = time.perf_counter() - t0
+        with lock:
+            lat[op].append(dt)
+        return out
+
+    def client(i: int) -> None:
+        rng = random.Random(i)
+        tenant = tenants[i % len(tenants)]
+        mine: list[str] = []
+        last: str | None = None
+        with efface.Client(url, api_key=keys[tenant]) as c:
+            n = 0
+            while time.monotonic() < stop:
+                r = rng.random()
+                if r < 0.4:
+                    key = f"c{i}:{n}"
+                    n += 1
+                    if timed("write", lambda key=key: c.write(key, text(rng), subject=f"c{i}", purpose="support")):
+                        mine.append(key)
+                elif r < 0.8:
+                    timed("recall", lambda: c.recall(" ".join(rng.sample(WORDS, 3)), purpose="support", k=10))
+                elif r < 0.9 and mine:
+                    receipt = timed("forget", lambda: c.forget(key=mine.pop(0)))
+                    if receipt is not None:
+                        last = receipt.handle
+                        with lock:
+                            handles.append((tenant, last))
+                elif last is not None:
+                    timed("status", lambda: c.status(last))
+
+    def verifier() -> None:
+        clients = {t: efface.Client(url, api_key=keys[t]) for t in tenants}
+        while time.monotonic() < stop:
+            with lock:
+                pick = handles[-1] if handles else None
+            if pick is not None:
+                timed("verify", lambda pick=pick: clients[pick[0]].verify(pick[1]))
+            time.sleep(1.0)
+        for c in clients.values():
+            c.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    threads.append(threading.Thread(target=verifier))
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    ops = {
+        op: {
+            "count": len(v),
+            "per_s": round(len(v) / elapsed, 1),
+            "p50_ms": round(float(np.percentile(v, 50)) * 1000, 2),
+            "p99_ms": round(float(np.percentile(v, 99)) * 1000, 2),
+            "max_ms": round(max(v) * 1000, 2),
+        }
+        for op, v in sorted(lat.items())
+    }
+    total = sum(len(v) for v in lat.values())
+    recall_p99 = ops.get("recall", {}).get("p99_ms")
+    return {
+        "clients": args.clients,
+        "duration_s": round(elapsed, 1),
+        "tenants": len(tenants),
+        "requests": total,
+        "throughput_per_s": round(total / elapsed, 1),
+        "operations": ops,
+        "errors": dict(errors),
+        "targets": {
+            "zero_errors": not errors,
+            "recall_p99_le_50ms": recall_p99 is not None and recall_p99 <= 50,
+        },
+        "machine": {"cpus": os.cpu_count()},
+    }
+
+
+if __name__ == "__main__":
+    main()

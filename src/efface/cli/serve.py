@@ -1,0 +1,122 @@
+"""``efface serve`` (the HTTP API, and the MCP server at ``/mcp`` when it is installed) and
+``efface keys create|list|revoke`` (the API key ring).
+
+``keys`` opens only the key ring (``DIR.keys.db`` beside the store's directory), never the store nor
+the embedder, so it works in a second terminal while ``efface serve`` holds the store, and a
+revocation takes effect on the server's next request.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import efface
+from efface.service.keys import ApiKey, KeyRing, key_path
+
+from .base import _common_options, _emit, _settings, cli
+
+
+def _ring() -> KeyRing:
+    settings = _settings()
+    if not settings.store:
+        raise click.UsageError(
+            "no store given: pass --store DIR (or EFFACE_STORE); the key ring is DIR.keys.db beside it"
+        )
+    os.makedirs(os.path.dirname(os.path.abspath(settings.store)) or ".", exist_ok=True)
+    ctx = click.get_current_context()
+    return ctx.with_resource(KeyRing(key_path(settings.store)))
+
+
+def _key_doc(k: ApiKey) -> dict:
+    return {"id": k.id, "tenant": k.tenant, "label": k.label, "created_at": k.created_at}
+
+
+def _mcp_hook(store: efface.Store, ring: KeyRing, host: str) -> Any:
+    """The MCP streamable-HTTP app and its lifespan, when efface's MCP server is installed."""
+    try:
+        mcp_module = importlib.import_module("efface.service.mcp")
+    except ImportError:
+        return None
+    make = getattr(mcp_module, "mcp_http_app", None)
+    return None if make is None else make(store, ring, host=host)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=int, default=8750, show_default=True, help="Port to listen on (0: any free port).")
+@click.option(
+    "--max-body", type=int, default=1 << 20, show_default=True, help="Largest request body accepted, in bytes."
+)
+@click.option(
+    "--max-wait", type=float, default=30.0, show_default=True, help="Longest a /v1/wait request blocks, in seconds."
+)
+@click.option("--no-access-log", is_flag=True, help="Do not log requests (method, path and status only anyway).")
+@_common_options()
+def serve(host, port, max_body, max_wait, no_access_log) -> None:
+    """Serve the store over HTTP (/v1/..., /docs, /openapi.json; /mcp when available) until
+    interrupted. Clients need an API key: `efface keys create --tenant T`."""
+    import uvicorn
+
+    from efface.service.http import create_app
+    from efface.service.runner import uvicorn_config
+
+    settings = _settings()
+    if not settings.store:
+        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    logging.basicConfig(level=logging.INFO)
+    with efface.open(settings.store, embedder=settings.embedder) as store, KeyRing(key_path(settings.store)) as ring:
+        app = create_app(store, ring, max_body=max_body, max_wait=max_wait, mcp=_mcp_hook(store, ring, host))
+        uvicorn.Server(uvicorn_config(app, host, port, access_log=not no_access_log)).run()
+
+
+@cli.group()
+def keys() -> None:
+    """API keys for `efface serve`: each acts for exactly one tenant; only hashes are kept."""
+
+
+@keys.command("create")
+@click.option("--label", help="A note on who or what holds the key.")
+@_common_options()
+def keys_create(label) -> None:
+    """Make a key for --tenant (required) and print it. It is shown this once: keep it now."""
+    tenant = _settings().tenant
+    if not tenant:
+        raise click.UsageError("name the key's tenant: efface keys create --tenant T")
+    token, key = _ring().create(tenant, label=label)
+
+    def human(out: Console) -> None:
+        click.echo(token)
+        out.print(f"key {key.id} for its tenant; shown once, only its hash is kept", style="dim", highlight=False)
+
+    _emit({"key": token, **_key_doc(key)}, human)
+
+
+@keys.command("list")
+@_common_options()
+def keys_list() -> None:
+    """List keys (ids, tenants, labels; never the keys themselves); --tenant narrows it."""
+    found = _ring().list(tenant=_settings().tenant)
+
+    def human(out: Console) -> None:
+        table = Table("id", "tenant", "label", "created")
+        for k in found:
+            table.add_row(k.id, k.tenant, k.label or "-", f"{k.created_at:.0f}")
+        out.print(table)
+
+    _emit({"keys": [_key_doc(k) for k in found]}, human)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@_common_options()
+def keys_revoke(key_id) -> None:
+    """Revoke the key KEY_ID (or the key itself): it stops working at the next request."""
+    key = _ring().revoke(key_id)
+    _emit({"revoked": key.id}, lambda out: out.print(f"key {key.id} revoked"))

@@ -1,0 +1,355 @@
+"""A client for ``efface serve`` with the methods, arguments, return types and errors of a
+local :class:`efface.Store`, so code moves between embedded and served without change:
+
+    with efface.open("http://127.0.0.1:8750", api_key="efk_...") as store:
+        store.write("n1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support")
+
+The key decides the tenant. ``tenant=`` keeps its place in every signature: leave it out (the
+key's tenant is used) or name the key's own; another tenant is refused by the server with
+:class:`~efface.service.wire.Forbidden` (a :class:`~efface.ScopeError`), nothing done.
+Results are rebuilt as the library's own types (``Memory``, ``Hit``, ``Receipt``, ``Status``,
+``Verification``, ...), and each JSON error becomes the efface error class it names.
+
+What a client cannot do: ``backup``, ``restore``, ``compact``, ``sweep`` and ``on_quarantine``
+work on the store's own files or process, so they raise
+:class:`~efface.service.wire.RemoteUnsupported`; run them where the store is
+(``efface --store DIR backup ...``). The server's compactor does compaction and TTL expiry on
+its own.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import TypeAdapter
+
+from ..erasure.ledger import ChainCheck
+from ..errors import EffaceError, ErasureNotSettled, InvalidInput
+from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
+from . import wire as w
+
+T = TypeVar("T")
+
+_ADAPTERS: dict[Any, TypeAdapter] = {}
+
+
+def _adapter(t: Any) -> TypeAdapter:
+    if t not in _ADAPTERS:
+        _ADAPTERS[t] = TypeAdapter(t)
+    return _ADAPTERS[t]
+
+
+class Unreachable(EffaceError):
+    """The efface server could not be reached (not running, wrong URL, or the connection
+    broke). A write that was sent may or may not have committed: read it back or retry."""
+
+
+def _ttl(ttl: Any) -> Any:
+    return ttl.total_seconds() if isinstance(ttl, _dt.timedelta) else ttl
+
+
+def _seq(values: Iterable[str] | None) -> Any:
+    if values is None or isinstance(values, (str, bytes)):
+        return values
+    return list(values) if isinstance(values, Iterable) else values
+
+
+class Client:
+    """An efface store served over HTTP. ``api_key`` defaults to ``EFFACE_API_KEY``."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        api_key = api_key if api_key is not None else os.environ.get("EFFACE_API_KEY")
+        if not api_key:
+            raise InvalidInput("an efface server needs an API key: pass api_key= (or set EFFACE_API_KEY)")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InvalidInput("the server URL must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self.path = None
+        """A served store has no local directory."""
+        self._timeout = timeout
+        self._closed = False
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {api_key}", "User-Agent": "efface-client"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    # -- lifecycle
+    def close(self) -> None:
+        """Close the connection pool (the served store stays open). Idempotent."""
+        self._closed = True
+        self._http.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EffaceError("this client is closed; open it again with efface.open(url, api_key=...)")
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"efface.Client({self.url!r})"
+
+    # -- the wire
+    def _post(
+        self, route: str, body: Mapping[str, Any], *, timeout: float | None = None, accept: str | None = None
+    ) -> httpx.Response:
+        self._check_open()
+        payload = {k: v for k, v in body.items() if v is not None}
+        try:
+            content = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError):
+            raise InvalidInput(
+                "an argument cannot be sent as JSON (metadata and lists must hold JSON values; numbers must be finite)"
+            ) from None
+        headers = {"Content-Type": "application/json"}
+        if accept:
+            headers["Accept"] = accept
+        try:
+            response = self._http.post(route, content=content, headers=headers, timeout=timeout or self._timeout)
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"the efface server at {self.url} could not be reached ({type(exc).__name__})") from None
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response
+
+    def _get(self, route: str) -> httpx.Response:
+        self._check_open()
+        try:
+            response = self._http.get(route)
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"the efface server at {self.url} could not be reached ({type(exc).__name__})") from None
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response
+
+    @staticmethod
+    def _error(response: httpx.Response) -> EffaceError:
+        try:
+            detail = response.json()["error"]
+            kind, message = str(detail["type"]), str(detail["message"])
+        except (ValueError, KeyError, TypeError):
+            return EffaceError(f"the server answered HTTP {response.status_code} without an efface error")
+        cls = w.error_class(kind)
+        if issubclass(cls, ErasureNotSettled):
+            return cls(
+                message,
+                scope=detail.get("scope"),
+                required_epoch=detail.get("required_epoch"),
+                applied_epoch=detail.get("applied_epoch"),
+            )
+        return cls(message)
+
+    def _as(self, t: Any, route: str, body: Mapping[str, Any], **kw: Any) -> Any:
+        return _adapter(t).validate_json(self._post(route, body, **kw).content)
+
+    def _epoch(self, route: str, body: Mapping[str, Any]) -> int:
+        return int(self._post(route, body).json()["epoch"])
+
+    # -- writes
+    def write(
+        self,
+        key: str,
+        text: str,
+        *,
+        tenant: str | None = None,
+        subject: str,
+        purpose: str,
+        basis: str = "consent",
+        ttl: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        sources: Iterable[str] | None = None,
+    ) -> int:
+        """As :meth:`efface.Store.write`. Returns the epoch."""
+        body: dict[str, Any] = {"key": key, "text": text, "tenant": tenant, "subject": subject, "purpose": purpose}
+        body["basis"] = basis
+        body |= {"ttl": _ttl(ttl), "metadata": metadata, "sources": _seq(sources)}
+        return self._epoch("/v1/write", body)
+
+    def write_many(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        tenant: str | None = None,
+        subject: str | None = None,
+        purpose: str | None = None,
+        basis: str = "consent",
+        ttl: Any = None,
+        embeddings: Any = None,
+    ) -> int:
+        """As :meth:`efface.Store.write_many` (one transaction, one epoch)."""
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise InvalidInput("items must be a list of mappings, each with 'key' and 'text'")
+        sent = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise InvalidInput("each item must be a mapping with 'key' and 'text'")
+            one = {k: v for k, v in item.items() if v is not None}
+            if "ttl" in one:
+                one["ttl"] = _ttl(one["ttl"])
+            if "sources" in one:
+                one["sources"] = _seq(one["sources"])
+            sent.append(one)
+        vectors = None if embeddings is None else [list(map(float, row)) for row in embeddings]
+        body: dict[str, Any] = {"items": sent, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
+        body |= {"ttl": _ttl(ttl), "embeddings": vectors}
+        return self._epoch("/v1/write_many", body)
+
+    def retain(
+        self, key: str, *, tenant: str | None = None, subject: str, purpose: str, basis: str, ttl: Any = None
+    ) -> int:
+        """As :meth:`efface.Store.retain`."""
+        body = {"key": key, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis, "ttl": _ttl(ttl)}
+        return self._epoch("/v1/retain", body)
+
+    def register_subject(self, subject: str, *, tenant: str | None = None, identifiers: Iterable[str]) -> int:
+        """As :meth:`efface.Store.register_subject`."""
+        return self._epoch(
+            "/v1/register_subject", {"subject": subject, "tenant": tenant, "identifiers": _seq(identifiers)}
+        )
+
+    # -- reads
+    def read(self, key: str, *, tenant: str | None = None, purpose: str) -> Memory | None:
+        """As :meth:`efface.Store.read`."""
+        return self._as(w.ReadResult, "/v1/read", {"key": key, "tenant": tenant, "purpose": purpose}).memory
+
+    def recall(
+        self, query: str, *, tenant: str | None = None, purpose: str, subject: str | None = None, k: int = 10
+    ) -> list[Hit]:
+        """As :meth:`efface.Store.recall`."""
+        body = {"query": query, "tenant": tenant, "purpose": purpose, "subject": subject, "k": k}
+        return self._as(list[Hit], "/v1/recall", body)
+
+    # -- forget and the erasure's life
+    def forget(
+        self,
+        *,
+        tenant: str | None = None,
+        subject: str | None = None,
+        purpose: str | None = None,
+        prefix: str | None = None,
+        key: str | None = None,
+        everything: bool = False,
+    ) -> Receipt:
+        """As :meth:`efface.Store.forget`: the receipt, once the erasure is durable."""
+        body: dict[str, Any] = {"tenant": tenant, "subject": subject, "purpose": purpose, "prefix": prefix}
+        body |= {"key": key, "everything": everything if everything is not False else None}
+        return self._as(Receipt, "/v1/forget", body)
+
+    def status(self, handle: str, *, tenant: str | None = None) -> Status:
+        """As :meth:`efface.Store.status` (only the key's tenant's handles are found)."""
+        return self._as(Status, "/v1/status", {"handle": handle, "tenant": tenant})
+
+    def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None, until: str = "erased") -> Status:
+        """As :meth:`efface.Store.wait`. The server caps one wait (``/v1/health``'s
+        ``max_wait_s``); the client asks again until its own ``timeout`` has passed."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+            raise InvalidInput("timeout must be a number of seconds")
+        deadline = time.monotonic() + max(float(timeout), 0.0)
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            body = {"handle": handle, "tenant": tenant, "until": until, "timeout": left}
+            st: Status = self._as(Status, "/v1/wait", body, timeout=left + self._timeout)
+            done = st.erased if until == "erased" else st.settled
+            if done or time.monotonic() >= deadline:
+                return st
+
+    def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
+        """As :meth:`efface.Store.verify`."""
+        return self._as(Verification, "/v1/verify", {"handle": handle, "tenant": tenant})
+
+    def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
+        """As :meth:`efface.Store.certificate` (the JSON certificate)."""
+        return self._post("/v1/certificate", {"handle": handle, "tenant": tenant}).json()
+
+    def certificate_html(self, handle: str, *, tenant: str | None = None) -> str:
+        """The certificate as the server renders it in HTML."""
+        return self._post("/v1/certificate", {"handle": handle, "tenant": tenant}, accept="text/html").text
+
+    def receipts(self, tenant: str | None = None) -> list[dict]:
+        """As :meth:`efface.Store.receipts`: the key's tenant's receipts only."""
+        return self._post("/v1/receipts", {"tenant": tenant}).json()
+
+    def ledger(self, tenant: str | None = None) -> list[dict]:
+        """The ledger entries about the key's tenant (a served store never shows others')."""
+        return self._post("/v1/ledger", {"tenant": tenant}).json()
+
+    def verify_ledger(self) -> ChainCheck:
+        """As :meth:`efface.Store.verify_ledger`: the server checks the whole chain."""
+        doc = self._post("/v1/ledger/verify", {}).json()
+        return ChainCheck(ok=doc["ok"], entries=doc["entries"], problems=tuple(doc["problems"]))
+
+    # -- derivations
+    def set_policy(self, tenant: str | None, policy: str, *, reason: str | None = None) -> int:
+        """As :meth:`efface.Store.set_policy`."""
+        return self._epoch("/v1/set_policy", {"tenant": tenant, "policy": policy, "reason": reason})
+
+    def quarantined(self, *, tenant: str | None = None) -> list[QuarantineItem]:
+        """As :meth:`efface.Store.quarantined`."""
+        return self._as(list[QuarantineItem], "/v1/quarantined", {"tenant": tenant})
+
+    def release(self, key: str, *, tenant: str | None = None, reason: str) -> int:
+        """As :meth:`efface.Store.release`."""
+        return self._epoch("/v1/release", {"key": key, "tenant": tenant, "reason": reason})
+
+    def rederive(
+        self,
+        key: str,
+        text: str,
+        *,
+        tenant: str | None = None,
+        sources: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        """As :meth:`efface.Store.rederive`."""
+        body = {"key": key, "text": text, "tenant": tenant, "sources": _seq(sources), "metadata": metadata}
+        return self._epoch("/v1/rederive", body)
+
+    # -- introspection
+    def stats(self, *, tenant: str | None = None) -> dict:
+        """As :meth:`efface.Store.stats` for the key's tenant, without the store-wide record
+        count (it would count other tenants' records)."""
+        return self._post("/v1/stats", {"tenant": tenant}).json()
+
+    def health(self) -> dict:
+        """The server's liveness and limits (needs no valid key)."""
+        return self._get("/v1/health").json()
+
+    # -- what runs only where the store is
+    def _local_only(self, what: str) -> EffaceError:
+        return w.RemoteUnsupported(
+            f"{what} works on the store's own files: run it where the store is "
+            "(e.g. `efface --store DIR ...` on the server's machine), not through a client"
+        )
+
+    def backup(self, dest: Any) -> Any:
+        raise self._local_only("backup")
+
+    def restore(self, src: Any) -> Any:
+        raise self._local_only("restore")
+
+    def compact(self) -> int:
+        raise self._local_only("compact (the server's compactor runs on its own)")
+
+    def sweep(self) -> list[Receipt]:
+        raise self._local_only("sweep (the server's compactor expires TTLs on its own)")
+
+    def on_quarantine(self, callback: Any) -> None:
+        raise self._local_only("on_quarantine (callbacks run in the server's process)")

@@ -1,0 +1,64 @@
+"""Running the HTTP app under uvicorn: in the foreground (``efface serve``) or in a background
+thread on a free loopback port (tests, docs, the benchmark, a notebook).
+
+Both configure uvicorn the same way: its access log keeps method, path and status only (paths
+carry no data, and query strings are dropped), and the server's own errors are logged by type.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from .http import filter_access_log
+
+
+def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True) -> uvicorn.Config:
+    """A uvicorn configuration for the efface app (the access log filtered)."""
+    config = uvicorn.Config(
+        app, host=host, port=port, access_log=access_log, log_level="info", lifespan="on", timeout_graceful_shutdown=5
+    )
+    filter_access_log()  # after the Config, which (re)configures uvicorn's loggers
+    return config
+
+
+class BackgroundServer:
+    """uvicorn serving ``app`` in a daemon thread; ``url`` is known once ``start`` returns.
+
+    ``with BackgroundServer(app) as server: efface.open(server.url, api_key=...)``
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True) -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, host, port, access_log=access_log))
+        # uvicorn installs no signal handlers outside the main thread: stop() ends it.
+        self._thread = threading.Thread(target=self.server.run, name="efface-http", daemon=True)
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the efface HTTP server did not start (is the port free?)")
+            time.sleep(0.01)
+        sockets = [s for srv in self.server.servers for s in srv.sockets]
+        self.port = sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=15)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

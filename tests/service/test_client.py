@@ -1,0 +1,149 @@
+"""efface.Client / efface.open(url) against a real server: the library's types and errors
+come back, tenant= is checked by the server, what cannot run remotely says so; and the CLI
+with EFFACE_URL goes through the client without opening the store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import efface
+from efface.cli import cli
+from efface.service.client import Unreachable
+from efface.service.wire import Forbidden, RemoteUnsupported, Unauthorized
+
+
+def test_same_types_and_errors_as_a_local_store(served):
+    with efface.open(served.url, api_key=served.key("acme")) as store:
+        assert isinstance(store, efface.Client)
+        assert store.write("n1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support") == 1
+        assert store.write_many([{"key": "n2", "text": "Bob likes coffee", "subject": "bob"}], purpose="support") == 2
+        m = store.read("n1", tenant="acme", purpose="support")
+        assert isinstance(m, efface.Memory) and m.claims[0] == efface.Claim("alice", "support", "consent", None)
+        hits = store.recall("tea", purpose="support")
+        assert hits and isinstance(hits[0], efface.Hit) and hits[0].key == "n1"
+        with pytest.raises(efface.UnknownPurpose):
+            store.read("n1", purpose="suport")
+        with pytest.raises(efface.ScopeError):
+            store.forget()
+        with pytest.raises(Forbidden) as info:
+            store.read("n1", tenant="globex", purpose="support")
+        assert isinstance(info.value, efface.ScopeError)
+        receipt = store.forget(tenant="acme", subject="alice")
+        assert isinstance(receipt, efface.Receipt) and receipt.erased == ("n1",)
+        assert isinstance(receipt.paths["ann"], efface.PathState)
+        st = store.wait(receipt.handle, timeout=20)
+        assert isinstance(st, efface.Status) and st.erased
+        v = store.verify(receipt.handle)
+        assert v.level == "erased" and v.checks and not v.failed
+        with pytest.raises(efface.NotFound):
+            store.status("efr_000000000000000000000000")
+        assert [r["handle"] for r in store.receipts()] == [receipt.handle]
+        assert store.verify_ledger().ok and store.ledger()[0]["handle"] == receipt.handle
+        assert store.certificate(receipt.handle)["level"] == "erased"
+        for call in (lambda: store.backup("x.bak"), lambda: store.restore("x.bak"), store.compact, store.sweep):
+            with pytest.raises(RemoteUnsupported):
+                call()
+    with pytest.raises(efface.EffaceError):
+        store.read("n2", purpose="support")  # closed
+
+
+def test_bad_key_unreachable_server_and_bad_urls(served):
+    with efface.Client(served.url, api_key="efk_0123456789ab_" + "A" * 43) as c, pytest.raises(Unauthorized):
+        c.receipts()
+    with efface.Client("http://127.0.0.1:9", api_key="efk_x", timeout=2) as c, pytest.raises(Unreachable):
+        c.receipts()
+    with pytest.raises(efface.InvalidInput):
+        efface.open(served.url, api_key="k", embedder="hashing")
+    with pytest.raises(efface.InvalidInput):
+        efface.open("postgres://db/x")
+
+
+def test_cli_against_a_running_server(served, monkeypatch):
+    monkeypatch.setenv("EFFACE_URL", served.url)
+    monkeypatch.setenv("EFFACE_API_KEY", served.key("acme"))
+    monkeypatch.delenv("EFFACE_STORE", raising=False)
+    monkeypatch.delenv("EFFACE_TENANT", raising=False)
+    run = CliRunner().invoke
+
+    def ok(*args):
+        out = run(cli, [*args, "--json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    ok("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support")
+    assert ok("read", "n1", "--purpose", "support")["memory"]["text"] == "Alice prefers tea"
+    assert [h["key"] for h in ok("recall", "tea", "--purpose", "support")["hits"]] == ["n1"]
+    handle = ok("forget", "--subject", "alice")["handle"]
+    assert ok("status", handle)["handle"] == handle
+    assert ok("wait", handle)["erased"] is True
+    assert ok("verify", handle)["level"] == "erased"
+    assert ok("ledger", "list")["entries"]
+    out = run(cli, ["read", "n1", "--purpose", "support", "--tenant", "globex", "--json"])
+    assert out.exit_code == 2 and json.loads(out.output)["error"]["type"] == "Forbidden"
+    # The server held the store all along: the CLI never opened it.
+    assert served.store.receipts("acme")[0]["handle"] == handle
+
+
+def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
+    """`efface serve` in its own process; `efface keys create` and the CLI (EFFACE_URL) in
+    others, while the server holds the store."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("EFFACE_URL", None)
+    store = str(tmp_path / "store")
+    cmd = [sys.executable, "-m", "efface", "serve", "--store", store, "--embedder", "hashing", "--port", str(port)]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                if os.environ.get("CI") == "true":
+                    pytest.fail("efface serve did not start")
+                pytest.skip("efface serve did not start on loopback")
+            time.sleep(0.2)
+
+        def efface_cli(*args, **extra):
+            out = subprocess.run(
+                [sys.executable, "-m", "efface", *args, "--json"],
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            return out.returncode, json.loads(out.stdout)
+
+        code, created = efface_cli("keys", "create", "--store", store, "--tenant", "acme")
+        assert code == 0
+        # The MCP server answers in the same process, at /mcp, behind the same keys.
+        mcp_headers = {"Accept": "application/json, text/event-stream"}
+        assert httpx.post(url + "/mcp", json={}, headers=mcp_headers).status_code == 401
+        remote = {"EFFACE_URL": url, "EFFACE_API_KEY": created["key"]}
+        code, _ = efface_cli("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support", **remote)
+        assert code == 0
+        code, receipt = efface_cli("forget", "--key", "n1", **remote)
+        assert code == 0 and receipt["erased"] == ["n1"]
+        code, doc = efface_cli("read", "n1", "--purpose", "support", "--store", store)
+        assert code == 1 and doc["error"]["type"] == "StoreLocked"  # the server holds the store
+    finally:
+        server.terminate()
+        logs = server.communicate(timeout=30)[0].decode()
+    assert "Alice" not in logs and created["key"] not in logs and "POST /v1/write" in logs

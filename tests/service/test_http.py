@@ -1,0 +1,163 @@
+"""The HTTP API end to end, through real HTTP on a loopback port: status codes, the JSON
+error envelope, the limits, the OpenAPI document, the HTML certificate, and logs that carry
+none of the texts, queries, keys, identifiers or tenant names a run used."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+
+from efface.service.http import create_app
+from efface.service.runner import BackgroundServer
+
+TEXT = "Bartholomew Quince keeps his spare key under the blue pot"
+QUERY = "where is the spare key of Bartholomew"
+SUBJECT = "bartholomew-quince"
+IDENT = "Bartholomew Quince"
+TENANT = "tenant-zanzibar"
+
+
+def post(served, route, body, key=None, **kw):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(served.url + route, json=body, headers=headers, **kw)
+
+
+def test_write_read_recall_forget_wait_verify_certificate(served):
+    key = served.key(TENANT)
+    r = post(served, "/v1/write", {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+    assert r.status_code == 200 and r.json()["epoch"] == 1
+    r = post(served, "/v1/read", {"key": "k1", "purpose": "support"}, key)
+    assert r.json()["found"] and r.json()["memory"]["text"] == TEXT
+    r = post(served, "/v1/recall", {"query": QUERY, "purpose": "support"}, key)
+    assert [h["key"] for h in r.json()] == ["k1"]
+    r = post(served, "/v1/forget", {"subject": SUBJECT}, key)
+    receipt = r.json()
+    assert r.status_code == 200 and receipt["level"] == "intent" and receipt["erased"] == ["k1"]
+    st = post(served, "/v1/wait", {"handle": receipt["handle"], "timeout": 20}, key).json()
+    assert st["erased"] is True
+    v = post(served, "/v1/verify", {"handle": receipt["handle"]}, key).json()
+    assert v["level"] == "erased", [c for c in v["checks"] if c["outcome"] != "pass"]
+    cert = post(served, "/v1/certificate", {"handle": receipt["handle"]}, key)
+    assert cert.headers["content-type"].startswith("application/json") and cert.json()["level"] == "erased"
+    html = httpx.post(
+        served.url + "/v1/certificate",
+        json={"handle": receipt["handle"]},
+        headers={"Authorization": f"Bearer {key}", "Accept": "text/html"},
+    )
+    assert html.headers["content-type"].startswith("text/html") and "<html" in html.text
+    html2 = post(served, "/v1/certificate.html", {"handle": receipt["handle"]}, key)
+    assert html2.headers["content-type"].startswith("text/html")
+    assert post(served, "/v1/read", {"key": "k1", "purpose": "support"}, key).json() == {"found": False, "memory": None}
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status", "kind"),
+    [
+        ("/v1/read", {"key": "k1", "purpose": "nosuch"}, 400, "UnknownPurpose"),
+        ("/v1/write", {"key": "k", "text": "t", "subject": "s", "purpose": "p", "basis": "whim"}, 400, "UnknownBasis"),
+        ("/v1/write", {"key": "", "text": "t", "subject": "s", "purpose": "p"}, 400, "InvalidInput"),
+        ("/v1/write", {"key": 5, "text": "t", "subject": "s", "purpose": "p"}, 400, "InvalidInput"),
+        ("/v1/write", {"text": "t"}, 422, "InvalidInput"),
+        ("/v1/write", {"key": "k", "text": "t", "subject": "s", "purpose": "p", "colour": "red"}, 422, "InvalidInput"),
+        ("/v1/forget", {}, 400, "ScopeError"),
+        ("/v1/status", {"handle": "efr_nosuch"}, 404, "NotFound"),
+        ("/v1/retain", {"key": "nosuch", "subject": "s", "purpose": "support", "basis": "consent"}, 404, "NotFound"),
+        ("/v1/wait", {"handle": "h", "until": "later"}, 400, "InvalidInput"),
+    ],
+)
+def test_errors_carry_the_library_type_and_never_the_input(served, route, body, status, kind):
+    key = served.key(TENANT)
+    post(served, "/v1/write", {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+    r = post(served, route, body, key)
+    assert (r.status_code, r.json()["error"]["type"]) == (status, kind)
+    assert set(r.json()["error"]) >= {"type", "message"}
+    for value in ("whim", "nosuch", "colour", "efr_nosuch", "later", TENANT):
+        assert value not in r.json()["error"]["message"]
+
+
+def test_malformed_json_and_unknown_routes_get_the_envelope(served):
+    key = served.key(TENANT)
+    r = httpx.post(served.url + "/v1/write", content=b"{not json", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 422 and r.json()["error"]["type"] == "InvalidInput"
+    r = httpx.post(served.url + "/v1/nosuch", json={}, headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFound"
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
+    key = served.key(TENANT)
+    app = create_app(served.store, served.ring, max_body=1000)
+    with BackgroundServer(app, access_log=False) as small:
+        body = {"key": "big", "text": "x" * 2000, "subject": "s", "purpose": "p"}
+        r = httpx.post(small.url + "/v1/write", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "PayloadTooLarge"
+
+        def chunks():  # no Content-Length: counted as it arrives
+            for _ in range(5):
+                yield b'{"key": "' + b"y" * 400
+
+        r = httpx.post(small.url + "/v1/write", content=chunks(), headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 413
+    assert served.store.stats()["epoch"] == 0  # nothing was written
+
+
+def test_wait_is_capped_by_the_server(served):
+    key = served.key(TENANT)
+    app = create_app(served.store, served.ring, max_wait=0.2)
+    with BackgroundServer(app, access_log=False) as capped:
+        assert httpx.get(capped.url + "/v1/health").json()["max_wait_s"] == 0.2
+        post(served, "/v1/write", {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+        handle = post(served, "/v1/forget", {"key": "k1"}, key).json()["handle"]
+        # A client asking for an hour gets an answer (the status now), not a hung request.
+        r = httpx.post(
+            capped.url + "/v1/wait",
+            json={"handle": handle, "timeout": 3600},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert r.status_code == 200 and r.json()["handle"] == handle
+
+
+def test_the_openapi_document_names_every_route_its_bodies_and_the_bearer_scheme(served):
+    doc = httpx.get(served.url + "/openapi.json").json()
+    assert {"/v1/write", "/v1/forget", "/v1/wait", "/v1/verify", "/v1/certificate"} <= set(doc["paths"])
+    schemes = doc["components"]["securitySchemes"]
+    assert any(s.get("scheme", "").lower() == "bearer" for s in schemes.values())
+    forget = doc["paths"]["/v1/forget"]["post"]
+    assert forget["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Receipt")
+    assert {"401", "403", "404"} <= set(forget["responses"])
+    write = doc["components"]["schemas"]["WriteBody"]
+    assert write["properties"]["text"]["type"] == "string" and "text" in write["required"]
+
+
+@pytest.fixture
+def uvicorn_logs(caplog):
+    """uvicorn's loggers do not propagate: hand them the capture handler directly."""
+    caplog.set_level(logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in ("uvicorn", "uvicorn.access", "uvicorn.error")]
+    for lg in loggers:
+        lg.addHandler(caplog.handler)
+    yield caplog
+    for lg in loggers:
+        lg.removeHandler(caplog.handler)
+
+
+def test_logs_carry_no_text_query_key_identifier_or_tenant(served, uvicorn_logs):
+    caplog = uvicorn_logs
+    key = served.key(TENANT)
+    post(served, "/v1/write", {"key": "k-bq", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+    post(served, "/v1/register_subject", {"subject": SUBJECT, "identifiers": [IDENT]}, key)
+    post(served, "/v1/recall", {"query": QUERY, "purpose": "support"}, key)
+    post(served, "/v1/read", {"key": "k-bq", "purpose": "nosuch"}, key)
+    post(served, "/v1/read", {"key": "k-bq", "purpose": "support", "tenant": "someone-else"}, key)
+    handle = post(served, "/v1/forget", {"subject": SUBJECT}, key).json()["handle"]
+    post(served, "/v1/wait", {"handle": handle, "timeout": 10}, key)
+    post(served, "/v1/verify", {"handle": handle}, key)
+    httpx.post(served.url + f"/v1/read?key=k-bq&q={TENANT}", json={}, headers={"Authorization": f"Bearer {key}"})
+    post(served, "/v1/status", {"handle": handle}, "efk_0123456789ab_" + "A" * 43)
+    # The server's logs (uvicorn's, efface's); the test's own httpx client logs its URLs itself.
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith(("uvicorn", "efface")))
+    assert "POST /v1/write" in logged  # the access log is on and captured
+    for secret in (TEXT, QUERY, SUBJECT, IDENT, TENANT, "k-bq", key, handle, "someone-else", "Bartholomew"):
+        assert secret not in logged
