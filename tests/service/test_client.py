@@ -147,3 +147,25 @@ def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
         server.terminate()
         logs = server.communicate(timeout=30)[0].decode()
     assert "Alice" not in logs and created["key"] not in logs and "POST /v1/write" in logs
+
+
+def test_the_listing_read_and_the_langgraph_store_over_a_served_store(served):
+    from efface.compat.langgraph import EffaceStore
+
+    with efface.open(served.url, api_key=served.key("acme")) as store:
+        for i in range(5):
+            store.write(f"k{i}", f"note {i} about tea", tenant="acme", subject="alice", purpose="support")
+        page = store.scan(purpose="support", prefix="k", limit=3)
+        assert [m.key for m in page] == ["k0", "k1", "k2"] and isinstance(page[0], efface.Memory)
+        assert [m.key for m in store.scan(purpose="support", after="k2")] == ["k3", "k4"]
+        with pytest.raises(efface.InvalidInput):
+            store.scan(purpose="support", limit=0)
+        lg = EffaceStore(store, tenant="acme", purpose="support")
+        lg.put(("alice",), "pref", {"drink": "oolong"})
+        assert lg.get(("alice",), "pref").value == {"drink": "oolong"}
+        assert [i.key for i in lg.search(("alice",))] == ["pref"]
+        lg.delete(("alice",), "pref")
+        assert lg.get(("alice",), "pref") is None
+        receipt = lg.last_receipt
+        assert store.wait(receipt.handle, timeout=20).erased
+        assert store.verify(receipt.handle).level == "erased"

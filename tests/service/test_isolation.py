@@ -49,6 +49,7 @@ def bodies(handle: str, tenant: str | None) -> dict[str, dict]:
         "/v1/register_subject": {"subject": SUBJECT, "identifiers": ["someone else"], **t},
         "/v1/read": {"key": KEY, "purpose": "support", **t},
         "/v1/recall": {"query": "oolong Alice Marchetti", "purpose": "support", **t},
+        "/v1/scan": {"purpose": "support", **t},
         "/v1/forget": {"subject": SUBJECT, **t},
         "/v1/status": {"handle": handle, **t},
         "/v1/wait": {"handle": handle, "timeout": 0.1, **t},
@@ -71,6 +72,7 @@ def acme_state(acme, handle):
     return {
         "read": acme.read(KEY, purpose="support"),
         "recall": acme.recall("oolong", purpose="support"),
+        "scan": acme.scan(purpose="support"),
         "receipts": acme.receipts(),
         "ledger": acme.ledger(),
         # The erasure's own facts (path epochs are store-wide and move with any tenant's write).

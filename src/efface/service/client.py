@@ -230,6 +230,21 @@ class Client:
         """As :meth:`efface.Store.read`."""
         return self._as(w.ReadResult, "/v1/read", {"key": key, "tenant": tenant, "purpose": purpose}).memory
 
+    def scan(
+        self,
+        *,
+        tenant: str | None = None,
+        purpose: str,
+        prefix: str | None = None,
+        subject: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[Memory]:
+        """As :meth:`efface.Store.scan`."""
+        body = {"tenant": tenant, "purpose": purpose, "prefix": prefix, "subject": subject}
+        body |= {"after": after, "limit": limit}
+        return self._as(list[Memory], "/v1/scan", body)
+
     def recall(
         self, query: str, *, tenant: str | None = None, purpose: str, subject: str | None = None, k: int = 10
     ) -> list[Hit]:

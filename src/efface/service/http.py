@@ -35,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import EffaceError, ErasureNotSettled, InvalidInput
-from ..model import Hit, QuarantineItem, Receipt, Status, Verification
+from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
 from . import wire as w
 from .keys import KeyRing
@@ -287,6 +287,18 @@ def create_app(
         """The record under a key, if it has a live claim for the purpose (Store.read)."""
         memory = store.read(body.key, tenant=scoped(body, tenant), purpose=body.purpose)
         return w.ReadResult(found=memory is not None, memory=memory)
+
+    @app.post("/v1/scan", tags=["read"], response_model=list[Memory])
+    def scan(body: w.ScanBody, tenant: str = Tenant) -> list[Memory]:
+        """The listing read, in key order, paged with ``after`` (Store.scan)."""
+        return store.scan(
+            tenant=scoped(body, tenant),
+            purpose=body.purpose,
+            prefix=body.prefix,
+            subject=body.subject,
+            after=body.after,
+            limit=body.limit,
+        )
 
     @app.post("/v1/recall", tags=["read"], response_model=list[Hit])
     def recall(body: w.RecallBody, tenant: str = Tenant) -> list[Hit]:

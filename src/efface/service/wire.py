@@ -98,6 +98,14 @@ class ReadBody(_Body):
     purpose: Str
 
 
+class ScanBody(_Body):
+    purpose: Str
+    prefix: Str = None
+    subject: Str = None
+    after: Str = None
+    limit: Int = 100
+
+
 class RecallBody(_Body):
     query: Str
     purpose: Str
