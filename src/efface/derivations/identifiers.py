@@ -36,7 +36,7 @@ MIN_PHONE_DIGITS, MAX_PHONE_DIGITS = 7, 15
 
 # Function words of the Snowball stop-word lists (snowballstem.org/algorithms/*/stop.txt:
 # English in full, the commonest of French, German, Spanish, Italian, Portuguese and
-# Dutch), minus the forms that are also common given names ("don", "ben", "dan", "van"),
+# Dutch), minus the forms that are also common given names ("al", "del", "don", "ben", "dan", "van"),
 # plus words an agent's memories use for whoever they are about.
 _ENGLISH = """
 i me my myself we us our ours ourselves you your yours yourself yourselves he him his himself
@@ -68,7 +68,7 @@ human person people someone somebody anyone anybody everyone everybody nobody no
 member staff team support owner patient unknown anonymous null none nil undefined test example
 name email mail phone self
 """
-COMMON_WORDS = frozenset(fold(w) for w in (_ENGLISH + _EUROPEAN + _ROLES).split()) - {"don", "ben", "dan", "van"}
+COMMON_WORDS = frozenset(fold(w) for w in (_ENGLISH + _EUROPEAN + _ROLES).split()) - {"al", "del", "don", "ben", "dan", "van"}
 """Words too common to name a person on their own (folded)."""
 
 
