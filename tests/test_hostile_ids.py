@@ -193,9 +193,11 @@ def test_a_common_identifier_registered_before_the_rule_is_not_matched(open_stor
         conn.execute("UPDATE subjects SET identifiers=?", (json.dumps(["Quorra Vell", "the"]),))
     conn.close()
     s = open_store()
+    write(s, "n2", "the dog barked")  # matched against the identifiers loaded at open
     receipt = s.forget(tenant=T, subject="s1")
     assert receipt.quarantined == ()
     assert text_of(s, "n1") == "the cat sat on the mat"
+    assert text_of(s, "n2") == "the dog barked"
 
 
 # -- 2. invisible and compatibility characters ----------------------------------------------------
