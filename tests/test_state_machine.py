@@ -488,8 +488,12 @@ class StoreMachine(RuleBasedStateMachine):
         """Another subject writes over an existing record with ``replace=True``: the old
         record goes with its claims (a ``replace`` receipt), unless a legal basis holds it."""
         subject, purpose, basis = claim
-        self._note_expired(self.model.expire(self.clock.t))
-        held = sorted(k for (t, k), rec in self.model.records.items() if t == tenant and rec.claims)
+        now = self.clock.t
+        held = sorted(
+            k
+            for (t, k), rec in self.model.records.items()
+            if t == tenant and any(exp is None or exp > now for exp in rec.claims.values())
+        )
         if not held:
             return
         key = data.draw(st.sampled_from(held), label="key to overwrite")

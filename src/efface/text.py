@@ -31,7 +31,7 @@ MAX_QUERY_TERMS = 32
 
 def fold(text: str) -> str:
     """Case, accents, compatibility forms and invisible characters folded, so 'Zoë',
-    'zoe', 'ＺＯＥ' and 'Zo\\u00ade' share features."""
+    'zoe', its full-width form and 'Zo\\u00ade' share features."""
     if text.isascii():  # the common case, without a per-character Python loop
         return text.lower()
     # NFKC first (full-width and other compatibility forms, so casefold sees real letters),

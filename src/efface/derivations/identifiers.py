@@ -68,7 +68,14 @@ human person people someone somebody anyone anybody everyone everybody nobody no
 member staff team support owner patient unknown anonymous null none nil undefined test example
 name email mail phone self
 """
-COMMON_WORDS = frozenset(fold(w) for w in (_ENGLISH + _EUROPEAN + _ROLES).split()) - {"al", "del", "don", "ben", "dan", "van"}
+COMMON_WORDS = frozenset(fold(w) for w in (_ENGLISH + _EUROPEAN + _ROLES).split()) - {
+    "al",
+    "del",
+    "don",
+    "ben",
+    "dan",
+    "van",
+}
 """Words too common to name a person on their own (folded)."""
 
 
@@ -97,9 +104,7 @@ def problem(identifier: str) -> tuple[str, str] | None:
             except phonenumbers.NumberParseException:
                 possible = False
             if not possible:
-                return "not_phone", (
-                    "has a country code but is not a possible phone number for it: check the digits"
-                )
+                return "not_phone", ("has a country code but is not a possible phone number for it: check the digits")
         return None
     folded = fold(raw)
     found = words(raw)
