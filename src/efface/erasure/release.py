@@ -151,6 +151,7 @@ class Releaser:
         out.identifiers_erased = bool(out.subjects_erased)
         return identifiers
 
+
 def overwritten_claims(tx: Tx, tenant: str, items: Sequence[tuple], replace: bool) -> list[ClaimRow]:
     """The claims a write would leave on text they were not made for: every claim on each
     existing record that another subject than the item's holds a claim on. Refuses with
