@@ -145,17 +145,23 @@ def main(path: str, seed: int, mode: str) -> None:
         emit({"ev": "begin", "i": i, "op": op})
         kind, res = op["kind"], {}
         if kind == "write":
-            res["epoch"] = store.write(
-                op["key"],
-                op["text"],
-                tenant=op["tenant"],
-                subject=op["subject"],
-                purpose=op["purpose"],
-                basis=op["basis"],
-            )
+            try:
+                res["epoch"] = store.write(
+                    op["key"],
+                    op["text"],
+                    tenant=op["tenant"],
+                    subject=op["subject"],
+                    purpose=op["purpose"],
+                    basis=op["basis"],
+                )
+            except efface.KeyInUse:  # another subject's record: refused, nothing written
+                res["key_in_use"] = True
         elif kind == "write_many":
             items = generated_items(op["gen"]) if "gen" in op else op["items"]
-            res["epoch"] = store.write_many(items, tenant=op["tenant"])
+            try:
+                res["epoch"] = store.write_many(items, tenant=op["tenant"])
+            except efface.KeyInUse:
+                res["key_in_use"] = True
         elif kind == "retain":
             try:
                 res["epoch"] = store.retain(

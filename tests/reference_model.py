@@ -23,11 +23,22 @@ What it models, precisely:
 * A subject's registered identifiers go with its last claim in the tenant (DESIGN §8),
   whatever released it: a forget by any selector or an expiry. A forget that names a
   subject with no claim left erases its registration too.
+* A write to a key whose record another subject holds a claim on fails with
+  :class:`ModelKeyInUse` (after expiry), unless ``replace``: then the old record is erased
+  with every claim on it (an outcome of kind ``replace``, one ledger entry) and the new one
+  written. A claim of another subject under a legal basis always refuses it.
+* Registered names (a subject's phrase, folded by :func:`model_fold`, an independent
+  stand-in for efface's folding): a forget by subject holds back every live record whose
+  text names the subject's registered phrase. The phrase goes with the subject's registration; once other
+  identifiers replace it, the model only bounds what may be held back.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +55,33 @@ class ModelNotFound(Exception):
 
 class ModelUnknownPurpose(Exception):
     """A purpose the tenant has never written (or retained) under."""
+
+
+class ModelKeyInUse(Exception):
+    """A write over another subject's claims, without ``replace`` (or over a legal hold)."""
+
+    def __init__(self, expired: dict):
+        super().__init__("key in use")
+        self.expired = expired
+        """The expiry outcomes honoured before the refusal (they stay committed)."""
+
+
+INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff\ufe0f"
+"""The invisible characters the property tests put inside names."""
+
+
+def model_fold(text: str) -> list[str]:
+    """The words of ``text`` as the model compares names: NFKC, lower case, the
+    :data:`INVISIBLE` characters dropped."""
+    t = unicodedata.normalize("NFKC", text).lower()
+    t = "".join(c for c in t if c not in INVISIBLE)
+    return re.findall(r"[^\W_]+", t)
+
+
+def names_phrase(text: str, phrase: tuple[str, ...]) -> bool:
+    w = model_fold(text)
+    n = len(phrase)
+    return any(tuple(w[i : i + n]) == phrase for i in range(len(w) - n + 1))
 
 
 def is_live(expires_at: float | None, now: float) -> bool:
@@ -73,6 +111,10 @@ class Outcome:
     """Registered subjects whose last claim in the tenant went: their identifiers with it."""
     erased_identifiers: tuple[str, ...] = ()
     """The identifiers those subjects were registered with."""
+    mentioning: frozenset[str] = frozenset()
+    """Keys a forget by subject may hold back: live records naming the subject's phrase."""
+    exact: bool = True
+    """Whether exactly :attr:`mentioning` is held back (else at most that)."""
 
 
 class ReferenceModel:
@@ -82,7 +124,15 @@ class ReferenceModel:
         self.subjects: dict[tuple[str, str], tuple[str, ...]] = {}
         """(tenant, subject) -> registered identifiers."""
         self.ledger_entries = 0
-        """Receipts written: one per forget, one per tenant per expiry round."""
+        """Receipts written: one per forget, one per tenant per expiry round, one per replace."""
+        self.quarantined: set[tuple[str, str]] = set()
+        """(tenant, key) of records held back by a forget (never read nor recalled)."""
+        self.names: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        """(tenant, subject) -> (the registered phrase's words, the identifiers as given)."""
+        self.unsure: set[tuple[str, str]] = set()
+        """Registrations whose subject lost its last claim other than by a forget by subject."""
+        self.last_replace: Outcome | None = None
+        """What the latest write replaced (``replace=True``), if anything."""
 
     def clone(self) -> ReferenceModel:
         return copy.deepcopy(self)
@@ -121,6 +171,7 @@ class ReferenceModel:
                 erased.add(key)
                 erased_texts[key] = rec.text
                 del self.records[(tenant, key)]
+                self.quarantined.discard((tenant, key))
             else:
                 for (_subject, purpose, basis), exp in rec.claims.items():
                     retained[(key, purpose, basis, exp)] += 1
@@ -131,6 +182,8 @@ class ReferenceModel:
                 continue
             subjects_erased.add(subject)
             identifiers += self.subjects.pop((tenant, subject))
+            self.names.pop((tenant, subject), None)  # the name goes with the registration
+            self.unsure.discard((tenant, subject))
         self.ledger_entries += 1
         return Outcome(
             tenant,
@@ -147,15 +200,25 @@ class ReferenceModel:
         """Every subject with a claim in the tenant (expired ones too, until released)."""
         return {ck[0] for (t, _k), rec in self.records.items() if t == tenant for ck in rec.claims}
 
-    def register(self, tenant: str, subject: str, identifiers: Iterable[str], *, now: float) -> dict[str, Outcome]:
+    def register(
+        self, tenant: str, subject: str, identifiers: Iterable[str], *, now: float, phrase: str | None = None
+    ) -> dict[str, Outcome]:
         """register_subject: replaces the subject's identifiers. Returns the expiries honoured first."""
         expired = self.expire(now)
         self.subjects[(tenant, subject)] = tuple(sorted(set(identifiers)))
+        if phrase is not None:
+            self.names[(tenant, subject)] = (tuple(model_fold(phrase)), tuple(identifiers))
+            self.unsure.discard((tenant, subject))
+        elif (tenant, subject) in self.names:
+            self.unsure.add((tenant, subject))  # the old name's mention rows stay in the store
         return expired
 
     def live_identifiers(self) -> set[str]:
         """Identifiers some subject is registered with now, in any tenant."""
         return {i for ids in self.subjects.values() for i in ids}
+
+    def has_claims(self, tenant: str, subject: str) -> bool:
+        return any(ck[0] == subject for (t, _k), rec in self.records.items() if t == tenant for ck in rec.claims)
 
     # -- mutations -------------------------------------------------------------------
     def write(
@@ -169,17 +232,35 @@ class ReferenceModel:
         basis: str = "consent",
         ttl: float | None = None,
         now: float,
+        replace: bool = False,
     ) -> dict[str, Outcome]:
         return self.write_many(
-            tenant, [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)], now=now
+            tenant,
+            [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)],
+            now=now,
+            replace=replace,
         )
 
-    def write_many(self, tenant: str, items: Iterable[Mapping], *, now: float) -> dict[str, Outcome]:
+    def write_many(
+        self, tenant: str, items: Iterable[Mapping], *, now: float, replace: bool = False
+    ) -> dict[str, Outcome]:
         """Each item: key, text, subject, purpose, basis, ttl (all required here).
-        Returns the expiry outcomes honoured first."""
+        Returns the expiry outcomes honoured first; what was replaced is :attr:`last_replace`."""
         items = list(items)
         assert len({i["key"] for i in items}) == len(items), "the store rejects duplicate keys"
         expired = self.expire(now)
+        self.last_replace = None
+        in_the_way: list[tuple[str, ClaimKey]] = []
+        for item in items:
+            rec = self.records.get((tenant, item["key"]))
+            others = [ck for ck in rec.claims if ck[0] != item["subject"]] if rec is not None else []
+            if not others:
+                continue
+            if not replace or any(ck[2] in LEGAL_BASES for ck in others):
+                raise ModelKeyInUse(expired)
+            in_the_way += [(item["key"], ck) for ck in rec.claims]
+        if in_the_way:
+            self.last_replace = self._release(tenant, "replace", in_the_way, held=set())
         for item in items:
             rec = self.records.setdefault((tenant, item["key"]), ModelRecord(item["text"]))
             rec.text = item["text"]
@@ -228,7 +309,14 @@ class ReferenceModel:
                     continue
                 matched.append((k, ck))
         held = set() if purpose is not None else {(k, ck) for k, ck in matched if ck[2] in LEGAL_BASES}
-        return self._release(tenant, "forget", matched, held, named=subject)
+        registered = self.names.get((tenant, subject)) if subject is not None else None
+        exact = (tenant, subject) not in self.unsure
+        out = self._release(tenant, "forget", matched, held, named=subject)
+        if registered is None:
+            return out
+        phrase = registered[0]
+        naming = frozenset(k for (t, k), rec in self.records.items() if t == tenant and names_phrase(rec.text, phrase))
+        return dataclasses.replace(out, mentioning=naming, exact=exact)
 
     # -- reads -----------------------------------------------------------------------
     def check_purpose(self, tenant: str, purpose: str | None) -> None:
@@ -249,7 +337,7 @@ class ReferenceModel:
 
     def read(self, tenant: str, key: str, purpose: str, now: float) -> str | None:
         self.check_purpose(tenant, purpose)
-        if not self.live_claims(tenant, key, purpose, now):
+        if (tenant, key) in self.quarantined or not self.live_claims(tenant, key, purpose, now):
             return None
         return self.records[(tenant, key)].text
 
@@ -258,7 +346,7 @@ class ReferenceModel:
         return {
             k: rec.text
             for (t, k), rec in self.records.items()
-            if t == tenant and self.live_claims(tenant, k, purpose, now, subject)
+            if t == tenant and (t, k) not in self.quarantined and self.live_claims(tenant, k, purpose, now, subject)
         }
 
     def text(self, tenant: str, key: str) -> str | None:

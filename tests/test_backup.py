@@ -618,7 +618,10 @@ op = st.one_of(
 
 def apply(store, o, released: set) -> None:
     if o[0] == "write":
-        store.write(o[1], f"text {o[1]} v{o[4]}", tenant=T, subject=o[2], purpose=o[3])
+        try:
+            store.write(o[1], f"text {o[1]} v{o[4]}", tenant=T, subject=o[2], purpose=o[3])
+        except efface.KeyInUse:  # another subject's record: refused, nothing written
+            pass
     elif o[0] == "retain":
         try:
             store.retain(o[1], tenant=T, subject=o[2], purpose=o[3], basis=o[4])

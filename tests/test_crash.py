@@ -42,7 +42,7 @@ from conftest import ann_vectors
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from crash_worker import PURPOSES, TENANTS, generated_items  # noqa: E402
-from reference_model import ModelNotFound, ModelUnknownPurpose, ReferenceModel  # noqa: E402
+from reference_model import ModelKeyInUse, ModelNotFound, ModelUnknownPurpose, ReferenceModel  # noqa: E402
 
 WORKER = os.path.join(HERE, "crash_worker.py")
 K = 50
@@ -119,13 +119,19 @@ def apply(model: ReferenceModel, op: dict) -> dict:
     """Apply one operation to the model; returns what the store should have answered."""
     kind, tenant = op["kind"], op.get("tenant")
     if kind == "write":
-        model.write(
-            tenant, op["key"], op["text"], subject=op["subject"], purpose=op["purpose"], basis=op["basis"], now=0.0
-        )
+        try:
+            model.write(
+                tenant, op["key"], op["text"], subject=op["subject"], purpose=op["purpose"], basis=op["basis"], now=0.0
+            )
+        except ModelKeyInUse:
+            return {"key_in_use": True}
         return {}
     if kind == "write_many":
         items = generated_items(op["gen"]) if "gen" in op else op["items"]
-        model.write_many(tenant, [dict(item, ttl=None) for item in items], now=0.0)
+        try:
+            model.write_many(tenant, [dict(item, ttl=None) for item in items], now=0.0)
+        except ModelKeyInUse:
+            return {"key_in_use": True}
         return {}
     if kind == "retain":
         try:
@@ -173,6 +179,8 @@ def replay(run: Run) -> Replay:
     for op, res in run.acked:
         note_keys(op)
         expected = apply(model, op)
+        if op["kind"] in ("write", "write_many"):
+            assert res.get("key_in_use", False) == expected.get("key_in_use", False), (op, res)
         if op["kind"] == "retain":
             assert res.get("not_found", False) == expected.get("not_found", False), (op, res)
         if op["kind"] == "forget":

@@ -788,6 +788,11 @@ class Model:
         self.records[(tenant, key)] = rec
         self.purposes[tenant].add(purpose)
 
+    def refused(self, tenant, key, owner) -> bool:
+        """A write over another subject's claims is refused (issue #12: KeyInUse)."""
+        rec = self.records.get((tenant, key))
+        return rec is not None and any(c[0] != owner for c in rec.claims)
+
     def forget(self, tenant, subject=None, key=None):
         erased = []
         released: set[str] = set()  # subjects whose claim this forget released
@@ -933,6 +938,10 @@ class DerivationMachine(RuleBasedStateMachine):
                     names,
                 )
             )
+        if any(self.model.refused(tenant, b[0]["key"], b[0]["subject"]) for b in batch):
+            with pytest.raises(efface.KeyInUse):
+                self.store.write_many([b[0] for b in batch], tenant=tenant)
+            return
         if len(batch) == 1:
             item = batch[0][0]
             self.store.write(
@@ -973,6 +982,10 @@ class DerivationMachine(RuleBasedStateMachine):
             return
         sources = data.draw(st.lists(st.sampled_from(existing), min_size=1, max_size=2, unique=True))
         text, nonce, names = self._text(mentions, None)
+        if self.model.refused(tenant, key, "svc"):
+            with pytest.raises(efface.KeyInUse):
+                self.store.write(key, text, tenant=tenant, subject="svc", purpose=purpose, sources=sources)
+            return
         self.store.write(key, text, tenant=tenant, subject="svc", purpose=purpose, sources=sources)
         self.model.write(tenant, key, text, nonce, names, sources, "svc", purpose, "consent")
 

@@ -25,6 +25,13 @@ whose keys share prefixes. After every step:
   ``verify``: never ``erased`` while an erased text's or identifier's bytes remain (unless
   a live record or registration holds the same bytes).
 
+Hostile identifiers (issue #12): subjects register names in Unicode forms (soft hyphen,
+zero-width characters, word joiner, byte-order mark, variation selector, full width, upper
+case), records name them in other forms, before or after the registration; a forget by
+subject holds back exactly the records that name the subject, and never another. Writes
+over another subject's claims are refused (``KeyInUse``) or, with ``replace=True``, erase
+the old record with a ``replace`` receipt that ``verify`` checks like any other, bytes too.
+
 ``HYPOTHESIS_PROFILE=ci`` runs more and longer examples.
 """
 
@@ -44,7 +51,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import efface
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_model import ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel
+from reference_model import ModelKeyInUse, ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel
 
 TENANTS = ("acme", "globex")
 SUBJECTS = ("alice", "bob", "carol")
@@ -74,6 +81,20 @@ IDENTIFIERS = {
 }
 """Distinctive identifiers (none is a word of the texts, so nothing mentions them), long
 enough to be fingerprinted and byte-scanned."""
+NAMES = {"alice": "Quorra Vell", "bob": "Ansel Drummond", "carol": "Zephyrine Osk"}
+"""The name each subject registers; never one of :data:`WORDS`."""
+FORMS = {
+    "plain": lambda n: n,
+    "upper": str.upper,
+    "soft-hyphen": lambda n: n[:3] + "\u00ad" + n[3:],
+    "zero-width-space": lambda n: n[:2] + "\u200b" + n[2:],
+    "zero-width-joiner": lambda n: n.replace(" ", " \u200d", 1),
+    "word-joiner": lambda n: n[:-2] + "\u2060" + n[-2:],
+    "byte-order-mark": lambda n: "\ufeff" + n,
+    "variation-selector": lambda n: n[:1] + "\ufe0f" + n[1:],
+    "full-width": lambda n: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in n),
+}
+forms = st.sampled_from(sorted(FORMS))
 K_ALL = 50
 """Larger than any tenant's record count, so recall can return every live record."""
 
@@ -199,9 +220,14 @@ class StoreMachine(RuleBasedStateMachine):
         assert receipt.kind == expected.kind
         assert receipt.selector.tenant == expected.tenant
         assert receipt.level in ("intent", "unreadable", "erased")
-        assert receipt.quarantined == ()  # no lineage, and no text names a registered identifier
         assert set(receipt.subjects_erased) == expected.subjects_erased
         assert receipt.identifiers_erased == bool(expected.subjects_erased)
+        # No lineage here; held back only records naming the forgotten subject's registered name.
+        held = set(receipt.quarantined)
+        assert held <= expected.mentioning, "a forget held back a record that does not name its subject"
+        if expected.exact:
+            assert held == expected.mentioning, "a forget missed a record that names its subject"
+        self.model.quarantined |= {(expected.tenant, k) for k in held}
         assert receipt.handle and receipt.handle not in self.receipts
         self.receipts[receipt.handle] = expected
         event(f"{expected.kind}: erased={bool(expected.erased)} retained={bool(expected.retained)}")
@@ -253,12 +279,38 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(tenant=tenants, key=keys, text=texts, claim=claims(), ttl=ttls)
     def write(self, tenant, key, text, claim, ttl):
         subject, purpose, basis = claim
-        self.store.write(key, text, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
-        self._note_expired(
-            self.model.write(
-                tenant, key, text, subject=subject, purpose=purpose, basis=basis, ttl=ttl, now=self.clock.t
+        self._write(tenant, [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)])
+
+    def _write(self, tenant, items, replace=False, batch=None, **defaults):
+        """Write ``items`` (the model's full items) through ``write`` (one item) or
+        ``write_many`` (``batch``, with the call's ``defaults``); a write over another
+        subject's claims must be refused in both, or replace in both."""
+        try:
+            expired = self.model.write_many(tenant, items, now=self.clock.t, replace=replace)
+        except ModelKeyInUse as refused:
+            self._note_expired(refused.expired)
+            event("write: key in use")
+            with pytest.raises(efface.KeyInUse):
+                self._store_write(tenant, items, replace, batch, defaults)
+            return None
+        epoch = self._store_write(tenant, items, replace, batch, defaults)
+        self._note_expired(expired)
+        return epoch
+
+    def _store_write(self, tenant, items, replace, batch, defaults):
+        if batch is None:
+            (i,) = items
+            return self.store.write(
+                i["key"],
+                i["text"],
+                tenant=tenant,
+                subject=i["subject"],
+                purpose=i["purpose"],
+                basis=i["basis"],
+                ttl=i["ttl"],
+                replace=replace,
             )
-        )
+        return self.store.write_many(batch, tenant=tenant, replace=replace, **defaults)
 
     @initialize(tenant=tenants, default=claims(), items=batches(3))
     def seed(self, tenant, default, items):
@@ -280,8 +332,7 @@ class StoreMachine(RuleBasedStateMachine):
                 item["ttl"] = item_ttl
             batch.append(item)
             model_items.append(dict(key=key, text=text, subject=s, purpose=p, basis=b, ttl=t))
-        self.store.write_many(batch, tenant=tenant, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
-        self._note_expired(self.model.write_many(tenant, model_items, now=self.clock.t))
+        self._write(tenant, model_items, batch=batch, subject=subject, purpose=purpose, basis=basis, ttl=ttl)
 
     @rule(data=st.data(), tenant=tenants, key=keys, claim=claims(), ttl=ttls, aim=st.booleans())
     def retain(self, data, tenant, key, claim, ttl, aim):
@@ -412,6 +463,62 @@ class StoreMachine(RuleBasedStateMachine):
                 if any(text in other for other in live):
                     continue
                 assert not self._on_disk(text), "verify said erased; the bytes remain"
+
+    # -- hostile identifiers and overwrites (issue #12) ----------------------------------
+    @rule(tenant=tenants, subject=subjects, form=forms)
+    def register_name(self, tenant, subject, form):
+        """A subject registers its name in some Unicode form (once, until it is erased)."""
+        if (tenant, subject) in self.model.names:
+            return
+        ident = FORMS[form](NAMES[subject])
+        self.store.register_subject(subject, tenant=tenant, identifiers=[ident])
+        self._note_expired(self.model.register(tenant, subject, [ident], now=self.clock.t, phrase=NAMES[subject]))
+        event(f"register name: {form}")
+
+    @rule(tenant=tenants, key=keys, claim=claims(), named=subjects, form=forms, around=texts, ttl=ttls)
+    def write_naming(self, tenant, key, claim, named, form, around, ttl):
+        """A record (a digest, say) that names a subject in some Unicode form."""
+        subject, purpose, basis = claim
+        first, *rest = around.split()
+        text = " ".join([first, FORMS[form](NAMES[named]), *rest])
+        self._write(tenant, [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)])
+
+    @rule(data=st.data(), tenant=tenants, claim=claims(), text=texts, ttl=ttls)
+    def overwrite(self, data, tenant, claim, text, ttl):
+        """Another subject writes over an existing record with ``replace=True``: the old
+        record goes with its claims (a ``replace`` receipt), unless a legal basis holds it."""
+        subject, purpose, basis = claim
+        now = self.clock.t
+        held = sorted(
+            k
+            for (t, k), rec in self.model.records.items()
+            if t == tenant and any(exp is None or exp > now for exp in rec.claims.values())
+        )
+        if not held:
+            return
+        key = data.draw(st.sampled_from(held), label="key to overwrite")
+        epoch = self._write(
+            tenant, [dict(key=key, text=text, subject=subject, purpose=purpose, basis=basis, ttl=ttl)], replace=True
+        )
+        expected = self.model.last_replace
+        if epoch is None:
+            return
+        rows = [r for r in self.store.receipts(tenant) if r["kind"] == "replace" and r["epoch"] == epoch]
+        if expected is None:
+            assert rows == [], "a write replaced nothing, yet left a replace receipt"
+            return
+        (row,) = rows
+        assert row["handle"] not in self.receipts
+        assert len(row["body"]["erased"]) == len(expected.erased) == 1
+        assert len(row["body"]["released"]) == sum(expected.released.values())
+        assert row["body"]["retained"] == [] and row["body"]["quarantined"] == []
+        self.receipts[row["handle"]] = expected
+        self.erased += [(tenant, k, t) for k, t in expected.erased_texts.items()]
+        event("overwrite: replaced")
+        # Right at acknowledgement: the replaced text is served in no purpose.
+        for old in expected.erased_texts.values():
+            for p in sorted(self.model.purposes.get(tenant, ())):
+                self._check_recall(old, tenant, p)
 
     @precondition(lambda self: self.ORIGIN == "sqlite")  # memory origin: nothing persists across reopen
     @rule()

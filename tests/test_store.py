@@ -78,9 +78,14 @@ def test_write_existing_key_replaces_text_and_old_words_are_not_recallable(store
 
 def test_write_existing_key_keeps_other_claims(store):
     put(store, "n1", "first version", subject="alice", purpose="support")
-    put(store, "n1", "second version", subject="bob", purpose="analytics")
+    put(store, "n1", "second version", subject="alice", purpose="analytics")
     assert text_of(store, "n1", purpose="support") == "second version"
     assert text_of(store, "n1", purpose="analytics") == "second version"
+    # Another subject's write would leave alice's claim on text it was not made for
+    # (issue #12; tests/test_hostile_ids.py has the rest).
+    with pytest.raises(efface.KeyInUse):
+        put(store, "n1", "third version", subject="bob", purpose="analytics")
+    assert text_of(store, "n1", purpose="support") == "second version"
 
 
 # -- claims compose as a union ------------------------------------------------------------------

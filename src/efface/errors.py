@@ -3,7 +3,9 @@
     EffaceError
      ├── InvalidInput          (also a ValueError) bad key, text, ttl, metadata ...
      │    ├── UnknownPurpose   a purpose the tenant has never written under
-     │    └── UnknownBasis     a basis outside the closed list
+     │    ├── UnknownBasis     a basis outside the closed list
+     │    ├── CommonIdentifier an identifier too common to name one person (.index, .rule)
+     │    └── KeyInUse         a write to a key other subjects' claims hold (.claims)
      ├── ScopeError            a forget selector that names nothing beyond the tenant
      ├── NotFound              (also a KeyError) no such handle, or no such record to retain
      ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
@@ -48,6 +50,31 @@ class UnknownPurpose(InvalidInput):
 
 class UnknownBasis(InvalidInput):
     """The basis is not one of efface's known lawful bases."""
+
+
+class CommonIdentifier(InvalidInput):
+    """An identifier given to ``register_subject`` cannot name one person (a single
+    character, a common word, a short number, a malformed e-mail address): a forget of the
+    subject would hold back or rewrite other people's records. Nothing was registered."""
+
+    def __init__(self, message: str, *, index: int | None = None, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+        """The refused identifier's position (0-based) in the list given."""
+        self.rule = rule
+        """Which rule refused it: ``too_short``, ``no_letter``, ``common_word``, ``not_email``
+        or ``not_phone`` (see :mod:`efface.derivations.identifiers`)."""
+
+
+class KeyInUse(InvalidInput):
+    """A write names a key whose record other subjects hold claims on: their claims were
+    made for the text it holds. Nothing was written. Write under another key, or pass
+    ``replace=True`` to erase that record (with a receipt) and write the new one."""
+
+    def __init__(self, message: str, *, claims: int | None = None) -> None:
+        super().__init__(message)
+        self.claims = claims
+        """How many claims of other subjects hold the record."""
 
 
 class ScopeError(EffaceError):

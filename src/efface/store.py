@@ -53,6 +53,7 @@ from .backups.context import BackupContext
 from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
 from .derivations import Derivations, quarantine, validate_policy
+from .derivations.identifiers import check_identifiers
 from .embed import Embedder, resolve
 from .erasure.compactor import Compactor
 from .erasure.evidence import Evidence
@@ -60,7 +61,7 @@ from .erasure.fingerprint import Fingerprinter
 from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
 from .erasure.propagation import ERASE_BOUND_S, SETTLED_STATES, Propagation
 from .erasure.receipts import Outcome, to_receipt
-from .erasure.release import Releaser
+from .erasure.release import Releaser, overwritten_claims
 from .erasure.verify import Verifier
 from .errors import EffaceError, EmbedderMismatch, InvalidInput, NotFound, ScopeError, UnknownPurpose
 from .model import Claim, Hit, Memory, QuarantineItem, Receipt, Selector, Status, Verification
@@ -223,9 +224,19 @@ class Store:
         ttl: Any = None,
         metadata: Mapping[str, Any] | None = None,
         sources: Iterable[str] | None = None,
+        replace: bool = False,
     ) -> int:
-        """Store ``text`` under ``key`` with one claim. Writing an existing key replaces its
-        text and adds (or restates) the claim; other claims on it stay. Returns the epoch."""
+        """Store ``text`` under ``key`` with one claim. Returns the epoch.
+
+        Writing an existing key whose claims are all ``subject``'s replaces its text and
+        adds (or restates) the claim; the subject's other claims on it stay. When another
+        subject holds a claim on it, that claim was made for the text it holds, so the write
+        is refused with :class:`~efface.errors.KeyInUse` and nothing changes, unless
+        ``replace=True``: then the old record is erased with every claim on it (a receipt of
+        kind ``replace`` records it, at this write's epoch: ``status``, ``wait`` and
+        ``verify`` prove the old text gone like any erasure) and the new text is written
+        with this one claim. A record another subject holds under ``legal_hold`` or
+        ``legal_obligation`` is never replaced. See docs/identifiers.md."""
         return self.write_many(
             [{"key": key, "text": text, "metadata": metadata, "sources": sources}],
             tenant=tenant,
@@ -233,6 +244,7 @@ class Store:
             purpose=purpose,
             basis=basis,
             ttl=ttl,
+            replace=replace,
         )
 
     def write_many(
@@ -245,14 +257,18 @@ class Store:
         basis: str = "consent",
         ttl: Any = None,
         embeddings: np.ndarray | None = None,
+        replace: bool = False,
     ) -> int:
         """Write many records in one transaction (one epoch). Each item is a mapping with
         ``key`` and ``text`` and optionally ``subject``, ``purpose``, ``basis``, ``ttl``,
         ``metadata``, ``sources``, overriding the keyword defaults. ``embeddings`` may
-        carry precomputed vectors (one row per item) from this store's embedder."""
+        carry precomputed vectors (one row per item) from this store's embedder.
+        ``replace`` is as for :meth:`write`; one refused item refuses the whole batch."""
         name = v.name(tenant, "tenant")
         tenant = self._tenant(name)
         prepared = v.items(items, defaults={"subject": subject, "purpose": purpose, "basis": basis, "ttl": ttl})
+        if not isinstance(replace, bool):
+            raise InvalidInput("replace must be True or False")
         if embeddings is None:
             vectors = self.embedder.embed([p[1] for p in prepared])
         else:
@@ -262,7 +278,13 @@ class Store:
 
         def body(tx, now):
             tx.set_tenant_name(tenant, name)
-            puts, texts = [], {}
+            puts, drops, texts = [], [], {}
+            outcome = None
+            in_the_way = overwritten_claims(tx, tenant, prepared, replace)
+            if in_the_way:
+                # The replaced content goes with every claim made for it, as an erasure of its own.
+                outcome = self._releaser.release(tx, Selector(tenant), "replace", in_the_way, now)
+                puts, drops, texts = list(outcome.puts), list(outcome.drops), dict(outcome.texts)
             for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
                 rec = NewRecord(
                     key,
@@ -281,9 +303,15 @@ class Store:
                 puts.append(rid)
                 texts[rid] = text
             tx.ensure_subject_keys(tenant, {p[2] for p in prepared}, now, self._subject_h(tenant))
-            return None, puts, [], texts
+            return outcome, puts, drops, texts
 
-        epoch, _ = self._mutate("write", tenant, body)
+        def after(outcome):
+            for gone in outcome.subjects_erased if outcome is not None else ():
+                self._derivations.mentions.drop_subject(tenant, gone)
+
+        epoch, outcome = self._mutate("write", tenant, body, after=after)
+        if outcome is not None:
+            self._notify_quarantine(self._receipt(epoch, outcome, name))
         return epoch
 
     def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
@@ -306,14 +334,24 @@ class Store:
         return epoch
 
     def register_subject(self, subject: str, *, tenant: str, identifiers: Iterable[str]) -> int:
-        """Record the identifiers (names, e-mails, phones, handles) that name a subject."""
+        """Record the identifiers (names, e-mails, phones, handles) that name a subject, so a
+        forget of the subject finds the records that name it. Each must pick out one person
+        (see docs/identifiers.md): an e-mail address shaped like one; a phone number of 7 to
+        15 digits (a possible number for its country code, when it has one); a name or handle
+        with a letter, two letters or digits or more, and a word that is not a common word
+        ("the", "user", "will" alone are refused; "Will Turner" is not). Otherwise
+        :class:`~efface.errors.CommonIdentifier` says which one and why, and nothing is
+        registered. Identifiers match texts whole and folded (case, accents, full-width
+        forms, invisible characters), whether the text was written before or after."""
         name = v.name(tenant, "tenant")
         tenant, subject = self._tenant(name), v.name(subject, "subject")
         if isinstance(identifiers, str):
             raise InvalidInput("identifiers must be a list of strings, not one string")
         if not isinstance(identifiers, Iterable):
             raise InvalidInput("identifiers must be a list of strings")
-        ids = sorted({v.name(i, "each identifier") for i in identifiers})
+        given = [v.name(i, "each identifier") for i in identifiers]
+        check_identifiers(given)
+        ids = sorted(set(given))
 
         def body(tx, now):
             tx.set_tenant_name(tenant, name)
@@ -451,14 +489,18 @@ class Store:
 
             epoch, outcome = self._mutate("forget", tenant, body, after=self._drop_mentions)
             receipt = self._receipt(epoch, outcome, name)
+        self._notify_quarantine(receipt)
+        return receipt
+
+    def _notify_quarantine(self, receipt: Receipt) -> None:
+        """Tell the on_quarantine callbacks (``receipt.selector.tenant`` is the caller's name)."""
         if receipt.quarantined and self._on_quarantine:
-            items = [i for i in self.quarantined(tenant=name) if i.handle == receipt.handle]
+            items = [i for i in self.quarantined(tenant=receipt.selector.tenant) if i.handle == receipt.handle]
             for callback in list(self._on_quarantine):
                 try:
                     callback(receipt, items)
                 except Exception:  # the erasure is committed; a failing callback must not hide that
                     log.exception("on_quarantine callback failed")
-        return receipt
 
     # -- derivations: policy, quarantine, re-derivation ------------------------------------
     def set_policy(self, tenant: str, policy: str, *, reason: str | None = None) -> int:

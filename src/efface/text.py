@@ -1,8 +1,16 @@
-"""One normaliser and tokeniser for full-text search, mentions' candidates and evidence.
+"""The one normaliser and tokeniser: full-text search, mention detection and evidence.
 
-Words are what SQLite's ``unicode61 remove_diacritics 2`` tokenizer sees: runs of letters
-and digits (``_`` splits), case-folded, accents stripped. Every origin's word index uses the
-same rule, so a query, a probe and an index agree on what a word is.
+:func:`fold` is how efface compares text, wherever it does: the words the full-text index
+holds (SQLite's FTS5 is fed :func:`index_text`, not the text as written), the identifiers a
+subject registers, the texts they are searched in, and every query. So a name written with
+a soft hyphen or a zero-width joiner inside it, or in full-width letters, is the same name
+on write, on registration and on search, whatever the order. It is Unicode's NFKC_Casefold
+(compatibility forms folded, case folded, Default_Ignorable_Code_Point removed) with accents
+stripped on top, which is what SQLite's ``unicode61 remove_diacritics 2`` does to a word.
+
+Only matching folds: a record's text is stored and read back exactly as written.
+
+Words are runs of letters and digits (``_`` splits) of the folded text.
 """
 
 from __future__ import annotations
@@ -10,21 +18,39 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import regex
+
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}+")
+"""Unicode's Default_Ignorable_Code_Point set (soft hyphen, zero-width space, joiner and
+non-joiner, word joiner, byte-order mark, variation selectors, tag characters, ...), as the
+``regex`` module's Unicode tables define it, so the set follows Unicode releases instead of
+a hand list."""
 MAX_QUERY_TERMS = 32
 
 
 def fold(text: str) -> str:
-    """Lower-case and strip accents, so 'Zoë' and 'zoe' share features."""
+    """Case, accents, compatibility forms and invisible characters folded, so 'Zoë',
+    'zoe', its full-width form and 'Zo\\u00ade' share features."""
     if text.isascii():  # the common case, without a per-character Python loop
         return text.lower()
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
+    # NFKC first (full-width and other compatibility forms, so casefold sees real letters),
+    # then casefold, then decompose to strip accents; NFC puts back what is not an accent
+    # (Hangul syllables), so folding twice changes nothing.
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).casefold())
+    kept = _IGNORABLE.sub("", "".join(c for c in decomposed if not unicodedata.combining(c)))
+    return unicodedata.normalize("NFC", kept)
 
 
 def words(text: str) -> list[str]:
     """Every word of ``text``, in order, folded."""
     return _WORD.findall(fold(text))
+
+
+def index_text(text: str) -> str:
+    """What a word index is fed for ``text``: its folded words, space-separated. An index
+    with a tokenizer of its own (FTS5) then holds exactly the words :func:`words` sees."""
+    return " ".join(words(text))
 
 
 def query_words(text: str) -> list[str]:

@@ -23,7 +23,7 @@ def _replay(entries: list[dict], seq: int) -> tuple[set[str], set[tuple]]:
     erased: set[str] = set()
     released: set[tuple] = set()
     for e in entries[seq:]:
-        if e["kind"] in ("forget", "expire"):
+        if e["kind"] in ("forget", "expire", "replace"):
             b = json.loads(e["body"])
             erased.update(b["erased"])
             # Records held back or redacted because of a later erasure: the backup has the

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..model import Derivation
+from .identifiers import problem
 from .mentions import PHONE_PREFIX, MentionIndex
 
 POLICIES = ("quarantine", "redact", "keep")
@@ -43,7 +44,10 @@ class Derivations:
         self._embedder = embedder
         self.mentions = MentionIndex()
         for tenant, subject, identifiers in origin.all_subjects():
-            self.mentions.set_subject(tenant, subject, json.loads(identifiers))
+            # Registered before registration refused identifiers too common to name anyone:
+            # they are kept (and erased with the subject) but never matched.
+            usable = [i for i in json.loads(identifiers) if problem(i) is None]
+            self.mentions.set_subject(tenant, subject, usable)
 
     # -- writes ----------------------------------------------------------------------------
     def on_write(self, tx, tenant: str, record_id: int, text: str) -> None:

@@ -1,10 +1,13 @@
 """Mention detection: which registered subjects a text names.
 
 Identifiers (names, e-mail addresses, phone numbers, handles) are normalised — case and
-accents folded, whitespace collapsed, e-mail addresses lower-cased, phone numbers to
+accents, compatibility forms and invisible characters folded (:func:`efface.text.fold`),
+whitespace collapsed, e-mail addresses lower-cased, phone numbers to
 E.164 — and compiled per tenant into one Aho-Corasick automaton (pyahocorasick), so a
-text is matched against every identifier of the tenant in one pass. Names and handles
-match on word boundaries only ("Al" does not match inside "Alice"). A phone number is
+text is matched against every identifier of the tenant in one pass. An identifier matches
+only as a whole, after folding: names and handles on word boundaries ("Al" does not match
+inside "Alice"), e-mail addresses as a whole address ("bob@x.com" does not match inside
+"alice.bob@x.com"). A phone number is
 matched as its E.164 form and as its national number with and without the trunk ``0``,
 against every run of 7+ digits in the text (with ``phonenumbers`` parsing only the
 registered identifiers, never every text).
@@ -96,10 +99,28 @@ def normalise_text(text: str, region: str | None = None) -> str:
     return out
 
 
-def _bounded(text: str, start: int, end: int) -> bool:
+_EMAIL_BEFORE = frozenset("._%+-'")
+
+
+def _bounded(text: str, start: int, end: int, email: bool = False) -> bool:
+    """Whether ``text[start:end]`` stands as a whole: a whole word, or a whole e-mail address
+    (``bob@x.com`` is not a match inside ``alice.bob@x.com`` nor inside ``bob@x.com.au``)."""
     before = text[start - 1] if start > 0 else " "
     after = text[end] if end < len(text) else " "
-    return not before.isalnum() and not after.isalnum()
+    if before.isalnum() or after.isalnum():
+        return False
+    if email:
+        if before in _EMAIL_BEFORE or after in "-_":
+            return False
+        # a full stop after an address ends the sentence; one followed by a letter goes on
+        # with the domain
+        if after == "." and end + 1 < len(text) and text[end + 1].isalnum():
+            return False
+    return True
+
+
+def _is_email(pattern: str) -> bool:
+    return "@" in pattern and not pattern.startswith("@") and not pattern.startswith(PHONE_PREFIX)
 
 
 class MentionIndex:
@@ -153,7 +174,7 @@ class MentionIndex:
         found: set[str] = set()
         for end, (pattern, subjects) in auto.iter(norm):
             start = end - len(pattern) + 1
-            if _bounded(norm, start, end + 1):
+            if _bounded(norm, start, end + 1, _is_email(pattern)):
                 found |= subjects
         return found
 
@@ -167,7 +188,8 @@ class MentionIndex:
                 continue
             rx = re.compile(r"(?<!\w)" + r"\s+".join(re.escape(w) for w in p.split(" ")) + r"(?!\w)")
             for m in rx.finditer(folded):
-                out.append((origin[m.start()], origin[m.end() - 1] + 1))
+                if _bounded(folded, m.start(), m.end(), _is_email(p)):
+                    out.append((origin[m.start()], origin[m.end() - 1] + 1))
         phones = {p[len(PHONE_PREFIX) :] for p in pats if p.startswith(PHONE_PREFIX)}
         if phones and _DIGITS7.search(text):
             for start, end, digits in _phone_candidates(text):

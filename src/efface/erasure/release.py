@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..backups.coverage import coverage
+from ..errors import KeyInUse
 from ..model import LEGAL_BASES, Released, Retained, Selector
 from ..origin.base import ClaimRow, Tx
 from .receipts import Outcome, hashed_body
@@ -107,7 +108,8 @@ class Releaser:
             out.identifiers_erased = bool(out.subjects_erased)
         # Once no record, registered subject or data key of the tenant is left, its name goes
         # too (DESIGN §8), fingerprinted so verify proves it gone from every file.
-        tenant_name = tx.drop_tenant_name(selector.tenant)
+        # (not when a write replaces the tenant's last record: its new record keeps the name)
+        tenant_name = None if kind == "replace" else tx.drop_tenant_name(selector.tenant)
         out.tenant_erased = tenant_name is not None
         found = [tx.record_id(selector.tenant, d.key) for d in out.derivations if d.action == "quarantined"]
         quarantined_ids = [rid for rid in found if rid is not None]
@@ -148,3 +150,33 @@ class Releaser:
             identifiers += [subject, *(json.loads(registered) if registered else [])]
         out.identifiers_erased = bool(out.subjects_erased)
         return identifiers
+
+
+def overwritten_claims(tx: Tx, tenant: str, items: Sequence[tuple], replace: bool) -> list[ClaimRow]:
+    """The claims a write would leave on text they were not made for: every claim on each
+    existing record that another subject than the item's holds a claim on. Refuses with
+    :class:`~efface.errors.KeyInUse` unless ``replace``, and always when another subject
+    holds the record under a legal basis. ``items`` are ``(key, text, subject, ...)``."""
+    out: list[ClaimRow] = []
+    for n, (key, _text, subject, *_rest) in enumerate(items):
+        rid = tx.record_id(tenant, key)
+        claims = tx.remaining_claims([rid]).get(rid, []) if rid is not None else []
+        others = [c for c in claims if c.subject != subject]
+        if not others:
+            continue
+        which = f"item {n + 1} of {len(items)}: " if len(items) > 1 else ""
+        if any(c.basis in LEGAL_BASES for c in others):
+            raise KeyInUse(
+                f"{which}the key holds a record another subject keeps under a legal basis (legal_hold or "
+                "legal_obligation); it cannot be replaced: write under another key. Nothing was written",
+                claims=len(others),
+            )
+        if not replace:
+            raise KeyInUse(
+                f"{which}the key holds a record that {len(others)} claim(s) of other subjects keep, made for "
+                "the text it holds: write under another key, or pass replace=True to erase that record with "
+                "its claims (a receipt records it) and write yours. Nothing was written",
+                claims=len(others),
+            )
+        out += claims
+    return out

@@ -99,6 +99,7 @@ class SQLiteOrigin:
         """Byte-level capabilities (checkpoint, index rebuild, live regions): see :mod:`.physical`."""
         self.text = SQLiteText(self)
         """The full-text word index (FTS5 in this file): see :mod:`.text`."""
+        self.text.fold_index()
 
     # -- connections --------------------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from ...text import index_text
 from .edge import guarded
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DIRTY = "fts.dirty"
 PURGED = "fts.purged_epoch"
+FOLDED = "fts.folded"
+"""Set once the index holds :func:`efface.text.index_text` of every record (older stores
+indexed the text as written, which FTS5 does not fold the way efface does)."""
 
 
 def _match(words: Sequence[str]) -> str:
@@ -36,15 +40,36 @@ class SQLiteText:
 
     def stage(self, tx: SQLiteTx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
         c = tx.connection
-        olds = [(rid, tx.old_texts[rid]) for rid in (*puts, *drops) if rid in tx.old_texts]
+        # The index is fed the folded words, not the text as written: FTS5's tokenizer keeps
+        # invisible characters as separators and full-width letters as they are, so without
+        # this a name with a soft hyphen inside, or in full-width letters, would be other
+        # words here than in mention detection and in queries. A delete names the same words.
+        olds = [(rid, index_text(tx.old_texts[rid])) for rid in (*puts, *drops) if rid in tx.old_texts]
         if olds:
             c.executemany("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", olds)
             # in the same transaction: a crash cannot lose the need to purge
             c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
         if puts:
-            c.executemany("INSERT INTO fts(rowid, text) VALUES(?,?)", [(rid, texts[rid]) for rid in puts])
+            c.executemany("INSERT INTO fts(rowid, text) VALUES(?,?)", [(rid, index_text(texts[rid])) for rid in puts])
         # A running document count for the common-term cut-off (an estimate is enough).
         self._docs += sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
+
+    def fold_index(self) -> None:
+        """Re-index every record from its folded words, once, for a store whose index was fed
+        the text as written. The old segments are merged away at once, in the same write."""
+        o = self._o
+        if o.meta_get(FOLDED) == "1":
+            return
+        with o.write_lock, o.writer:
+            w = o.writer
+            if w.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+                w.execute("INSERT INTO fts(fts) VALUES('delete-all')")
+                w.executemany(
+                    "INSERT INTO fts(rowid, text) VALUES(?,?)",
+                    ((rid, index_text(text)) for rid, text in w.execute("SELECT id, text FROM records").fetchall()),
+                )
+                w.execute("INSERT INTO fts(fts) VALUES('optimize')")
+            w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (FOLDED,))
 
     def doc_count(self) -> int:
         return self._docs
