@@ -405,3 +405,22 @@ def test_lineage_built_on_replaced_content_is_quarantined(store):
     (item,) = store.quarantined(tenant=T)
     assert item.key == "digest" and item.why == "lineage"
     assert text_of(store, "digest", "support") is None
+
+
+def test_a_replacing_writer_keeps_its_registration(store):
+    """The writer's only claim may sit on the record it replaces (a shared note): the replace
+    releases that claim, but the write gives the writer a new one in the same transaction, so
+    its registered names stay; the other subject, left with nothing, loses its own."""
+    store.register_subject("bob", tenant=T, identifiers=["Bob Okonkwo-Villeneuve"])
+    store.register_subject("alice", tenant=T, identifiers=["Alice Marchetti-Ferreira"])
+    write(store, "k1", "a shared meeting note", subject="alice", purpose="support")
+    store.retain("k1", tenant=T, subject="bob", purpose="support", basis="contract")
+    write(store, "k1", "bob's own note now", subject="bob", purpose="support", replace=True)
+    (replaced,) = [r for r in store.receipts(T) if r["kind"] == "replace"]
+    store.wait(replaced["handle"], timeout=30)
+    # Bob's registration still works: a digest naming him is held back when he is forgotten.
+    store.set_policy(T, "quarantine")
+    write(store, "d1", "summary: Bob Okonkwo-Villeneuve asked twice", subject="carol", purpose="support")
+    receipt = store.forget(tenant=T, subject="bob")
+    assert "d1" in receipt.quarantined
+    assert "k1" in receipt.erased

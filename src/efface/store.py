@@ -283,7 +283,8 @@ class Store:
             in_the_way = overwritten_claims(tx, tenant, prepared, replace)
             if in_the_way:
                 # The replaced content goes with every claim made for it, as an erasure of its own.
-                outcome = self._releaser.release(tx, Selector(tenant), "replace", in_the_way, now)
+                writers = frozenset(p[2] for p in prepared)  # their new claims keep their registrations
+                outcome = self._releaser.release(tx, Selector(tenant), "replace", in_the_way, now, staying=writers)
                 puts, drops, texts = list(outcome.puts), list(outcome.drops), dict(outcome.texts)
             for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
                 rec = NewRecord(

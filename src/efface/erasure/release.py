@@ -55,9 +55,20 @@ class Releaser:
         self._hash = hasher
         self._max_propagation = max_propagation
 
-    def release(self, tx: Tx, selector: Selector, kind: str, matched: Sequence[ClaimRow], now: float) -> Outcome:
+    def release(
+        self,
+        tx: Tx,
+        selector: Selector,
+        kind: str,
+        matched: Sequence[ClaimRow],
+        now: float,
+        *,
+        staying: frozenset[str] = frozenset(),
+    ) -> Outcome:
         """Release claims, erase records left with none, list what stays and why, and write
-        the receipt and the ledger entry: all inside the caller's transaction."""
+        the receipt and the ledger entry: all inside the caller's transaction. ``staying``:
+        subjects about to get a new claim in the same transaction (the writers of a replacing
+        write), whose registrations must not go with the claims released here."""
         held = [c for c in matched if kind == "forget" and c.basis in LEGAL_BASES and selector.purpose is None]
         held_ids = {c.id for c in held}
         released = [c for c in matched if c.id not in held_ids]
@@ -94,7 +105,7 @@ class Releaser:
             now=now,
         )
         out.policy = tx.policy(selector.tenant)[0]
-        identifiers = self._last_claims(tx, selector.tenant, subject, {c.subject for c in released}, out)
+        identifiers = self._last_claims(tx, selector.tenant, subject, {c.subject for c in released} - staying, out)
         if selector.everything and kind == "forget":
             # All of the tenant: every registered subject left with no claim loses its
             # identifiers too, even one that never had a claim.
