@@ -169,3 +169,16 @@ def test_the_listing_read_and_the_langgraph_store_over_a_served_store(served):
         receipt = lg.last_receipt
         assert store.wait(receipt.handle, timeout=20).erased
         assert store.verify(receipt.handle).level == "erased"
+
+
+def test_a_replacing_write_over_a_served_store(served):
+    with efface.open(served.url, api_key=served.key("acme")) as store:
+        store.write("k1", "alice prefers zephyrine tea", subject="alice", purpose="support")
+        with pytest.raises(efface.KeyInUse):
+            store.write("k1", "bob's plan", subject="bob", purpose="support")
+        store.write("k1", "bob's plan", subject="bob", purpose="support", replace=True)
+        m = store.read("k1", purpose="support")
+        assert m.text == "bob's plan" and [c.subject for c in m.claims] == ["bob"]
+        (replaced,) = [r for r in store.receipts() if r["kind"] == "replace"]
+        assert store.wait(replaced["handle"], timeout=20).erased
+        assert store.verify(replaced["handle"]).level == "erased"

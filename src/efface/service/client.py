@@ -176,11 +176,12 @@ class Client:
         ttl: Any = None,
         metadata: Mapping[str, Any] | None = None,
         sources: Iterable[str] | None = None,
+        replace: bool = False,
     ) -> int:
         """As :meth:`efface.Store.write`. Returns the epoch."""
         body: dict[str, Any] = {"key": key, "text": text, "tenant": tenant, "subject": subject, "purpose": purpose}
         body["basis"] = basis
-        body |= {"ttl": _ttl(ttl), "metadata": metadata, "sources": _seq(sources)}
+        body |= {"ttl": _ttl(ttl), "metadata": metadata, "sources": _seq(sources), "replace": replace}
         return self._epoch("/v1/write", body)
 
     def write_many(
@@ -193,6 +194,7 @@ class Client:
         basis: str = "consent",
         ttl: Any = None,
         embeddings: Any = None,
+        replace: bool = False,
     ) -> int:
         """As :meth:`efface.Store.write_many` (one transaction, one epoch)."""
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
@@ -209,7 +211,7 @@ class Client:
             sent.append(one)
         vectors = None if embeddings is None else [list(map(float, row)) for row in embeddings]
         body: dict[str, Any] = {"items": sent, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
-        body |= {"ttl": _ttl(ttl), "embeddings": vectors}
+        body |= {"ttl": _ttl(ttl), "embeddings": vectors, "replace": replace}
         return self._epoch("/v1/write_many", body)
 
     def retain(

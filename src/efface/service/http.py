@@ -240,6 +240,7 @@ def create_app(
             ttl=body.ttl,
             metadata=body.metadata,
             sources=body.sources,
+            replace=body.replace,
         )
         return w.Epoch(epoch=epoch)
 
@@ -263,6 +264,7 @@ def create_app(
             basis=body.basis,
             ttl=body.ttl,
             embeddings=embeddings,
+            replace=body.replace,
         )
         return w.Epoch(epoch=epoch)
 

@@ -225,10 +225,16 @@ def build_mcp(
         ttl_s: Annotated[float | None, Field(description="Seconds until this claim expires (erased then).")] = None,
         metadata: Annotated[dict[str, Any] | None, Field(description="A JSON object stored with it.")] = None,
         sources: Annotated[list[str] | None, Field(description="Keys this memory was derived from.")] = None,
+        replace: Annotated[
+            bool,
+            Field(description="Replace a key another subject holds claims on: its old record is erased with them."),
+        ] = False,
     ) -> WriteResult:
-        """Store a memory under a key, with one claim (subject, purpose, basis). Writing an
-        existing key replaces its text and adds the claim; other claims on it stay. Committed
-        and fsynced when this returns."""
+        """Store a memory under a key, with one claim (subject, purpose, basis). Writing a key
+        only this subject holds replaces its text and adds the claim. A key another subject
+        holds claims on is refused (KeyInUse) unless replace is true: then the old record is
+        erased with every claim on it, as an erasure with its own receipt (kind "replace").
+        Committed and fsynced when this returns."""
         epoch = await _call(
             store.write,
             key,
@@ -240,6 +246,7 @@ def build_mcp(
             ttl=ttl_s,
             metadata=metadata,
             sources=sources,
+            replace=replace,
         )
         return WriteResult(key=key, epoch=epoch)
 

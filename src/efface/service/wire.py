@@ -32,6 +32,7 @@ from ..model import Memory
 Str: TypeAlias = Annotated[Any, WithJsonSchema({"type": "string"})]
 Num: TypeAlias = Annotated[Any, WithJsonSchema({"type": "number"})]
 Int: TypeAlias = Annotated[Any, WithJsonSchema({"type": "integer"})]
+Bool: TypeAlias = Annotated[Any, WithJsonSchema({"type": "boolean"})]
 Obj: TypeAlias = Annotated[Any, WithJsonSchema({"type": "object"})]
 Strs: TypeAlias = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string"}})]
 
@@ -67,6 +68,7 @@ class WriteBody(_Body):
     ttl: Num = Field(default=None, description="Seconds until the claim expires.")
     metadata: Obj = None
     sources: Strs = None
+    replace: Bool = Field(default=False, description="Replace a record other subjects hold claims on (erasing it).")
 
 
 class WriteManyBody(_Body):
@@ -78,6 +80,7 @@ class WriteManyBody(_Body):
     embeddings: list[list[float]] | None = Field(
         default=None, description="Precomputed vectors from this store's embedder, one row per item."
     )
+    replace: Bool = Field(default=False, description="As for write, for every item.")
 
 
 class RetainBody(_Body):
