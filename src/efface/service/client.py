@@ -243,7 +243,7 @@ class Client:
         limit: int = 100,
     ) -> list[Memory]:
         """As :meth:`efface.Store.scan`."""
-        body = {"tenant": tenant, "purpose": purpose, "prefix": prefix, "subject": subject}
+        body: dict[str, Any] = {"tenant": tenant, "purpose": purpose, "prefix": prefix, "subject": subject}
         body |= {"after": after, "limit": limit}
         return self._as(list[Memory], "/v1/scan", body)
 
