@@ -139,6 +139,9 @@ class KeyRing:
             if row is None:
                 raise NotFound("no such key id: see `efface keys list`")
             self._db.execute("DELETE FROM api_keys WHERE id=?", (kid,))
+            # secure_delete zeroed the row in its page; the WAL still holds the page as it was
+            # (the tenant name with it) until a checkpoint: copy it back and empty the WAL now.
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return ApiKey(*row)
 
     def resolve(self, token: str | None) -> str | None:
