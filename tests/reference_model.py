@@ -157,6 +157,7 @@ class ReferenceModel:
         matched: list[tuple[str, ClaimKey]],
         held: set[tuple[str, ClaimKey]],
         named: str | None = None,
+        staying: frozenset[str] = frozenset(),
     ) -> Outcome:
         released: Counter = Counter()
         for key, ck in matched:
@@ -175,7 +176,8 @@ class ReferenceModel:
             else:
                 for (_subject, purpose, basis), exp in rec.claims.items():
                     retained[(key, purpose, basis, exp)] += 1
-        bare = {subject for _k, subject, _p, _b in released} | ({named} if named is not None else set())
+        # the writers of a replacing write get a new claim at once: their registrations stay
+        bare = ({subject for _k, subject, _p, _b in released} - staying) | ({named} if named is not None else set())
         subjects_erased, identifiers = set(), []
         for subject in sorted(bare):
             if subject in self.claim_subjects(tenant) or (tenant, subject) not in self.subjects:
@@ -260,7 +262,8 @@ class ReferenceModel:
                 raise ModelKeyInUse(expired)
             in_the_way += [(item["key"], ck) for ck in rec.claims]
         if in_the_way:
-            self.last_replace = self._release(tenant, "replace", in_the_way, held=set())
+            writers = frozenset(item["subject"] for item in items)
+            self.last_replace = self._release(tenant, "replace", in_the_way, held=set(), staying=writers)
         for item in items:
             rec = self.records.setdefault((tenant, item["key"]), ModelRecord(item["text"]))
             rec.text = item["text"]

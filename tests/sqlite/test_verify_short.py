@@ -328,3 +328,24 @@ def test_the_whole_text_of_an_older_erasure_in_a_newer_ones_pages_is_residue(ope
     assert left_over(store.path, text) == []
     assert store.verify(first.handle).level == "erased"
     assert store.verify(second.handle).level == "erased"
+
+
+def test_an_erased_records_metadata_is_proven_gone(open_raw):
+    """Metadata can hold personal data ({"email": ...}): it is fingerprinted with the record,
+    so a copy left anywhere in the store's files keeps verify from 'erased'."""
+    store = open_raw()
+    meta = {"email": "zora.quillfeather@example.org", "tier": "gold"}
+    store.write("a", "a note about the harbour", tenant="t", subject="zora", purpose="p", metadata=meta)
+    store.write("b", "bob's note", tenant="t", subject="bob", purpose="p", metadata={"x": 1})
+    stored = next(v for v in raw_files(store.path).values() if b"zora.quillfeather" in v)
+    at = stored.find(b"zora.quillfeather")
+    start = stored.rfind(b"{", 0, at)
+    copy = stored[start : stored.find(b"}", at) + 1]  # the metadata as the origin stored it
+    receipt = store.forget(tenant="t", subject="zora")
+    assert store.wait(receipt.handle).erased
+    assert left_over(store.path, "zora.quillfeather") == []
+    Path(store.path, "cache.bin").write_bytes(b"\0" * 13 + copy + b"\0" * 29)
+    v = store.verify(receipt.handle)
+    assert v.level != "erased" and "cache.bin" in bytes_detail(v), failed(v)
+    os.remove(os.path.join(store.path, "cache.bin"))
+    assert store.verify(receipt.handle).level == "erased"

@@ -45,7 +45,7 @@ class Evidence:
         tx: Tx,
         tenant: str,
         handle: str,
-        content: dict[int, tuple[str, str, bytes]],
+        content: dict[int, tuple[str, str, bytes, str]],
         quarantined_ids: Sequence[int],
         identifiers: Sequence[str],
         now: float,
@@ -71,6 +71,11 @@ class Evidence:
             self._fp.add_many(fp, "text", [content[i][1].encode("utf-8") for i in ids], uniform=True)
             self._fp.add_many(fp, "key", [content[i][0].encode("utf-8") for i in ids], uniform=True)
             self._fp.add_many(fp, "embedding", [content[i][2] for i in ids], VECTOR_REGION)
+            # Metadata can hold personal data too ({"email": ...}); a JSON document under 8
+            # bytes ('{}', '{"a":1}') has no room for it and is not looked for.
+            meta = [m.encode("utf-8") for m in (content[i][3] for i in ids) if len(m.encode("utf-8")) >= 8]
+            if meta:
+                self._fp.add_many(fp, "metadata", meta, uniform=True)
             for path in self._paths:
                 for held in path.held(erased):
                     self._fp.add_many(fp, held.kind, held.items, held.region)

@@ -30,7 +30,7 @@ class EvidenceCollector(Protocol):
         tx: Tx,
         tenant: str,
         handle: str,
-        content: dict[int, tuple[str, str, bytes]],
+        content: dict[int, tuple[str, str, bytes, str]],
         quarantined_ids: Sequence[int],
         identifiers: Sequence[str],
         now: float,

@@ -133,11 +133,12 @@ class MemoryTx:
                 out[rid] = [self._claim_row(s.claims[c]) for c in cids]
         return out
 
-    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
-        """Key, text and embedding of records about to be erased (for their fingerprints)."""
+    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes, str]]:
+        """Key, text, embedding and metadata (JSON, as stored) of records about to be erased
+        (for their fingerprints)."""
         s = self._s
         return {
-            rid: (s.records[rid].key, s.records[rid].text, s.records[rid].embedding)
+            rid: (s.records[rid].key, s.records[rid].text, s.records[rid].embedding, s.records[rid].metadata)
             for rid in record_ids
             if rid in s.records
         }

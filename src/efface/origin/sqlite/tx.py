@@ -127,14 +127,15 @@ class SQLiteTx:
                 out.setdefault(r[1], []).append(claim_row(r))
         return out
 
-    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes]]:
-        """Key, text and embedding of records about to be erased (for their fingerprints)."""
-        out: dict[int, tuple[str, str, bytes]] = {}
+    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes, str]]:
+        """Key, text, embedding and metadata (JSON, as stored) of records about to be erased
+        (for their fingerprints)."""
+        out: dict[int, tuple[str, str, bytes, str]] = {}
         for chunk, marks in in_chunks(record_ids):
-            for rid, key, text, emb in self._c.execute(
-                f"SELECT id, key, text, embedding FROM records WHERE id IN ({marks})", chunk
+            for rid, key, text, emb, meta in self._c.execute(
+                f"SELECT id, key, text, embedding, metadata FROM records WHERE id IN ({marks})", chunk
             ):
-                out[rid] = (key, text, emb)
+                out[rid] = (key, text, emb, meta)
         return out
 
     def save_evidence(
