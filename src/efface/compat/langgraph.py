@@ -54,12 +54,12 @@ from langgraph.store.base import (
 
 from ..errors import InvalidInput, UnknownPurpose
 from ..model import Memory, Receipt
+from ._listing import scan_all
 
 __all__ = ["EffaceStore"]
 
 ROLES = ("tenant", "subject", "purpose")
 _META = "langgraph"
-_PAGE = 1000
 _RECALL_K = 1000
 """A query search ranks the tenant's best ``_RECALL_K`` recall hits, then keeps those in the
 namespace prefix that pass the filter."""
@@ -312,24 +312,7 @@ class EffaceStore(BaseStore):
         tenant = self._fixed(prefix, "tenant", required=True)
         purpose = self._fixed(prefix, "purpose", required=True)
         subject = self._fixed(prefix, "subject", required=False)
-        out: list[Memory] = []
-        after = None
-        while True:
-            try:
-                page = self.store.scan(
-                    tenant=tenant,
-                    purpose=purpose,
-                    prefix=self._prefix(prefix),
-                    subject=subject,
-                    after=after,
-                    limit=_PAGE,
-                )
-            except UnknownPurpose:
-                return []
-            out.extend(page)
-            if len(page) < _PAGE:
-                return out
-            after = page[-1].key
+        return scan_all(self.store, tenant=tenant, purpose=purpose, prefix=self._prefix(prefix), subject=subject)
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)

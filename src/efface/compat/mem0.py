@@ -37,13 +37,13 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound, UnknownPurpose
 from ..model import Receipt
+from ._listing import scan_all
 
 __all__ = ["Memory", "MemoryNotFound"]
 
 IDS = ("user_id", "agent_id", "run_id")
 PROMOTED = ("user_id", "agent_id", "run_id", "actor_id", "role", "expiration_date")
 _UNSET: Any = object()
-_PAGE = 1000
 _MEM0_ONLY = ("vector_store", "llm", "graph_store", "history_db_path", "version", "reranker", "custom_instructions")
 
 
@@ -278,18 +278,7 @@ class Memory:
         return [json.loads(m.text) for m in self._scan(f"{self.key_prefix}{memory_id}/h/", self.history_purpose)]
 
     def _scan(self, prefix: str, purpose: str, subject: str | None = None) -> list[Any]:
-        out, after = [], None
-        while True:
-            try:
-                page = self.store.scan(
-                    tenant=self.tenant, purpose=purpose, prefix=prefix, subject=subject, after=after, limit=_PAGE
-                )
-            except UnknownPurpose:
-                return []
-            out.extend(page)
-            if len(page) < _PAGE:
-                return out
-            after = page[-1].key
+        return scan_all(self.store, tenant=self.tenant, purpose=purpose, prefix=prefix, subject=subject)
 
     # -- reads -----------------------------------------------------------------------------
     def _read(self, memory_id: str) -> Any:
