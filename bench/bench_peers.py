@@ -2,6 +2,7 @@
 """Peers side by side: efface, Chroma, LanceDB and Qdrant (local mode) on the same data.
 
     PYTHONPATH=src python bench/bench_peers.py --n 10000 --subject-records 100 > bench/results/results-peers.json
+    PYTHONPATH=src python bench/bench_peers.py --recall-latency --n 100000 > bench/results/results-recall-latency.json
 
 For each store: build it with N records (vectors from efface's hashing embedder, handed to
 every store, so no store loads a model), then run ``efface audit`` with ``--maintenance`` on
@@ -10,6 +11,9 @@ paths still return the forgotten subject, how many of its texts and vectors rema
 store's files after the delete and after the store's own maintenance calls, and the time to
 physical erasure where it is reachable at all. Prints ONE JSON document on stdout; progress
 goes to stderr. Nothing here asserts a time.
+
+``--recall-latency`` measures recall p50/p99 instead, side by side, on the same MiniLM vectors,
+encoding excluded and included (``bench/recall_latency.py`` says how).
 """
 
 from __future__ import annotations
@@ -212,8 +216,18 @@ def main() -> None:
     p.add_argument("--n", type=int, default=10_000, help="records per store (default 10000)")
     p.add_argument("--subject-records", type=int, default=100, help="records of the forgotten subject")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated store kinds")
+    p.add_argument("--recall-latency", action="store_true", help="recall p50/p99 beside Chroma and LanceDB instead")
+    p.add_argument("--queries", type=int, default=500, help="--recall-latency: queries asked of every system")
+    p.add_argument("--encode", type=int, default=None, help="--recall-latency: record texts encoded (default all)")
+    p.add_argument("--profile", action="store_true", help="--recall-latency: add a cProfile of efface's search")
     a = p.parse_args()
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    if a.recall_latency:
+        import recall_latency
+
+        doc = recall_latency.run(a.n, a.queries, a.encode or a.n, profile=a.profile)
+        print(json.dumps({"machine": machine(), "libraries": libraries(), **doc}, indent=2))
+        return
     doc, _ = run(a.n, a.subject_records, tuple(k for k in a.kinds.split(",") if k))
     print(json.dumps(doc, indent=2))
 
