@@ -123,7 +123,9 @@ def build_efface(path: Path, corpus: Corpus, vecs: np.ndarray, table: dict) -> t
     t0 = time.perf_counter()
     for s in range(0, corpus.n, 2000):
         stop = min(s + 2000, corpus.n)
-        store.write_many([corpus.item(i) for i in range(s, stop)], tenant=TENANT, purpose=PURPOSE, embeddings=vecs[s:stop])
+        store.write_many(
+            [corpus.item(i) for i in range(s, stop)], tenant=TENANT, purpose=PURPOSE, embeddings=vecs[s:stop]
+        )
     written = time.perf_counter() - t0
     t1 = time.perf_counter()
     store.compact()  # the ANN index absorbs the import and is saved: recall then measures search alone
@@ -211,7 +213,7 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
         systems["efface (torch encoder)"] = {"end_to_end": efface_e2e(torch_emb)}
         try:
             log("building chroma")
-            client, col, out["builds"]["chroma"] = build_chroma(tmp / "chroma", corpus, vecs)
+            _client, col, out["builds"]["chroma"] = build_chroma(tmp / "chroma", corpus, vecs)
             systems["chroma"] = {
                 "search": lambda i: col.query(query_embeddings=[qvec[20 + i]], n_results=10),
                 "end_to_end": lambda i: col.query(query_embeddings=[onnx.embed([qs[i]])[0]], n_results=10),
@@ -227,11 +229,9 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
             }
             systems["lancedb hybrid"] = {
                 "search": lambda i: lt.search(query_type="hybrid").vector(qvec[20 + i]).text(qs[i]).limit(10).to_list(),
-                "end_to_end": lambda i: lt.search(query_type="hybrid")
-                .vector(onnx.embed([qs[i]])[0])
-                .text(qs[i])
-                .limit(10)
-                .to_list(),
+                "end_to_end": lambda i: (
+                    lt.search(query_type="hybrid").vector(onnx.embed([qs[i]])[0]).text(qs[i]).limit(10).to_list()
+                ),
             }
         except ImportError as exc:
             out["builds"]["lancedb"] = {"skipped": f"not importable: {exc.name}"}
@@ -239,7 +239,7 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
         encoders = {"onnx": lambda i: onnx.embed([qs[i]]), "torch": lambda i: torch_emb.embed([qs[i]])}
         calls = [(f"{name}|{mode}", fn) for name, modes in systems.items() for mode, fn in modes.items()]
         calls += [(f"encode only|{name}", fn) for name, fn in encoders.items()]
-        for label, fn in calls:  # warm every path and lazy load
+        for _label, fn in calls:  # warm every path and lazy load
             for i in range(5):
                 fn(i)
         log(f"measuring {len(calls)} calls x {len(qs)} queries, interleaved")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import efface
-from efface.embed import minilm_runtime, resolve
 from efface.embed import minilm_onnx as mo
+from efface.embed import minilm_runtime, resolve
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -223,9 +223,9 @@ class OnnxMiniLMEmbedder:
 
     def _run(self, texts: list[str]) -> np.ndarray:
         ids, mask = _tokenize(self._tok, texts)
-        out = self._session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )[0]
+        out = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[
+            0
+        ]
         return np.asarray(out, dtype=np.float32)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
