@@ -127,6 +127,23 @@ def test_text_dash_reads_stdin(js):
     assert js("read", "k", "--purpose", "support")["memory"]["text"] == "from a pipe\n"
 
 
+def test_write_over_another_subjects_key_needs_replace(js, efc):
+    """Like the library (docs/identifiers.md): refused with KeyInUse, nothing changed; with
+    --replace the old record is erased by a receipt of kind 'replace' that verify proves."""
+    js("write", "note", "Alice prefers green tea", "--subject", "alice", "--purpose", "support")
+    err = js("write", "note", "Bob's plan", "--subject", "bob", "--purpose", "support", code=2)["error"]
+    assert err["type"] == "KeyInUse" and "replace" in err["message"]
+    assert js("read", "note", "--purpose", "support")["memory"]["text"] == "Alice prefers green tea"
+    epoch = js("write", "note", "Bob's plan", "--subject", "bob", "--purpose", "support", "--replace")["epoch"]
+    memory = js("read", "note", "--purpose", "support")["memory"]
+    assert memory["text"] == "Bob's plan" and [c["subject"] for c in memory["claims"]] == ["bob"]
+    (replaced,) = [r for r in js("receipts")["receipts"] if r["kind"] == "replace"]
+    assert replaced["epoch"] == epoch
+    js("wait", replaced["handle"])
+    assert js("verify", replaced["handle"])["level"] == "erased"
+    assert "--replace" in efc("write", "--help").stdout
+
+
 def test_texts_and_keys_are_printed_as_data_not_markup(efc):
     key, text = "[red]k[/red]", "[bold]not bold[/] and a stray [/oops] tag"
     efc("write", key, text, "--subject", "s", "--purpose", "support")

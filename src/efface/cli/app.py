@@ -44,8 +44,14 @@ from .render import (
 @click.option(
     "--source", "sources", multiple=True, metavar="KEY", help="A key this record was derived from (repeat for several)."
 )
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="KEY holds another subject's claims: erase that record with them (its own 'replace' "
+    "receipt, listed by 'efface receipts') and write this one. Without it such a write is refused.",
+)
 @_common_options()
-def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
+def write(key, text, subject, purpose, basis, ttl, metadata, sources, replace) -> None:
     """Store TEXT under KEY with one claim. TEXT '-' reads it from stdin."""
     if text == "-":
         text = _stdin_text()
@@ -66,6 +72,7 @@ def write(key, text, subject, purpose, basis, ttl, metadata, sources) -> None:
         ttl=ttl,
         metadata=meta,
         sources=list(sources) or None,
+        replace=replace,
     )
     _emit({"key": key, "epoch": epoch}, lambda out: out.print(f"written at epoch {epoch}"))
 
