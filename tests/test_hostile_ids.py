@@ -174,6 +174,59 @@ def test_an_email_matches_only_as_a_whole_address(store, policy):
         assert text_of(store, "m:1") == "mail [redacted] today"
 
 
+PHONE_TEXTS = {
+    # the whole number in every way it is written: E.164, national with the trunk 0,
+    # international with the (0) trunk or 00, any separators, after a year
+    "p:1": "call 020 7946 0958 after lunch",
+    "p:2": "call +44 20 7946 0958 after lunch",
+    "p:3": "call +44 (0)20 7946 0958",
+    "p:4": "call 0044 20 7946 0958",
+    "p:5": "ring (020) 7946-0958",
+    "p:6": "in 2027 020 7946 0958 was her line",
+    # never a tail, a neighbour or another country's number sharing the digits
+    "x:1": "call 7946 0958 after lunch",
+    "x:2": "call 020 7946 0959 after lunch",
+    "x:3": "call +1 20 7946 0958 after lunch",
+    "x:4": "call +33 20 7946 0958 after lunch",
+    "x:5": "call 0161 794 60958 after lunch",
+    "x:6": "ref 1207946095 and 2079460958123",
+    "x:7": "call +44 20 7946 09581",
+}
+
+
+@pytest.mark.parametrize("order", ["register first", "write first"])
+@pytest.mark.parametrize("policy", ["quarantine", "redact"])
+def test_a_phone_matches_as_the_whole_number_only(store, policy, order):
+    """+44 20 7946 0958 is found as the whole number written any way (its national
+    significant number with or without the trunk 0, with its country code), never as a tail
+    ('7946 0958'), nor inside another country's number ('+1 20 7946 0958')."""
+    store.set_policy(T, policy)
+    if order == "register first":
+        store.register_subject("dana", tenant=T, identifiers=["Dana Quillsworth", "+44 20 7946 0958"])
+    store.write_many([{"key": k, "text": t} for k, t in PHONE_TEXTS.items()], tenant=T, subject="svc", purpose="ops")
+    if order == "write first":
+        store.register_subject("dana", tenant=T, identifiers=["Dana Quillsworth", "+44 20 7946 0958"])
+    write(store, "own", "dana's own note", subject="dana")
+    receipt = store.forget(tenant=T, subject="dana")
+    assert {d.key for d in receipt.derivations} == {k for k in PHONE_TEXTS if k.startswith("p:")}
+    for k, t in PHONE_TEXTS.items():
+        if k.startswith("x:"):
+            assert text_of(store, k) == t
+    if policy == "redact":
+        assert text_of(store, "p:3") == "call [redacted]"
+        assert text_of(store, "p:6") == "in 2027 [redacted] was her line"
+
+
+def test_a_national_number_registered_without_country_code_matches_its_own_digits(store):
+    """Without a country code the number's country is unknown: it matches its digits as a
+    whole run, not a number written with some country's code in front."""
+    store.register_subject("ed", tenant=T, identifiers=["020 7946 0958"])
+    texts = {"p:1": "call 020-7946-0958", "x:1": "call +44 20 7946 0958", "x:2": "call 7946 0958"}
+    store.write_many([{"key": k, "text": t} for k, t in texts.items()], tenant=T, subject="svc", purpose="ops")
+    write(store, "own", "ed's own note", subject="ed")
+    assert {d.key for d in store.forget(tenant=T, subject="ed").derivations} == {"p:1"}
+
+
 def test_a_common_identifier_registered_before_the_rule_is_not_matched(open_store, backend, store_path):
     """A store whose subject was registered with 'the' before registration refused it:
     reopened, its forget holds back nothing because of that word."""

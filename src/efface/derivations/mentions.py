@@ -71,11 +71,16 @@ _GROUP = re.compile(r"\d+")
 def _phone_candidates(text: str) -> list[tuple[int, int, str]]:
     """(start, end, digits) for every window of consecutive digit groups, inside a run of
     digits and separators, that holds 7 to 15 digits: a number written right after a year,
-    a room number or another number is still found on its own."""
+    a room number or another number is still found on its own. A window never starts just
+    after a country code (``+1 20 7946 0958`` holds no ``20 7946 0958``: that is another
+    country's number, matched only as a whole with its code)."""
     out = []
     for run in _DIGITS7.finditer(text):
         groups = [(run.start() + g.start(), run.start() + g.end(), g.group()) for g in _GROUP.finditer(run.group())]
+        inside = _after_country_code(text, run.start(), [g[2] for g in groups])
         for i in range(len(groups)):
+            if i in inside:
+                continue
             digits = ""
             for j in range(i, len(groups)):
                 digits += groups[j][2]
@@ -83,6 +88,28 @@ def _phone_candidates(text: str) -> list[tuple[int, int, str]]:
                     break
                 if len(digits) >= 7:
                     out.append((groups[i][0], groups[j][1], digits))
+    return out
+
+
+def _after_country_code(text: str, start: int, groups: list[str]) -> set[int]:
+    """Indexes of the groups that follow an international prefix (``+`` before the run, or a
+    group starting with ``00``) by a country code of 1-3 digits and maybe a ``(0)`` trunk:
+    the national part of an international number, which is no number on its own."""
+    out: set[int] = set()
+    plus = start > 0 and text[start - 1] == "+"
+    for i, g in enumerate(groups):
+        if i == 0 and plus:
+            code = g
+        elif g.startswith("00"):
+            code = g[2:]
+        else:
+            continue
+        for j in range(i + 1, len(groups)):
+            if 1 <= len(code) <= 3 or (len(code) <= 4 and j - 1 > i and groups[j - 1] == "0"):
+                out.add(j)
+            elif code:
+                break
+            code += groups[j]
     return out
 
 
