@@ -637,10 +637,16 @@ class Store:
         """Block until the erasure has gone through every path, or ``timeout`` seconds pass.
         ``until="erased"`` (default) waits for the bytes to be gone from every file, which
         ``verify`` then checks; ``until="absorbed"`` only for every read path to absorb it.
-        Returns the status either way: check ``.erased`` or ``.settled``."""
+        Returns the status either way: check ``.erased`` or ``.settled``.
+
+        Before it says erased, it scans the origin's files for the erasure's fingerprints
+        (while they are kept): a stale copy of an erased cell can sit in a live page of a
+        table where no index rebuild or checkpoint reaches it, and then the origin rewrites
+        its files (``physical.rewrite``: VACUUM on SQLite) so that ``verify`` finds them gone."""
         if until not in ("erased", "absorbed"):
             raise InvalidInput("until must be 'erased' or 'absorbed'")
         deadline = time.monotonic() + v.timeout(timeout)
+        scanned = settled = False
         while True:
             st = self.status(handle, tenant=tenant)
             if not self._compactor.running:
@@ -648,10 +654,33 @@ class Store:
                 self._compactor.run(persist=until == "erased" and not st.erased)
                 st = self.status(handle, tenant=tenant)
             done = st.erased if until == "erased" else st.settled
+            if done and until == "erased":
+                if not scanned:
+                    scanned = True
+                    settled = not self._origin_residue(handle) or self._rewrite_origin()
+                elif not settled:  # a reader held the rewrite's checkpoint back: once more
+                    settled = self._origin.physical.checkpoint()  # type: ignore[attr-defined]
+                done = settled
             if done or time.monotonic() >= deadline:
                 return st
             self._compactor.wake()
             time.sleep(0.005)
+
+    def _origin_residue(self, handle: str) -> bool:
+        """Whether the origin's files still hold fingerprints of this erasure (judged as
+        ``verify`` judges them); False once its bytes were proven gone."""
+        physical = getattr(self._origin, "physical", None)
+        evidence = self._origin.evidence(handle) if physical is not None else None
+        if evidence is None or evidence["fingerprints"] is None:
+            return False
+        return self._verifier.origin_residue(evidence["fingerprints"], handle)
+
+    def _rewrite_origin(self) -> bool:
+        """Rewrite the origin's files whole; False if a reader kept its checkpoint from
+        completing (the caller tries again)."""
+        self._check_open()
+        physical = self._origin.physical  # type: ignore[attr-defined]
+        return bool(physical.rewrite())
 
     def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
         """Climb the evidence ladder for this erasure with recorded checks (DESIGN §3):

@@ -264,6 +264,32 @@ class Verifier:
             outcome = "pass"
         return check("bytes", "erased", outcome, detail, t0, elapsed), scanned, rel
 
+    def origin_residue(self, blob: bytes, handle: str) -> bool:
+        """Whether the origin's own files hold residue of these fingerprints: the byte check
+        of :meth:`_bytes`, over the origin's files only, judged the same way, recording
+        nothing. ``Store.wait`` asks it before it says the bytes are gone, and has the
+        origin rewrite its files when they hold any (a stale copy of an erased cell that no
+        index rebuild or checkpoint reaches)."""
+        physical = getattr(self._origin, "physical", None)
+        if physical is None:
+            return False
+        fp = Fingerprints.from_blob(blob)
+        files = [f for f in physical.files() if os.path.exists(f)]
+        copies: dict[str, bytes] = {}
+        hits, _scanned = self._fp.scan(files, fp, self._root, copies)
+        hits = [h for h in hits if h.kind != "vector"]  # i8 vectors live in the ANN files
+        if not hits:
+            return False
+        reader = Reader(self._root, copies)
+        try:
+            regions = physical.live_regions(self._root)
+            if fp.site_h:
+                judge = Judge(self._fp, fp, reader, regions, physical.live_values, lambda: physical.pending_fingerprints(handle))
+                return bool(judge.judge(hits).residue)
+            return bool(self._legacy(hits, reader, physical, regions).residue)
+        finally:
+            reader.close()
+
     @staticmethod
     def _legacy(hits: list[Hit], reader: Reader, physical: Any, regions: Any) -> Judgement:
         """Fingerprints of an older efface keep no sites: a hit is a live copy when a live

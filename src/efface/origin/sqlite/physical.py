@@ -167,6 +167,24 @@ class SQLitePhysical:
             o.writer.execute("UPDATE meta SET v='0' WHERE k=?", (REINDEX,))
         return True
 
+    def rewrite(self) -> bool:
+        """Rebuild the whole database file (VACUUM) and checkpoint it; True once the WAL is
+        empty again. For erased bytes that no rebuild of an index reaches: when SQLite
+        rebuilds a *table* page in a rebalance it also leaves old cells in the page's
+        unallocated gap, and a cell that stays live then leaves a stale copy there that
+        outlives the cell's own (zeroed) deletion; the byte scan finds those (see
+        ``Store.wait``). VACUUM writes every page afresh. Its temporary copy of the
+        database is kept in memory (``temp_store``), never in a temporary file."""
+        o = self._o
+        with o.write_lock:
+            (before,) = o.writer.execute("PRAGMA temp_store").fetchone()
+            o.writer.execute("PRAGMA temp_store=MEMORY")
+            try:
+                o.writer.execute("VACUUM")
+            finally:
+                o.writer.execute(f"PRAGMA temp_store={int(before)}")
+            return self.checkpoint()
+
     def checkpointed_epoch(self) -> int:
         return int(self._o.meta_get(CHECKPOINTED) or 0)
 
