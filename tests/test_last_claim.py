@@ -273,6 +273,34 @@ def test_a_policy_reason_goes_when_the_policy_is_replaced(open_store, store_path
     assert store.verify_ledger().ok
 
 
+def test_a_policy_reason_goes_with_the_tenant(open_store, store_path, backend):
+    """A policy's reason is free text about the tenant (it may name anyone): it is no
+    subject's, so a forget by subject leaves it; it goes, fingerprinted and proven by
+    verify, with the tenant's last record, subject and data key, when the tenant's name
+    goes too. The policy then reverts to the default (quarantine), the one that fails closed."""
+    store = open_store()
+    _world(store)
+    store.set_policy(T, "keep", reason=KEEP_REASON)
+    assert store.forget(tenant=T, subject=ZQ).policy == "keep"
+    receipt = store.forget(tenant=T, everything=True)
+    assert receipt.erased == ("bob:1",)
+    store.wait(receipt.handle, timeout=30)
+    v = store.verify(receipt.handle)
+    assert v.level == "erased", [c.to_dict() for c in v.failed]
+    (byte_check,) = [c for c in v.checks if c.name == "bytes"]
+    assert "reason" in byte_check.detail
+    # the tenant starts afresh under the default policy: a mention is quarantined, not kept
+    store.register_subject(ZQ, tenant=T, identifiers=ZQ_IDS)
+    store.write("zq:1", "my parcel came late", tenant=T, subject=ZQ, purpose="support")
+    store.write("note", "Zebulon Quaxworth called twice", tenant=T, subject=BOB, purpose="billing")
+    assert store.forget(tenant=T, subject=ZQ).quarantined == ("note",)
+    store.close()
+    if backend == "sqlite":
+        assert scan_files(store_path, [KEEP_REASON, "audit agreement"]) == {}
+        store = open_store()
+        assert store.verify_ledger().ok
+
+
 # -- the byte scan sees an identifier at every alignment --------------------------------------------
 @pytest.mark.parametrize("item", ["+1 415 555 0142", "+1 212 555 0188", "0000 1111 2222 3", "Zebulon Quaxworth"])
 def test_the_byte_scan_finds_an_identifier_at_every_alignment(tmp_path, item):

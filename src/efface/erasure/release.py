@@ -122,6 +122,12 @@ class Releaser:
         # (not when a write replaces the tenant's last record: its new record keeps the name)
         tenant_name = None if kind == "replace" else tx.drop_tenant_name(selector.tenant)
         out.tenant_erased = tenant_name is not None
+        if out.tenant_erased:
+            # The policy's stated reason is free text about the tenant (it may name anyone):
+            # it goes with the tenant, and the policy reverts to the default.
+            policy_reason = tx.drop_policy(selector.tenant)
+            if policy_reason is not None:
+                reasons = [*reasons, policy_reason]
         found = [tx.record_id(selector.tenant, d.key) for d in out.derivations if d.action == "quarantined"]
         quarantined_ids = [rid for rid in found if rid is not None]
         self._evidence.collect(

@@ -289,6 +289,9 @@ class MemoryTx:
     def set_policy(self, tenant: str, policy: str, reason: str | None) -> None:
         self._s.policies[tenant] = (policy, reason)
 
+    def drop_policy(self, tenant: str) -> str | None:
+        return self._s.policies.pop(tenant, ("quarantine", None))[1]
+
     def records_with_phrase(self, tenant: str, text: str, limit: int = 100000) -> list[tuple[int, str]]:
         """Records of the tenant whose words contain the words of ``text`` in order."""
         phrase = text_words(text)

@@ -292,6 +292,10 @@ class SQLiteTx:
             (tenant, policy, reason),
         )
 
+    def drop_policy(self, tenant: str) -> str | None:
+        row = self._c.execute("DELETE FROM policies WHERE tenant=? RETURNING reason", (tenant,)).fetchone()
+        return None if row is None else row[0]
+
     def records_with_phrase(self, tenant: str, text: str, limit: int = 100000) -> list[tuple[int, str]]:
         """Records of the tenant whose words contain the words of ``text`` in order."""
         found = words(text)
