@@ -598,6 +598,40 @@ def test_redact_leaves_no_byte_of_the_identifiers_in_the_store(open_store, store
     assert store.read("m:1", tenant=T, purpose="analytics").text == expected["m:1"]
 
 
+def test_redact_rewrites_the_metadata_that_names_the_subject_too(open_store, store_path, backend):
+    """Under redact, a record whose text names the subject may name them in its metadata
+    too, in any form: every string of it (object keys too) is redacted like the text, so
+    the identifier is no live value for verify to excuse; the forms as written are
+    fingerprinted, and verify says 'erased' only once no byte of them is left."""
+    store = open_store()
+    _zq_world(store)
+    meta = {
+        "caller": "Zebulon Quax\u00adworth",  # a soft hyphen: the same name, other bytes
+        "tags": ["call with ZEBULON QUAXWORTH", "refund"],
+        "Zebulon Quaxworth": {"phone": "212.555.0188", "n": 2},
+    }
+    store.write(
+        "m:4", "Zebulon Quaxworth asked twice", tenant=T, subject="svc", purpose="analytics", metadata=meta
+    )
+    store.set_policy(T, "redact")
+    receipt = store.forget(tenant=T, subject=ZQ)
+    assert derivations(receipt)["m:4"] == ("mention", "redacted") and receipt.identifiers_erased
+    m = store.read("m:4", tenant=T, purpose="analytics")
+    assert m.text == "[redacted] asked twice"
+    assert m.metadata == {
+        "caller": "[redacted]",
+        "tags": ["call with [redacted]", "refund"],
+        "[redacted]": {"phone": "[redacted]", "n": 2},
+    }
+    store.wait(receipt.handle, timeout=30)
+    v = store.verify(receipt.handle)
+    assert v.level == "erased", [c.to_dict() for c in v.failed]
+    store.close()
+    if backend == "sqlite":
+        written = ["Zebulon Quax\u00adworth", "ZEBULON QUAXWORTH", "212.555.0188"]
+        assert scan_files(os.fspath(store_path), ZQ_TOKENS + ZQ_IDS + written) == {}
+
+
 def test_redact_also_scrubs_a_record_that_is_derived_and_names_the_subject(open_store, store_path):
     """Incident A's digest under policy redact: built from the subject's records *and*
     naming them. Its lineage cannot be redacted away, so it stays quarantined; its text must

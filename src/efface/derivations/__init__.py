@@ -86,9 +86,10 @@ class Derivations:
         erased_ids: set[int],
         handle: str,
         now: float,
-    ) -> tuple[list[Derivation], list[int], dict[int, str]]:
+    ) -> tuple[list[Derivation], list[int], dict[int, str], list[str]]:
         """Enumerate and treat the records derived from this erasure, inside its transaction.
-        Returns (derivations for the receipt, record ids rewritten, their new texts)."""
+        Returns (derivations for the receipt, record ids rewritten, their new texts, and the
+        identifiers as they were written in what redaction removed, for the fingerprints)."""
         policy, reason = tx.policy(tenant)
         affected: dict[int, tuple[str, str]] = {}  # record id -> (key, why)
         if subject is not None:
@@ -116,13 +117,20 @@ class Derivations:
         out: list[Derivation] = []
         puts: list[int] = []
         texts: dict[int, str] = {}
+        written: set[str] = set()
         if policy == "redact":
             # Redacted versions first, embedded in one batch.
             for rid, (_key, why) in affected.items():
                 if "mention" in why:
-                    new_text = self._redacted(tx, tenant, subject, rid)
+                    new_text = self._redacted(tx, tenant, subject, rid, written)
                     if new_text is not None:
                         texts[rid] = new_text
+                    # The metadata of a record that names the subject may name them too
+                    # ({"caller": "Quorra Vell"}): redacted alike, or the name would stay
+                    # on disk as a live value that verify must excuse.
+                    new_meta = self._redacted_metadata(tx, tenant, subject, rid, written)
+                    if new_meta is not None:
+                        tx.set_metadata(rid, new_meta)
             if texts:
                 ids = list(texts)
                 vecs = self._embedder.embed([texts[r] for r in ids])
@@ -158,19 +166,52 @@ class Derivations:
         if erased_keys:
             # Lineage keeps the erasure's handle, never the erased key (DESIGN §8).
             tx.forget_sources(tenant, erased_keys, ERASED_SOURCE + handle)
-        return out, puts, texts
+        return out, puts, texts, sorted(written)
 
-    def _redacted(self, tx, tenant: str, subject: str | None, record_id: int) -> str | None:
+    def _redact(self, tenant: str, subject: str, text: str, written: set[str]) -> str | None:
+        """``text`` with every span naming ``subject`` replaced, or None if none does; the
+        spans as written are added to ``written``."""
+        spans = _merge(self.mentions.spans(tenant, subject, text))
+        if not spans:
+            return None
+        for start, end in reversed(spans):
+            written.add(text[start:end])
+            text = text[:start] + REDACTION_MARK + text[end:]
+        return text
+
+    def _redacted(self, tx, tenant: str, subject: str | None, record_id: int, written: set[str]) -> str | None:
         rec = tx.record(record_id)
         if rec is None or subject is None:
             return None
-        spans = _merge(self.mentions.spans(tenant, subject, rec.text))
-        if not spans:
+        return self._redact(tenant, subject, rec.text, written)
+
+    def _redacted_metadata(
+        self, tx, tenant: str, subject: str | None, record_id: int, written: set[str]
+    ) -> str | None:
+        """The record's metadata (JSON) with the subject's identifiers redacted in every
+        string, keys of objects too; None if nothing in it names them."""
+        rec = tx.record(record_id)
+        if rec is None or subject is None or not rec.metadata or rec.metadata == "{}":
             return None
-        text = rec.text
-        for start, end in reversed(spans):
-            text = text[:start] + REDACTION_MARK + text[end:]
-        return text
+        changed = False
+
+        def walk(value):
+            nonlocal changed
+            if isinstance(value, str):
+                new = self._redact(tenant, subject, value, written)
+                if new is None:
+                    return value
+                changed = True
+                return new
+            if isinstance(value, list):
+                return [walk(v) for v in value]
+            if isinstance(value, dict):
+                return {walk(k): walk(v) for k, v in value.items()}
+            return value
+
+        redacted = walk(json.loads(rec.metadata))
+        # the store's own encoding of metadata (validate.metadata)
+        return json.dumps(redacted, sort_keys=True, ensure_ascii=False, allow_nan=False) if changed else None
 
     def forget_subject(self, tx, tenant: str, subject: str) -> bool:
         """Erase the subject's identifiers once no claim of theirs is left in the tenant.
