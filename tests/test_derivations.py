@@ -610,9 +610,7 @@ def test_redact_rewrites_the_metadata_that_names_the_subject_too(open_store, sto
         "tags": ["call with ZEBULON QUAXWORTH", "refund"],
         "Zebulon Quaxworth": {"phone": "212.555.0188", "n": 2},
     }
-    store.write(
-        "m:4", "Zebulon Quaxworth asked twice", tenant=T, subject="svc", purpose="analytics", metadata=meta
-    )
+    store.write("m:4", "Zebulon Quaxworth asked twice", tenant=T, subject="svc", purpose="analytics", metadata=meta)
     store.set_policy(T, "redact")
     receipt = store.forget(tenant=T, subject=ZQ)
     assert derivations(receipt)["m:4"] == ("mention", "redacted") and receipt.identifiers_erased

@@ -389,7 +389,10 @@ def test_a_stale_copy_in_a_live_table_page_is_erased_by_wait(open_raw):
     store = open_raw()
     path = Path(store.path)
     secret = f"the parcel code is {token('parcel', n=16)} for the Lisbon flat"
-    items = [{"key": f"keep/{i:03d}", "subject": "keeper", "text": f"{sentence(random.Random(i), 'Zoltan')} {i}"} for i in range(40)]
+    items = [
+        {"key": f"keep/{i:03d}", "subject": "keeper", "text": f"{sentence(random.Random(i), 'Zoltan')} {i}"}
+        for i in range(40)
+    ]
     items.append({"key": "gone/1", "subject": "leaver", "text": secret})
     write_all(store, items)
     store.compact()

@@ -185,9 +185,7 @@ class Derivations:
             return None
         return self._redact(tenant, subject, rec.text, written)
 
-    def _redacted_metadata(
-        self, tx, tenant: str, subject: str | None, record_id: int, written: set[str]
-    ) -> str | None:
+    def _redacted_metadata(self, tx, tenant: str, subject: str | None, record_id: int, written: set[str]) -> str | None:
         """The record's metadata (JSON) with the subject's identifiers redacted in every
         string, keys of objects too; None if nothing in it names them."""
         rec = tx.record(record_id)

@@ -284,7 +284,9 @@ class Verifier:
         try:
             regions = physical.live_regions(self._root)
             if fp.site_h:
-                judge = Judge(self._fp, fp, reader, regions, physical.live_values, lambda: physical.pending_fingerprints(handle))
+                judge = Judge(
+                    self._fp, fp, reader, regions, physical.live_values, lambda: physical.pending_fingerprints(handle)
+                )
                 return bool(judge.judge(hits).residue)
             return bool(self._legacy(hits, reader, physical, regions).residue)
         finally:
