@@ -9,7 +9,9 @@ raw files in the store directory where bytes matter. A test here fails if its bu
   scrub's noise). Fixed in e402c11.
 * ``bench/repro/repro_index_gap_residue.py``: fragments of erased keys and subject names
   stayed in the unallocated gap of live index b-tree pages despite ``secure_delete``.
-  Fixed in aff3b03 (the compactor rebuilds those indexes after an erasure).
+  Fixed in aff3b03 (the compactor rebuilds those indexes after an erasure). The same gap in
+  live *table* pages (stale copies of cells that stayed on a rebuilt page) is found by
+  ``wait``'s scan of the origin's files and rewritten away (VACUUM).
 * ``bench/repro/repro_verify_false_positives.py``: subject names sharing their first bytes
   (``user-000000``, ``user-000001``) made verify refuse ``erased`` although every erased
   byte was gone. Fixed in 7953774.
