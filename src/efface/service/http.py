@@ -12,8 +12,10 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
   log (method, path, status) cannot carry texts, queries, keys, handles or tenant names; its
   query strings are dropped as well (:class:`DropQuery`). Errors never echo input: the
   library's messages do not, and validation errors name the field, never the value.
-* **Store calls block**, so every route is a plain ``def``: FastAPI runs it in its threadpool
-  and reads never wait on each other (the store's reads take no lock).
+* **Store calls block**, so each runs in a worker thread, in its own lane (:class:`Lanes`):
+  reads, mutations (one at a time at the store's chokepoint anyway), ``wait`` and
+  ``verify`` never queue for a thread behind one another. The key check and the body's
+  parsing run on the event loop; the JSON is rendered in the worker.
 * **Limits**: request bodies over ``max_body`` bytes get 413 before they are parsed; ``wait``
   blocks at most ``max_wait`` seconds whatever the client asks (it returns the status then).
 """
@@ -26,10 +28,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -165,6 +170,53 @@ def filter_access_log() -> None:
         logger.addFilter(DropQuery())
 
 
+# -- thread lanes ---------------------------------------------------------------------------------
+READ, WRITE, WAIT, VERIFY = "read", "write", "wait", "verify"
+LANE_THREADS = {READ: 32, WRITE: 4, WAIT: 32, VERIFY: 2}
+"""Worker threads per lane. Store calls block, so each runs in a worker thread, and each kind
+of call has its own lane: a read must never queue for a thread behind writers waiting their
+turn at the store's chokepoint (mutations run one at a time, so four threads keep it busy and
+the rest wait on the event loop, costing nothing), behind ``wait`` calls that sleep up to
+``max_wait``, or behind verifications that scan every file's bytes."""
+
+_EPOCH = TypeAdapter(w.Epoch)
+_READ_RESULT = TypeAdapter(w.ReadResult)
+_MEMORIES = TypeAdapter(list[Memory])
+_HITS = TypeAdapter(list[Hit])
+_RECEIPT = TypeAdapter(Receipt)
+_STATUS = TypeAdapter(Status)
+_VERIFICATION = TypeAdapter(Verification)
+_RECEIPT_ROWS = TypeAdapter(list[w.ReceiptRow])
+_LEDGER = TypeAdapter(list[w.LedgerEntry])
+_CHAIN = TypeAdapter(w.ChainResult)
+_QUARANTINED = TypeAdapter(list[QuarantineItem])
+
+
+class Lanes:
+    """One capacity limiter per lane (:data:`LANE_THREADS`), made on first use inside the
+    server's event loop. ``run`` calls the store in a worker thread of the lane and renders the
+    JSON there too (the ``response_model`` of each route documents the shape): one thread hop
+    per request, and the event loop only moves bytes."""
+
+    def __init__(self, threads: dict[str, int] | None = None) -> None:
+        self._threads = dict(LANE_THREADS if threads is None else threads)
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    def limiter(self, lane: str) -> anyio.CapacityLimiter:
+        if lane not in self._limiters:
+            self._limiters[lane] = anyio.CapacityLimiter(self._threads[lane])
+        return self._limiters[lane]
+
+    async def run(self, lane: str, adapter: TypeAdapter | None, call: Callable[[], Any]) -> Response:
+        def work() -> Response:
+            value = call()
+            if adapter is None:
+                return value
+            return Response(adapter.dump_json(value), media_type="application/json")
+
+        return await anyio.to_thread.run_sync(work, limiter=self.limiter(lane))
+
+
 # -- the app --------------------------------------------------------------------------------------------
 def create_app(
     store: Store,
@@ -203,9 +255,11 @@ def create_app(
     app.add_middleware(BodyLimit, max_body=max_body)
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
+    lanes = Lanes()
 
-    # A default, not Annotated: the string annotation could not see the local ``bearer``.
-    def key_tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:  # noqa: B008
+    # Async, so the key check runs on the event loop (one indexed SQLite read) and costs no
+    # thread hop; a default, not Annotated: the string annotation could not see ``bearer``.
+    async def key_tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:  # noqa: B008
         tenant = ring.resolve(creds.credentials if creds is not None else None)
         if tenant is None:
             raise w.Unauthorized(
@@ -222,187 +276,256 @@ def create_app(
     Tenant = Depends(key_tenant)
 
     @app.get("/v1/health", tags=["service"])
-    def health() -> w.Health:
+    async def health() -> w.Health:
         """Liveness and the server's limits. Needs no key and says nothing about the store."""
         return w.Health(status="ok", version=__version__, max_wait_s=max_wait, max_body_bytes=max_body)
 
     # -- writes
-    @app.post("/v1/write", tags=["write"])
-    def write(body: w.WriteBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/write", tags=["write"], response_model=w.Epoch)
+    async def write(body: w.WriteBody, tenant: str = Tenant) -> Response:
         """Store a text under a key with one claim (Store.write)."""
-        epoch = store.write(
-            body.key,
-            body.text,
-            tenant=scoped(body, tenant),
-            subject=body.subject,
-            purpose=body.purpose,
-            basis=body.basis,
-            ttl=body.ttl,
-            metadata=body.metadata,
-            sources=body.sources,
-            replace=body.replace,
+        t = scoped(body, tenant)
+        return await lanes.run(
+            WRITE,
+            _EPOCH,
+            lambda: w.Epoch(
+                epoch=store.write(
+                    body.key,
+                    body.text,
+                    tenant=t,
+                    subject=body.subject,
+                    purpose=body.purpose,
+                    basis=body.basis,
+                    ttl=body.ttl,
+                    metadata=body.metadata,
+                    sources=body.sources,
+                    replace=body.replace,
+                )
+            ),
         )
-        return w.Epoch(epoch=epoch)
 
-    @app.post("/v1/write_many", tags=["write"])
-    def write_many(body: w.WriteManyBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/write_many", tags=["write"], response_model=w.Epoch)
+    async def write_many(body: w.WriteManyBody, tenant: str = Tenant) -> Response:
         """Write many records in one transaction, one epoch (Store.write_many)."""
-        items = [i.model_dump(exclude_none=True) for i in body.items]
-        embeddings = None
-        if body.embeddings is not None:
-            import numpy as np
+        t = scoped(body, tenant)
 
-            try:
-                embeddings = np.asarray(body.embeddings, dtype=np.float32)
-            except ValueError:
-                raise InvalidInput("embeddings must be a list of equal-length rows of numbers") from None
-        epoch = store.write_many(
-            items,
-            tenant=scoped(body, tenant),
-            subject=body.subject,
-            purpose=body.purpose,
-            basis=body.basis,
-            ttl=body.ttl,
-            embeddings=embeddings,
-            replace=body.replace,
-        )
-        return w.Epoch(epoch=epoch)
+        def call() -> w.Epoch:
+            items = [i.model_dump(exclude_none=True) for i in body.items]
+            embeddings = None
+            if body.embeddings is not None:
+                import numpy as np
 
-    @app.post("/v1/retain", tags=["write"])
-    def retain(body: w.RetainBody, tenant: str = Tenant) -> w.Epoch:
+                try:
+                    embeddings = np.asarray(body.embeddings, dtype=np.float32)
+                except ValueError:
+                    raise InvalidInput("embeddings must be a list of equal-length rows of numbers") from None
+            epoch = store.write_many(
+                items,
+                tenant=t,
+                subject=body.subject,
+                purpose=body.purpose,
+                basis=body.basis,
+                ttl=body.ttl,
+                embeddings=embeddings,
+                replace=body.replace,
+            )
+            return w.Epoch(epoch=epoch)
+
+        return await lanes.run(WRITE, _EPOCH, call)
+
+    @app.post("/v1/retain", tags=["write"], response_model=w.Epoch)
+    async def retain(body: w.RetainBody, tenant: str = Tenant) -> Response:
         """Add a claim to an existing record (Store.retain)."""
         t = scoped(body, tenant)
-        epoch = store.retain(
-            body.key, tenant=t, subject=body.subject, purpose=body.purpose, basis=body.basis, ttl=body.ttl
+        return await lanes.run(
+            WRITE,
+            _EPOCH,
+            lambda: w.Epoch(
+                epoch=store.retain(
+                    body.key, tenant=t, subject=body.subject, purpose=body.purpose, basis=body.basis, ttl=body.ttl
+                )
+            ),
         )
-        return w.Epoch(epoch=epoch)
 
-    @app.post("/v1/register_subject", tags=["write"])
-    def register_subject(body: w.RegisterSubjectBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/register_subject", tags=["write"], response_model=w.Epoch)
+    async def register_subject(body: w.RegisterSubjectBody, tenant: str = Tenant) -> Response:
         """Record the identifiers that name a subject (Store.register_subject)."""
-        epoch = store.register_subject(body.subject, tenant=scoped(body, tenant), identifiers=body.identifiers)
-        return w.Epoch(epoch=epoch)
+        t = scoped(body, tenant)
+        return await lanes.run(
+            WRITE,
+            _EPOCH,
+            lambda: w.Epoch(epoch=store.register_subject(body.subject, tenant=t, identifiers=body.identifiers)),
+        )
 
     # -- reads
-    @app.post("/v1/read", tags=["read"])
-    def read(body: w.ReadBody, tenant: str = Tenant) -> w.ReadResult:
+    @app.post("/v1/read", tags=["read"], response_model=w.ReadResult)
+    async def read(body: w.ReadBody, tenant: str = Tenant) -> Response:
         """The record under a key, if it has a live claim for the purpose (Store.read)."""
-        memory = store.read(body.key, tenant=scoped(body, tenant), purpose=body.purpose)
-        return w.ReadResult(found=memory is not None, memory=memory)
+        t = scoped(body, tenant)
+
+        def call() -> w.ReadResult:
+            memory = store.read(body.key, tenant=t, purpose=body.purpose)
+            return w.ReadResult(found=memory is not None, memory=memory)
+
+        return await lanes.run(READ, _READ_RESULT, call)
 
     @app.post("/v1/scan", tags=["read"], response_model=list[Memory])
-    def scan(body: w.ScanBody, tenant: str = Tenant) -> list[Memory]:
+    async def scan(body: w.ScanBody, tenant: str = Tenant) -> Response:
         """The listing read, in key order, paged with ``after`` (Store.scan)."""
-        return store.scan(
-            tenant=scoped(body, tenant),
-            purpose=body.purpose,
-            prefix=body.prefix,
-            subject=body.subject,
-            after=body.after,
-            limit=body.limit,
+        t = scoped(body, tenant)
+        return await lanes.run(
+            READ,
+            _MEMORIES,
+            lambda: store.scan(
+                tenant=t,
+                purpose=body.purpose,
+                prefix=body.prefix,
+                subject=body.subject,
+                after=body.after,
+                limit=body.limit,
+            ),
         )
 
     @app.post("/v1/recall", tags=["read"], response_model=list[Hit])
-    def recall(body: w.RecallBody, tenant: str = Tenant) -> list[Hit]:
+    async def recall(body: w.RecallBody, tenant: str = Tenant) -> Response:
         """Hybrid recall by meaning and words (Store.recall)."""
-        return store.recall(
-            body.query, tenant=scoped(body, tenant), purpose=body.purpose, subject=body.subject, k=body.k
+        t = scoped(body, tenant)
+        return await lanes.run(
+            READ,
+            _HITS,
+            lambda: store.recall(body.query, tenant=t, purpose=body.purpose, subject=body.subject, k=body.k),
         )
 
     # -- forget and the erasure's life
     @app.post("/v1/forget", tags=["forget"], response_model=Receipt)
-    def forget(body: w.ForgetBody, tenant: str = Tenant) -> Receipt:
+    async def forget(body: w.ForgetBody, tenant: str = Tenant) -> Response:
         """Release the claims the selector names and erase records left with none; the receipt
         (Store.forget). Its level starts at 'intent': follow it with status, wait, verify."""
-        return store.forget(
-            tenant=scoped(body, tenant),
-            subject=body.subject,
-            purpose=body.purpose,
-            prefix=body.prefix,
-            key=body.key,
-            everything=body.everything,
+        t = scoped(body, tenant)
+        return await lanes.run(
+            WRITE,
+            _RECEIPT,
+            lambda: store.forget(
+                tenant=t,
+                subject=body.subject,
+                purpose=body.purpose,
+                prefix=body.prefix,
+                key=body.key,
+                everything=body.everything,
+            ),
         )
 
     @app.post("/v1/status", tags=["forget"], response_model=Status)
-    def status(body: w.HandleBody, tenant: str = Tenant) -> Status:
+    async def status(body: w.HandleBody, tenant: str = Tenant) -> Response:
         """Where an erasure stands on every read path, now (Store.status)."""
-        return store.status(body.handle, tenant=scoped(body, tenant))
+        t = scoped(body, tenant)
+        return await lanes.run(READ, _STATUS, lambda: store.status(body.handle, tenant=t))
 
     @app.post("/v1/wait", tags=["forget"], response_model=Status)
-    def wait(body: w.WaitBody, tenant: str = Tenant) -> Status:
+    async def wait(body: w.WaitBody, tenant: str = Tenant) -> Response:
         """Wait until the erasure is erased (or absorbed), at most the server's max_wait_s."""
+        t = scoped(body, tenant)
         timeout = body.timeout if body.timeout == body.timeout else 0.0  # NaN waits not at all
         timeout = min(max(timeout, 0.0), max_wait)
-        return store.wait(body.handle, timeout, tenant=scoped(body, tenant), until=body.until)
+        return await lanes.run(WAIT, _STATUS, lambda: store.wait(body.handle, timeout, tenant=t, until=body.until))
 
     @app.post("/v1/verify", tags=["forget"], response_model=Verification)
-    def verify(body: w.HandleBody, tenant: str = Tenant) -> Verification:
+    async def verify(body: w.HandleBody, tenant: str = Tenant) -> Response:
         """Climb the evidence ladder with recorded checks (Store.verify)."""
-        return store.verify(body.handle, tenant=scoped(body, tenant))
+        t = scoped(body, tenant)
+        return await lanes.run(VERIFY, _VERIFICATION, lambda: store.verify(body.handle, tenant=t))
 
     html: dict[int | str, dict[str, Any]] = {200: {"content": {"application/json": {}, "text/html": {}}}}
 
     @app.post("/v1/certificate", tags=["forget"], responses=html)
-    def certificate(body: w.HandleBody, request: Request, tenant: str = Tenant) -> Response:
+    async def certificate(body: w.HandleBody, request: Request, tenant: str = Tenant) -> Response:
         """The deletion certificate (JSON; HTML with ``Accept: text/html``)."""
-        cert = store.certificate(body.handle, tenant=scoped(body, tenant))
+        t = scoped(body, tenant)
         accept = request.headers.get("accept", "")
-        if "text/html" in accept and "application/json" not in accept:
-            return _html(cert)
-        return JSONResponse(cert)
+        as_html = "text/html" in accept and "application/json" not in accept
+
+        def call() -> Response:
+            cert = store.certificate(body.handle, tenant=t)
+            return _html(cert) if as_html else JSONResponse(cert)
+
+        return await lanes.run(READ, None, call)
 
     @app.post("/v1/certificate.html", tags=["forget"], response_class=HTMLResponse)
-    def certificate_html(body: w.HandleBody, tenant: str = Tenant) -> HTMLResponse:
+    async def certificate_html(body: w.HandleBody, tenant: str = Tenant) -> Response:
         """The deletion certificate as a readable HTML page."""
-        return _html(store.certificate(body.handle, tenant=scoped(body, tenant)))
+        t = scoped(body, tenant)
+        return await lanes.run(READ, None, lambda: _html(store.certificate(body.handle, tenant=t)))
 
-    @app.post("/v1/receipts", tags=["forget"])
-    def receipts(body: w.TenantBody, tenant: str = Tenant) -> list[w.ReceiptRow]:
+    @app.post("/v1/receipts", tags=["forget"], response_model=list[w.ReceiptRow])
+    async def receipts(body: w.TenantBody, tenant: str = Tenant) -> Response:
         """The tenant's stored receipts, oldest first, as kept (keyed hashes)."""
-        return [w.ReceiptRow(**r) for r in store.receipts(scoped(body, tenant))]
+        t = scoped(body, tenant)
+        return await lanes.run(READ, _RECEIPT_ROWS, lambda: [w.ReceiptRow(**r) for r in store.receipts(t)])
 
-    @app.post("/v1/ledger", tags=["ledger"])
-    def ledger(body: w.TenantBody, tenant: str = Tenant) -> list[w.LedgerEntry]:
+    @app.post("/v1/ledger", tags=["ledger"], response_model=list[w.LedgerEntry])
+    async def ledger(body: w.TenantBody, tenant: str = Tenant) -> Response:
         """The ledger entries about the tenant's erasures and decisions, oldest first."""
-        return [w.LedgerEntry(**e) for e in store.ledger(scoped(body, tenant))]
+        t = scoped(body, tenant)
+        return await lanes.run(READ, _LEDGER, lambda: [w.LedgerEntry(**e) for e in store.ledger(t)])
 
-    @app.post("/v1/ledger/verify", tags=["ledger"])
-    def ledger_verify(body: w.TenantBody, tenant: str = Tenant) -> w.ChainResult:
+    @app.post("/v1/ledger/verify", tags=["ledger"], response_model=w.ChainResult)
+    async def ledger_verify(body: w.TenantBody, tenant: str = Tenant) -> Response:
         """Recompute the whole ledger's hash chain (entries of every tenant: only the count shows)."""
         scoped(body, tenant)
-        check = store.verify_ledger()
-        return w.ChainResult(ok=check.ok, entries=check.entries, problems=list(check.problems))
+
+        def call() -> w.ChainResult:
+            check = store.verify_ledger()
+            return w.ChainResult(ok=check.ok, entries=check.entries, problems=list(check.problems))
+
+        return await lanes.run(VERIFY, _CHAIN, call)
 
     # -- derivations
-    @app.post("/v1/set_policy", tags=["derivations"])
-    def set_policy(body: w.PolicyBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/set_policy", tags=["derivations"], response_model=w.Epoch)
+    async def set_policy(body: w.PolicyBody, tenant: str = Tenant) -> Response:
         """What a forget does to derived records: quarantine, redact, or keep (Store.set_policy)."""
-        return w.Epoch(epoch=store.set_policy(scoped(body, tenant), body.policy, reason=body.reason))
+        t = scoped(body, tenant)
+        return await lanes.run(
+            WRITE, _EPOCH, lambda: w.Epoch(epoch=store.set_policy(t, body.policy, reason=body.reason))
+        )
 
     @app.post("/v1/quarantined", tags=["derivations"], response_model=list[QuarantineItem])
-    def quarantined(body: w.TenantBody, tenant: str = Tenant) -> list[QuarantineItem]:
+    async def quarantined(body: w.TenantBody, tenant: str = Tenant) -> Response:
         """Records held back from reads until re-derived or released (Store.quarantined)."""
-        return store.quarantined(tenant=scoped(body, tenant))
+        t = scoped(body, tenant)
+        return await lanes.run(READ, _QUARANTINED, lambda: store.quarantined(tenant=t))
 
-    @app.post("/v1/release", tags=["derivations"])
-    def release(body: w.ReleaseBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/release", tags=["derivations"], response_model=w.Epoch)
+    async def release(body: w.ReleaseBody, tenant: str = Tenant) -> Response:
         """Lift a quarantine with a recorded reason (Store.release)."""
-        return w.Epoch(epoch=store.release(body.key, tenant=scoped(body, tenant), reason=body.reason))
+        t = scoped(body, tenant)
+        return await lanes.run(
+            WRITE, _EPOCH, lambda: w.Epoch(epoch=store.release(body.key, tenant=t, reason=body.reason))
+        )
 
-    @app.post("/v1/rederive", tags=["derivations"])
-    def rederive(body: w.RederiveBody, tenant: str = Tenant) -> w.Epoch:
+    @app.post("/v1/rederive", tags=["derivations"], response_model=w.Epoch)
+    async def rederive(body: w.RederiveBody, tenant: str = Tenant) -> Response:
         """Write a new version of a derived record and lift its quarantine (Store.rederive)."""
         t = scoped(body, tenant)
-        epoch = store.rederive(body.key, body.text, tenant=t, sources=body.sources, metadata=body.metadata)
-        return w.Epoch(epoch=epoch)
+        return await lanes.run(
+            WRITE,
+            _EPOCH,
+            lambda: w.Epoch(
+                epoch=store.rederive(body.key, body.text, tenant=t, sources=body.sources, metadata=body.metadata)
+            ),
+        )
 
-    @app.post("/v1/stats", tags=["service"])
-    def stats(body: w.TenantBody, tenant: str = Tenant) -> dict[str, Any]:
+    @app.post("/v1/stats", tags=["service"], response_model=dict[str, Any])
+    async def stats(body: w.TenantBody, tenant: str = Tenant) -> Response:
         """The epoch, the embedder, path states, and the tenant's ANN vectors (Store.stats;
         the store-wide record count is left out: it counts other tenants' records)."""
-        out = store.stats(tenant=scoped(body, tenant))
-        out.pop("records", None)
-        return out
+        t = scoped(body, tenant)
+
+        def call() -> Response:
+            out = store.stats(tenant=t)
+            out.pop("records", None)
+            return JSONResponse(out)
+
+        return await lanes.run(READ, None, call)
 
     if mcp is not None:
         # A route whose endpoint is an ASGI app passes the request through untouched (every
