@@ -118,8 +118,18 @@ def store_location(backend: str, store_path: Path) -> str:
     raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
 
 
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory):
+    """The ``http`` backend's server, one per test module (see ``served.SharedServer``)."""
+    from served import SharedServer
+
+    s = SharedServer(tmp_path_factory.mktemp("http-server") / "keys.db")
+    yield s
+    s.close()
+
+
 @pytest.fixture
-def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[..., efface.Store]:
+def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Callable[..., efface.Store]:
     """Factory: open (or reopen) a store with the test defaults; every store it opened is
     closed at teardown (close() is idempotent, so tests may close stores themselves)."""
     opened: list[efface.Store] = []
@@ -134,7 +144,8 @@ def open_store(backend: str, store_path: Path, clock: FakeClock) -> Callable[...
         if backend == "http":
             from served import Served, TenantRouter
 
-            s: Any = TenantRouter(Served(target, **options))
+            shared = request.getfixturevalue("http_server")
+            s: Any = TenantRouter(Served(target, shared=shared, **options))
         else:
             s = efface.open(target, **options)
         opened.append(s)

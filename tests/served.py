@@ -1,8 +1,10 @@
 """A real efface server for tests: uvicorn on a free loopback port in a thread, over a real
 SQLite store, with a real key ring; and the ``http`` contract backend built on it.
 
-``Served`` is one server. ``TenantRouter`` is what the ``http`` backend's ``open_store``
-returns: contract tests use several tenants, and a key acts for exactly one, so it holds one
+``Served`` is one server. ``SharedServer`` is one server for a whole test module, serving
+whichever store a test opened last (``Served(path, shared=...)``): starting a server costs far
+more than opening a store (FastAPI builds every route's models), and the contract suite opens a
+store per test. ``TenantRouter`` is what the ``http`` backend's ``open_store`` returns: contract tests use several tenants, and a key acts for exactly one, so it holds one
 real :class:`efface.Client` per tenant (a key made on first use) and sends each call through
 the client of the tenant the call names (``DEFAULT_TENANT``'s when it names none).
 
@@ -24,22 +26,71 @@ from efface.service.runner import BackgroundServer
 DEFAULT_TENANT = "acme"
 
 
-class Served:
-    """A store, its key ring and a server over them; ``close()`` stops all three."""
+def _start(server: BackgroundServer, *cleanup: Any) -> None:
+    try:
+        server.start()
+    except RuntimeError as exc:
+        for c in cleanup:
+            c.close()
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"the test server could not start on loopback: {exc}")
 
-    def __init__(self, path: str | os.PathLike, *, access_log: bool = False, mcp: Any = None, **options: Any):
+
+class StoreSlot:
+    """Store-shaped: forwards every call to the store a test put in it (``SharedServer``)."""
+
+    def __init__(self) -> None:
+        self.store: efface.Store | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        store = self.__dict__.get("store")
+        if store is None:
+            raise efface.EffaceError("no store is being served: the test that opened it has ended")
+        return getattr(store, name)
+
+
+class SharedServer:
+    """One server (app, key ring, uvicorn) for a test module; each test's store is put in its
+    slot by ``Served(path, shared=self)`` and taken out when it closes."""
+
+    def __init__(self, ring_path: str | os.PathLike):
+        self.slot = StoreSlot()
+        self.ring = KeyRing(ring_path)
+        self.app = create_app(self.slot, self.ring)  # type: ignore[arg-type]
+        self.server = BackgroundServer(self.app, access_log=False)
+        _start(self.server, self.ring)
+        self.url = self.server.url
+
+    def close(self) -> None:
+        self.server.stop()
+        self.ring.close()
+
+
+class Served:
+    """A store, its key ring and a server over them; ``close()`` stops all three. With
+    ``shared=`` the store is served by that module-wide server instead (its ring makes the
+    keys), and ``close()`` closes the store only."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        access_log: bool = False,
+        mcp: Any = None,
+        shared: SharedServer | None = None,
+        **options: Any,
+    ):
         self.store = efface.open(path, **options)
+        self._shared = shared
+        if shared is not None:
+            shared.slot.store = self.store
+            self.ring, self.app, self.server, self.url = shared.ring, shared.app, shared.server, shared.url
+            return
         self.ring = KeyRing(key_path(path))
         self.app = create_app(self.store, self.ring, mcp=mcp)
         self.server = BackgroundServer(self.app, access_log=access_log)
-        try:
-            self.server.start()
-        except RuntimeError as exc:
-            self.ring.close()
-            self.store.close()
-            if os.environ.get("CI") == "true":
-                raise
-            pytest.skip(f"the test server could not start on loopback: {exc}")
+        _start(self.server, self.ring, self.store)
         self.url = self.server.url
 
     def key(self, tenant: str, label: str | None = None) -> str:
@@ -49,6 +100,11 @@ class Served:
         return efface.Client(self.url, api_key=self.key(tenant))
 
     def close(self) -> None:
+        if self._shared is not None:
+            if self._shared.slot.store is self.store:
+                self._shared.slot.store = None
+            self.store.close()
+            return
         self.server.stop()
         self.ring.close()
         self.store.close()
