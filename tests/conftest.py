@@ -181,11 +181,21 @@ def reopen(open_store, backend: str) -> Callable[..., efface.Store]:
     return _reopen
 
 
+def behind(store):
+    """The embedded store behind ``store``: the store itself, or, on the ``http`` backend, the
+    one the server serves. Helpers that read behind the store's API (the origin's files and
+    tables) read there, as an operator on the server's machine would; the calls under test
+    still go through the client."""
+    served = getattr(store, "served", None)
+    return store if served is None else served.store
+
+
 def raw_db(store):
     """A read-only connection to a SQLite store's origin file, for tests of what the file holds
     (bytes, FTS rows, raw tables): the store's own objects are not touched."""
     import apsw
 
+    store = behind(store)
     if getattr(store._origin, "physical", None) is None:
         pytest.skip("memory origin: there is no origin file to read")
     conn = apsw.Connection(os.path.join(store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READWRITE)
@@ -195,11 +205,12 @@ def raw_db(store):
 
 def in_memory(store) -> bool:
     """Whether ``store`` runs on the memory origin (no file: helpers read its state instead)."""
-    return getattr(store._origin, "physical", None) is None
+    return getattr(behind(store)._origin, "physical", None) is None
 
 
 def record_id_of(store, tenant: str, key: str) -> int | None:
     """The origin's record id for (tenant, key), read behind the store's API."""
+    store = behind(store)
     if in_memory(store):
         return store._origin._state.by_key.get((store._tenant(tenant), key))
     row = (
@@ -212,6 +223,7 @@ def record_id_of(store, tenant: str, key: str) -> int | None:
 
 def fts_ids(store, word: str) -> list[int]:
     """Record ids the full-text index itself holds ``word`` for (its rows, not a recall)."""
+    store = behind(store)
     if in_memory(store):
         return sorted(store._origin._state.postings.get(word, ()))
     return sorted(r[0] for r in raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)))
@@ -219,6 +231,7 @@ def fts_ids(store, word: str) -> list[int]:
 
 def ledger_rows(store) -> list[dict]:
     """The ledger as stored (each row as a dict), read behind the store's API."""
+    store = behind(store)
     if in_memory(store):
         return [dict(e) for e in store._origin._state.ledger]
     cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
@@ -228,6 +241,7 @@ def ledger_rows(store) -> list[dict]:
 
 def receipt_rows(store) -> list[list]:
     """Every stored receipt row, read behind the store's API."""
+    store = behind(store)
     if in_memory(store):
         return [[h, *row] for h, row in store._origin._state.receipts.items()]
     return [list(r) for r in raw_db(store).execute("SELECT * FROM receipts")]
@@ -235,6 +249,7 @@ def receipt_rows(store) -> list[list]:
 
 def set_ledger_body(store, seq: int, body: str) -> None:
     """Rewrite one stored ledger entry's body behind the store's back (tampering)."""
+    store = behind(store)
     if in_memory(store):
         store._origin._replace(
             lambda s: s.ledger.__setitem__(

@@ -148,6 +148,13 @@ class TenantRouter:
     def sweep(self) -> list:
         return self.served.store.sweep()
 
+    def stats(self, *, tenant: str | None = None) -> dict:
+        # The client's stats, plus the store-wide record count that a client never shows a
+        # tenant (it counts other tenants' records): read on the server, as an operator would.
+        out = self._client(tenant).stats(tenant=tenant)
+        assert "records" not in out
+        return {**out, "records": self.served.store.stats()["records"]}
+
     @property
     def embedder(self) -> Any:
         return self.served.store.embedder

@@ -15,6 +15,9 @@ import pytest
 import efface
 from efface.errors import EffaceError, InvalidInput
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 SEED = {f"s{i}": f"seed memory {i}: Bob likes espresso" for i in range(5)}
 
 

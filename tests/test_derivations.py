@@ -41,6 +41,9 @@ from efface import InvalidInput, NotFound
 
 from conftest import fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 T = "acme"
 OTHER = "globex"
 

@@ -23,6 +23,9 @@ from efface.text import fold, index_text, words
 
 from conftest import fts_ids
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 T = "acme"
 
 

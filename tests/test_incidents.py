@@ -16,6 +16,9 @@ import pytest
 
 from conftest import ann_vectors, fts_ids
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 DAY = 86_400.0
 TENANT = "acme"
 

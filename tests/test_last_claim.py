@@ -22,6 +22,9 @@ import pytest
 
 from conftest import ledger_rows
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 T = "acme"
 ZQ = "zq-subject"
 ZQ_IDS = ["Zebulon Quaxworth", "ZQ.Quax@Quaxmail.example", "+1 212 555 0188"]

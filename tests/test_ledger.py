@@ -7,6 +7,9 @@ import os
 
 import apsw
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 # Values chosen so none of them can appear inside a hex digest or a handle by chance.
 TENANT = "tenant-Quokka-Wharf"
 SUBJECTS = ("subject-Zelda-Nyquist", "subject-Quentin-Pryor")

@@ -6,6 +6,9 @@ import pytest
 
 import efface
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 
 def _fill(store):
     for key, subject in [("b/2", "bob"), ("a/1", "alice"), ("a/2", "bob"), ("a/10", "alice"), ("ab", "alice")]:

@@ -19,6 +19,9 @@ from efface.gate.state import GateState
 from efface.service.keys import KeyRing, key_path
 from test_backup import lose_everything
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 USER = "ana.perez@mail.example"
 OTHER = "bo.lindqvist@mail.example"
 

@@ -13,6 +13,10 @@ import pytest
 
 import efface
 from efface.validate import MAX_KEY_BYTES, MAX_METADATA_BYTES, MAX_TEXT_BYTES
+from conftest import behind
+
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
 
 WHO = dict(tenant="acme", subject="alice")
 SEED = {
@@ -40,7 +44,7 @@ def snapshot(store) -> dict:
             k: (m.text, tuple(m.claims)) if (m := store.read(k, tenant="acme", purpose=p)) else None
             for k, (_, p) in SEED.items()
         },
-        "purposes": sorted(store._origin.purposes("acme")),
+        "purposes": sorted(behind(store)._origin.purposes("acme")),
         "ledger": len(store.ledger()),
         "receipts": len(store.receipts()),
         "recall": [(h.key, h.text) for h in store.recall("green tea parcel", tenant="acme", purpose="support", k=50)],

@@ -18,6 +18,9 @@ from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 from conftest import record_id_of, set_ledger_body
 
+HTTP_CONTRACT = True
+"""These tests also run against a served store (the ``http`` backend): see conftest.py."""
+
 TENANT = "acme"
 
 

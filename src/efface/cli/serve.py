@@ -52,7 +52,7 @@ def _mcp_hook(store: efface.Store, ring: KeyRing, host: str) -> Any:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", type=int, default=8750, show_default=True, help="Port to listen on (0: any free port).")
 @click.option(
-    "--max-body", type=int, default=1 << 20, show_default=True, help="Largest request body accepted, in bytes."
+    "--max-body", type=int, default=4 << 20, show_default=True, help="Largest request body accepted, in bytes."
 )
 @click.option(
     "--max-wait", type=float, default=30.0, show_default=True, help="Longest a /v1/wait request blocks, in seconds."

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
+from .. import validate as v
 from ..erasure.ledger import ChainCheck
 from ..errors import EffaceError, ErasureNotSettled, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
@@ -52,6 +53,21 @@ class Unreachable(EffaceError):
 
 def _ttl(ttl: Any) -> Any:
     return ttl.total_seconds() if isinstance(ttl, _dt.timedelta) else ttl
+
+
+def _opt(**values: Any) -> dict[str, Any]:
+    """The arguments whose library default is None, left out when None (the server applies
+    the same default). Every other argument is sent as given, None included, so the library
+    refuses a None where the embedded store would (``basis=None`` is UnknownBasis)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _metadata(value: Any) -> Any:
+    # Checked here with the library's own rule as well: JSON would turn {1: "a"} into
+    # {"1": "a"}, and a structure nested 50,000 deep cannot be encoded at all.
+    if value is not None:
+        v.metadata(value)
+    return value
 
 
 def _seq(values: Iterable[str] | None) -> Any:
@@ -112,10 +128,9 @@ class Client:
         self, route: str, body: Mapping[str, Any], *, timeout: float | None = None, accept: str | None = None
     ) -> httpx.Response:
         self._check_open()
-        payload = {k: v for k, v in body.items() if v is not None}
         try:
-            content = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError):
+            content = json.dumps(dict(body), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError):
             raise InvalidInput(
                 "an argument cannot be sent as JSON (metadata and lists must hold JSON values; numbers must be finite)"
             ) from None
@@ -179,9 +194,9 @@ class Client:
         replace: bool = False,
     ) -> int:
         """As :meth:`efface.Store.write`. Returns the epoch."""
-        body: dict[str, Any] = {"key": key, "text": text, "tenant": tenant, "subject": subject, "purpose": purpose}
-        body["basis"] = basis
-        body |= {"ttl": _ttl(ttl), "metadata": metadata, "sources": _seq(sources), "replace": replace}
+        body: dict[str, Any] = {"key": key, "text": text, "subject": subject, "purpose": purpose, "basis": basis}
+        body |= {"replace": replace} | _opt(tenant=tenant, ttl=_ttl(ttl), metadata=_metadata(metadata))
+        body |= _opt(sources=_seq(sources))
         return self._epoch("/v1/write", body)
 
     def write_many(
@@ -203,34 +218,34 @@ class Client:
         for item in items:
             if not isinstance(item, Mapping):
                 raise InvalidInput("each item must be a mapping with 'key' and 'text'")
-            one = {k: v for k, v in item.items() if v is not None}
+            one = {k: x for k, x in item.items() if x is not None}
+            _metadata(one.get("metadata"))
             if "ttl" in one:
                 one["ttl"] = _ttl(one["ttl"])
             if "sources" in one:
                 one["sources"] = _seq(one["sources"])
             sent.append(one)
         vectors = None if embeddings is None else [list(map(float, row)) for row in embeddings]
-        body: dict[str, Any] = {"items": sent, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis}
-        body |= {"ttl": _ttl(ttl), "embeddings": vectors, "replace": replace}
+        body: dict[str, Any] = {"items": sent, "basis": basis, "replace": replace}
+        body |= _opt(tenant=tenant, subject=subject, purpose=purpose, ttl=_ttl(ttl), embeddings=vectors)
         return self._epoch("/v1/write_many", body)
 
     def retain(
         self, key: str, *, tenant: str | None = None, subject: str, purpose: str, basis: str, ttl: Any = None
     ) -> int:
         """As :meth:`efface.Store.retain`."""
-        body = {"key": key, "tenant": tenant, "subject": subject, "purpose": purpose, "basis": basis, "ttl": _ttl(ttl)}
+        body = {"key": key, "subject": subject, "purpose": purpose, "basis": basis} | _opt(tenant=tenant, ttl=_ttl(ttl))
         return self._epoch("/v1/retain", body)
 
     def register_subject(self, subject: str, *, tenant: str | None = None, identifiers: Iterable[str]) -> int:
         """As :meth:`efface.Store.register_subject`."""
-        return self._epoch(
-            "/v1/register_subject", {"subject": subject, "tenant": tenant, "identifiers": _seq(identifiers)}
-        )
+        body = {"subject": subject, "identifiers": _seq(identifiers)} | _opt(tenant=tenant)
+        return self._epoch("/v1/register_subject", body)
 
     # -- reads
     def read(self, key: str, *, tenant: str | None = None, purpose: str) -> Memory | None:
         """As :meth:`efface.Store.read`."""
-        return self._as(w.ReadResult, "/v1/read", {"key": key, "tenant": tenant, "purpose": purpose}).memory
+        return self._as(w.ReadResult, "/v1/read", {"key": key, "purpose": purpose} | _opt(tenant=tenant)).memory
 
     def scan(
         self,
@@ -243,15 +258,15 @@ class Client:
         limit: int = 100,
     ) -> list[Memory]:
         """As :meth:`efface.Store.scan`."""
-        body: dict[str, Any] = {"tenant": tenant, "purpose": purpose, "prefix": prefix, "subject": subject}
-        body |= {"after": after, "limit": limit}
+        body: dict[str, Any] = {"purpose": purpose, "limit": limit}
+        body |= _opt(tenant=tenant, prefix=prefix, subject=subject, after=after)
         return self._as(list[Memory], "/v1/scan", body)
 
     def recall(
         self, query: str, *, tenant: str | None = None, purpose: str, subject: str | None = None, k: int = 10
     ) -> list[Hit]:
         """As :meth:`efface.Store.recall`."""
-        body = {"query": query, "tenant": tenant, "purpose": purpose, "subject": subject, "k": k}
+        body = {"query": query, "purpose": purpose, "k": k} | _opt(tenant=tenant, subject=subject)
         return self._as(list[Hit], "/v1/recall", body)
 
     # -- forget and the erasure's life
@@ -266,23 +281,22 @@ class Client:
         everything: bool = False,
     ) -> Receipt:
         """As :meth:`efface.Store.forget`: the receipt, once the erasure is durable."""
-        body: dict[str, Any] = {"tenant": tenant, "subject": subject, "purpose": purpose, "prefix": prefix}
-        body |= {"key": key, "everything": everything if everything is not False else None}
+        body: dict[str, Any] = _opt(tenant=tenant, subject=subject, purpose=purpose, prefix=prefix, key=key)
+        if everything is not False:
+            body["everything"] = everything
         return self._as(Receipt, "/v1/forget", body)
 
     def status(self, handle: str, *, tenant: str | None = None) -> Status:
         """As :meth:`efface.Store.status` (only the key's tenant's handles are found)."""
-        return self._as(Status, "/v1/status", {"handle": handle, "tenant": tenant})
+        return self._as(Status, "/v1/status", {"handle": handle} | _opt(tenant=tenant))
 
     def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None, until: str = "erased") -> Status:
         """As :meth:`efface.Store.wait`. The server caps one wait (``/v1/health``'s
         ``max_wait_s``); the client asks again until its own ``timeout`` has passed."""
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
-            raise InvalidInput("timeout must be a number of seconds")
-        deadline = time.monotonic() + max(float(timeout), 0.0)
+        deadline = time.monotonic() + v.timeout(timeout)  # the library's rule: finite, 0 or more
         while True:
             left = max(deadline - time.monotonic(), 0.0)
-            body = {"handle": handle, "tenant": tenant, "until": until, "timeout": left}
+            body = {"handle": handle, "until": until, "timeout": left} | _opt(tenant=tenant)
             st: Status = self._as(Status, "/v1/wait", body, timeout=left + self._timeout)
             done = st.erased if until == "erased" else st.settled
             if done or time.monotonic() >= deadline:
@@ -290,23 +304,23 @@ class Client:
 
     def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
         """As :meth:`efface.Store.verify`."""
-        return self._as(Verification, "/v1/verify", {"handle": handle, "tenant": tenant})
+        return self._as(Verification, "/v1/verify", {"handle": handle} | _opt(tenant=tenant))
 
     def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
         """As :meth:`efface.Store.certificate` (the JSON certificate)."""
-        return self._post("/v1/certificate", {"handle": handle, "tenant": tenant}).json()
+        return self._post("/v1/certificate", {"handle": handle} | _opt(tenant=tenant)).json()
 
     def certificate_html(self, handle: str, *, tenant: str | None = None) -> str:
         """The certificate as the server renders it in HTML."""
-        return self._post("/v1/certificate", {"handle": handle, "tenant": tenant}, accept="text/html").text
+        return self._post("/v1/certificate", {"handle": handle} | _opt(tenant=tenant), accept="text/html").text
 
     def receipts(self, tenant: str | None = None) -> list[dict]:
         """As :meth:`efface.Store.receipts`: the key's tenant's receipts only."""
-        return self._post("/v1/receipts", {"tenant": tenant}).json()
+        return self._post("/v1/receipts", _opt(tenant=tenant)).json()
 
     def ledger(self, tenant: str | None = None) -> list[dict]:
         """The ledger entries about the key's tenant (a served store never shows others')."""
-        return self._post("/v1/ledger", {"tenant": tenant}).json()
+        return self._post("/v1/ledger", _opt(tenant=tenant)).json()
 
     def verify_ledger(self) -> ChainCheck:
         """As :meth:`efface.Store.verify_ledger`: the server checks the whole chain."""
@@ -316,15 +330,15 @@ class Client:
     # -- derivations
     def set_policy(self, tenant: str | None, policy: str, *, reason: str | None = None) -> int:
         """As :meth:`efface.Store.set_policy`."""
-        return self._epoch("/v1/set_policy", {"tenant": tenant, "policy": policy, "reason": reason})
+        return self._epoch("/v1/set_policy", {"policy": policy} | _opt(tenant=tenant, reason=reason))
 
     def quarantined(self, *, tenant: str | None = None) -> list[QuarantineItem]:
         """As :meth:`efface.Store.quarantined`."""
-        return self._as(list[QuarantineItem], "/v1/quarantined", {"tenant": tenant})
+        return self._as(list[QuarantineItem], "/v1/quarantined", _opt(tenant=tenant))
 
     def release(self, key: str, *, tenant: str | None = None, reason: str) -> int:
         """As :meth:`efface.Store.release`."""
-        return self._epoch("/v1/release", {"key": key, "tenant": tenant, "reason": reason})
+        return self._epoch("/v1/release", {"key": key, "reason": reason} | _opt(tenant=tenant))
 
     def rederive(
         self,
@@ -336,14 +350,14 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
     ) -> int:
         """As :meth:`efface.Store.rederive`."""
-        body = {"key": key, "text": text, "tenant": tenant, "sources": _seq(sources), "metadata": metadata}
+        body = {"key": key, "text": text} | _opt(tenant=tenant, sources=_seq(sources), metadata=_metadata(metadata))
         return self._epoch("/v1/rederive", body)
 
     # -- introspection
     def stats(self, *, tenant: str | None = None) -> dict:
         """As :meth:`efface.Store.stats` for the key's tenant, without the store-wide record
         count (it would count other tenants' records)."""
-        return self._post("/v1/stats", {"tenant": tenant}).json()
+        return self._post("/v1/stats", _opt(tenant=tenant)).json()
 
     def health(self) -> dict:
         """The server's liveness and limits (needs no valid key)."""

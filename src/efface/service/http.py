@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import validate as v
 from ..errors import EffaceError, ErasureNotSettled, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
@@ -52,8 +53,10 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0"
 
-MAX_BODY = 1 << 20
-"""Default request body limit in bytes (1 MiB): a memory is text, not a file."""
+MAX_BODY = 4 << 20
+"""Default request body limit in bytes (4 MiB): room for the library's largest single write
+(a 1 MiB text, 64 KiB of metadata, a 1 KiB key, sources, JSON's escapes), so every write an
+embedded store takes is taken here too; a bigger ``write_many`` is sent in parts."""
 MAX_WAIT = 30.0
 """Default cap on ``wait``'s timeout, in seconds, so no request holds a worker for long."""
 
@@ -269,6 +272,8 @@ def create_app(
         return tenant
 
     def scoped(body: w._Body, tenant: str) -> str:
+        if body.tenant is not None:
+            v.name(body.tenant, "tenant")  # a malformed name is refused as the library refuses it
         if body.tenant is not None and body.tenant != tenant:
             raise w.Forbidden("this API key acts for one tenant only, and the request named another; nothing was done")
         return tenant
