@@ -82,6 +82,8 @@ class Served:
         **options: Any,
     ):
         self.store = efface.open(path, **options)
+        if shared is not None and shared.slot.store is not None:
+            shared = None  # a second store open at once in one test: it gets a server of its own
         self._shared = shared
         if shared is not None:
             shared.slot.store = self.store

@@ -7,6 +7,8 @@ import os
 
 import apsw
 
+from conftest import behind
+
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
 
@@ -58,14 +60,14 @@ def test_the_chain_verifies_and_holds_one_entry_per_receipt(store, clock):
     receipts, _ = _populate(store, clock)
     check = store.verify_ledger()
     assert check.ok, check.problems
-    assert check.entries == len(receipts) == len(store.ledger())
-    assert [e["handle"] for e in store.ledger()] == [r.handle for r in receipts]
-    assert [e["seq"] for e in store.ledger()] == list(range(1, len(receipts) + 1))
+    assert check.entries == len(receipts) == len(store.ledger(TENANT))
+    assert [e["handle"] for e in store.ledger(TENANT)] == [r.handle for r in receipts]
+    assert [e["seq"] for e in store.ledger(TENANT)] == list(range(1, len(receipts) + 1))
 
 
 def test_receipt_carries_its_ledger_entry(store, clock):
     receipts, _ = _populate(store, clock)
-    by_seq = {e["seq"]: e for e in store.ledger()}
+    by_seq = {e["seq"]: e for e in store.ledger(TENANT)}
     for r in receipts:
         entry = by_seq[r.ledger_seq]
         assert entry["handle"] == r.handle
@@ -73,20 +75,20 @@ def test_receipt_carries_its_ledger_entry(store, clock):
         assert entry["kind"] == r.kind
         assert json.loads(entry["body"])["epoch"] == r.epoch
     prev = "0" * 64
-    for e in store.ledger():
+    for e in store.ledger(TENANT):
         assert e["prev"] == prev
         prev = e["hash"]
 
 
 def _in_memory(store) -> bool:
-    return getattr(store._origin, "physical", None) is None
+    return getattr(behind(store)._origin, "physical", None) is None
 
 
 def _stored(store, table):
     """Every row the store keeps in ``table`` (``ledger`` or ``receipts``). SQLite: read from
     its file, the store closed first (idempotent); memory: from the origin's state."""
     if _in_memory(store):
-        s = store._origin._state
+        s = behind(store)._origin._state
         rows = (
             [list(e.values()) for e in s.ledger] if table == "ledger" else [[h, *row] for h, row in s.receipts.items()]
         )
@@ -100,7 +102,7 @@ def _tamper(store, reopen, sql, args=(), *, memory=None):
     """Edit the ledger behind the store's back: SQL on the closed SQLite file then a reopen, or
     ``memory(ledger) -> ledger`` on the memory origin's state (which a reopen would lose)."""
     if _in_memory(store):
-        store._origin._replace(lambda s: s.ledger.__setitem__(slice(None), memory([dict(e) for e in s.ledger])))
+        behind(store)._origin._replace(lambda s: s.ledger.__setitem__(slice(None), memory([dict(e) for e in s.ledger])))
         return store
     path = _origin_db(store)
     store.close()
@@ -115,7 +117,7 @@ def _tamper(store, reopen, sql, args=(), *, memory=None):
 
 def test_an_altered_entry_body_is_detected(store, clock, reopen):
     receipts, _ = _populate(store, clock)
-    entry = store.ledger()[1]
+    entry = store.ledger(TENANT)[1]
     body = json.loads(entry["body"])
     body["erased"] = []  # hide what was erased
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -151,7 +153,7 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
     from efface.origin.ledger import chain_hash
 
     receipts, _ = _populate(store, clock)
-    e = store.ledger()[0]
+    e = store.ledger(TENANT)[0]
     body = e["body"].replace('"kind":"forget"', '"kind":"forgot"')
     assert body != e["body"]
     new_hash = chain_hash(e["prev"], e["seq"], e["at"], e["kind"], e["handle"], body)
@@ -165,7 +167,7 @@ def test_a_rehashed_entry_still_breaks_the_next_link(store, clock, reopen):
     check = store.verify_ledger()
     assert not check.ok
     assert any("seq 2" in p and "link" in p for p in check.problems), check.problems
-    assert store.ledger()[0]["hash"] != receipts[0].ledger_hash
+    assert store.ledger(TENANT)[0]["hash"] != receipts[0].ledger_hash
 
 
 def test_a_deleted_middle_entry_is_a_gap(store, clock, reopen):
@@ -193,7 +195,7 @@ def test_a_deleted_last_entry_is_visible_to_the_receipt_holder(store, clock, reo
         memory=lambda led: [e for e in led if e["seq"] != last.ledger_seq],
     )
     assert store.verify_ledger().ok
-    assert last.ledger_hash not in {e["hash"] for e in store.ledger()}
+    assert last.ledger_hash not in {e["hash"] for e in store.ledger(TENANT)}
 
 
 def test_ledger_and_stored_receipts_hold_no_plaintext(store, clock):
@@ -233,8 +235,8 @@ def test_hashes_are_keyed_per_store(store, open_store, tmp_path):
     for s in (store, other):
         s.write("same-key", "same text", tenant="acme", subject="alice", purpose="support")
         s.forget(tenant="acme", key="same-key")
-    b1 = json.loads(store.ledger()[0]["body"])
-    b2 = json.loads(other.ledger()[0]["body"])
+    b1 = json.loads(store.ledger("acme")[0]["body"])
+    b2 = json.loads(other.ledger("acme")[0]["body"])
     assert b1["erased"] != b2["erased"]
     assert b1["selector"]["tenant_h"] != b2["selector"]["tenant_h"]
     assert len(b1["erased"]) == 1 and len(b1["erased"][0]) >= 32

@@ -16,7 +16,7 @@ import pytest
 import efface
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
-from conftest import record_id_of, set_ledger_body
+from conftest import behind, record_id_of, set_ledger_body
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -60,7 +60,7 @@ def found_in_files(path, needle: bytes) -> list[str]:
 
 def on_disk(store) -> bool:
     """Whether the store's origin keeps its state in files (SQLite) rather than in memory."""
-    return getattr(store._origin, "physical", None) is not None
+    return getattr(behind(store)._origin, "physical", None) is not None
 
 
 def outcome(v, name: str) -> str:
@@ -182,14 +182,14 @@ def test_fingerprints_are_discarded_once_erased_and_later_verifies_replay_the_pr
     store.wait(r.handle, timeout=30)
     first = store.verify(r.handle)
     assert first.level == "erased" and first.fingerprints_discarded
-    evidence = store._origin.evidence(r.handle)
+    evidence = behind(store)._origin.evidence(r.handle)
     assert evidence["fingerprints"] is None
     store = reopen(store)
     again = store.verify(r.handle)
     assert again.level == "erased"
     recorded = next(c for c in again.checks if c.name == "bytes")
     assert recorded.outcome == "recorded" and f"seq {first.ledger_seq}" in recorded.detail
-    entries = [e for e in store.ledger() if e["kind"] == "verify" and e["handle"] == r.handle]
+    entries = [e for e in store.ledger(TENANT) if e["kind"] == "verify" and e["handle"] == r.handle]
     assert [json.loads(e["body"])["level"] for e in entries] == ["erased", "erased"]
     assert store.verify_ledger().ok
 
@@ -201,7 +201,7 @@ def test_verification_holds_no_personal_data(store):
     v1 = store.verify(r.handle)
     store.wait(r.handle, timeout=30)
     v2 = store.verify(r.handle)
-    dumped = json.dumps([v1.to_dict(), v2.to_dict(), store.ledger()])
+    dumped = json.dumps([v1.to_dict(), v2.to_dict(), store.ledger(TENANT)])
     for secret in ("Alice", "alice", "Maya", "Lyon", "example.com"):
         assert secret not in dumped
     assert v2.level == "erased"
@@ -265,7 +265,7 @@ def test_a_tampered_verification_entry_is_detected(store):
     r = store.forget(tenant=TENANT, subject="alice")
     store.wait(r.handle, timeout=30)
     v = store.verify(r.handle)
-    body = json.loads(next(e["body"] for e in store.ledger() if e["seq"] == v.ledger_seq))
+    body = json.loads(next(e["body"] for e in store.ledger(TENANT) if e["seq"] == v.ledger_seq))
     body["level"] = "erased" if body["level"] != "erased" else "intent"
     set_ledger_body(store, v.ledger_seq, json.dumps(body, sort_keys=True, separators=(",", ":")))
     check = store.verify_ledger()
@@ -293,7 +293,8 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     ]
     store.write_many(items, tenant=TENANT, purpose="support", embeddings=vectors)
     store.compact()
-    tenant_index = store._ann._index(store._tenant(TENANT))
+    local = behind(store)
+    tenant_index = local._ann._index(local._tenant(TENANT))
     for r in range(rounds):
         ids = [record_id_of(store, TENANT, f"r{r}:{i}") for i in range(r * per, (r + 1) * per)]
         quantized = [np.asarray(tenant_index.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in ids]
