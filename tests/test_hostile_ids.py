@@ -445,6 +445,7 @@ def test_replaced_text_leaves_no_bytes_behind(store):
     assert old.encode() not in data and b"zephyrine" not in data
 
 
+@pytest.mark.local_only(reason="backup and restore work on the store's files, where the store is")
 def test_a_restore_does_not_bring_back_replaced_content(store, tmp_path):
     write(store, "k1", "alice prefers zephyrine tea", subject="alice", purpose="support")
     store.backup(tmp_path / "before.efb")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import ledger_rows
+from conftest import behind, ledger_rows
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -51,6 +51,7 @@ def scan_files(directory, needles) -> dict[str, list[str]]:
 
 def registered(store, tenant=T) -> dict[str, list[str]]:
     """subject -> identifiers the origin holds for ``tenant`` (behind the API, either backend)."""
+    store = behind(store)
     tid = store._tenant(tenant)  # the origin knows a tenant by its id (a keyed hash)
     return {s: json.loads(i) for t, s, i in store._origin.all_subjects() if t == tid}
 
@@ -86,7 +87,7 @@ def _remove_last_claim(store, clock, how):
     elif how == "expiry":  # the background compactor's own sweep (the store runs one)
         deadline = time.monotonic() + 60
         while not [r for r in store.receipts(T) if r["kind"] == "expire"] and time.monotonic() < deadline:
-            store._compactor.wake()
+            behind(store)._compactor.wake()
             time.sleep(0.01)
     (row,) = [r for r in store.receipts(T) if r["kind"] == "expire"]
     return row

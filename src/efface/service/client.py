@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 
 from .. import validate as v
 from ..erasure.ledger import ChainCheck
-from ..errors import EffaceError, ErasureNotSettled, InvalidInput
+from ..errors import EffaceError, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from . import wire as w
 
@@ -162,15 +162,7 @@ class Client:
             kind, message = str(detail["type"]), str(detail["message"])
         except (ValueError, KeyError, TypeError):
             return EffaceError(f"the server answered HTTP {response.status_code} without an efface error")
-        cls = w.error_class(kind)
-        if issubclass(cls, ErasureNotSettled):
-            return cls(
-                message,
-                scope=detail.get("scope"),
-                required_epoch=detail.get("required_epoch"),
-                applied_epoch=detail.get("applied_epoch"),
-            )
-        return cls(message)
+        return w.rebuild_error(kind, message, detail)
 
     def _as(self, t: Any, route: str, body: Mapping[str, Any], **kw: Any) -> Any:
         return _adapter(t).validate_json(self._post(route, body, **kw).content)

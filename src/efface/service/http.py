@@ -40,7 +40,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import validate as v
-from ..errors import EffaceError, ErasureNotSettled, InvalidInput
+from ..errors import EffaceError, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
 from . import wire as w
@@ -123,10 +123,7 @@ def _error_response(status: int, kind: str, message: str, **extra: Any) -> JSONR
 
 def _efface_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, EffaceError)
-    extra: dict[str, Any] = {}
-    if isinstance(exc, ErasureNotSettled):
-        extra = {"scope": exc.scope, "required_epoch": exc.required_epoch, "applied_epoch": exc.applied_epoch}
-    return _error_response(w.status_of(exc), type(exc).__name__, str(exc), **extra)
+    return _error_response(w.status_of(exc), type(exc).__name__, str(exc), **w.error_fields(exc))
 
 
 def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

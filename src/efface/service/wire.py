@@ -121,7 +121,8 @@ class ForgetBody(_Body):
     purpose: Str = None
     prefix: Str = None
     key: Str = None
-    everything: bool = Field(default=False, description="Forget all of the key's tenant (and name nothing else).")
+    # Any JSON value, checked by the library: pydantic would take "yes" for True, and erase a tenant.
+    everything: Bool = Field(default=False, description="Forget all of the key's tenant (and name nothing else).")
 
 
 class HandleBody(_Body):
@@ -204,6 +205,35 @@ class ErrorDetail(BaseModel):
     scope: str | None = None
     required_epoch: int | None = None
     applied_epoch: int | None = None
+    index: int | None = Field(default=None, description="CommonIdentifier: which identifier (1-based).")
+    rule: str | None = Field(default=None, description="CommonIdentifier: the rule it broke.")
+    claims: int | None = Field(default=None, description="KeyInUse: claims other subjects hold on the record.")
+
+
+ERROR_FIELDS: dict[type[EffaceError], tuple[str, ...]] = {
+    errors.ErasureNotSettled: ("scope", "required_epoch", "applied_epoch"),
+    errors.CommonIdentifier: ("index", "rule"),
+    errors.KeyInUse: ("claims",),
+}
+"""The attributes an error carries besides its message (none of them personal data), sent
+in the error body and given back to the error the client raises."""
+
+
+def error_fields(exc: EffaceError) -> dict[str, Any]:
+    """The attributes of ``exc`` that travel with it (see :data:`ERROR_FIELDS`)."""
+    for cls, names in ERROR_FIELDS.items():
+        if isinstance(exc, cls):
+            return {n: getattr(exc, n, None) for n in names}
+    return {}
+
+
+def rebuild_error(kind: str, message: str, detail: dict[str, Any]) -> EffaceError:
+    """The efface error a JSON error body names, its attributes restored."""
+    cls = error_class(kind)
+    for base, names in ERROR_FIELDS.items():
+        if issubclass(cls, base):
+            return cls(message, **{n: detail.get(n) for n in names})
+    return cls(message)
 
 
 class ErrorBody(BaseModel):
