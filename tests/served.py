@@ -4,9 +4,11 @@ SQLite store, with a real key ring; and the ``http`` contract backend built on i
 ``Served`` is one server. ``SharedServer`` is one server for a whole test module, serving
 whichever store a test opened last (``Served(path, shared=...)``): starting a server costs far
 more than opening a store (FastAPI builds every route's models), and the contract suite opens a
-store per test. ``TenantRouter`` is what the ``http`` backend's ``open_store`` returns: contract tests use several tenants, and a key acts for exactly one, so it holds one
-real :class:`efface.Client` per tenant (a key made on first use) and sends each call through
-the client of the tenant the call names (``DEFAULT_TENANT``'s when it names none).
+store per test; a test that opens a second store at once gets a server of its own for it.
+``TenantRouter`` is what the ``http`` backend's ``open_store`` returns: contract tests use
+several tenants, and a key acts for exactly one, so it holds one real :class:`efface.Client`
+per tenant (a key made on first use) and sends each call through the client of the tenant
+the call names (``DEFAULT_TENANT``'s when it names none).
 
 Outside CI a server that cannot start skips the test with the reason; with ``CI=true`` it fails.
 """

@@ -13,6 +13,7 @@ import pytest
 
 import efface
 from efface.validate import MAX_KEY_BYTES, MAX_METADATA_BYTES, MAX_TEXT_BYTES
+
 from conftest import behind
 
 HTTP_CONTRACT = True
