@@ -119,7 +119,7 @@ def store_location(backend: str, store_path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def http_server(tmp_path_factory):
+def http_contract_server(tmp_path_factory):
     """The ``http`` backend's server, one per test module (see ``served.SharedServer``)."""
     from served import SharedServer
 
@@ -144,7 +144,7 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
         if backend == "http":
             from served import Served, TenantRouter
 
-            shared = request.getfixturevalue("http_server")
+            shared = request.getfixturevalue("http_contract_server")
             s: Any = TenantRouter(Served(target, shared=shared, **options))
         else:
             s = efface.open(target, **options)

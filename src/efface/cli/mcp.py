@@ -60,7 +60,13 @@ from .base import DEFAULT_TENANT, _setter, _settings, cli
     help="Embedder for a new store (default: the store's own, else the best installed).",
 )
 @click.option("--keys", "keys_file", metavar="FILE", help="HTTP: the API key ring (default: keys.db in the store).")
-def mcp(transport, host, port, path, purpose, keys_file) -> None:
+@click.option(
+    "--allow-forget-everything",
+    "forget_everything",
+    is_flag=True,
+    help="Let the forget tool take everything=true (forget the whole tenant): for a tenant that is one person.",
+)
+def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> None:
     """Serve the store to agents over MCP (tools: remember, recall, forget with its receipt, ...).
 
     See docs/mcp.md for a client's configuration. Runs until the client disconnects (stdio)
@@ -75,25 +81,32 @@ def mcp(transport, host, port, path, purpose, keys_file) -> None:
     # signal after its graceful shutdown, to this handler.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if transport == "stdio":
-        _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose)
+        _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose, forget_everything)
     else:
         if settings.tenant:
             click.echo("efface mcp: over HTTP each API key names its tenant; --tenant is not used", err=True)
-        _http(settings.store, settings.embedder, keys_file, host, port, path, purpose)
+        _http(settings.store, settings.embedder, keys_file, host, port, path, purpose, forget_everything)
 
 
-def _stdio(directory: str, embedder: str | None, tenant: str, purpose: str | None) -> None:
+def _stdio(directory: str, embedder: str | None, tenant: str, purpose: str | None, forget_everything: bool) -> None:
     from efface.service.mcp import build_mcp
 
     # A model loading may print; stdout is the protocol's from the first byte.
     with contextlib.redirect_stdout(sys.stderr):
         store = efface.open(directory, embedder=embedder)
     with store:
-        build_mcp(store, tenant=tenant, purpose=purpose).run("stdio")
+        build_mcp(store, tenant=tenant, purpose=purpose, forget_everything=forget_everything).run("stdio")
 
 
 def _http(
-    directory: str, embedder: str | None, keys_file: str | None, host: str, port: int, path: str, purpose: str | None
+    directory: str,
+    embedder: str | None,
+    keys_file: str | None,
+    host: str,
+    port: int,
+    path: str,
+    purpose: str | None,
+    forget_everything: bool,
 ) -> None:
     import uvicorn
 
@@ -101,6 +114,8 @@ def _http(
 
     with efface.open(directory, embedder=embedder) as store, KeyRing(keys_file or key_path(directory)) as ring:
         # The SDK's app runs its own lifespan (the session manager) when served alone.
-        app, _lifespan = mcp_http_app(store, ring, path=path, host=host, purpose=purpose)
+        app, _lifespan = mcp_http_app(
+            store, ring, path=path, host=host, purpose=purpose, forget_everything=forget_everything
+        )
         click.echo(f"efface mcp: serving http://{host}:{port}{path}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="warning")

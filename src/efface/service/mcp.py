@@ -68,6 +68,12 @@ FORGET = (
     "before you report a memory as erased; report the level verify_erasure returns."
 )
 
+FORGET_EVERYTHING = (
+    " everything=true (and nothing else) forgets all of this tenant: every claim but legal holds, every "
+    "registered subject's identifiers and, once nothing of it is left, the tenant's name. This server allows it "
+    "because its tenant is one person's (a per-user tenant); ask the user to confirm before you call it."
+)
+
 INSTRUCTIONS = (
     "efface is a memory store whose forget can be proven. Write memories with remember, find them with "
     "read and recall, and forget them with forget, which returns a receipt with a handle. A receipt's "
@@ -155,6 +161,12 @@ Purpose = Annotated[
     Field(description="What the memory may be used for, e.g. 'support'. Default: the server's configured purpose."),
 ]
 Handle = Annotated[str, Field(description="The handle a forget's receipt carries.")]
+ForgetSubject = Annotated[str | None, Field(description="Release this subject's claims.")]
+ForgetPurpose = Annotated[
+    str | None, Field(description="Release claims for this purpose (no default: a forget is never narrowed).")
+]
+ForgetPrefix = Annotated[str | None, Field(description="Release claims on keys starting with this.")]
+ForgetKey = Annotated[str | None, Field(description="Release the claims on this one key.")]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -166,6 +178,7 @@ def build_mcp(
     purpose: str | None = None,
     ring: KeyRing | None = None,
     name: str = "efface",
+    forget_everything: bool = False,
 ) -> MCPServer:
     """The MCP server for ``store``.
 
@@ -174,6 +187,11 @@ def build_mcp(
     request carries (streamable HTTP: see :func:`mcp_http_app`); not both. ``purpose`` is the
     default purpose of ``remember``, ``read`` and ``recall`` when the agent names none (a
     forget never narrows to it: it releases what its selector names).
+
+    ``forget_everything`` adds ``everything`` to the forget tool, so an agent can forget the
+    whole tenant (``Store.forget(everything=True)``). Off by default: a tenant is often a whole
+    company, and one tool call must not erase it. Turn it on where a tenant is one person (a
+    desktop agent's own store, a service with a tenant per user).
     """
     if (tenant is None) == (ring is None):
         raise InvalidInput("give build_mcp either a tenant (stdio) or a key ring (HTTP), not both and not neither")
@@ -290,26 +308,43 @@ def build_mcp(
         )
         return RecallResult.model_validate({"hits": [h.to_dict() for h in hits]})
 
-    @tool(
-        title="Forget memories, with a receipt",
-        description=FORGET,
-        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
-    @_edge
-    async def forget(
-        subject: Annotated[str | None, Field(description="Release this subject's claims.")] = None,
-        purpose: Annotated[
-            str | None, Field(description="Release claims for this purpose (no default: a forget is never narrowed).")
-        ] = None,
-        prefix: Annotated[str | None, Field(description="Release claims on keys starting with this.")] = None,
-        key: Annotated[str | None, Field(description="Release the claims on this one key.")] = None,
-    ) -> ReceiptOut:
-        receipt = await _call(
-            store.forget, tenant=acting_tenant(), subject=subject, purpose=purpose, prefix=prefix, key=key
-        )
+    async def receipt_of(**selector: Any) -> ReceiptOut:
+        receipt = await _call(store.forget, tenant=acting_tenant(), **selector)
         return ReceiptOut.model_validate(
             {**receipt.to_dict(), "level_means": LADDER[receipt.level], "next_step": NEXT_STEP[receipt.level]}
         )
+
+    forget_options: dict[str, Any] = {
+        "title": "Forget memories, with a receipt",
+        "description": FORGET + (FORGET_EVERYTHING if forget_everything else ""),
+        "annotations": ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+    }
+    if forget_everything:
+
+        @tool(**forget_options)
+        @_edge
+        async def forget(
+            subject: ForgetSubject = None,
+            purpose: ForgetPurpose = None,
+            prefix: ForgetPrefix = None,
+            key: ForgetKey = None,
+            everything: Annotated[
+                bool, Field(description="Forget all of this tenant; name nothing else. Ask the user first.")
+            ] = False,
+        ) -> ReceiptOut:
+            return await receipt_of(subject=subject, purpose=purpose, prefix=prefix, key=key, everything=everything)
+
+    else:
+
+        @tool(**forget_options)
+        @_edge
+        async def forget(
+            subject: ForgetSubject = None,
+            purpose: ForgetPurpose = None,
+            prefix: ForgetPrefix = None,
+            key: ForgetKey = None,
+        ) -> ReceiptOut:
+            return await receipt_of(subject=subject, purpose=purpose, prefix=prefix, key=key)
 
     @tool(title="Where an erasure stands", annotations=READ_ONLY)
     @_edge
@@ -394,6 +429,7 @@ def mcp_http_app(
     path: str = "/mcp",
     host: str = "127.0.0.1",
     purpose: str | None = None,
+    forget_everything: bool = False,
 ) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
     """The MCP server over streamable HTTP, as an ASGI app plus what runs its lifespan.
 
@@ -420,9 +456,10 @@ def mcp_http_app(
     ``host`` is the host the server binds: for a loopback host the SDK turns on its DNS-rebinding
     protection (only ``Host: 127.0.0.1|localhost|[::1]:*`` accepted); for any other host it is
     off, and TLS and the network in front are the deployer's. ``purpose`` is the default
-    purpose of ``remember``, ``read`` and ``recall``. The app does not close ``store`` or
-    ``ring``: their owner does, after the lifespan has ended.
+    purpose of ``remember``, ``read`` and ``recall``; ``forget_everything`` as for
+    :func:`build_mcp` (for a service whose every tenant is one person). The app does not close
+    ``store`` or ``ring``: their owner does, after the lifespan has ended.
     """
-    server = build_mcp(store, ring=ring, purpose=purpose)
+    server = build_mcp(store, ring=ring, purpose=purpose, forget_everything=forget_everything)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     return app, server.session_manager.run

@@ -95,6 +95,7 @@ class SelectorOut(_Out):
     purpose: str | None = None
     prefix: str | None = None
     key: str | None = None
+    everything: bool = Field(default=False, description="True when the forget named all of the tenant.")
 
 
 class ReleasedOut(_Out):
@@ -149,6 +150,12 @@ class ReceiptOut(_Out):
     derivations: list[DerivationOut]
     policy: str
     identifiers_erased: bool
+    subjects_erased: list[str] = Field(
+        default_factory=list, description="Subjects whose registered identifiers went with their last claim."
+    )
+    tenant_erased: bool = Field(
+        default=False, description="True when nothing of the tenant was left, so its name was erased too."
+    )
     paths: dict[str, PathOut] = Field(description="Every read path and where it stands with this erasure.")
     max_propagation_s: float
     acknowledged_at: float
