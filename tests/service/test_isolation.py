@@ -131,3 +131,72 @@ def test_another_tenants_key_sees_and_changes_only_its_own_tenant(world):
     globex = served.client("globex")
     assert globex.read(KEY, purpose="support") is None or globex.read(KEY, purpose="support").tenant == "globex"
     assert acme.read(KEY, purpose="support").text == SECRET_TEXT
+
+
+def test_forget_everything_with_another_tenants_key_erases_its_own_tenant_only(world):
+    served, acme, handle, keys = world
+    before = acme_state(acme, handle)
+    globex = served.client("globex")
+    globex.write("g1", "globex's own note", subject="carol", purpose="support")
+    headers = {"Authorization": f"Bearer {keys['other tenant']}"}
+    r = httpx.post(served.url + "/v1/forget", json={"everything": True}, headers=headers)
+    assert r.status_code == 200 and r.json()["erased"] == ["g1"]
+    assert SECRET_TEXT not in r.text and KEY not in r.text and SUBJECT not in r.text
+    # Naming acme with everything is refused like any other foreign tenant, before anything runs.
+    r = httpx.post(served.url + "/v1/forget", json={"everything": True, "tenant": "acme"}, headers=headers)
+    assert r.status_code == 403
+    assert acme_state(acme, handle) == before
+
+
+def test_every_mcp_tool_of_the_served_app_with_another_tenants_key(world):
+    """`efface serve`'s /mcp: every tool, called with globex's key on acme's data (forget with
+    everything=true included), answers only for globex; acme's data neither leaks nor changes."""
+    import asyncio
+    import json
+
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from efface.service.http import create_app
+    from efface.service.mcp import mcp_http_app
+    from efface.service.runner import BackgroundServer
+
+    served, acme, handle, keys = world
+    before = acme_state(acme, handle)
+    app = create_app(served.store, served.ring, mcp=mcp_http_app(served.store, served.ring, forget_everything=True))
+    calls = {
+        "remember": {"key": KEY, "text": "overwritten", "subject": SUBJECT, "purpose": "support"},
+        "register_subject": {"subject": SUBJECT, "identifiers": ["someone else entirely"]},
+        "read": {"key": KEY, "purpose": "support"},
+        "recall": {"query": "oolong Alice Marchetti", "purpose": "support"},
+        "forget": {"subject": SUBJECT},
+        "erasure_status": {"handle": handle},
+        "wait_erasure": {"handle": handle, "timeout_s": 0},
+        "verify_erasure": {"handle": handle},
+    }
+
+    async def as_globex(url):
+        headers = {"Authorization": f"Bearer {keys['other tenant']}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            tools = {t.name for t in (await client.list_tools()).tools}
+            answers = {name: await client.call_tool(name, args) for name, args in calls.items()}
+            answers["forget everything"] = await client.call_tool("forget", {"everything": True})
+            return tools, answers
+
+    with BackgroundServer(app, access_log=False) as server:
+        tools, answers = asyncio.run(as_globex(server.url + "/mcp"))
+    assert tools == set(calls), "a tool was added or removed: cover it here"
+    for name, result in answers.items():
+        text = json.dumps(result.structured_content) + "".join(getattr(c, "text", "") for c in result.content)
+        assert SECRET_TEXT not in text and handle not in text, name
+        if name in ("erasure_status", "wait_erasure", "verify_erasure"):
+            assert result.is_error and json.loads(result.content[0].text)["error"]["type"] == "NotFound", name
+    # globex's remember wrote globex's own record under the same key: that is all it reads and forgets.
+    assert answers["read"].structured_content["memory"]["text"] == "overwritten"
+    assert answers["forget"].structured_content["erased"] == [KEY]
+    assert not answers["forget everything"].is_error
+    assert acme_state(acme, handle) == before
