@@ -396,7 +396,6 @@ def test_receipts_survive_close_and_reopen(store, reopen):
 
 
 # -- TTL ---------------------------------------------------------------------------------------
-@pytest.mark.local_only(reason="reads the store-wide record count, which a served store does not show a tenant")
 def test_expired_claim_is_unreadable_before_sweep_then_swept_with_a_receipt(store, clock):
     put(store, "t1", "ephemeral pelican note", ttl=60)
     put(store, "keep", "durable heron note")
@@ -659,7 +658,6 @@ def test_sweep_gives_one_expiry_receipt_per_tenant(store, clock):
     assert text_of(store, "c", tenant="globex") == "globex long-lived"
 
 
-@pytest.mark.local_only(reason="reads the store-wide record count, which a served store does not show a tenant")
 def test_a_write_in_one_tenant_honours_due_expiries_everywhere_first(store, clock):
     put(store, "a", "acme short-lived", tenant="acme", ttl=10)
     clock.advance(11)
