@@ -488,7 +488,7 @@ def test_release_needs_a_reason_and_lifts(digests):
         with pytest.raises(InvalidInput):
             store.release("digest:zq", tenant=T, reason=bad)
     with pytest.raises(TypeError):
-        store.release("digest:zq", tenant=T)  # noqa: the reason is keyword-only and required
+        store.release("digest:zq", tenant=T)  # the reason is keyword-only and required
     assert store.read("digest:zq", tenant=T, purpose="analytics") is None  # failed releases changed nothing
     with pytest.raises(NotFound):
         store.release("digest:bob", tenant=T, reason="not quarantined")
