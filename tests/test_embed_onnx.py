@@ -133,3 +133,14 @@ def test_efface_imports_onnxruntime_before_usearch():
     code = "import efface, sys; m = list(sys.modules); print(m.index('onnxruntime') < m.index('usearch.compiled'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "True"
+
+
+def test_a_damaged_cached_export_is_made_again(exported, tmp_path, monkeypatch, torch_vectors):
+    """The cache is only a cache: a truncated file there is exported again, not a recall failure."""
+    monkeypatch.setenv("EFFACE_CACHE_DIR", str(tmp_path))
+    damaged = mo.model_file(tmp_path)
+    damaged.parent.mkdir(parents=True, exist_ok=True)
+    damaged.write_bytes(exported.read_bytes()[:4096])
+    got = mo.OnnxMiniLMEmbedder().embed(SENTENCES[:2])
+    assert np.min(np.sum(got * torch_vectors[:2], axis=1)) >= mo.MIN_COSINE
+    assert damaged.read_bytes() != exported.read_bytes()[:4096]

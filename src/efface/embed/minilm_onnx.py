@@ -218,7 +218,17 @@ class OnnxMiniLMEmbedder:
                 opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 opts.log_severity_level = 3
                 self._tok = _tokenizer()
-                self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+                try:
+                    self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+                except Exception:  # onnxruntime raises its own types for a bad file
+                    if self._path is not None or not exporter_available():
+                        raise
+                    # A damaged cache file (a truncated copy, a disk error): it is only a cache,
+                    # so it is made again from the packaged weights rather than failing recall.
+                    log.warning("the cached ONNX export could not be loaded; exporting it again")
+                    path.unlink(missing_ok=True)
+                    export(path)
+                    self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         return self._session
 
     def _run(self, texts: list[str]) -> np.ndarray:
