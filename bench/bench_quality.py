@@ -247,7 +247,20 @@ def run_lancedb(root: Path, docs, queries, dvec, qvec, out: dict) -> None:
 REL: list[set[int]] = []
 
 
-def run_one(c: corpora.Corpus, emb_name: str) -> dict:
+def run_baseline(src: str, c: corpora.Corpus, emb_name: str, n_docs: int, n_q: int, out: dict) -> None:
+    """The efface systems again, from another checkout's ``src`` (before a change), in a child
+    process over the same documents, queries and cached vectors."""
+    cmd = [sys.executable, __file__, "--efface-only", "--corpora", c.name, "--embedders", emb_name]
+    cmd += ["--docs", str(n_docs), "--queries", str(n_q)]
+    env = {**os.environ, "PYTHONPATH": src}
+    log(f"[baseline] efface from {src}")
+    got = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
+    for name, figures in got["runs"][0]["systems"].items():
+        out[f"before:{name}"] = figures
+        log(f"  before:{name:11s} {figures}")
+
+
+def run_one(c: corpora.Corpus, emb_name: str, efface_only: bool = False) -> dict:
     global REL
     REL = c.relevant
     emb = embedder(emb_name)
@@ -267,8 +280,9 @@ def run_one(c: corpora.Corpus, emb_name: str) -> dict:
     root = Path(tempfile.mkdtemp(prefix="efface-quality-"))
     try:
         run_efface(root, c.docs, c.queries, dvec, qvec, emb, res)
-        run_exact(c.docs, c.queries, dvec, qvec, res)
-        run_lancedb(root, c.docs, c.queries, dvec, qvec, res)
+        if not efface_only:
+            run_exact(c.docs, c.queries, dvec, qvec, res)
+            run_lancedb(root, c.docs, c.queries, dvec, qvec, res)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["systems"] = res
@@ -293,6 +307,12 @@ def main() -> None:
         "--minilm-docs", type=int, default=0, help="documents per corpus with MiniLM (0: as --docs); it encodes slowly"
     )
     ap.add_argument("--minilm-queries", type=int, default=0, help="queries per corpus with MiniLM (0: as --queries)")
+    ap.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="also run efface from this src directory (e.g. a worktree of the old commit), side by side",
+    )
+    ap.add_argument("--efface-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
         args.docs, args.queries = args.docs or 10000, min(args.queries, 300)
@@ -305,6 +325,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "load_before": [round(x, 2) for x in load],
         "quick": args.quick,
+        "baseline": args.baseline,
         "runs": [],
     }
     for name in args.corpora.split(","):
@@ -324,7 +345,10 @@ def main() -> None:
             n_docs = (args.minilm_docs or args.docs) if emb_name == "minilm" else args.docs
             n_q = (args.minilm_queries or args.queries) if emb_name == "minilm" else args.queries
             c = full.subset(n_docs or len(full.docs), n_q) if (n_docs or n_q < len(full.queries)) else full
-            result["runs"].append(run_one(c, emb_name))
+            run = run_one(c, emb_name, args.efface_only)
+            if args.baseline:
+                run_baseline(args.baseline, full, emb_name, n_docs, n_q, run["systems"])
+            result["runs"].append(run)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=2))
 
