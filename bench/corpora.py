@@ -127,9 +127,7 @@ def debian(n_queries: int = 1000, seed: int = 7, install: bool = True) -> Corpus
         by_body[body[p]] = by_body.get(body[p], 0) + 1
         by_syn[synopsis[p].lower()] = by_syn.get(synopsis[p].lower(), 0) + 1
     eligible = sorted(
-        p
-        for p in body
-        if by_body[body[p]] == 1 and by_syn[synopsis[p].lower()] == 1 and len(synopsis[p].split()) >= 2
+        p for p in body if by_body[body[p]] == 1 and by_syn[synopsis[p].lower()] == 1 and len(synopsis[p].split()) >= 2
     )
     picked = random.Random(seed).sample(eligible, min(n_queries, len(eligible)))
     return Corpus(
@@ -180,7 +178,8 @@ def manpages(n_queries: int = 1000, seed: int = 7, install: bool = True) -> Corp
     for f in files:
         if os.path.islink(f):
             continue  # another name for a page read under its own name
-        src = gzip.open(f, "rt", encoding="utf-8", errors="replace").read().splitlines()
+        with gzip.open(f, "rt", encoding="utf-8", errors="replace") as fh:
+            src = fh.read().splitlines()
         if any(ln.startswith(".so ") for ln in src[:5]):
             continue  # a redirect to another page
         sections: dict[str, list[str]] = {}
