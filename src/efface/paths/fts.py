@@ -3,8 +3,8 @@
 The index lives in the origin and is staged inside the origin's transaction, so a deleted
 row can never match again: this path's applied epoch never lags. Its erased epoch is the
 origin's purge (the merge that drops deleted tokens from the segments). Queries keep only
-selective words (see :data:`COMMON_TERM_SHARE`), then widen the ranked list while the
-tenant, purpose and subject filters thin it.
+their rarest words within a budget of postings (see :data:`POSTING_BUDGET`), then widen the
+ranked list while the tenant, purpose and subject filters thin it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,16 @@ from ..text import query_words
 from .base import Erased, Held, Query, check
 
 MAX_FTS_CANDIDATES = 20000
-COMMON_TERM_SHARE = 0.01
-"""Query terms in more than this share of all records are dropped (BM25 gives them almost no
-weight, and scoring their long doclists is what makes a query slow); if every term is that
-common, the rarest one is kept. The same idea as Lucene's common-terms query."""
+POSTING_BUDGET = 20000
+"""How many postings (records holding a word, summed over the query's words) one full-text
+query may read: words are taken rarest first while their document frequencies fit, the
+rarest always. Reading and scoring a common word's long doclist is what makes a query slow,
+so the bound is on that cost, and it does not grow with the store. The words left out are
+the ones BM25 weighs least. An earlier rule dropped every word found in more than 1% of the
+records: on Debian's package descriptions (60k) it kept a third of a query's words, left a
+quarter of the queries with one word and took BM25's MRR@10 from 0.65 to 0.43
+(bench/bench_quality.py); this budget keeps four fifths of the words and all of the
+quality there, at a bounded cost (docs/benchmarks.md, "Retrieval quality")."""
 
 
 class FullTextIndex:
@@ -56,15 +62,20 @@ class FullTextIndex:
 
     # -- reads -----------------------------------------------------------------------
     def _selective(self, words: list[str]) -> list[str]:
-        """Drop the query's very common terms (keeping at least the rarest one)."""
+        """The query's rarest words while their postings fit :data:`POSTING_BUDGET` (at
+        least the rarest one)."""
         if len(words) <= 1:
             return words
         df = self._text.document_frequency(words)
         present = sorted((w for w in words if df.get(w)), key=lambda w: df[w])
-        if not present:
-            return []
-        limit = max(50, COMMON_TERM_SHARE * self._text.doc_count())
-        return [w for w in present if df[w] <= limit] or present[:1]
+        finders: list[str] = []
+        read = 0
+        for w in present:
+            if finders and read + df[w] > POSTING_BUDGET:
+                break
+            finders.append(w)
+            read += df[w]
+        return finders
 
     def candidates(self, query: Query, n: int) -> list[int]:
         """Rank in the index first (cheap), then keep the rows live for the tenant, purpose and
