@@ -349,7 +349,14 @@ def breakdown(store, lay: Layout, subject: str) -> dict:
         "physical_erasure_ms": ms(
             sum(
                 parts[k]
-                for k in ("ann_catch_up", "fts_optimize", "ann_save_fsync", "prune_changes", "reindex", "wal_checkpoint")
+                for k in (
+                    "ann_catch_up",
+                    "fts_optimize",
+                    "ann_save_fsync",
+                    "prune_changes",
+                    "reindex",
+                    "wal_checkpoint",
+                )
             )
         ),
         "level": ver.level,

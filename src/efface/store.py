@@ -137,6 +137,7 @@ class Store:
             origin, self._paths, self._propagation, self._sweep_quietly, interval=compact_interval
         )
         if background:
+            self._ann.yielding = True  # recall searches the un-absorbed delta exactly meanwhile
             self._compactor.start()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -208,6 +209,7 @@ class Store:
                 # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
                 # compactor; recall catches them up on new content first (read-your-writes), and
                 # reads are safe meanwhile because every candidate is resolved in the origin.
+                self._ann.touch()  # writes are streaming in: a background absorption stands back
                 self._compactor.wake(erased=bool(drops))
             return tx.epoch, result
 
@@ -433,10 +435,19 @@ class Store:
         Erasures committed after that write stay for the compactor: they are unreadable
         already, and absorbing them is not needed for a correct answer."""
         for p in self._paths:
-            if not p.synchronous:
-                target = self._origin.latest_put_epoch(after=p.applied_epoch())
+            if p.synchronous:
+                continue
+            see = getattr(p, "see", None)
+            if see is not None and self._compactor.running:
+                # The compactor absorbs in the background; what it has not yet is searched
+                # exactly, so no recall waits for a big import's absorption.
+                target = self._origin.latest_put_epoch(after=p.seen_epoch())
                 if target is not None:
-                    p.catch_up(upto=target)
+                    see(target)
+                continue
+            target = self._origin.latest_put_epoch(after=p.applied_epoch())
+            if target is not None:
+                p.catch_up(upto=target)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(
