@@ -437,13 +437,11 @@ class Store:
         for p in self._paths:
             if p.synchronous:
                 continue
-            see = getattr(p, "see", None)
-            if see is not None and self._compactor.running:
+            see, seen = getattr(p, "see", None), getattr(p, "seen_epoch", None)
+            if see is not None and seen is not None and self._compactor.running:
                 # The compactor absorbs in the background; what it has not yet is searched
                 # exactly, so no recall waits for a big import's absorption.
-                target = self._origin.latest_put_epoch(after=p.seen_epoch())
-                if target is not None:
-                    see(target)
+                see(self._origin.latest_put_epoch(after=seen()))
                 continue
             target = self._origin.latest_put_epoch(after=p.applied_epoch())
             if target is not None:

@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from .fingerprint import Fingerprinter, Fingerprints, Hit
 
+JOIN_BYTES = 8 << 20
+"""Live values are matched in batches of about this many bytes (bounded memory)."""
 SHORT = 23
 """Items shorter than this are looked for whole (see :mod:`.fingerprint`)."""
 
@@ -87,13 +90,33 @@ class LiveValues:
         for w in needles:
             automaton.add_word(w.decode("latin-1"), w)
         automaton.make_automaton()
-        for n, (value, kind) in enumerate(values):
-            if n % 256 == 0:
-                time.sleep(0)  # a long Python loop beside reads: let them take the GIL
-            for end, w in automaton.iter(value.decode("latin-1")):
-                j = end - len(w) + 1
-                by_len = self._index.setdefault(w, {}).setdefault(j, {}).setdefault(len(value), {})
-                by_len.setdefault(value, set()).add(kind)
+        # The automaton runs (in C) over many values joined, rather than once per value: a
+        # Python loop per live value made this grow with the store (7.7 s of a 45 s verify at
+        # 30k records). A match across two values is dropped by its bounds.
+        batch: list[tuple[bytes, str]] = []
+        size = 0
+        for value, kind in values:
+            batch.append((value, kind))
+            size += len(value) + 1
+            if size >= JOIN_BYTES:
+                self._add(automaton, batch)
+                batch, size = [], 0
+        self._add(automaton, batch)
+
+    def _add(self, automaton: Any, batch: list[tuple[bytes, str]]) -> None:
+        if not batch:
+            return
+        starts = list(accumulate((len(v) + 1 for v, _k in batch), initial=0))
+        joined = "\n".join(v.decode("latin-1") for v, _k in batch)
+        for end, w in automaton.iter(joined):
+            s = end - len(w) + 1
+            i = bisect_right(starts, s) - 1
+            value, kind = batch[i]
+            j = s - starts[i]
+            if j + len(w) > len(value):
+                continue
+            by_len = self._index.setdefault(w, {}).setdefault(j, {}).setdefault(len(value), {})
+            by_len.setdefault(value, set()).add(kind)
 
     def around(
         self, needle: bytes, start: int, read: Callable[[int, int], bytes], lo: int, hi: int, kinds: frozenset[str]
@@ -172,9 +195,10 @@ class Judge:
         pending: list[tuple[Hit, list[tuple[bytes, int]], bool]] = []
         needles: set[bytes] = set()
         embeddings = False
-        for h in hits:
-            window = read(h.file, h.offset, h.width)
-            if len(window) != h.width or self._fpr.window_hash(window) != h.hash:
+        windows = [read(h.file, h.offset, h.width) for h in hits]
+        hashes = self._fpr.window_hashes(windows)  # one vectorised pass, not a call per hit
+        for h, window, again in zip(hits, windows, hashes, strict=True):
+            if len(window) != h.width or again != h.hash:
                 out.residue.append(h)  # the file changed under the scan: fail closed
                 continue
             sites = self._sites(h.hash)

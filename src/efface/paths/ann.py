@@ -216,12 +216,14 @@ class VectorIndex:
             time.sleep(QUIET_S)
             waited += QUIET_S
 
-    def see(self, upto: int) -> None:
-        """Make the vectors written up to ``upto`` searchable without absorbing them: they
-        are searched exactly (:mod:`.delta`) until the compactor absorbs them. Takes no
-        lock the absorption holds, so a recall never waits for a big import's absorption."""
+    def see(self, upto: int | None) -> None:
+        """A recall is under way: make the vectors written up to ``upto`` (if any) searchable
+        without absorbing them: they are searched exactly (:mod:`.delta`) until the compactor
+        absorbs them. Takes no lock the absorption holds, so a recall never waits for a big
+        import's absorption."""
         self.touch()
-        self._delta.take(upto)
+        if upto is not None:
+            self._delta.take(upto)
 
     def seen_epoch(self) -> int:
         """The newest epoch whose written vectors recall finds (absorbed, or in the delta)."""
