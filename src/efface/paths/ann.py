@@ -3,9 +3,11 @@
 It absorbs the origin's change log *after* the commit, so it may lag; that is safe
 because recall resolves every candidate it returns against the origin's live claims
 before any text leaves the store (invariant 1). The compactor absorbs the log in the
-background; recall first absorbs any new content (read-your-writes), so a memory is
-recallable by meaning as soon as its write is acknowledged. The index files are saved atomically with the epoch
-they hold; on open, the change log since that epoch is replayed.
+background; recall makes any new content searchable first (read-your-writes), so a memory
+is recallable by meaning as soon as its write is acknowledged: with the compactor running,
+vectors it has not absorbed yet are searched exactly (:mod:`.delta`); without it, recall
+absorbs them. The index files are saved atomically with the epoch they hold; on open, the
+change log since that epoch is replayed.
 """
 
 from __future__ import annotations
