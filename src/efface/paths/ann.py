@@ -89,6 +89,7 @@ class VectorIndex:
         delay them; measured: recall 200-380 ms and writes at a fifth of their rate)."""
         self._activity = 0.0
         self._taken = 0.0
+        self._urgent = False
         self.catch_up()
 
     # -- state -------------------------------------------------------------------------
@@ -163,6 +164,8 @@ class VectorIndex:
         if self.yielding:
             self._delta.take(target)  # searchable at once; absorbed below, slice by slice
         changes = self._origin.changes_since(self._applied, target)
+        # An erasure in the range has a propagation bound to keep: absorb it without standing back.
+        self._urgent = any(op == "drop" for _e, _r, _t, op in changes)
         # Slices of about ABSORB_CHUNK changes, cut between epochs: the applied epoch moves
         # after each, so the exactly searched delta shrinks while a big import is absorbed.
         start = 0
@@ -214,7 +217,9 @@ class VectorIndex:
             self._taken = time.monotonic()
             self._delta.take(self._origin.current_epoch())
         waited = 0.0
-        while self.yielding and time.monotonic() - self._activity < QUIET_S and waited < MAX_PAUSE_S:
+        while (
+            self.yielding and not self._urgent and time.monotonic() - self._activity < QUIET_S and waited < MAX_PAUSE_S
+        ):
             time.sleep(QUIET_S)
             waited += QUIET_S
 
