@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def run_child(args) -> dict[str, Any]:
     out["peak_rss_mib"] = peak_rss_mib()
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     store.close()
+    shutil.rmtree(base, ignore_errors=True)
     return out
 
 
