@@ -5,6 +5,7 @@ status, with the server's compactor running and a verifier thread verifying eras
     python bench/bench_service.py                          # 64 clients, 60 s
     python bench/bench_service.py --clients 8 --duration 10  # smoke run
     python bench/bench_service.py --procs 1                  # every client thread in one process
+    python bench/bench_service.py --rate 2                   # each client paced at 2 requests/s
 
 Prints ONE JSON document on stdout (throughput, p50/p99 per operation, errors); progress goes
 to stderr. The server runs in its own process (``python -m efface serve``, hashing embedder) so
@@ -65,6 +66,13 @@ def main() -> None:
     ap.add_argument("--tenants", type=int, default=8)
     ap.add_argument("--seed-records", type=int, default=2000)
     ap.add_argument("--procs", type=int, default=8, help="client processes the clients are spread over")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="requests per second per client, Poisson-paced (0: closed loop, each client sends its next "
+        "request as soon as the last one is answered, which measures saturation, not latency at a load)",
+    )
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="efface-bench-service-")
@@ -129,7 +137,10 @@ def run(url: str, keys: dict, tenants: list, args: argparse.Namespace) -> dict:
     for p in range(args.procs):
         ids = list(range(p, args.clients, args.procs))
         procs.append(
-            ctx.Process(target=client_process, args=(url, keys, tenants, ids, args.duration, p == 0, ready, out))
+            ctx.Process(
+                target=client_process,
+                args=(url, keys, tenants, ids, args.duration, p == 0, ready, out, args.rate),
+            )
         )
     for proc in procs:
         proc.start()
@@ -160,6 +171,7 @@ def run(url: str, keys: dict, tenants: list, args: argparse.Namespace) -> dict:
     return {
         "clients": args.clients,
         "client_processes": args.procs,
+        "rate_per_client_per_s": args.rate or "closed loop",
         "duration_s": round(elapsed, 1),
         "tenants": len(tenants),
         "requests": total,
@@ -174,7 +186,7 @@ def run(url: str, keys: dict, tenants: list, args: argparse.Namespace) -> dict:
 
 
 def client_process(
-    url: str, keys: dict, tenants: list, ids: list, duration: float, verifying: bool, ready, out
+    url: str, keys: dict, tenants: list, ids: list, duration: float, verifying: bool, ready, out, rate: float = 0.0
 ) -> None:
     """One client process: a thread per client id (and the verifier in the first process)."""
     clients = {i: efface.Client(url, api_key=keys[tenants[i % len(tenants)]]) for i in ids}
@@ -187,8 +199,13 @@ def client_process(
     handles: list[tuple[str, str]] = []
     lock = threading.Lock()
 
+    local = threading.local()
+
     def timed(op: str, f):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
+        # Paced, a request is timed from when it was due, so a client that fell behind a slow
+        # server counts the wait too (no coordinated omission).
+        t0 = getattr(local, "due", None) or time.perf_counter()
+        local.due = None
         try:
             result = f()
         except Exception as exc:
@@ -207,7 +224,14 @@ def client_process(
         last: str | None = None
         with clients[i] as c:
             n = 0
+            due = time.perf_counter()
             while time.monotonic() < stop_at:
+                if rate > 0:
+                    due += rng.expovariate(rate)
+                    wait = due - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                    local.due = due
                 r = rng.random()
                 if r < 0.4:
                     key = f"c{i}:{n}"
