@@ -53,6 +53,9 @@ def test_every_person_facing_command_against_a_running_server(served, monkeypatc
     ok("quarantine", "release", "d1", "--reason", "reviewed: keeps no personal data")
     assert "d1" not in [q["key"] for q in ok("quarantine", "list")["quarantined"]]
 
+    # The tenant comes from the key: asking for another one is refused.
+    out = run(cli, ["read", "n1", "--purpose", "support", "--tenant", "globex", "--json"])
+    assert out.exit_code == 2 and json.loads(out.output)["error"]["type"] == "Forbidden"
     # What works on the store's own files is refused with where to run it, nothing done.
     for args in (["compact"], ["sweep"], ["backup", str(tmp_path / "b.efb")]):
         out = run(cli, [*args, "--json"])

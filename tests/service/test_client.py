@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 import efface
-from efface.cli import cli
 from efface.service.client import Unreachable
 from efface.service.wire import Forbidden, RemoteUnsupported, Unauthorized
 
@@ -59,32 +57,6 @@ def test_bad_key_unreachable_server_and_bad_urls(served):
         efface.open(served.url, api_key="k", embedder="hashing")
     with pytest.raises(efface.InvalidInput):
         efface.open("postgres://db/x")
-
-
-def test_cli_against_a_running_server(served, monkeypatch):
-    monkeypatch.setenv("EFFACE_URL", served.url)
-    monkeypatch.setenv("EFFACE_API_KEY", served.key("acme"))
-    monkeypatch.delenv("EFFACE_STORE", raising=False)
-    monkeypatch.delenv("EFFACE_TENANT", raising=False)
-    run = CliRunner().invoke
-
-    def ok(*args):
-        out = run(cli, [*args, "--json"])
-        assert out.exit_code == 0, out.output
-        return json.loads(out.output)
-
-    ok("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support")
-    assert ok("read", "n1", "--purpose", "support")["memory"]["text"] == "Alice prefers tea"
-    assert [h["key"] for h in ok("recall", "tea", "--purpose", "support")["hits"]] == ["n1"]
-    handle = ok("forget", "--subject", "alice")["handle"]
-    assert ok("status", handle)["handle"] == handle
-    assert ok("wait", handle)["erased"] is True
-    assert ok("verify", handle)["level"] == "erased"
-    assert ok("ledger", "list")["entries"]
-    out = run(cli, ["read", "n1", "--purpose", "support", "--tenant", "globex", "--json"])
-    assert out.exit_code == 2 and json.loads(out.output)["error"]["type"] == "Forbidden"
-    # The server held the store all along: the CLI never opened it.
-    assert served.store.receipts("acme")[0]["handle"] == handle
 
 
 def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
