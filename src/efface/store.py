@@ -74,6 +74,10 @@ from .paths.recall import hybrid
 __all__ = ["ERASE_BOUND_S", "SETTLED_STATES", "Store"]
 
 log = logging.getLogger("efface")
+_ERASURES = frozenset({"forget", "expire"})
+"""Mutation kinds that make a receipt: their bytes are erased promptly after the commit."""
+_WAIT_POLL_S = 0.05
+"""The longest ``wait`` sleeps between looks at the status when no compactor round ends."""
 
 
 class Store:
@@ -210,7 +214,10 @@ class Store:
                 # compactor; recall catches them up on new content first (read-your-writes), and
                 # reads are safe meanwhile because every candidate is resolved in the origin.
                 self._ann.touch()  # writes are streaming in: a background absorption stands back
-                self._compactor.wake(erased=bool(drops))
+            if puts or drops or kind in _ERASURES:
+                # An erasure's bytes are due soon even when it dropped no record (identifiers
+                # only, or every record under hold): wait(until="erased") depends on it.
+                self._compactor.wake(erased=bool(drops) or kind in _ERASURES)
             return tx.epoch, result
 
     # -- writes --------------------------------------------------------------------------
@@ -657,6 +664,7 @@ class Store:
         deadline = time.monotonic() + v.timeout(timeout)
         scanned = settled = False
         while True:
+            seen = self._compactor.rounds
             st = self.status(handle, tenant=tenant)
             if not self._compactor.running:
                 # No compactor thread: do its work here.
@@ -672,8 +680,14 @@ class Store:
                 done = settled
             if done or time.monotonic() >= deadline:
                 return st
+            if not self._compactor.running:
+                time.sleep(0.005)  # this loop is the compactor: run it again soon
+                continue
             self._compactor.wake()
-            time.sleep(0.005)
+            # Sleep until the compactor finishes a round (it moves the paths along), not in a
+            # busy poll: many waiters on a served store would otherwise spin on status reads.
+            # A read's own catch-up can also move a path, hence the bound.
+            self._compactor.after_round(seen, min(_WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _origin_residue(self, handle: str) -> bool:
         """Whether the origin's files still hold fingerprints of this erasure (judged as

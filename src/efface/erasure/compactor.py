@@ -54,6 +54,9 @@ class Compactor:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._rounds = 0
+        self._round_done = threading.Condition()
+        """Notified after each round, so a waiter sleeps until something may have changed."""
 
     # -- driving ------------------------------------------------------------------------
     @property
@@ -75,6 +78,16 @@ class Compactor:
         if erased:
             self.erasure_unsaved = True
         self._wake.set()
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds have finished (pass it to :meth:`after_round`)."""
+        return self._rounds
+
+    def after_round(self, seen: int, timeout: float) -> None:
+        """Sleep until a round after the ``seen``-th has finished, or ``timeout`` seconds."""
+        with self._round_done:
+            self._round_done.wait_for(lambda: self._rounds > seen, timeout)
 
     def absorb(self, upto: int | None = None) -> None:
         """Bring the asynchronous paths up to ``upto`` (default: everything)."""
@@ -101,7 +114,11 @@ class Compactor:
                     physical.checkpoint()
                 self._last_persist = time.monotonic()
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
-            return min(p.applied_epoch() for p in self._paths)
+            applied = min(p.applied_epoch() for p in self._paths)
+        with self._round_done:
+            self._rounds += 1
+            self._round_done.notify_all()
+        return applied
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -1,0 +1,39 @@
+"""`wait(until="erased")` for erasures that drop no record: the compactor must hurry for them
+too, not leave their bytes to the next periodic save (30 s away)."""
+
+from __future__ import annotations
+
+import pytest
+
+from efface.erasure import compactor
+
+
+@pytest.fixture
+def no_periodic_save(monkeypatch):
+    # Only an erasure's own hurry can bring the save now: the periodic one never comes.
+    monkeypatch.setattr(compactor, "PERSIST_EVERY_S", 1e9)
+
+
+def test_forget_of_identifiers_only_reaches_erased(open_store, no_periodic_save):
+    store = open_store(background=True, compact_interval=0.05)
+    store.register_subject("s1", tenant="t", identifiers=["Zebulon Quartermaine"])
+    store.write("k", "an unrelated note", tenant="t", subject="other", purpose="p")
+    store.wait(store.forget(key="nothing-here", tenant="t").handle, timeout=20)  # settle the write
+    receipt = store.forget(subject="s1", tenant="t")
+    assert receipt.erased == () and receipt.identifiers_erased
+    status = store.wait(receipt.handle, timeout=20, tenant="t")
+    assert status.erased
+    assert store.verify(receipt.handle, tenant="t").level == "erased"
+    assert store.read("k", tenant="t", purpose="p") is not None  # the other subject's record stays
+
+
+def test_forget_of_a_record_under_hold_reaches_erased(open_store, no_periodic_save):
+    store = open_store(background=True, compact_interval=0.05)
+    store.register_subject("s1", tenant="t", identifiers=["Zebulon Quartermaine"])
+    store.write("k", "a note on the case", tenant="t", subject="s1", purpose="p")
+    store.retain("k", tenant="t", subject="s1", purpose="p", basis="legal_hold")
+    receipt = store.forget(subject="s1", tenant="t")
+    assert receipt.erased == () and [r.key for r in receipt.retained] == ["k"]
+    status = store.wait(receipt.handle, timeout=20, tenant="t")
+    assert status.erased
+    assert store.verify(receipt.handle, tenant="t").level == "erased"
