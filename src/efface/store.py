@@ -284,6 +284,7 @@ class Store:
             vectors = np.asarray(embeddings, dtype=np.float32)
             if vectors.shape != (len(prepared), self.embedder.dim):
                 raise InvalidInput(f"embeddings must have shape ({len(prepared)}, {self.embedder.dim})")
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)  # once: each row's bytes are then a slice
 
         def body(tx, now):
             tx.set_tenant_name(tenant, name)
@@ -295,23 +296,17 @@ class Store:
                 writers = frozenset(p[2] for p in prepared)  # their new claims keep their registrations
                 outcome = self._releaser.release(tx, Selector(tenant), "replace", in_the_way, now, staying=writers)
                 puts, drops, texts = list(outcome.puts), list(outcome.drops), dict(outcome.texts)
-            for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True):
-                rec = NewRecord(
-                    key,
-                    text,
-                    meta,
-                    srcs,
-                    np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
-                    subj,
-                    purp,
-                    bas,
-                    None if ttl_s is None else now + ttl_s,
-                )
-                rid = tx.upsert(tenant, rec, now)
+            recs = [
+                NewRecord(key, text, meta, srcs, vec.tobytes(), subj, purp, bas, None if ttl_s is None else now + ttl_s)
+                for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True)
+            ]
+            rids = tx.upsert_many(tenant, recs, now)  # one statement per table for the batch
+            for purp in dict.fromkeys(p[3] for p in prepared):
                 tx.register_purpose(tenant, purp)
-                self._derivations.on_write(tx, tenant, rid, text)
+            for rid, rec in zip(rids, recs, strict=True):
+                self._derivations.on_write(tx, tenant, rid, rec.text)
                 puts.append(rid)
-                texts[rid] = text
+                texts[rid] = rec.text
             tx.ensure_subject_keys(tenant, {p[2] for p in prepared}, now, self._subject_h(tenant))
             return outcome, puts, drops, texts
 

@@ -198,12 +198,25 @@ def items(values: Any, *, defaults: Mapping[str, Any]) -> list[tuple]:
     if not given:
         raise InvalidInput("write_many needs at least one item")
     prepared = []
+    # A batch mostly repeats a few subjects, purposes, bases and ttls (often the call's
+    # defaults): each distinct value is checked once. Keyed by type too, since True == 1.
+    checked: dict[tuple, Any] = {}
+
+    def once(check: Any, value: Any, *args: Any) -> Any:
+        try:
+            memo = (check, type(value), value)
+            return checked[memo]
+        except TypeError:  # unhashable: check it every time
+            return check(value, *args)
+        except KeyError:
+            checked[memo] = out = check(value, *args)
+            return out
+
     for item in given:
         if not isinstance(item, Mapping):
             raise InvalidInput("each item must be a mapping with 'key' and 'text'")
-        unknown = set(item) - ITEM_FIELDS
-        if unknown:
-            raise InvalidInput(f"unknown item fields: {', '.join(sorted(unknown))}")
+        if not ITEM_FIELDS.issuperset(item):
+            raise InvalidInput(f"unknown item fields: {', '.join(sorted(set(item) - ITEM_FIELDS))}")
         s, p, b, t = (item.get(f, defaults.get(f)) for f in ("subject", "purpose", "basis", "ttl"))
         if s is None or p is None:
             raise InvalidInput("every record needs a subject and a purpose (a claim)")
@@ -211,10 +224,10 @@ def items(values: Any, *, defaults: Mapping[str, Any]) -> list[tuple]:
             (
                 key(item.get("key")),
                 text(item.get("text")),
-                name(s, "subject"),
-                purpose(p),
-                basis(b),
-                ttl(t),
+                once(name, s, "subject"),
+                once(purpose, p),
+                once(basis, b),
+                once(ttl, t),
                 metadata(item.get("metadata")),
                 sources(item.get("sources")),
             )

@@ -179,9 +179,12 @@ def overwritten_claims(tx: Tx, tenant: str, items: Sequence[tuple], replace: boo
     :class:`~efface.errors.KeyInUse` unless ``replace``, and always when another subject
     holds the record under a legal basis. ``items`` are ``(key, text, subject, ...)``."""
     out: list[ClaimRow] = []
+    # Two set-based look-ups for the whole batch (a bulk import of new keys finds nothing).
+    rids = tx.record_ids(tenant, [item[0] for item in items])
+    held = tx.remaining_claims(list(rids.values())) if rids else {}
     for n, (key, _text, subject, *_rest) in enumerate(items):
-        rid = tx.record_id(tenant, key)
-        claims = tx.remaining_claims([rid]).get(rid, []) if rid is not None else []
+        rid = rids.get(key)
+        claims = held.get(rid, []) if rid is not None else []
         others = [c for c in claims if c.subject != subject]
         if not others:
             continue

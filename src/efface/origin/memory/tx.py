@@ -81,8 +81,15 @@ class MemoryTx:
         # Restating a claim replaces its expiry: the newest statement of a scope wins.
         s.claims[cid] = _Claim(cid, record_id, subject, purpose, basis, expires_at, now)
 
+    def upsert_many(self, tenant: str, recs: Sequence[NewRecord], now: float) -> list[int]:
+        return [self.upsert(tenant, rec, now) for rec in recs]
+
     def record_id(self, tenant: str, key: str) -> int | None:
         return self._s.by_key.get((tenant, key))
+
+    def record_ids(self, tenant: str, keys: Sequence[str]) -> dict[str, int]:
+        found = ((k, self._s.by_key.get((tenant, k))) for k in keys)
+        return {k: rid for k, rid in found if rid is not None}
 
     def match_claims(
         self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None

@@ -27,6 +27,22 @@ REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
 CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
 LIVE = "(c.expires_at IS NULL OR c.expires_at > ?)"
 NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
+_UPSERT = (
+    "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
+    " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
+    " text=excluded.text, metadata=excluded.metadata, sources=excluded.sources,"
+    " embedding=excluded.embedding, updated_at=excluded.updated_at RETURNING id"
+)
+# Restating a claim replaces its expiry: the newest statement of a scope wins.
+_CLAIM = (
+    "INSERT INTO claims(record_id, subject, purpose, basis, expires_at, created_at)"
+    " VALUES(?,?,?,?,?,?) ON CONFLICT(record_id, subject, purpose, basis) DO UPDATE SET"
+    " expires_at=excluded.expires_at, created_at=excluded.created_at"
+)
+
+
+def _sources_json(sources: Sequence[str]) -> str:
+    return json.dumps(list(sources)) if sources else "[]"
 
 
 class SQLiteTx:
@@ -56,11 +72,7 @@ class SQLiteTx:
     def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
         self._remember(tenant=tenant, key=rec.key)
         (rid,) = self._c.execute(
-            "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
-            " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
-            " text=excluded.text, metadata=excluded.metadata, sources=excluded.sources,"
-            " embedding=excluded.embedding, updated_at=excluded.updated_at RETURNING id",
-            (tenant, rec.key, rec.text, rec.metadata, json.dumps(list(rec.sources)), rec.embedding, now, now),
+            _UPSERT, (tenant, rec.key, rec.text, rec.metadata, _sources_json(rec.sources), rec.embedding, now, now)
         ).fetchone()
         self._c.execute("DELETE FROM lineage WHERE record_id=?", (rid,))
         self._c.executemany(
@@ -70,20 +82,59 @@ class SQLiteTx:
         self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
         return rid
 
+    def upsert_many(self, tenant: str, recs: Sequence[NewRecord], now: float) -> list[int]:
+        """:meth:`upsert` of each record, in order, with one statement per table for the
+        whole batch (``executemany`` runs one prepared statement over every row): the same
+        rows as that many ``upsert`` calls. Returns the record ids, in order."""
+        existing: dict[int, str] = {}
+        for chunk, marks in in_chunks([r.key for r in recs]):
+            existing.update(
+                (rid, text)
+                for rid, text in self._c.execute(
+                    f"SELECT id, text FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk]
+                )
+            )
+        for rid, text in existing.items():
+            self.old_texts.setdefault(rid, text)
+        rids = [
+            row[0]
+            for row in self._c.executemany(
+                _UPSERT,
+                [
+                    (tenant, r.key, r.text, r.metadata, _sources_json(r.sources), r.embedding, now, now)
+                    for r in recs
+                ],
+            )
+        ]
+        # Ids are never reused (AUTOINCREMENT): only a record that existed can have lineage rows.
+        self._c.executemany("DELETE FROM lineage WHERE record_id=?", [(rid,) for rid in rids if rid in existing])
+        self._c.executemany(
+            "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
+            [(rid, tenant, s) for rid, r in zip(rids, recs, strict=True) for s in r.sources],
+        )
+        self._c.executemany(
+            _CLAIM,
+            [(rid, r.subject, r.purpose, r.basis, r.expires_at, now) for rid, r in zip(rids, recs, strict=True)],
+        )
+        return rids
+
     def add_claim(
         self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
     ) -> None:
-        # Restating a claim replaces its expiry: the newest statement of a scope wins.
-        self._c.execute(
-            "INSERT INTO claims(record_id, subject, purpose, basis, expires_at, created_at)"
-            " VALUES(?,?,?,?,?,?) ON CONFLICT(record_id, subject, purpose, basis) DO UPDATE SET"
-            " expires_at=excluded.expires_at, created_at=excluded.created_at",
-            (record_id, subject, purpose, basis, expires_at, now),
-        )
+        self._c.execute(_CLAIM, (record_id, subject, purpose, basis, expires_at, now))
 
     def record_id(self, tenant: str, key: str) -> int | None:
         row = self._c.execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
         return row[0] if row else None
+
+    def record_ids(self, tenant: str, keys: Sequence[str]) -> dict[str, int]:
+        """The id of each of ``keys`` that names a record in the tenant."""
+        out: dict[str, int] = {}
+        for chunk, marks in in_chunks(keys):
+            out.update(
+                self._c.execute(f"SELECT key, id FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk])
+            )
+        return out
 
     def match_claims(
         self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None
