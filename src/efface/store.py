@@ -194,7 +194,7 @@ class Store:
         ``after(result)`` runs once it has committed, still under the store lock (for
         in-memory state that must follow the origin). Due expiries are honoured first, so
         a write can never revive an expired claim."""
-        with self._lock:
+        with self._lock, self._ann.writing():  # a background absorption stands back meanwhile
             self._check_open()
             if sweep:
                 self._expire_due(self._clock())
