@@ -290,7 +290,8 @@ class Store:
             tx.set_tenant_name(tenant, name)
             puts, drops, texts = [], [], {}
             outcome = None
-            in_the_way = overwritten_claims(tx, tenant, prepared, replace)
+            known = tx.record_ids(tenant, [p[0] for p in prepared])  # once, for both uses below
+            in_the_way = overwritten_claims(tx, tenant, prepared, replace, known)
             if in_the_way:
                 # The replaced content goes with every claim made for it, as an erasure of its own.
                 writers = frozenset(p[2] for p in prepared)  # their new claims keep their registrations
@@ -300,7 +301,7 @@ class Store:
                 NewRecord(key, text, meta, srcs, vec.tobytes(), subj, purp, bas, None if ttl_s is None else now + ttl_s)
                 for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True)
             ]
-            rids = tx.upsert_many(tenant, recs, now)  # one statement per table for the batch
+            rids = tx.upsert_many(tenant, recs, now, known)  # one statement per table for the batch
             for purp in dict.fromkeys(p[3] for p in prepared):
                 tx.register_purpose(tenant, purp)
             for rid, rec in zip(rids, recs, strict=True):

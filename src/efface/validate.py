@@ -114,12 +114,12 @@ def metadata(value: Any) -> str:
     _shallow(value)
     try:
         encoded = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
-        _utf8(encoded, "metadata")
+        raw = _utf8(encoded, "metadata")
     except (TypeError, ValueError) as exc:
         if isinstance(exc, InvalidInput):
             raise
         raise InvalidInput("metadata must hold only JSON values (str, int, float, bool, None, list, dict)") from None
-    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
+    if len(raw) > MAX_METADATA_BYTES:
         raise InvalidInput(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     return encoded
 

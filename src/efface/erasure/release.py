@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..backups.coverage import coverage
@@ -173,14 +173,18 @@ class Releaser:
         return identifiers
 
 
-def overwritten_claims(tx: Tx, tenant: str, items: Sequence[tuple], replace: bool) -> list[ClaimRow]:
+def overwritten_claims(
+    tx: Tx, tenant: str, items: Sequence[tuple], replace: bool, rids: Mapping[str, int] | None = None
+) -> list[ClaimRow]:
     """The claims a write would leave on text they were not made for: every claim on each
     existing record that another subject than the item's holds a claim on. Refuses with
     :class:`~efface.errors.KeyInUse` unless ``replace``, and always when another subject
-    holds the record under a legal basis. ``items`` are ``(key, text, subject, ...)``."""
+    holds the record under a legal basis. ``items`` are ``(key, text, subject, ...)``;
+    ``rids``, the ids of the items' keys that exist (``Tx.record_ids``), if already looked up."""
     out: list[ClaimRow] = []
-    # Two set-based look-ups for the whole batch (a bulk import of new keys finds nothing).
-    rids = tx.record_ids(tenant, [item[0] for item in items])
+    # Set-based look-ups for the whole batch (a bulk import of new keys finds nothing).
+    if rids is None:
+        rids = tx.record_ids(tenant, [item[0] for item in items])
     held = tx.remaining_claims(list(rids.values())) if rids else {}
     for n, (key, _text, subject, *_rest) in enumerate(items):
         rid = rids.get(key)

@@ -21,7 +21,7 @@ transaction, which fingerprints it for ``verify``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,8 +75,12 @@ class Tx(Protocol):
     def add_claim(
         self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
     ) -> None: ...
-    def upsert_many(self, tenant: str, recs: Sequence[NewRecord], now: float) -> list[int]:
-        """:meth:`upsert` of each record in order (one batch); returns their ids in order."""
+    def upsert_many(
+        self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
+    ) -> list[int]:
+        """:meth:`upsert` of each record in order (one batch); returns their ids in order.
+        ``known``: the ids of these keys from :meth:`record_ids` earlier in this transaction,
+        so the batch is not looked up twice (ids erased since then are fine)."""
         ...
 
     def record_id(self, tenant: str, key: str) -> int | None: ...

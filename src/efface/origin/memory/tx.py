@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ...text import words as text_words
 from ..base import ClaimRow, NewRecord, RecordRow
@@ -81,7 +81,9 @@ class MemoryTx:
         # Restating a claim replaces its expiry: the newest statement of a scope wins.
         s.claims[cid] = _Claim(cid, record_id, subject, purpose, basis, expires_at, now)
 
-    def upsert_many(self, tenant: str, recs: Sequence[NewRecord], now: float) -> list[int]:
+    def upsert_many(
+        self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
+    ) -> list[int]:
         return [self.upsert(tenant, rec, now) for rec in recs]
 
     def record_id(self, tenant: str, key: str) -> int | None:

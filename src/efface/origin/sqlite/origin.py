@@ -72,6 +72,12 @@ class SQLiteOrigin:
         # Freed pages and cells are overwritten with zeros, not left behind.
         self._c.execute("PRAGMA secure_delete=ON")
         self._c.execute("PRAGMA foreign_keys=ON")
+        # The writer's page cache (SQLite's default is 2 MiB): a batch of writes inserts into
+        # the (tenant, key) and claim indexes at random places, and at 100k records those
+        # index pages no longer fit, so every batch read them back from the OS; measured at
+        # 100k, 32-64 MiB took the records and claims inserts from ~42 to ~18 ms of CPU per
+        # 1000 records. Only the writer's: readers keep the default.
+        self._c.execute("PRAGMA cache_size=-32768")
         with self._c:
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apsw
@@ -82,18 +82,25 @@ class SQLiteTx:
         self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
         return rid
 
-    def upsert_many(self, tenant: str, recs: Sequence[NewRecord], now: float) -> list[int]:
+    def upsert_many(
+        self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
+    ) -> list[int]:
         """:meth:`upsert` of each record, in order, with one statement per table for the
         whole batch (``executemany`` runs one prepared statement over every row): the same
-        rows as that many ``upsert`` calls. Returns the record ids, in order."""
+        rows as that many ``upsert`` calls. Returns the record ids, in order. ``known``: the
+        ids these keys had, if the caller looked them up earlier in this transaction (ids
+        erased since are fine: they are looked up again)."""
         existing: dict[int, str] = {}
-        for chunk, marks in in_chunks([r.key for r in recs]):
-            existing.update(
-                (rid, text)
-                for rid, text in self._c.execute(
-                    f"SELECT id, text FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk]
+        if known is None:
+            for chunk, marks in in_chunks([r.key for r in recs]):
+                existing.update(
+                    self._c.execute(
+                        f"SELECT id, text FROM records WHERE tenant=? AND key IN ({marks})", [tenant, *chunk]
+                    )
                 )
-            )
+        else:
+            for chunk, marks in in_chunks(list(known.values())):
+                existing.update(self._c.execute(f"SELECT id, text FROM records WHERE id IN ({marks})", chunk))
         for rid, text in existing.items():
             self.old_texts.setdefault(rid, text)
         rids = [
