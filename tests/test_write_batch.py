@@ -63,7 +63,10 @@ def _rows(s) -> dict[str, object]:
     words = {t for (t,) in db.execute("SELECT term FROM fts_vocab")}
     out["fts"] = {
         w: sorted(
-            k for (k,) in db.execute("SELECT r.key FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (f'"{w}"',))
+            k
+            for (k,) in db.execute(
+                "SELECT r.key FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (f'"{w}"',)
+            )
         )
         for w in sorted(words)
     }

@@ -107,10 +107,7 @@ class SQLiteTx:
             row[0]
             for row in self._c.executemany(
                 _UPSERT,
-                [
-                    (tenant, r.key, r.text, r.metadata, _sources_json(r.sources), r.embedding, now, now)
-                    for r in recs
-                ],
+                [(tenant, r.key, r.text, r.metadata, _sources_json(r.sources), r.embedding, now, now) for r in recs],
             )
         ]
         # Ids are never reused (AUTOINCREMENT): only a record that existed can have lineage rows.
