@@ -193,6 +193,51 @@ def _covered(owners: np.ndarray, local: np.ndarray, usable: np.ndarray, group: s
     return np.unique(full if group != "w16" else full >> 32)
 
 
+@dataclass
+class Hits:
+    """The hits of a scan as arrays (one entry per hit), so that a verifier can judge most of
+    them without a Python step each: a scan of a big store meets a window shared with live
+    records once per live record."""
+
+    files: list[str]
+    """The scanned files' names (``file`` indexes them)."""
+    kinds: list[str]
+    """The item kinds (``kind`` indexes them)."""
+    file: np.ndarray
+    offset: np.ndarray
+    width: np.ndarray
+    kind: np.ndarray
+    hash: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.offset.size)
+
+    def take(self, mask: np.ndarray) -> Hits:
+        return Hits(
+            self.files,
+            self.kinds,
+            self.file[mask],
+            self.offset[mask],
+            self.width[mask],
+            self.kind[mask],
+            self.hash[mask],
+        )
+
+    def objects(self) -> list[Hit]:
+        files, kinds = self.files, self.kinds
+        return [
+            Hit(files[f], o, w, kinds[k], h)
+            for f, o, w, k, h in zip(
+                self.file.tolist(),
+                self.offset.tolist(),
+                self.width.tolist(),
+                self.kind.tolist(),
+                self.hash.tolist(),
+                strict=True,
+            )
+        ]
+
+
 @dataclass(frozen=True)
 class Hit:
     """A fingerprint met in a file: where, and which kind of item it came from."""
@@ -364,6 +409,10 @@ class Fingerprinter:
                 out[i] = h
         return out
 
+    def hash_words(self, a: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """The hashes the scanner gives windows made of the words ``a`` (and ``b``: 16 bytes)."""
+        return self._hash(a.astype(np.uint64, copy=True), None if b is None else b.astype(np.uint64, copy=True))
+
     def window_hash(self, window: bytes) -> int:
         """The hash the scanner gives an 8- or 16-byte window."""
         words = np.frombuffer(window, dtype="<u8")
@@ -385,6 +434,13 @@ class Fingerprinter:
         The files that shrink under the scan (the WAL) are read as a copy, kept in ``copies``
         (by name) when given, so that the caller looks at the bytes that were scanned.
         Chunks of every file are hashed on :data:`WORKERS` threads."""
+        hits, scanned = self.scan_arrays(paths, fp, root, copies)
+        return hits.objects(), scanned
+
+    def scan_arrays(
+        self, paths: list[str], fp: Fingerprints, root: str = "", copies: dict[str, bytes] | None = None
+    ) -> tuple[Hits, int]:
+        """:meth:`scan`, its hits as arrays."""
         tables = self.tables(fp)
         scanned = 0
         buffers: list[tuple[str, Any, int]] = []
@@ -411,20 +467,29 @@ class Fingerprinter:
                     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     maps.append(mm)
                     buffers.append((name, mm, size))
-            tasks = [(name, buf, start, size) for name, buf, size in buffers for start in range(0, size, CHUNK)]
-            hits: list[Hit] = []
-            for found in self._map_chunks(tasks, tables):
-                hits.extend(found)
-            return hits, scanned
+            names = [name for name, _buf, _size in buffers]
+            tasks = [(i, buf, start, size) for i, (_n, buf, size) in enumerate(buffers) for start in range(0, size, CHUNK)]
+            return self._gather(names, tables, self._map_chunks(tasks, tables)), scanned
         finally:
             for mm in maps:
                 mm.close()
 
-    def _map_chunks(self, tasks: list[tuple[str, Any, int, int]], tables: dict) -> list[list[Hit]]:
-        def one(task: tuple[str, Any, int, int]) -> list[Hit]:
-            name, buf, start, size = task
+    @staticmethod
+    def _gather(names: list[str], tables: dict, found: list[tuple[np.ndarray, ...]]) -> Hits:
+        kinds: list[str] = []
+        for _values, _kinds, tnames, _bitmap, _width in tables.values():
+            kinds.extend(k for k in tnames if k not in kinds)
+        parts = [f for f in found if f[0].size]
+        if not parts:
+            empty = np.empty(0, np.int64)
+            return Hits(names, kinds, empty, empty, empty, empty, np.empty(0, np.uint64))
+        return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))  # type: ignore[arg-type]
+
+    def _map_chunks(self, tasks: list[tuple[int, Any, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
+        def one(task: tuple[int, Any, int, int]) -> tuple[np.ndarray, ...]:
+            file, buf, start, size = task
             # chunks overlap by one word so a 16-byte window across the seam is seen
-            return self._scan_chunk(buf, start, min(size, start + CHUNK + 8), tables, name)
+            return self._scan_chunk(buf, start, min(size, start + CHUNK + 8), tables, file)
 
         if WORKERS == 1 or len(tasks) < 2:
             return [one(t) for t in tasks]
@@ -447,13 +512,20 @@ class Fingerprinter:
         return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
-        hits: list[Hit] = []
-        for found in self._map_chunks([(name, buf, start, size) for start in range(0, size, CHUNK)], tables):
-            hits.extend(found)
-        return hits
+        found = self._map_chunks([(0, buf, start, size) for start in range(0, size, CHUNK)], tables)
+        return self._gather([name], tables, found).objects()
 
-    def _scan_chunk(self, mm, start: int, end: int, tables, name: str) -> list[Hit]:
-        out: list[Hit] = []
+    def _scan_chunk(self, mm, start: int, end: int, tables, file: int) -> tuple[np.ndarray, ...]:
+        """The hits in ``[start, end)``: arrays of file, offset, width, kind (index into the
+        kinds of every table, in order) and hash."""
+        offs: list[np.ndarray] = []
+        widths: list[np.ndarray] = []
+        kinds_out: list[np.ndarray] = []
+        hashes: list[np.ndarray] = []
+        kind_base: dict[str, int] = {}
+        for _values, _kinds, tnames, _bitmap, _width in tables.values():
+            for k in tnames:
+                kind_base.setdefault(k, len(kind_base))
         nwords = (end - start) // 8
         words = np.frombuffer(mm, dtype="<u8", count=nwords, offset=start)
         limit = min(CHUNK // 8, nwords)  # windows starting past the chunk belong to the next one
@@ -477,6 +549,23 @@ class Fingerprinter:
                 pos = np.searchsorted(values, h[cand])
                 pos[pos >= values.size] = values.size - 1
                 found = values[pos] == h[cand]
-                for i, p in zip(cand[found], pos[found], strict=True):
-                    out.append(Hit(name, start + r + 8 * int(i), width, names[int(kinds[p])], int(values[p])))
-        return out
+                if not found.any():
+                    continue
+                at = cand[found].astype(np.int64)
+                p = pos[found]
+                remap = np.asarray([kind_base[k] for k in names], dtype=np.int64)
+                offs.append(start + r + 8 * at)
+                widths.append(np.full(at.size, width, dtype=np.int64))
+                kinds_out.append(remap[kinds[p]])
+                hashes.append(values[p])
+        if not offs:
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty, empty, np.empty(0, np.uint64)
+        off = np.concatenate(offs)
+        return (
+            np.full(off.size, file, dtype=np.int64),
+            off,
+            np.concatenate(widths),
+            np.concatenate(kinds_out),
+            np.concatenate(hashes).astype(np.uint64),
+        )

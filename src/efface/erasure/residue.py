@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from .fingerprint import Fingerprinter, Fingerprints, Hit
+import numpy as np
+
+from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
 
 JOIN_BYTES = 8 << 20
 """Live values are matched in batches of about this many bytes (bounded memory)."""
@@ -154,6 +156,27 @@ class Judgement:
     """Hits of a short item's window where the item is not whole."""
     others: int = 0
     """Hits inside a whole item of another erasure still waiting for the compactor."""
+
+
+def in_live_cells(fpr: Fingerprinter, hits: Hits, cells: Any) -> np.ndarray:
+    """Which hits lie in the bytes of a live cell of the origin's database file (``cells``:
+    the origin's ``live_cells``), decided with array operations: a window shared with every
+    live record (a metadata prefix, a template phrase) is met once per live record, and a
+    Python step per hit made the judgement grow with the store. A hit counts only if its
+    window still holds what the scan hashed (the file may have changed since)."""
+    out = np.zeros(len(hits), dtype=bool)
+    if cells is None or not len(hits) or cells.name not in hits.files:
+        return out
+    # aligned windows only: the unaligned pass's hits are short items, judged whole below
+    cand = np.flatnonzero((hits.file == hits.files.index(cells.name)) & (hits.offset % 8 == 0))
+    if cand.size == 0:
+        return out
+    offsets, widths = hits.offset[cand], hits.width[cand]
+    inside = cells.inside(offsets, widths)
+    a, b = cells.words(offsets)
+    again = np.where(widths == 16, fpr.hash_words(a, b), fpr.hash_words(a, None))
+    out[cand] = inside & (again == hits.hash[cand])
+    return out
 
 
 class Judge:

@@ -24,18 +24,21 @@ verifications show the byte check as ``recorded`` with the ledger entry that pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..model import Check
 from ..origin.base import Origin
 from ..paths.base import ReadPath, check
 from .evidence import blob_ids
-from .fingerprint import Fingerprinter, Fingerprints, Hit
-from .residue import Judge, Judgement, Reader
+from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
+from .residue import Judge, Judgement, Reader, in_live_cells
 
 
 class Verifier:
@@ -182,24 +185,13 @@ class Verifier:
         physical = getattr(self._origin, "physical", None)
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
         copies: dict[str, bytes] = {}
-        hits, scanned = self._fp.scan(files, fp, root, copies)
+        found, scanned = self._fp.scan_arrays(files, fp, root, copies)
         rel = [os.path.relpath(f, root) for f in files]
         reader = Reader(root, copies)
         try:
-            vectors = [h for h in hits if h.kind == "vector"]
-            other = [h for h in hits if h.kind != "vector"]
-            regions = physical.live_regions(root) if physical is not None and hits else None
-            if fp.site_h:
-                judged = Judge(
-                    self._fp,
-                    fp,
-                    reader,
-                    regions,
-                    physical.live_values if physical is not None else None,
-                    (lambda: physical.pending_fingerprints(handle)) if physical is not None else list,
-                ).judge(other)
-            else:  # fingerprints made by an older efface: window by window
-                judged = self._legacy(other, reader, physical, regions)
+            is_vector = np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"])
+            vectors = found.take(is_vector).objects()
+            judged = self._judge(found.take(~is_vector), fp, reader, physical, handle)
             # A vector copy can only sit in the files of the path that holds live vectors.
             windows = [reader.read(h.file, h.offset, h.width) for h in vectors]
             live: set[bytes] = set()
@@ -276,21 +268,42 @@ class Verifier:
         fp = Fingerprints.from_blob(blob)
         files = [f for f in physical.files() if os.path.exists(f)]
         copies: dict[str, bytes] = {}
-        hits, _scanned = self._fp.scan(files, fp, self._root, copies)
-        hits = [h for h in hits if h.kind != "vector"]  # i8 vectors live in the ANN files
-        if not hits:
+        found, _scanned = self._fp.scan_arrays(files, fp, self._root, copies)
+        # i8 vectors live in the ANN files
+        found = found.take(~np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"]))
+        if not len(found):
             return False
         reader = Reader(self._root, copies)
         try:
-            regions = physical.live_regions(self._root)
-            if fp.site_h:
-                judge = Judge(
-                    self._fp, fp, reader, regions, physical.live_values, lambda: physical.pending_fingerprints(handle)
-                )
-                return bool(judge.judge(hits).residue)
-            return bool(self._legacy(hits, reader, physical, regions).residue)
+            return bool(self._judge(found, fp, reader, physical, handle).residue)
         finally:
             reader.close()
+
+    def _judge(self, found: Hits, fp: Fingerprints, reader: Reader, physical: Any, handle: str) -> Judgement:
+        """Judge the (non-vector) hits of a scan: first, with array operations, those in the
+        bytes of live cells of the origin's database file (most of them, in a big store: a
+        window shared with live records is met once per record), then the rest one by one
+        (see :mod:`.residue`). One read snapshot holds for both."""
+        if not len(found):
+            return Judgement()
+        cells_of = getattr(physical, "live_cells", None)
+        with cells_of(self._root) if cells_of is not None and fp.site_h else contextlib.nullcontext() as cells:
+            live = in_live_cells(self._fp, found, cells)
+            rest = found.take(~live).objects()
+            regions = physical.live_regions(self._root) if physical is not None and rest else None
+            if fp.site_h:
+                judged = Judge(
+                    self._fp,
+                    fp,
+                    reader,
+                    regions,
+                    physical.live_values if physical is not None else None,
+                    (lambda: physical.pending_fingerprints(handle)) if physical is not None else list,
+                ).judge(rest)
+            else:  # fingerprints made by an older efface: window by window
+                judged = self._legacy(rest, reader, physical, regions)
+        judged.live += int(np.count_nonzero(live))
+        return judged
 
     @staticmethod
     def _legacy(hits: list[Hit], reader: Reader, physical: Any, regions: Any) -> Judgement:

@@ -9,10 +9,14 @@ without knowing what a SQLite page is.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .edge import guarded
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
@@ -128,6 +132,86 @@ class LiveRegions:
         return b is not None and CONTENT in b[2] and offset + width <= b[1]
 
 
+TABLE_INTERIOR, TABLE_LEAF, INDEX_INTERIOR, INDEX_LEAF = 0x05, 0x0D, 0x02, 0x0A
+CELL_PAGES = (TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR)
+"""B-tree pages whose cells hold values (a table's interior pages hold child pointers and
+rowids only)."""
+
+
+class LiveCells:
+    """Which bytes of the database file are bytes of live cells of the live b-trees, decided
+    per hit with a few array operations rather than by reading the live values.
+
+    A b-tree page keeps its cells in its cell content area, from the offset its header names
+    to the page's end. With ``secure_delete`` every freed cell there is zeroed (a freeblock
+    keeps only its 4-byte link), and SQLite leaves stale bytes only in the unallocated gap
+    between the cell pointer array and the content area, where a page rebuilt in a rebalance
+    keeps its old cells. So a window that lies in the content area of a page of a live
+    b-tree, and in no freeblock, is bytes of a live row: a live copy, like the whole live
+    value :mod:`efface.erasure.residue` otherwise looks for. Everything else (the gap, pages
+    of other b-trees, overflow pages, pages with a newer image in the WAL) is left to it.
+
+    Made inside a read snapshot that stays open while the hits are judged: a page with no
+    frame in the WAL is then the snapshot's page in the file, and no checkpoint can change it
+    (a checkpoint never copies frames past a reader's snapshot)."""
+
+    def __init__(self, name: str, data: np.ndarray, page_size: int, usable: int, pages: np.ndarray):
+        self.name = name
+        self._data, self._ps, self._usable, self._pages = data, page_size, usable, pages
+
+    def release(self) -> None:
+        self._data = np.empty(0, dtype=np.uint8)
+        self._pages = np.zeros(1, dtype=bool)
+
+    def words(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The two little-endian 64-bit words at each (8-aligned) offset (0 past the end)."""
+        n = self._data.size // 8
+        w = self._data[: n * 8].view("<u8")
+        at = offsets // 8
+        first = np.where(at < n, w[np.minimum(at, n - 1)], 0).astype(np.uint64)
+        second = np.where(at + 1 < n, w[np.minimum(at + 1, n - 1)], 0).astype(np.uint64)
+        return first, second
+
+    def pages(self) -> int:
+        """How many pages' content areas count (for the check's detail)."""
+        return int(np.count_nonzero(self._pages))
+
+    def inside(self, offsets: np.ndarray, widths: np.ndarray) -> np.ndarray:
+        """For each window ``[offset, offset + width)`` of the file, whether it lies in the
+        bytes of a live cell (see the class docstring)."""
+        ps, data = self._ps, self._data
+        page = offsets // ps + 1
+        ok = (page < self._pages.size) & (offsets + widths <= data.size)
+        ok[ok] = self._pages[page[ok]]
+        if not ok.any():
+            return ok
+        at = np.flatnonzero(ok)
+        base = (page[at] - 1) * ps
+        head = base + np.where(page[at] == 1, 100, 0)
+        kind = data[head]
+        start = data[head + 5].astype(np.int64) * 256 + data[head + 6]
+        start[start == 0] = 65536
+        local = offsets[at] - base
+        good = np.isin(kind, CELL_PAGES) & (local >= start) & (local + widths[at] <= self._usable)
+        free = data[head + 1].astype(np.int64) * 256 + data[head + 2]
+        for i in np.flatnonzero(good & (free != 0)).tolist():
+            good[i] = not self._in_freeblock(int(base[i]), int(free[i]), int(local[i]), int(widths[at[i]]))
+        ok[at] = good
+        return ok
+
+    def _in_freeblock(self, base: int, first: int, local: int, width: int) -> bool:
+        data, at, seen = self._data, first, 0
+        while at and seen < self._ps // 4:
+            if at + 4 > self._ps:
+                return True  # a damaged chain: fail closed
+            size = int(data[base + at + 2]) * 256 + int(data[base + at + 3])
+            if local < at + size and at < local + width:
+                return True
+            at = int(data[base + at]) * 256 + int(data[base + at + 1])
+            seen += 1
+        return False
+
+
 @guarded
 class SQLitePhysical:
     def __init__(self, origin: SQLiteOrigin):
@@ -202,6 +286,96 @@ class SQLitePhysical:
         page = r.execute("PRAGMA page_size").fetchone()[0]
         name = os.path.relpath(self._o.path, root)
         return LiveRegions(name, pages, page, name + "-wal")
+
+    @contextlib.contextmanager
+    def live_cells(self, root: str) -> Iterator[LiveCells | None]:
+        """The bytes of live cells in the database file (see :class:`LiveCells`), in a read
+        snapshot held until the block ends; None if the file cannot be read so. Finding the
+        pages reads only the interior pages of the live b-trees (a few thousand at a million
+        records), where ``dbstat`` reads every page."""
+        o = self._o
+        with o.snapshot():
+            r = o._r()
+            marks = ",".join("?" * len(LIVE_BTREES))
+            roots = [row[0] for row in r.execute(f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})", LIVE_BTREES)]
+            (page_size,) = r.execute("PRAGMA page_size").fetchone()
+            try:
+                f = open(o.path, "rb")
+            except OSError:
+                yield None
+                return
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                if size < page_size:
+                    yield None
+                    return
+                mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+                try:
+                    data = np.frombuffer(mm, dtype=np.uint8)
+                    pages = self._cell_pages(data, page_size, roots, self._wal_pages(page_size))
+                    usable = page_size - int(data[20])  # reserved bytes at each page's end
+                    cells = LiveCells(os.path.relpath(o.path, root), data, page_size, usable, pages)
+                    del data
+                    try:
+                        yield cells
+                    finally:
+                        cells.release()
+                finally:
+                    with contextlib.suppress(BufferError):  # an array still viewing it: left to the collector
+                        mm.close()
+
+    def _wal_pages(self, page_size: int) -> set[int]:
+        """Every page with a frame in the WAL, as it is now (in the caller's snapshot the WAL
+        only grows): those pages may differ in the file, so no decision is made on them."""
+        try:
+            with open(self._o.path + "-wal", "rb") as f:
+                raw = f.read()
+        except OSError:
+            return set()
+        step = FRAME_HEADER + page_size
+        n = max(0, (len(raw) - WAL_HEADER) // step)
+        if n == 0:
+            return set()
+        arr = np.frombuffer(raw, dtype=np.uint8)
+        at = WAL_HEADER + step * np.arange(n)
+        nums = (arr[at].astype(np.int64) << 24) | (arr[at + 1].astype(np.int64) << 16)
+        nums |= (arr[at + 2].astype(np.int64) << 8) | arr[at + 3]
+        return set(nums.tolist())
+
+    @staticmethod
+    def _cell_pages(data: np.ndarray, ps: int, roots: Sequence[int], wal: set[int]) -> np.ndarray:
+        """Pages of the b-trees under ``roots`` whose cells hold values, found level by level
+        from the roots down: a Python step per interior page, array operations for the leaves
+        (hundreds of thousands at a million records). A page with a frame in the WAL is
+        neither counted nor descended into."""
+        npages = data.size // ps
+        out = np.zeros(npages + 1, dtype=bool)
+        seen = np.zeros(npages + 1, dtype=bool)
+        skip = np.asarray(sorted(wal), dtype=np.int64)
+        level = np.asarray([p for p in roots if p], dtype=np.int64)
+        while level.size:
+            level = np.unique(level[(level >= 1) & (level <= npages)])
+            level = level[~seen[level] & ~np.isin(level, skip)]
+            if level.size == 0:
+                break
+            seen[level] = True
+            base = (level - 1) * ps
+            head = base + np.where(level == 1, 100, 0)
+            kind = data[head]
+            out[level[np.isin(kind, CELL_PAGES)]] = True
+            inner = np.isin(kind, (TABLE_INTERIOR, INDEX_INTERIOR))
+            kids: list[np.ndarray] = []
+            for b, h in zip(base[inner].tolist(), head[inner].tolist(), strict=True):
+                n = int(data[h + 3]) * 256 + int(data[h + 4])
+                ptr = data[h + 12 : h + 12 + 2 * n].astype(np.int64)
+                cells = b + ptr[0::2] * 256 + ptr[1::2]
+                cells = cells[cells + 4 <= b + ps]
+                got = (data[cells].astype(np.int64) << 24) | (data[cells + 1].astype(np.int64) << 16)
+                got |= (data[cells + 2].astype(np.int64) << 8) | data[cells + 3]
+                kids.append(got)
+                kids.append(np.asarray([int.from_bytes(data[h + 8 : h + 12].tobytes(), "big")], dtype=np.int64))
+            level = np.concatenate(kids) if kids else np.empty(0, dtype=np.int64)
+        return out
 
     def live_values(self, embeddings: bool) -> Iterator[tuple[bytes, str]]:
         """Every value a live row holds (texts as their UTF-8 bytes, as stored), and its kind
