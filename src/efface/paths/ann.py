@@ -47,6 +47,8 @@ MAX_PAUSE_S = 0.5
 VECTOR_REGION = 256
 """Fingerprint sampling of vectors (see erasure.fingerprint)."""
 NEIGHBOURS = 6
+SCRUB_EXPANSION = 8
+"""The insertion search width for scrub noise (records use the index's 64)."""
 ANCHOR_QUERIES = 4
 
 
@@ -273,7 +275,15 @@ class VectorIndex:
             np.uint64
         )
         noise = self._rng.standard_normal((count, self._dim)).astype(np.float32)
-        _add(idx, keys.tolist(), list(noise))
+        # Noise is never searched for, so its nodes need no good neighbours: a narrow search
+        # on insertion makes the scrub 3-5x cheaper (100 vectors at 100k: ~0.9 s -> ~0.2 s
+        # under load), and the erasure waits for it.
+        before = idx.expansion_add
+        idx.expansion_add = SCRUB_EXPANSION
+        try:
+            _add(idx, keys.tolist(), list(noise))
+        finally:
+            idx.expansion_add = before
 
     def persist(self) -> None:
         """Save every changed tenant index atomically, then record the epoch they hold.

@@ -118,11 +118,12 @@ class FullTextIndex:
         leaked: set[int] = set()
         probes = 0
         if erased:
-            for words in per_record:
-                terms = [recovered[h] for h in words if h in recovered]
-                for start in range(0, len(terms), 8):
-                    probes += 1
-                    leaked.update(self._text.matching_ids(terms[start : start + 8], erased))
+            # One word per query, each word once: FTS5 seeks a single word's doclist to each
+            # erased id, but evaluates an OR of several words over their whole doclists, so
+            # the old queries of eight words grew with the store (0.5 s each at 100k records).
+            for term in sorted({recovered[h] for words in per_record for h in words if h in recovered}):
+                probes += 1
+                leaked.update(self._text.matching_ids([term], erased))
         missing = sum(1 for h in wanted if h not in recovered)
         return check(
             "fts.by_text",
