@@ -496,7 +496,9 @@ class Fingerprinter:
                     maps.append(mm)
                     buffers.append((name, mm, size))
             names = [name for name, _buf, _size in buffers]
-            tasks = [(i, buf, start, size) for i, (_n, buf, size) in enumerate(buffers) for start in range(0, size, CHUNK)]
+            tasks = [
+                (i, buf, start, size) for i, (_n, buf, size) in enumerate(buffers) for start in range(0, size, CHUNK)
+            ]
             return self._gather(names, tables, self._map_chunks(tasks, tables)), scanned
         finally:
             for mm in maps:

@@ -297,7 +297,9 @@ class SQLitePhysical:
         with o.snapshot():
             r = o._r()
             marks = ",".join("?" * len(LIVE_BTREES))
-            roots = [row[0] for row in r.execute(f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})", LIVE_BTREES)]
+            roots = [
+                row[0] for row in r.execute(f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})", LIVE_BTREES)
+            ]
             (page_size,) = r.execute("PRAGMA page_size").fetchone()
             try:
                 f = open(o.path, "rb")
