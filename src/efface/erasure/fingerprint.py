@@ -513,7 +513,7 @@ class Fingerprinter:
         if not parts:
             empty = np.empty(0, np.int64)
             return Hits(names, kinds, empty, empty, empty, empty, np.empty(0, np.uint64))
-        return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))  # type: ignore[arg-type]
+        return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
     def _map_chunks(self, tasks: list[tuple[int, Any, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
         def one(task: tuple[int, Any, int, int]) -> tuple[np.ndarray, ...]:

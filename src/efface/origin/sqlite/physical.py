@@ -212,6 +212,11 @@ class LiveCells:
         return False
 
 
+def _close_map(mm: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError):  # an array still viewing it: left to the collector
+        mm.close()
+
+
 @guarded
 class SQLitePhysical:
     def __init__(self, origin: SQLiteOrigin):
@@ -294,37 +299,29 @@ class SQLitePhysical:
         pages reads only the interior pages of the live b-trees (a few thousand at a million
         records), where ``dbstat`` reads every page."""
         o = self._o
-        with o.snapshot():
+        with o.snapshot(), contextlib.ExitStack() as stack:
             r = o._r()
             marks = ",".join("?" * len(LIVE_BTREES))
-            roots = [
-                row[0] for row in r.execute(f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})", LIVE_BTREES)
-            ]
+            sql = f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})"
+            roots = [row[0] for row in r.execute(sql, LIVE_BTREES)]  # the snapshot starts here
             (page_size,) = r.execute("PRAGMA page_size").fetchone()
             try:
-                f = open(o.path, "rb")
+                f = stack.enter_context(open(o.path, "rb"))
+                size = os.fstat(f.fileno()).st_size
             except OSError:
+                size = 0
+            if size < page_size:
                 yield None
                 return
-            with f:
-                size = os.fstat(f.fileno()).st_size
-                if size < page_size:
-                    yield None
-                    return
-                mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-                try:
-                    data = np.frombuffer(mm, dtype=np.uint8)
-                    pages = self._cell_pages(data, page_size, roots, self._wal_pages(page_size))
-                    usable = page_size - int(data[20])  # reserved bytes at each page's end
-                    cells = LiveCells(os.path.relpath(o.path, root), data, page_size, usable, pages)
-                    del data
-                    try:
-                        yield cells
-                    finally:
-                        cells.release()
-                finally:
-                    with contextlib.suppress(BufferError):  # an array still viewing it: left to the collector
-                        mm.close()
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            stack.callback(_close_map, mm)
+            data = np.frombuffer(mm, dtype=np.uint8)
+            pages = self._cell_pages(data, page_size, roots, self._wal_pages(page_size))
+            usable = page_size - int(data[20])  # reserved bytes at each page's end
+            cells = LiveCells(os.path.relpath(o.path, root), data, page_size, usable, pages)
+            del data
+            stack.callback(cells.release)
+            yield cells
 
     def _wal_pages(self, page_size: int) -> set[int]:
         """Every page with a frame in the WAL, as it is now (in the caller's snapshot the WAL
