@@ -20,6 +20,9 @@ from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
 
+READ_WHOLE_PER_ID = 100
+"""A doclist of at most this many postings per id asked about is read whole (see
+:meth:`SQLiteText.matching_ids`)."""
 DIRTY = "fts.dirty"
 PURGED = "fts.purged_epoch"
 FOLDED = "fts.folded"
@@ -114,7 +117,16 @@ class SQLiteText:
         return [r[0] for r in self._o._r().execute("SELECT term FROM fts_vocab")]
 
     def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the index still matches for any of ``words``."""
+        """Which of ``ids`` the index still matches for any of ``words``. FTS5 seeks a word's
+        doclist to each id (about 0.3 ms a seek here) or reads it whole (about 1 us a
+        posting): whichever costs less, so the cost follows the ids asked about, not the
+        store."""
+        if not ids:
+            return []
+        if sum(self.document_frequency(words).values()) <= READ_WHOLE_PER_ID * len(ids):
+            wanted = set(ids)
+            rows = self._o._r().execute("SELECT rowid FROM fts WHERE fts MATCH ?", (_match(words),))
+            return [r[0] for r in rows if r[0] in wanted]
         out: list[int] = []
         for chunk, marks in in_chunks(ids):
             out += [
