@@ -37,3 +37,22 @@ def test_forget_of_a_record_under_hold_reaches_erased(open_store, no_periodic_sa
     status = store.wait(receipt.handle, timeout=20, tenant="t")
     assert status.erased
     assert store.verify(receipt.handle, tenant="t").level == "erased"
+
+
+@pytest.mark.sqlite_only("the WAL checkpoint is the SQLite origin's")
+def test_a_checkpoint_held_back_is_retried_before_the_periodic_save(open_store, no_periodic_save):
+    store = open_store(background=True, compact_interval=0.05)
+    physical = store._origin.physical
+    real, refused = physical.checkpoint, []
+
+    def held_back_once() -> bool:
+        if not refused:  # as when a reader keeps its snapshot past the busy timeout
+            refused.append(True)
+            return False
+        return real()
+
+    physical.checkpoint = held_back_once
+    store.write("k", "a note to forget", tenant="t", subject="s1", purpose="p")
+    receipt = store.forget(subject="s1", tenant="t")
+    assert store.wait(receipt.handle, timeout=20, tenant="t").erased
+    assert refused and store.verify(receipt.handle, tenant="t").level == "erased"

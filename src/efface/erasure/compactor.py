@@ -51,6 +51,7 @@ class Compactor:
         self._last_persist = time.monotonic()
         # An erasure may be waiting for its bytes to go since before a restart: save soon.
         self.erasure_unsaved = True
+        self._checkpoint_owed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,6 +99,7 @@ class Compactor:
 
     def run(self, persist: bool) -> int:
         """One round; returns the oldest applied epoch among the paths."""
+        physical = getattr(self._origin, "physical", None)
         with self._mu:
             self.absorb()
             if persist:
@@ -108,11 +110,14 @@ class Compactor:
                 lagging = [p.erased_epoch() for p in self._async]
                 if lagging:
                     self._origin.prune_changes(min(lagging))
-                physical = getattr(self._origin, "physical", None)
                 if physical is not None:
                     physical.rebuild_indexes()
-                    physical.checkpoint()
+                    self._checkpoint_owed = not physical.checkpoint()
                 self._last_persist = time.monotonic()
+            elif self._checkpoint_owed and physical is not None:
+                # A reader held the last checkpoint back: the erased page images are still
+                # in the WAL. Retry just the checkpoint each round, not the whole save.
+                self._checkpoint_owed = not physical.checkpoint()
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             applied = min(p.applied_epoch() for p in self._paths)
         with self._round_done:
