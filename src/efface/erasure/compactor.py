@@ -114,9 +114,11 @@ class Compactor:
                     physical.rebuild_indexes()
                     self._checkpoint_owed = not physical.checkpoint()
                 self._last_persist = time.monotonic()
+                self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             elif self._checkpoint_owed and physical is not None:
                 # A reader held the last checkpoint back: the erased page images are still
                 # in the WAL. Retry just the checkpoint each round, not the whole save.
+                erased = self._propagation.erased_epochs()
                 self._checkpoint_owed = not physical.checkpoint()
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             applied = min(p.applied_epoch() for p in self._paths)
