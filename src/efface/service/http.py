@@ -172,12 +172,13 @@ def filter_access_log() -> None:
 
 # -- thread lanes ---------------------------------------------------------------------------------
 READ, WRITE, WAIT, VERIFY = "read", "write", "wait", "verify"
-LANE_THREADS = {READ: 32, WRITE: 4, WAIT: 32, VERIFY: 2}
+LANE_THREADS = {READ: 32, WRITE: 32, WAIT: 32, VERIFY: 2}
 """Worker threads per lane. Store calls block, so each runs in a worker thread, and each kind
 of call has its own lane: a read must never queue for a thread behind writers waiting their
-turn at the store's chokepoint (mutations run one at a time, so four threads keep it busy and
-the rest wait on the event loop, costing nothing), behind ``wait`` calls that sleep up to
-``max_wait``, or behind verifications that scan every file's bytes."""
+turn at the store's chokepoint, behind ``wait`` calls that sleep up to ``max_wait``, or behind
+verifications that scan every file's bytes. The write lane is as wide as the read lane because
+the mutations waiting at the chokepoint are committed together, one fsync for the lot (group
+commit, :mod:`efface.chokepoint`): a group can only be as large as the threads that wait in it."""
 
 _EPOCH = TypeAdapter(w.Epoch)
 _READ_RESULT = TypeAdapter(w.ReadResult)
