@@ -151,7 +151,9 @@ def main() -> None:
                 seeded[t] = [i["text"] for i in items]
         spies = spy(server.pid, args) if args.py_spy else []
         load_before = os.getloadavg()
+        server_cpu = cpu_seconds(server.pid)
         results = run(url, keys, tenants, seeded, args)
+        server_cpu = cpu_seconds(server.pid) - server_cpu
         for s in spies:
             s.wait(timeout=120)
         results["machine"] = {
@@ -159,6 +161,8 @@ def main() -> None:
             "load_avg_before": [round(x, 2) for x in load_before],
             "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         }
+        results["cpu_s"]["server"] = round(server_cpu, 1)
+        results["cpu_s"]["server_ms_per_request"] = round(1000 * server_cpu / max(1, results["requests"]), 2)
         results["commit"] = commit()
         results["vocabulary"] = args.vocabulary
     finally:
@@ -170,6 +174,14 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     json.dump(results, sys.stdout, indent=2)
     print()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc), to tell a server that
+    waits from one that computes, and both from a machine that has no core to give."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def spy(pid: int, args: argparse.Namespace) -> list[subprocess.Popen]:
@@ -203,11 +215,16 @@ def run(url: str, keys: dict, tenants: list, seeded: dict, args: argparse.Namesp
         proc.start()
     ready.wait(timeout=120)
     lat: dict[str, list[float]] = defaultdict(list)
+    server: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
+    client_cpu = 0.0
     for _ in procs:
         got = out.get(timeout=args.duration + 120)
         for op, v in got["lat"].items():
             lat[op].extend(v)
+        for op, v in got["server"].items():
+            server[op].extend(v)
+        client_cpu += got["cpu_s"]
         for k, n in got["errors"].items():
             errors[k] += n
     for proc in procs:
@@ -220,6 +237,15 @@ def run(url: str, keys: dict, tenants: list, seeded: dict, args: argparse.Namesp
             "p50_ms": round(float(np.percentile(v, 50)) * 1000, 2),
             "p99_ms": round(float(np.percentile(v, 99)) * 1000, 2),
             "max_ms": round(max(v) * 1000, 2),
+            # in the server (Server-Timing: request in to answer out), when the server sends it
+            **(
+                {
+                    "server_p50_ms": round(float(np.percentile(server[op], 50)) * 1000, 2),
+                    "server_p99_ms": round(float(np.percentile(server[op], 99)) * 1000, 2),
+                }
+                if server.get(op)
+                else {}
+            ),
         }
         for op, v in sorted(lat.items())
     }
@@ -235,6 +261,7 @@ def run(url: str, keys: dict, tenants: list, seeded: dict, args: argparse.Namesp
         "throughput_per_s": round(total / elapsed, 1),
         "operations": ops,
         "errors": dict(errors),
+        "cpu_s": {"clients": round(client_cpu, 1)},  # CPU seconds spent in the measured minute
         "targets": {
             "zero_errors": not errors,
             "recall_p99_le_50ms": recall_p99 is not None and recall_p99 <= 50,
@@ -257,23 +284,36 @@ def client_process(
 ) -> None:
     """One client process: a thread per client id (and the verifier in the first process)."""
     texts = Texts(vocabulary)
-    clients = {i: efface.Client(url, api_key=keys[tenants[i % len(tenants)]]) for i in ids}
+    local = threading.local()
+
+    def server_timing(response) -> None:  # type: ignore[no-untyped-def]
+        # The server's own time for the request (its Server-Timing header), beside the client's.
+        timing = response.headers.get("server-timing", "")
+        local.server = float(timing.split("dur=", 1)[1]) / 1000 if "dur=" in timing else None
+
+    def connect(key: str) -> efface.Client:
+        c = efface.Client(url, api_key=key)
+        c._http.event_hooks["response"].append(server_timing)
+        return c
+
+    clients = {i: connect(keys[tenants[i % len(tenants)]]) for i in ids}
     for c in clients.values():
         c.health()  # connected before the clock starts
     ready.wait(timeout=120)
+    cpu0 = time.process_time()
     stop_at = time.monotonic() + duration
     lat: dict[str, list[float]] = defaultdict(list)
+    server: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
     handles: list[tuple[str, str]] = []
     lock = threading.Lock()
-
-    local = threading.local()
 
     def timed(op: str, f):  # type: ignore[no-untyped-def]
         # Paced, a request is timed from when it was due, so a client that fell behind a slow
         # server counts the wait too (no coordinated omission).
         t0 = getattr(local, "due", None) or time.perf_counter()
         local.due = None
+        local.server = None
         try:
             result = f()
         except Exception as exc:
@@ -283,6 +323,8 @@ def client_process(
         dt = time.perf_counter() - t0
         with lock:
             lat[op].append(dt)
+            if local.server is not None:
+                server[op].append(local.server)
         return result
 
     def client(i: int) -> None:
@@ -322,7 +364,7 @@ def client_process(
                     timed("status", lambda: c.status(last))
 
     def verifier() -> None:
-        by_tenant = {t: efface.Client(url, api_key=keys[t]) for t in tenants}
+        by_tenant = {t: connect(keys[t]) for t in tenants}
         while time.monotonic() < stop_at:
             with lock:
                 pick = handles[-1] if handles else None
@@ -339,7 +381,7 @@ def client_process(
         t.start()
     for t in threads:
         t.join()
-    out.put({"lat": dict(lat), "errors": dict(errors)})
+    out.put({"lat": dict(lat), "server": dict(server), "errors": dict(errors), "cpu_s": time.process_time() - cpu0})
 
 
 if __name__ == "__main__":

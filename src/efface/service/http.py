@@ -23,6 +23,7 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -108,6 +109,29 @@ class BodyLimit:
         finally:
             if over:
                 await _too_large(self.max_body)(scope, receive, send)
+
+
+class ServerTiming:
+    """Add ``Server-Timing: app;dur=MS`` to every answer: the milliseconds from the request
+    reaching the app to its answer starting, so a client (or a load test) can tell the time
+    spent in the server from the time on the wire and in its own process."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                dur = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", dur)]}
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 def _too_large(limit: int) -> JSONResponse:
@@ -254,6 +278,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(ServerTiming)  # outermost: a 413 is timed too
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
     lanes = Lanes()
