@@ -49,7 +49,9 @@ import efface
 from efface.service.keys import KeyRing, key_path
 
 WORDS = "tea coffee refund order invoice shipping billing address phone email meeting call note".split()
-QUERY_STOPWORDS = frozenset("a an the and or of on in to for by at is are was be has have their they them it its as".split())
+QUERY_STOPWORDS = frozenset(
+    "a an the and or of on in to for by at is are was be has have their they them it its as".split()
+)
 
 
 def free_port() -> int:
@@ -109,7 +111,7 @@ def main() -> None:
     ap.add_argument(
         "--py-spy",
         metavar="OUT",
-        help="record the server with py-spy for the measured minute (collapsed stacks in OUT; OUT.gil: GIL holders only)",
+        help="record the server with py-spy for the measured minute (stacks in OUT; OUT.gil: GIL holders only)",
     )
     args = ap.parse_args()
 
@@ -348,7 +350,9 @@ def client_process(
                     key = f"c{i}:{n}"
                     n += 1
                     body = texts.text(rng)
-                    if timed("write", lambda key=key, body=body: c.write(key, body, subject=f"c{i}", purpose="support")):
+                    if timed(
+                        "write", lambda key=key, body=body: c.write(key, body, subject=f"c{i}", purpose="support")
+                    ):
                         mine.append(key)
                         written.append(body)
                 elif r < 0.8:

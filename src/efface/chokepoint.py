@@ -50,6 +50,8 @@ class Job:
     changed: bool = False
     erased: bool = False
     error: BaseException | None = None
+    ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    lead: bool = False
 
     def answer(self) -> tuple[int, Any]:
         if self.error is not None:
@@ -62,36 +64,68 @@ Stage = Callable[[Any, "str | None", list, list, dict], None]
 
 
 class Chokepoint:
-    """The queue in front of the store's lock, and who leads the next group."""
+    """The queue in front of the store's lock, and who leads the next group.
 
-    def __init__(self, lock: threading.RLock) -> None:
-        self._lock = lock
+    Followers wait on their own job's event, not on the lock: the leader wakes every member
+    of its group at once when the group is done, and hands the lead to the first job queued
+    meanwhile. (Waiting on the lock instead would wake the members one after another, each
+    taking and releasing it only to find its work done: on a busy machine every such
+    hand-over waits for a core, and the whole group waits for all of them.)"""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock  # the store's RLock
         self._queue: list[Job] = []
-        self._queue_mu = threading.Lock()
-        self._leader: int | None = None
+        self._mu = threading.Lock()
+        self._leading = False
+        self._running: int | None = None
 
     def submit(self, job: Job, run: Callable[[list[Job]], None]) -> tuple[int, Any]:
-        """Queue ``job``, take the store's lock, and unless a leader ran it meanwhile, lead:
-        ``run`` gets every job queued so far. A mutation made by the leader while it leads (an
-        expiry swept first) runs at once, on its own."""
-        if self._leader == threading.get_ident():
-            run([job])
+        """Queue ``job`` and wait for its answer, leading a group when it is this job's turn:
+        ``run`` gets every job queued so far, under the store's lock. A thread that holds the
+        store's lock already cannot wait for a leader (who needs that lock): inside a group's
+        run (the leader sweeping expiries first) its job runs at once, alone; otherwise (a
+        forget, a sweep) it runs what is queued and then its own job itself."""
+        if self._lock._is_owned():
+            if self._running == threading.get_ident():
+                run([job])
+            else:
+                with self._mu:
+                    queued, self._queue = [*self._queue, job], []
+                self._run(queued, run)
             return job.answer()
-        with self._queue_mu:
+        with self._mu:
             self._queue.append(job)
-        with self._lock:
-            if not job.done:
-                with self._queue_mu:
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            job.ready.wait()  # done by a leader, or handed the lead
+            if not job.lead:
+                return job.answer()
+        jobs: list[Job] = []
+        try:
+            with self._lock:
+                with self._mu:  # taken only now: what queued while the lock was busy joins in
                     jobs, self._queue = self._queue, []
-                self._leader = threading.get_ident()
-                try:
-                    run(jobs)
-                finally:
-                    self._leader = None
-                    for j in jobs:  # a BaseException in the leader: what did not commit says so
-                        if not j.done:
-                            j.error, j.done = EffaceError(INTERRUPTED), True
+                self._run(jobs, run)
+        finally:
+            with self._mu:
+                if self._queue:
+                    self._queue[0].lead = True  # it leads the next group, done or not by then
+                    self._queue[0].ready.set()
+                else:
+                    self._leading = False
         return job.answer()
+
+    def _run(self, jobs: list[Job], run: Callable[[list[Job]], None]) -> None:
+        self._running = threading.get_ident()
+        try:
+            run(jobs)
+        finally:
+            self._running = None
+            for j in jobs:
+                if not j.done:  # a BaseException in the leader: what did not commit says so
+                    j.error, j.done = EffaceError(INTERRUPTED), True
+                j.ready.set()
 
 
 @contextlib.contextmanager

@@ -52,8 +52,8 @@ from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
-from .derivations import Derivations, quarantine, validate_policy
 from .chokepoint import Chokepoint, Job, run_jobs
+from .derivations import Derivations, quarantine, validate_policy
 from .derivations.identifiers import check_identifiers
 from .embed import Embedder, resolve
 from .erasure.compactor import Compactor
