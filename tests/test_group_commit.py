@@ -26,11 +26,10 @@ import efface
 from efface.errors import KeyInUse, StoreUnwritable
 
 
-def queued(store, calls: list[Callable[[], Any]], then: Callable[[], Any] | None = None) -> list[tuple[str, Any]]:
+def queued(store, calls: list[Callable[[], Any]]) -> list[tuple[str, Any]]:
     """Run ``calls`` so they all queue at the chokepoint, in list order; each outcome is
-    ``("ok", value)`` or ``("error", exception)``. ``then`` (a forget: it takes the store's
-    lock before it queues) is started once they are queued, and its outcome comes last."""
-    out: list[tuple[str, Any]] = [("none", None)] * (len(calls) + (then is not None))
+    ``("ok", value)`` or ``("error", exception)``."""
+    out: list[tuple[str, Any]] = [("none", None)] * len(calls)
 
     def run(i: int, call: Callable[[], Any]) -> None:
         try:
@@ -48,9 +47,6 @@ def queued(store, calls: list[Callable[[], Any]], then: Callable[[], Any] | None
             while len(store._chokepoint._queue) < i + 1:  # queued in this order
                 assert time.monotonic() < deadline, "a call never reached the chokepoint"
                 time.sleep(0.005)
-        if then is not None:
-            threads.append(threading.Thread(target=run, args=(len(calls), then)))
-            threads[-1].start()
     for t in threads:
         t.join()
     return out
@@ -132,20 +128,30 @@ def test_a_write_queued_behind_a_registration_sees_the_subject(store):
     assert list(receipt.quarantined) == ["note"]
 
 
-def test_a_forget_behind_queued_writes_erases_what_they_wrote(store):
+def test_forgets_queue_with_the_writes_and_each_closes_its_group(store, groups):
     store.write("x1", "to be forgotten", tenant="t", subject="x", purpose="p")
+    if groups is not None:
+        groups.clear()
     out = queued(
         store,
-        [write(store, "w1", "the first write"), write(store, "w2", "the second write")],
-        then=lambda: store.forget(tenant="t", key="w1"),
+        [
+            write(store, "w1", "the first write"),
+            lambda: store.forget(tenant="t", key="w1"),  # sees w1, written in its own group
+            write(store, "w2", "the second write"),
+            lambda: store.forget(tenant="t", subject="x"),
+            write(store, "w3", "the third write"),
+        ],
     )
-    assert [kind for kind, _ in out] == ["ok"] * 3
-    receipt = out[2][1]
-    assert list(receipt.erased) == ["w1"]
-    assert out[0][1] < out[1][1] < receipt.epoch
+    assert [kind for kind, _ in out] == ["ok"] * 5
+    first, second = out[1][1], out[3][1]
+    assert list(first.erased) == ["w1"] and list(second.erased) == ["x1"]
+    assert out[0][1] < first.epoch < out[2][1] < second.epoch < out[4][1]
+    if groups is not None:
+        assert len(groups) == 3  # [w1, forget], [w2, forget], [w3]
     assert store.read("w1", tenant="t", purpose="p") is None
+    assert store.read("x1", tenant="t", purpose="p") is None
     assert store.read("w2", tenant="t", purpose="p").text == "the second write"
-    assert store.forget(tenant="t", subject="x").erased == ("x1",)
+    assert store.status(second.handle).handle == second.handle
 
 
 # -- a full disk under a group ------------------------------------------------------------------

@@ -502,18 +502,27 @@ class Store:
         if key is not None:
             key = v.key(key)
         selector = Selector(tenant, subject, purpose, prefix, key, everything)
-        with self._lock:
-            self._check_open()
-            if purpose is not None:
-                self._known_purpose(tenant, purpose)
+        self._check_open()
+        if purpose is not None:
+            self._known_purpose(tenant, purpose)
+        made: dict[str, Any] = {}
 
-            def body(tx, now):
-                matched = tx.match_claims(tenant, subject, purpose, prefix, key)
-                outcome = self._releaser.release(tx, selector, "forget", matched, now)
-                return outcome, outcome.puts, outcome.drops, outcome.texts
+        def body(tx, now):
+            matched = tx.match_claims(tenant, subject, purpose, prefix, key)
+            outcome = self._releaser.release(tx, selector, "forget", matched, now)
+            made["epoch"] = tx.epoch
+            return outcome, outcome.puts, outcome.drops, outcome.texts
 
-            epoch, outcome = self._mutate("forget", tenant, body, after=self._drop_mentions)
-            receipt = self._receipt(epoch, outcome, name)
+        def after(outcome):
+            # Under the store lock, right after the commit: the receipt states the paths as
+            # they are at acknowledgement, before any later mutation.
+            self._drop_mentions(outcome)
+            made["receipt"] = self._receipt(made["epoch"], outcome, name)
+
+        # Not under the store lock: the forget queues at the chokepoint with the writes, and
+        # commits in their group (it closes it: its after hook changes the mention matcher).
+        self._mutate("forget", tenant, body, after=after)
+        receipt = made["receipt"]
         self._notify_quarantine(receipt)
         return receipt
 
