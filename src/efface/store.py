@@ -52,6 +52,7 @@ from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
+from .chokepoint import Chokepoint, Job, run_jobs
 from .derivations import Derivations, quarantine, validate_policy
 from .derivations.identifiers import check_identifiers
 from .embed import Embedder, resolve
@@ -105,6 +106,7 @@ class Store:
         self._closed = False
         self._closing = threading.Lock()
         """One close() at a time: a second caller waits for the first, then finds it closed."""
+        self._chokepoint = Chokepoint(self._lock)
         secret = origin.meta_get(SECRET_KEY)
         if secret is None:
             secret = Hasher.new_secret()
@@ -193,32 +195,41 @@ class Store:
         ``(result, puts, drops, texts)``; it runs inside the origin transaction.
         ``after(result)`` runs once it has committed, still under the store lock (for
         in-memory state that must follow the origin). Due expiries are honoured first, so
-        a write can never revive an expired claim."""
-        with self._lock, self._ann.writing():  # a background absorption stands back meanwhile
-            self._check_open()
-            if sweep:
-                self._expire_due(self._clock())
-            now = self._clock()
-            with self._origin.transaction(kind, tenant, now) as tx:
-                result, puts, drops, texts = body(tx, now)
-                if puts or drops:
-                    assert tenant is not None, "content changes belong to a tenant"
-                    tx.log_changes(tenant, puts, drops)
-                    for path in self._paths:
-                        if path.synchronous:
-                            path.stage(tx, tenant, puts, drops, texts)
-            if after is not None:
-                after(result)
-            if puts or drops:
-                # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
-                # compactor; recall catches them up on new content first (read-your-writes), and
-                # reads are safe meanwhile because every candidate is resolved in the origin.
-                self._ann.touch()  # writes are streaming in: a background absorption stands back
-            if puts or drops or kind in _ERASURES:
-                # An erasure's bytes are due soon even when it dropped no record (identifiers
-                # only, or every record under hold): wait(until="erased") depends on it.
-                self._compactor.wake(erased=bool(drops) or kind in _ERASURES)
-            return tx.epoch, result
+        a write can never revive an expired claim. Mutations that arrive together are
+        committed together, each with its own epoch, result or error (group commit:
+        :mod:`efface.chokepoint`); none returns before its commit is durable."""
+        return self._chokepoint.submit(Job(kind, tenant, body, after, sweep), self._run_jobs)
+
+    def _run_jobs(self, jobs: list[Job]) -> None:
+        """The leader's part, under the store lock: every job gets its answer."""
+        with self._ann.writing():  # a background absorption stands back meanwhile
+            try:
+                self._check_open()
+                if any(j.sweep for j in jobs):
+                    self._expire_due(self._clock())
+            except Exception as exc:
+                for j in jobs:
+                    j.error, j.done = exc, True
+                return
+            run_jobs(self._origin, jobs, self._clock(), self._stage)
+        if any(j.changed for j in jobs):
+            # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
+            # compactor; recall catches them up on new content first (read-your-writes), and
+            # reads are safe meanwhile because every candidate is resolved in the origin.
+            self._ann.touch()  # writes are streaming in: a background absorption stands back
+        woken = [j for j in jobs if j.changed or (j.error is None and j.kind in _ERASURES)]
+        if woken:
+            # An erasure's bytes are due soon even when it dropped no record (identifiers
+            # only, or every record under hold): wait(until="erased") depends on it.
+            self._compactor.wake(erased=any(j.erased or j.kind in _ERASURES for j in woken))
+
+    def _stage(self, tx: Any, tenant: str | None, puts: list, drops: list, texts: dict) -> None:
+        if puts or drops:
+            assert tenant is not None, "content changes belong to a tenant"
+            tx.log_changes(tenant, puts, drops)
+            for path in self._paths:
+                if path.synchronous:
+                    path.stage(tx, tenant, puts, drops, texts)
 
     # -- writes --------------------------------------------------------------------------
     def write(
@@ -315,7 +326,8 @@ class Store:
             for gone in outcome.subjects_erased if outcome is not None else ():
                 self._derivations.mentions.drop_subject(tenant, gone)
 
-        epoch, outcome = self._mutate("write", tenant, body, after=after)
+        # Only a replacing write can erase a subject; the others leave the group open (chokepoint).
+        epoch, outcome = self._mutate("write", tenant, body, after=after if replace else None)
         if outcome is not None:
             self._notify_quarantine(self._receipt(epoch, outcome, name))
         return epoch
@@ -490,18 +502,27 @@ class Store:
         if key is not None:
             key = v.key(key)
         selector = Selector(tenant, subject, purpose, prefix, key, everything)
-        with self._lock:
-            self._check_open()
-            if purpose is not None:
-                self._known_purpose(tenant, purpose)
+        self._check_open()
+        if purpose is not None:
+            self._known_purpose(tenant, purpose)
+        made: dict[str, Any] = {}
 
-            def body(tx, now):
-                matched = tx.match_claims(tenant, subject, purpose, prefix, key)
-                outcome = self._releaser.release(tx, selector, "forget", matched, now)
-                return outcome, outcome.puts, outcome.drops, outcome.texts
+        def body(tx, now):
+            matched = tx.match_claims(tenant, subject, purpose, prefix, key)
+            outcome = self._releaser.release(tx, selector, "forget", matched, now)
+            made["epoch"] = tx.epoch
+            return outcome, outcome.puts, outcome.drops, outcome.texts
 
-            epoch, outcome = self._mutate("forget", tenant, body, after=self._drop_mentions)
-            receipt = self._receipt(epoch, outcome, name)
+        def after(outcome):
+            # Under the store lock, right after the commit: the receipt states the paths as
+            # they are at acknowledgement, before any later mutation.
+            self._drop_mentions(outcome)
+            made["receipt"] = self._receipt(made["epoch"], outcome, name)
+
+        # Not under the store lock: the forget queues at the chokepoint with the writes, and
+        # commits in their group (it closes it: its after hook changes the mention matcher).
+        self._mutate("forget", tenant, body, after=after)
+        receipt = made["receipt"]
         self._notify_quarantine(receipt)
         return receipt
 

@@ -23,6 +23,7 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -110,6 +111,29 @@ class BodyLimit:
                 await _too_large(self.max_body)(scope, receive, send)
 
 
+class ServerTiming:
+    """Add ``Server-Timing: app;dur=MS`` to every answer: the milliseconds from the request
+    reaching the app to its answer starting, so a client (or a load test) can tell the time
+    spent in the server from the time on the wire and in its own process."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                dur = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", dur)]}
+            await send(message)
+
+        await self.app(scope, receive, timed)
+
+
 def _too_large(limit: int) -> JSONResponse:
     return _error_response(413, "PayloadTooLarge", f"the request body is over this server's limit of {limit} bytes")
 
@@ -172,12 +196,13 @@ def filter_access_log() -> None:
 
 # -- thread lanes ---------------------------------------------------------------------------------
 READ, WRITE, WAIT, VERIFY = "read", "write", "wait", "verify"
-LANE_THREADS = {READ: 32, WRITE: 4, WAIT: 32, VERIFY: 2}
+LANE_THREADS = {READ: 32, WRITE: 32, WAIT: 32, VERIFY: 2}
 """Worker threads per lane. Store calls block, so each runs in a worker thread, and each kind
 of call has its own lane: a read must never queue for a thread behind writers waiting their
-turn at the store's chokepoint (mutations run one at a time, so four threads keep it busy and
-the rest wait on the event loop, costing nothing), behind ``wait`` calls that sleep up to
-``max_wait``, or behind verifications that scan every file's bytes."""
+turn at the store's chokepoint, behind ``wait`` calls that sleep up to ``max_wait``, or behind
+verifications that scan every file's bytes. The write lane is as wide as the read lane because
+the mutations waiting at the chokepoint are committed together, one fsync for the lot (group
+commit, :mod:`efface.chokepoint`): a group can only be as large as the threads that wait in it."""
 
 _EPOCH = TypeAdapter(w.Epoch)
 _READ_RESULT = TypeAdapter(w.ReadResult)
@@ -253,6 +278,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(ServerTiming)  # outermost: a 413 is timed too
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
     lanes = Lanes()

@@ -19,12 +19,13 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import apsw
 
-from ...errors import EffaceError
+from ...errors import EffaceError, StoreUnwritable
 from ..base import RecordRow
 from .edge import edge, guarded
 from .schema import _SCHEMA, FTS_SCHEMA, PATH_EVIDENCE, SCHEMA_VERSION
@@ -37,6 +38,11 @@ from .tx import (
     claim_row,
     in_chunks,
     record_row,
+)
+
+GROUP_LOST = (
+    "SQLite rolled back the transaction these writes shared (a full disk or an I/O error): none of them "
+    "was committed; free space or fix the disk and send them again"
 )
 
 
@@ -155,6 +161,42 @@ class SQLiteOrigin:
                 self._c.execute("ROLLBACK")
                 raise
             self._c.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[Callable[[str, str | None, float], AbstractContextManager[SQLiteTx]]]:
+        """Group commit: several write transactions in one SQLite transaction, committed with
+        one fsync. The block gets ``member(kind, tenant, now)``, a context manager like
+        :meth:`transaction`: each member is a savepoint with its own epoch, rolled back alone
+        when its block raises. Nothing of any member is durable before the group's COMMIT;
+        if SQLite rolled the whole transaction back (a full disk), the group raises at its
+        end and no member stays."""
+        with self.write_lock, edge(self.path):
+            self._c.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._member
+                if not self._c.in_transaction:
+                    raise StoreUnwritable(GROUP_LOST)
+            except BaseException:
+                if self._c.in_transaction:
+                    self._c.execute("ROLLBACK")
+                raise
+            self._c.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _member(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
+        with edge(self.path):
+            if not self._c.in_transaction:  # an earlier member's failure took the transaction with it
+                raise StoreUnwritable(GROUP_LOST)
+            self._c.execute("SAVEPOINT member")
+            try:
+                self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))
+                yield SQLiteTx(self._c, self._c.last_insert_rowid())
+            except BaseException:
+                if self._c.in_transaction:
+                    self._c.execute("ROLLBACK TO member")
+                    self._c.execute("RELEASE member")
+                raise
+            self._c.execute("RELEASE member")
 
     def meta_set(self, key: str, value: str) -> None:
         with self.write_lock, self._c:

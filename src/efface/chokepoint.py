@@ -1,0 +1,171 @@
+"""Group commit at the store's chokepoint (:meth:`efface.store.Store._mutate`).
+
+Every mutation is an origin transaction whose commit is durable before it is acknowledged:
+on SQLite, ``synchronous=FULL`` fsyncs the WAL at each commit. Under concurrent writers (a
+served store's write lane) that fsync, not the work, bounds the mutations per second: one at
+a time, ~10 ms each on this machine's disk. So a mutation that arrives while another holds
+the chokepoint waits in a queue (:class:`Chokepoint`), and the next thread to take the store's
+lock, the *leader*, runs every queued mutation in arrival order in one origin transaction
+(``Origin.group``, when the origin has it), each in a savepoint of its own with its own epoch,
+and commits them with one fsync.
+
+Each caller still gets its own answer: its epoch and result, or its own error. A mutation
+whose body raises is rolled back alone (its savepoint) and the others commit; when the commit
+itself fails, every member of the group gets that error, as none of them was acknowledged. No
+caller returns before the commit that holds its mutation is durable, so a forget's receipt
+still means its tombstones are on disk.
+
+A mutation with an ``after`` hook (in-memory state that must follow the origin, such as the
+mention index a later write's body reads) closes its group: the group commits, the hook runs,
+and the mutations behind it start the next group, so each body sees the state every earlier
+mutation left, as if they had run one by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from .errors import EffaceError
+
+INTERRUPTED = "the write was interrupted before it was committed: nothing of it was kept; send it again"
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One mutation waiting at the chokepoint, and (once ``done``) its answer."""
+
+    kind: str
+    tenant: str | None
+    body: Callable[[Any, float], tuple[Any, list, list, dict]]
+    after: Callable[[Any], None] | None
+    sweep: bool
+    done: bool = False
+    epoch: int = 0
+    result: Any = None
+    changed: bool = False
+    erased: bool = False
+    error: BaseException | None = None
+    ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    lead: bool = False
+
+    def answer(self) -> tuple[int, Any]:
+        if self.error is not None:
+            raise self.error
+        return self.epoch, self.result
+
+
+Member = Callable[[str, "str | None", float], AbstractContextManager[Any]]
+Stage = Callable[[Any, "str | None", list, list, dict], None]
+
+
+class Chokepoint:
+    """The queue in front of the store's lock, and who leads the next group.
+
+    Followers wait on their own job's event, not on the lock: the leader wakes every member
+    of its group at once when the group is done, and hands the lead to the first job queued
+    meanwhile. (Waiting on the lock instead would wake the members one after another, each
+    taking and releasing it only to find its work done: on a busy machine every such
+    hand-over waits for a core, and the whole group waits for all of them.)"""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock  # the store's RLock
+        self._queue: list[Job] = []
+        self._mu = threading.Lock()
+        self._leading = False
+        self._running: int | None = None
+
+    def submit(self, job: Job, run: Callable[[list[Job]], None]) -> tuple[int, Any]:
+        """Queue ``job`` and wait for its answer, leading a group when it is this job's turn:
+        ``run`` gets every job queued so far, under the store's lock. A thread that holds the
+        store's lock already cannot wait for a leader (who needs that lock): inside a group's
+        run (the leader sweeping expiries first) its job runs at once, alone; otherwise (a
+        forget, a sweep) it runs what is queued and then its own job itself."""
+        if self._lock._is_owned():
+            if self._running == threading.get_ident():
+                run([job])
+            else:
+                with self._mu:
+                    queued, self._queue = [*self._queue, job], []
+                self._run(queued, run)
+            return job.answer()
+        with self._mu:
+            self._queue.append(job)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            job.ready.wait()  # done by a leader, or handed the lead
+            if not job.lead:
+                return job.answer()
+        jobs: list[Job] = []
+        try:
+            with self._lock:
+                with self._mu:  # taken only now: what queued while the lock was busy joins in
+                    jobs, self._queue = self._queue, []
+                self._run(jobs, run)
+        finally:
+            with self._mu:
+                if self._queue:
+                    self._queue[0].lead = True  # it leads the next group, done or not by then
+                    self._queue[0].ready.set()
+                else:
+                    self._leading = False
+        return job.answer()
+
+    def _run(self, jobs: list[Job], run: Callable[[list[Job]], None]) -> None:
+        self._running = threading.get_ident()
+        try:
+            run(jobs)
+        finally:
+            self._running = None
+            for j in jobs:
+                if not j.done:  # a BaseException in the leader: what did not commit says so
+                    j.error, j.done = EffaceError(INTERRUPTED), True
+                j.ready.set()
+
+
+@contextlib.contextmanager
+def _one_each(origin: Any) -> Iterator[Member]:
+    """For an origin without ``group``: each member its own transaction."""
+    yield origin.transaction
+
+
+def run_jobs(origin: Any, jobs: list[Job], now: float, stage: Stage) -> None:
+    """Run ``jobs`` in order in as few origin transactions as their ``after`` hooks allow (see
+    the module docstring); ``stage(tx, tenant, puts, drops, texts)`` stages a member's content
+    changes inside its savepoint. Every job is ``done`` on return, with its answer or error."""
+    group = getattr(origin, "group", None)
+    i = 0
+    while i < len(jobs):
+        chunk: list[Job] = []
+        try:
+            with group() if group is not None else _one_each(origin) as member:
+                for job in jobs[i:]:
+                    chunk.append(job)
+                    try:
+                        with member(job.kind, job.tenant, now) as tx:
+                            result, puts, drops, texts = job.body(tx, now)
+                            stage(tx, job.tenant, puts, drops, texts)
+                    except Exception as exc:  # this member only: its savepoint is rolled back
+                        job.error = exc
+                        continue
+                    job.epoch, job.result = tx.epoch, result
+                    job.changed, job.erased = bool(puts or drops), bool(drops)
+                    if job.after is not None:
+                        break
+        except Exception as exc:  # the group did not commit: none of its members stays
+            for job in chunk:
+                if job.error is None:
+                    job.error, job.changed = exc, False
+        i += len(chunk)
+        for job in chunk:
+            if job.error is None and job.after is not None:
+                try:
+                    job.after(job.result)
+                except Exception as exc:  # committed, but the caller must hear of the failure
+                    job.error = exc
+            job.done = True

@@ -1,0 +1,200 @@
+"""Group commit at the chokepoint (efface.chokepoint): mutations that queue while another holds
+the store's lock are committed together by the next leader, on SQLite in one transaction with
+one fsync, and each caller still gets its own epoch, result or error.
+
+Each test queues its calls deterministically: it holds the store's lock, starts one thread per
+call, waits until every call is waiting at the chokepoint, and only then lets go; the first
+thread to take the lock leads them all. (The wait has a deadline only so a bug cannot hang the
+suite; nothing is timed.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import efface
+from efface.errors import KeyInUse, StoreUnwritable
+
+
+def queued(store, calls: list[Callable[[], Any]]) -> list[tuple[str, Any]]:
+    """Run ``calls`` so they all queue at the chokepoint, in list order; each outcome is
+    ``("ok", value)`` or ``("error", exception)``."""
+    out: list[tuple[str, Any]] = [("none", None)] * len(calls)
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        try:
+            out[i] = ("ok", call())
+        except Exception as exc:
+            out[i] = ("error", exc)
+
+    threads = []
+    with store._lock:
+        for i, call in enumerate(calls):
+            t = threading.Thread(target=run, args=(i, call))
+            t.start()
+            threads.append(t)
+            deadline = time.monotonic() + 60
+            while len(store._chokepoint._queue) < i + 1:  # queued in this order
+                assert time.monotonic() < deadline, "a call never reached the chokepoint"
+                time.sleep(0.005)
+    for t in threads:
+        t.join()
+    return out
+
+
+@pytest.fixture
+def groups(store):
+    """How many group transactions the SQLite origin opened (each is one COMMIT, one fsync)."""
+    origin = store._origin
+    real = getattr(origin, "group", None)
+    if real is None:
+        yield None
+        return
+    opened = []
+
+    def counting():
+        opened.append(1)
+        return real()
+
+    origin.group = counting
+    yield opened
+    del origin.group
+
+
+def write(store, key: str, text: str, subject: str = "s"):
+    return lambda: store.write(key, text, tenant="t", subject=subject, purpose="p")
+
+
+def test_writes_that_queue_together_commit_together_each_with_its_own_epoch(store, groups):
+    store.write("first", "the first memory", tenant="t", subject="s", purpose="p")
+    if groups is not None:
+        groups.clear()
+    texts = {f"k{i}": f"memory number {i} about tea" for i in range(8)}
+    out = queued(store, [write(store, k, t) for k, t in texts.items()])
+    assert [kind for kind, _ in out] == ["ok"] * 8
+    epochs = [epoch for _, epoch in out]
+    assert epochs == sorted(epochs) and len(set(epochs)) == 8  # one each, in arrival order
+    if groups is not None:
+        assert len(groups) == 1  # eight writes, one transaction: one fsync
+    for key, text in texts.items():
+        assert store.read(key, tenant="t", purpose="p").text == text
+    assert {h.key for h in store.recall("tea", tenant="t", purpose="p", k=20)} >= set(texts)
+
+
+def test_a_refused_write_in_a_group_fails_alone_and_leaves_nothing(store, groups):
+    store.write("held", "bob's own text", tenant="t", subject="bob", purpose="p")
+    if groups is not None:
+        groups.clear()
+    out = queued(
+        store,
+        [
+            write(store, "a", "alpha text"),
+            write(store, "held", "a text that would overwrite bob's", subject="alice"),  # KeyInUse
+            write(store, "b", "beta text"),
+        ],
+    )
+    assert out[0][0] == "ok" and out[2][0] == "ok"
+    assert out[1][0] == "error" and isinstance(out[1][1], KeyInUse)
+    if groups is not None:
+        assert len(groups) == 1
+    assert store.read("a", tenant="t", purpose="p").text == "alpha text"
+    assert store.read("b", tenant="t", purpose="p").text == "beta text"
+    assert store.read("held", tenant="t", purpose="p").text == "bob's own text"
+    assert out[2][1] == out[0][1] + 1  # the refused write's savepoint took its epoch back with it
+
+
+def test_a_write_queued_behind_a_registration_sees_the_subject(store):
+    # register_subject changes the in-memory mention matcher after its commit; a write's body
+    # reads that matcher, so the registration closes its group and the write runs after it.
+    out = queued(
+        store,
+        [
+            lambda: store.register_subject("alice", tenant="t", identifiers=["Alice Moreno"]),
+            write(store, "note", "Met Alice Moreno about the roadmap", subject="bob"),
+        ],
+    )
+    assert [kind for kind, _ in out] == ["ok", "ok"]
+    receipt = store.forget(tenant="t", subject="alice")
+    assert list(receipt.quarantined) == ["note"]
+
+
+def test_forgets_queue_with_the_writes_and_each_closes_its_group(store, groups):
+    store.write("x1", "to be forgotten", tenant="t", subject="x", purpose="p")
+    if groups is not None:
+        groups.clear()
+    out = queued(
+        store,
+        [
+            write(store, "w1", "the first write"),
+            lambda: store.forget(tenant="t", key="w1"),  # sees w1, written in its own group
+            write(store, "w2", "the second write"),
+            lambda: store.forget(tenant="t", subject="x"),
+            write(store, "w3", "the third write"),
+        ],
+    )
+    assert [kind for kind, _ in out] == ["ok"] * 5
+    first, second = out[1][1], out[3][1]
+    assert list(first.erased) == ["w1"] and list(second.erased) == ["x1"]
+    assert out[0][1] < first.epoch < out[2][1] < second.epoch < out[4][1]
+    if groups is not None:
+        assert len(groups) == 3  # [w1, forget], [w2, forget], [w3]
+    assert store.read("w1", tenant="t", purpose="p") is None
+    assert store.read("x1", tenant="t", purpose="p") is None
+    assert store.read("w2", tenant="t", purpose="p").text == "the second write"
+    assert store.status(second.handle).handle == second.handle
+
+
+# -- a full disk under a group ------------------------------------------------------------------
+def _mount(*args: str) -> str | None:
+    if os.geteuid() != 0:
+        return "mounting needs root"
+    if shutil.which("mount") is None:
+        return "no mount(8) here"
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"mount is not allowed here: {done.stderr.strip()}"
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    at = tmp_path / "disk"
+    at.mkdir()
+    why = _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", os.fspath(at))
+    if why is not None:
+        pytest.skip(why)
+    yield at
+    if subprocess.run(["umount", os.fspath(at)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", os.fspath(at)], check=True)
+
+
+def test_a_group_on_a_full_disk_loses_no_acknowledged_write_and_keeps_no_refused_one(small_disk):
+    root = small_disk / "store"
+    s = efface.open(root, embedder="hashing", background=False)
+    s.write("k0", "the first memory", tenant="t", subject="s", purpose="p")
+    with contextlib.suppress(OSError), open(small_disk / "ballast", "wb", buffering=0) as f:
+        while os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize > 700 << 10:
+            f.write(b"\0" * 65536)
+    texts = {f"k{i}": f"memory {i} " + os.urandom(60_000).hex() for i in range(1, 13)}
+    out = queued(s, [write(s, k, t) for k, t in texts.items()])
+    refused = [k for k, (kind, _) in zip(texts, out, strict=True) if kind == "error"]
+    assert refused, "the disk did not fill: make the texts bigger"
+    for kind, value in out:
+        assert kind == "ok" or isinstance(value, StoreUnwritable), value
+    with contextlib.suppress(StoreUnwritable):
+        s.close()
+    s.close()
+    (small_disk / "ballast").unlink()
+    with efface.open(root, embedder="hashing", background=False) as s:
+        assert s.read("k0", tenant="t", purpose="p").text == "the first memory"
+        for k, (kind, _) in zip(texts, out, strict=True):
+            found = s.read(k, tenant="t", purpose="p")
+            assert (found.text if found else None) == (texts[k] if kind == "ok" else None)
