@@ -84,13 +84,16 @@ def encode(emb, texts: list[str], label: str) -> np.ndarray:
     todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in have}.items())
     if todo:
         log(f"[encode] {len(todo)} texts with {emb.name} ({label})")
-        t0 = time.perf_counter()
+        t0 = saved = time.perf_counter()
         for s in range(0, len(todo), 512):
             chunk = todo[s : s + 512]
             vecs = emb.embed([t for _, t in chunk])
             have.update(zip([k for k, _ in chunk], vecs, strict=True))
-            if emb.name == "minilm":  # save as it goes: an interrupted run keeps its work
+            # save as it goes (an interrupted run keeps its work), but not every chunk: each
+            # save rewrites the whole cache
+            if emb.name == "minilm" and time.perf_counter() - saved > 120:
                 np.savez(path, keys=np.array(list(have)), vecs=np.stack(list(have.values())))
+                saved = time.perf_counter()
                 log(f"[encode] {s + len(chunk)}/{len(todo)} in {time.perf_counter() - t0:.0f}s")
         np.savez(path, keys=np.array(list(have)), vecs=np.stack(list(have.values())))
     return np.stack([have[k] for k in keys]).astype(np.float32)

@@ -63,7 +63,15 @@ class FullTextIndex:
     # -- reads -----------------------------------------------------------------------
     def _selective(self, words: list[str]) -> list[str]:
         """The query's rarest words while their postings fit :data:`POSTING_BUDGET` (at
-        least the rarest one)."""
+        least the rarest one), one word per term the index holds ("runs" and "running" are
+        one stem: asking for both would count its postings twice)."""
+        seen: set[str] = set()
+        kept: list[str] = []
+        for w, t in zip(words, self._text.index_terms(words), strict=True):
+            if (t or w) not in seen:
+                seen.add(t or w)
+                kept.append(w)
+        words = kept
         if len(words) <= 1:
             return words
         df = self._text.document_frequency(words)
@@ -80,12 +88,16 @@ class FullTextIndex:
     def candidates(self, query: Query, n: int) -> list[int]:
         """Rank in the index first (cheap), then keep the rows live for the tenant, purpose and
         subject; widen the ranked list while filters thin it below ``n``."""
+        return [rid for rid, _ in self.scored(query, n)]
+
+    def scored(self, query: Query, n: int) -> list[tuple[int, float]]:
+        """:meth:`candidates` with their BM25 scores (higher is better), for score fusion."""
         words = self._selective(query_words(query.text))
         if not words:
             return []
         m = 4 * n
         while True:
-            found = self._text.search(words, query.tenant, query.purpose, query.subject, query.now, m, n)
+            found = self._text.ranked(words, query.tenant, query.purpose, query.subject, query.now, m, n)
             if len(found) >= n or m >= MAX_FTS_CANDIDATES or self._text.count_matches(words, m + 1) <= m:
                 return found
             m = min(m * 4, MAX_FTS_CANDIDATES)
@@ -98,8 +110,13 @@ class FullTextIndex:
         return []  # the index holds tokens of the origin's text, fingerprinted as the text
 
     def evidence(self, erased: Erased) -> bytes:
-        """Keyed hashes of the sampled erased texts' words (never the words)."""
-        return json.dumps([[self._token(w) for w in query_words(erased.texts[i])] for i in erased.sample]).encode()
+        """Keyed hashes of the terms the index held for the sampled erased texts (their
+        stems, in a stemming index; never the words or terms themselves)."""
+        out = []
+        for i in erased.sample:
+            terms = self._text.index_terms(query_words(erased.texts[i]))
+            out.append([self._token(t) for t in dict.fromkeys(t for t in terms if t is not None)])
+        return json.dumps(out).encode()
 
     def probe(self, tenant: str | None, erased: Sequence[int], evidence: bytes) -> Check:
         """Find the erased words that live records still use, and ask the index whether any of

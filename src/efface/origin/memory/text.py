@@ -54,11 +54,21 @@ class MemoryText:
             out |= s.postings.get(w, set())
         return out
 
+    def index_terms(self, words: Sequence[str]) -> list[str | None]:
+        """The term the index holds for each word: the word itself (this index does not stem)."""
+        return list(words)
+
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
     ) -> list[int]:
         """Rank the ``depth`` best matches of any of ``words`` by BM25, keep those live for the
         tenant and purpose (and subject), best first, at most ``limit``."""
+        return [rid for rid, _ in self.ranked(words, tenant, purpose, subject, now, depth, limit)]
+
+    def ranked(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> list[tuple[int, float]]:
+        """:meth:`search` with each id's BM25 score (higher is better)."""
         s = self._o._st()
         found = self._matches(s, words)
         if not found:
@@ -82,7 +92,7 @@ class MemoryText:
             scores[rid] = score
         ranked = sorted(scores, key=lambda r: (-scores[r], r))[:depth]
         live = _live_ids(s, ranked, tenant, purpose, subject, now)
-        return [r for r in ranked if r in live][:limit]
+        return [(r, scores[r]) for r in ranked if r in live][:limit]
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""

@@ -6,12 +6,22 @@ stay in the index segments behind a delete marker until the segments are merged.
 ``secure-delete`` option would rewrite them at once, but we measured it at ~150 ms per
 100-record forget on a 100k store, so the compactor purges instead: ``optimize`` merges the
 segments, dropping deleted entries, and :meth:`SQLiteText.purged_epoch` says up to where.
+
+Stores made since the index stems (FTS5's ``porter`` tokenizer over ``unicode61``) hold
+English stems ("runs", "running" -> "run"); a store made before keeps the tokenizer it was
+made with (read from its own schema), so it opens and answers as it did. Queries go through
+the index's own tokenizer either way; what the index holds for a word, :meth:`SQLiteText.index_terms`
+asks SQLite's tokenizer itself, so verify probes exactly the terms the index holds.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
+
+import apsw
 
 from ...text import index_text
 from .edge import guarded
@@ -35,11 +45,25 @@ def _match(words: Sequence[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
+TOKENIZE_STEMMED = ("porter", ["unicode61", "remove_diacritics", "2"])
+"""The tokenizer of a new store's index (schema.FTS_SCHEMA), as apsw names it."""
+
+
 @guarded
 class SQLiteText:
     def __init__(self, origin: SQLiteOrigin):
         self._o = origin
-        self._docs = origin._r().execute("SELECT count(*) FROM records").fetchone()[0]
+        r = origin._r()
+        self._docs = r.execute("SELECT count(*) FROM records").fetchone()[0]
+        sql = r.execute("SELECT sql FROM sqlite_schema WHERE name='fts'").fetchone()[0]
+        self.stems = "porter" in sql.lower()
+        """Whether this store's index holds stems (stores made before stemming do not)."""
+        # SQLite's own porter tokenizer, on a private connection (never the writer's, which a
+        # long write holds), so a word's term here is exactly the one the index holds.
+        self._tok_db = apsw.Connection(":memory:") if self.stems else None
+        self._tok = self._tok_db.fts5_tokenizer(*TOKENIZE_STEMMED) if self._tok_db is not None else None
+        self._tok_mu = threading.Lock()
+        self._term = lru_cache(maxsize=65536)(self._term_uncached)
 
     def stage(self, tx: SQLiteTx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
         c = tx.connection
@@ -77,21 +101,46 @@ class SQLiteText:
     def doc_count(self) -> int:
         return self._docs
 
+    def _term_uncached(self, word: str) -> str | None:
+        assert self._tok is not None
+        with self._tok_mu:
+            got = self._tok(word.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
+        return got[0][0] if len(got) == 1 else None
+
+    def index_terms(self, words: Sequence[str]) -> list[str | None]:
+        """The term the index holds for each (folded) word: its stem in a stemming index, the
+        word itself otherwise; None for a word the tokenizer would not keep as one token."""
+        if not self.stems:
+            return list(words)
+        return [self._term(w) for w in words]
+
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
-        marks = ",".join("?" * len(words))
-        return dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", list(words)))
+        """Records holding each word's term (words whose term the index lacks left out)."""
+        terms = self.index_terms(words)
+        wanted = sorted({t for t in terms if t is not None})
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", wanted))
+        return {w: df[t] for w, t in zip(words, terms, strict=True) if t in df}
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
     ) -> list[int]:
         """Rank the ``depth`` best matches of any of ``words`` by BM25, keep those live for the
         tenant and purpose (and subject), best first, at most ``limit``."""
+        return [rid for rid, _ in self.ranked(words, tenant, purpose, subject, now, depth, limit)]
+
+    def ranked(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> list[tuple[int, float]]:
+        """:meth:`search` with each id's BM25 score (higher is better)."""
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
         rows = (
             self._o._r()
             .execute(
-                "SELECT i.rowid FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
+                "SELECT i.rowid, -i.score FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
                 "  ORDER BY score LIMIT ?) i JOIN records r ON r.id=i.rowid"
                 # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
                 f" WHERE +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
@@ -101,7 +150,7 @@ class SQLiteText:
             )
             .fetchall()
         )
-        return [r[0] for r in rows]
+        return [(r[0], r[1]) for r in rows]
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
@@ -116,26 +165,37 @@ class SQLiteText:
         """Every word the index holds (for verify: which erased words live records still use)."""
         return [r[0] for r in self._o._r().execute("SELECT term FROM fts_vocab")]
 
-    def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the index still matches for any of ``words``. FTS5 seeks a word's
-        doclist to each id (about 0.3 ms a seek here) or reads it whole (about 1 us a
-        posting): whichever costs less, so the cost follows the ids asked about, not the
-        store."""
+    def matching_ids(self, terms: Sequence[str], ids: Sequence[int]) -> list[int]:
+        """Which of ``ids`` the index still holds under any of ``terms`` (terms as
+        :meth:`terms` lists them). FTS5 seeks a term's doclist to each id (about 0.3 ms a
+        seek here) or reads it whole (about 1 us a posting): whichever costs less, so the
+        cost follows the ids asked about, not the store."""
         if not ids:
             return []
-        if sum(self.document_frequency(words).values()) <= READ_WHOLE_PER_ID * len(ids):
-            wanted = set(ids)
-            rows = self._o._r().execute("SELECT rowid FROM fts WHERE fts MATCH ?", (_match(words),))
-            return [r[0] for r in rows if r[0] in wanted]
-        out: list[int] = []
+        # A query string goes through the tokenizer again, and a stem is not always its own
+        # stem (porter: "caus" stems to "cau"); such terms are looked up as they are, in the
+        # index's instance table, so the probe asks for the exact term.
+        direct = [t for t, again in zip(terms, self.index_terms(terms), strict=True) if again == t]
+        exact = [t for t in terms if t not in set(direct)]
+        out: set[int] = set()
+        r = self._o._r()
+        wanted = set(ids)
+        for t in exact:
+            out.update(row[0] for row in r.execute("SELECT doc FROM fts_inst WHERE term=?", (t,)) if row[0] in wanted)
+        if not direct:
+            return sorted(out)
+        if sum(self.document_frequency(direct).values()) <= READ_WHOLE_PER_ID * len(ids):
+            rows = r.execute("SELECT rowid FROM fts WHERE fts MATCH ?", (_match(direct),))
+            out.update(row[0] for row in rows if row[0] in wanted)
+            return sorted(out)
         for chunk, marks in in_chunks(ids):
-            out += [
-                r[0]
-                for r in self._o._r().execute(
-                    f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (_match(words), *chunk)
+            out.update(
+                row[0]
+                for row in r.execute(
+                    f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (_match(direct), *chunk)
                 )
-            ]
-        return out
+            )
+        return sorted(out)
 
     def purge(self) -> bool:
         """Merge the index segments if any row was deleted since the last merge, so no deleted
