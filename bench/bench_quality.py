@@ -20,9 +20,10 @@ p99 latency of one query (vectors precomputed, so latency is search only, except
 - ``efface.fts_leg`` / ``efface.ann_leg``: one read path alone, resolved like recall;
 - ``exact``: brute-force cosine over all the vectors (numpy);
 - ``bm25_all_words``: SQLite FTS5 bm25 over every query word, on a plain table of the same
-  folded words efface indexes;
-- ``rrf_exact_bm25``: reciprocal-rank fusion (k=60, 40 deep each) of the two above, a
-  reference for what fusing the best legs can reach;
+  folded words efface indexes (unstemmed, as efface's index was before);
+- ``bm25_porter``: the same with FTS5's porter stemmer, as efface's index holds them now;
+- ``rrf_exact_bm25``: reciprocal-rank fusion (k=60, 40 deep each) of exact and
+  ``bm25_porter``, a reference for what rank-fusing the best legs can reach;
 - ``lancedb.hybrid`` / ``lancedb.fts``: LanceDB 0.40 (flat vector search, its FTS index,
   its default RRF reranker for hybrid).
 
@@ -155,6 +156,10 @@ def run_efface(root: Path, docs, queries, dvec, qvec, emb, out: dict) -> None:
     store.compact()
     log(f"[efface] built in {time.perf_counter() - t0:.1f}s")
     origin = store._origin
+    import inspect
+
+    # as Store.recall passes it (a --baseline checkout's hybrid may not take it)
+    fuse = {"lexical": getattr(emb, "lexical", False)} if "lexical" in inspect.signature(hybrid).parameters else {}
     tenant_h = store._tenant(TENANT)  # the id the paths see for a tenant
 
     def q(i: int) -> Query:
@@ -165,7 +170,7 @@ def run_efface(root: Path, docs, queries, dvec, qvec, emb, out: dict) -> None:
 
     systems: dict[str, Callable[[int], list[int]]] = {
         "efface.recall": lambda i: ids(store.recall(queries[i], tenant=TENANT, purpose=PURPOSE, k=10)),
-        "efface.hybrid": lambda i: ids(hybrid(origin, store._paths, q(i), 10)),
+        "efface.hybrid": lambda i: ids(hybrid(origin, store._paths, q(i), 10, **fuse)),
         "efface.fts_leg": lambda i: ids(hybrid(origin, [store._fts], q(i), 10)),
         "efface.ann_leg": lambda i: ids(hybrid(origin, [store._ann], q(i), 10)),
     }
@@ -184,25 +189,32 @@ def run_exact(docs, queries, dvec, qvec, out: dict) -> dict[str, list[list[int]]
 
     import apsw
 
-    db = apsw.Connection(":memory:")
-    db.execute("CREATE VIRTUAL TABLE t USING fts5(text)")
-    with db:
-        db.executemany("INSERT INTO t(rowid, text) VALUES(?,?)", ((i, index_text(d)) for i, d in enumerate(docs)))
+    def fts_table(tokenize: str):
+        db = apsw.Connection(":memory:")
+        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{tokenize}')")
+        with db:
+            db.executemany("INSERT INTO t(rowid, text) VALUES(?,?)", ((i, index_text(d)) for i, d in enumerate(docs)))
 
-    def bm25(i: int) -> list[int]:
-        words = query_words(queries[i])
-        if not words:
-            return []
-        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-        return [r[0] for r in db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 40", (match,))]
+        def bm25(i: int) -> list[int]:
+            words = query_words(queries[i])
+            if not words:
+                return []
+            match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+            sql = "SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 40"
+            return [r[0] for r in db.execute(sql, (match,))]
+
+        return bm25
+
+    bm25 = fts_table("unicode61 remove_diacritics 2")
+    bm25_porter = fts_table("porter unicode61 remove_diacritics 2")  # what efface's index holds now
 
     lists: dict[str, list[list[int]]] = {}
-    for name, fn in (("exact", exact), ("bm25_all_words", bm25)):
+    for name, fn in (("exact", exact), ("bm25_all_words", bm25), ("bm25_porter", bm25_porter)):
         ranked, lat = timed(fn, len(queries))
         lists[name] = ranked
         out[name] = score(ranked, REL, lat)
         log(f"  {name:18s} {out[name]}")
-    fused = [rrf([a, b]) for a, b in zip(lists["exact"], lists["bm25_all_words"], strict=True)]
+    fused = [rrf([a, b]) for a, b in zip(lists["exact"], lists["bm25_porter"], strict=True)]
     out["rrf_exact_bm25"] = {
         **score(fused, REL, [0.0]),
         "p50_ms": None,

@@ -443,7 +443,8 @@ class Store:
         vector = self.embedder.embed([query])[0]
         self._check_open()
         self._absorb_new_content()
-        return hybrid(self._origin, self._paths, Query(tenant, query, vector, purpose, subject, self._clock()), k)
+        q = Query(tenant, query, vector, purpose, subject, self._clock())
+        return hybrid(self._origin, self._paths, q, k, lexical=getattr(self.embedder, "lexical", False))
 
     def _absorb_new_content(self) -> None:
         """Read-your-writes for recall: bring asynchronous paths up to the newest write.

@@ -34,6 +34,9 @@ def _features(text: str) -> list[tuple[str, float]]:
 class HashingEmbedder:
     """Feature hashing into ``dim`` signed buckets, L2-normalised."""
 
+    lexical = True
+    """Its vectors are built from the words alone: recall fuses them as such (paths/recall.py)."""
+
     def __init__(self, dim: int = 384):
         self.dim = dim
         self.name = f"hashing-{dim}"

@@ -6,13 +6,27 @@ in that same snapshot, for the final ``k`` only (invariant 1: nothing erased is 
 whatever an index still proposes). The ANN list is widened while filters thin it below
 ``k``; records too rare for that are still found by their words.
 
-Fusion is reciprocal rank over two orders of the candidates. The vector order is exact:
-the union of every path's candidates ranked by cosine to the query over the origin's float32
-vectors (not the index's i8 copies), so a record the words found is also judged by its
-meaning, and the index's quantisation costs a record its place only when it kept it out of
-the list altogether. The text order is the full-text path's own BM25 ranking (scoring a
-candidate the words did not find would mean reading long doclists, the cost its posting
-budget avoids).
+Fusion is by score, each leg's scores normalised by their own spread on this query
+(distribution-based score fusion, as Qdrant's DBSF): over a leg's live candidates, mean - 3σ
+maps to 0 and mean + 3σ to 1, and a record's fused score is the sum over the legs that
+propose it. Rank fusion (reciprocal rank, used before) gives every leg's n-th candidate the
+same weight whatever the leg's confidence, so a leg that barely tells its candidates apart
+(the hashing embedder's vectors are a weaker bag of words than BM25) pushed the full-text
+leg's clear winners down: hybrid scored below BM25 alone. Normalised by spread, a leg whose
+best candidate stands far above the rest counts more on that query, one whose scores are flat
+counts less, without weights fitted to a query set (docs/benchmarks.md, "Retrieval quality").
+
+An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
+character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
+evidence BM25 already weighs, so with it the cosine does not vote: it orders records the text
+scores tie on, and the records the words did not find at all (misspellings), after them.
+
+The vector scores are exact: the union of every path's candidates scored by cosine to the
+query over the origin's float32 vectors (not the index's i8 copies), so a record the words
+found is also judged by its meaning, and the index's quantisation costs a record its place
+only when it kept it out of the list altogether. The text scores are the full-text path's
+own BM25 (scoring a candidate the words did not find would mean reading long doclists, the
+cost its posting budget avoids).
 """
 
 from __future__ import annotations
@@ -26,7 +40,7 @@ from ..model import Hit
 from .base import Query, ReadPath
 
 RRF_K = 60
-"""Reciprocal rank fusion constant (Cormack et al. 2009)."""
+"""Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -37,11 +51,21 @@ re-ranked exactly, so a deeper list costs a few more exact scores, not quality."
 MIN_DEPTH = 100
 
 
-def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
-    """The ``k`` best live records for ``q``: each path's candidates resolved, then fused."""
+def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int, *, lexical: bool = False) -> list[Hit]:
+    """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
+    ``lexical``: the query's vector comes from an embedder built from the words alone (the
+    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote."""
     n = max(DEPTH * k, MIN_DEPTH)
     with origin.snapshot() as snap:
-        ranked: dict[str, list[int]] = {p.name: p.candidates(q, n) for p in paths}
+        scored: dict[str, dict[int, float]] = {}
+        ranked: dict[str, list[int]] = {}
+        for p in paths:
+            if hasattr(p, "scored"):
+                got = p.scored(q, n)
+                scored[p.name] = dict(got)
+                ranked[p.name] = [rid for rid, _ in got]
+            else:
+                ranked[p.name] = p.candidates(q, n)
         live = snap.live_ids(list({i for ids in ranked.values() for i in ids}), q.tenant, q.purpose, q.subject, q.now)
         for p in paths:
             size = getattr(p, "size", None)
@@ -67,11 +91,16 @@ def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
                     via.setdefault(rid, []).append(p.name)
         union = sorted(via)
         scores: dict[int, float] = {}
-        for judged in _judgements(snap, paths, q, union, ranked, live):
-            order = sorted(judged, key=lambda r: (-judged[r], r))
-            for rank, rid in enumerate(order):
-                scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank + 1)
-        best = sorted(scores, key=lambda r: (-scores[r], r))[:k]
+        tie: dict[int, float] = {}
+        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live):
+            vote = not (lexical and getattr(p, "size", None) is not None)
+            for rid, x in _spread_normalised(judged).items():
+                if vote:
+                    scores[rid] = scores.get(rid, 0.0) + x
+                else:
+                    tie[rid] = x
+                    scores.setdefault(rid, 0.0)
+        best = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))[:k]
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         rows = snap.records_by_id(best)
     return [
@@ -86,17 +115,33 @@ def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int) -> list[Hit]:
     ]
 
 
-def _judgements(snap, paths, q: Query, union: list[int], ranked, live) -> list[dict[int, float]]:
-    """One order per path, as scores: exact cosine over the whole union for a vector path
-    (one with ``size``), the path's own order of its live candidates otherwise."""
-    out: list[dict[int, float]] = []
+def _judgements(snap, paths, q: Query, union: list[int], ranked, scored, live) -> list[tuple[ReadPath, dict[int, float]]]:
+    """One set of scores per path: exact cosine over the whole union for a vector path (one
+    with ``size``), the path's own scores of its live candidates for one that gives them, and
+    reciprocal rank for a path that gives only an order."""
+    out: list[tuple[ReadPath, dict[int, float]]] = []
     for p in sorted(paths, key=lambda p: p.name):
-        if getattr(p, "size", None) is not None and union:
-            out.append(_cosine(snap, q, union))
+        if getattr(p, "size", None) is not None:
+            out.append((p, _cosine(snap, q, union) if union else {}))
+        elif p.name in scored:
+            out.append((p, {rid: x for rid, x in scored[p.name].items() if rid in live}))
         else:
             mine = [i for i in ranked[p.name] if i in live]
-            out.append({rid: -float(r) for r, rid in enumerate(mine)})
+            out.append((p, {rid: 1.0 / (RRF_K + r + 1) for r, rid in enumerate(mine)}))
     return out
+
+
+def _spread_normalised(judged: dict[int, float]) -> dict[int, float]:
+    """Scores mapped so that mean - 3σ is 0 and mean + 3σ is 1 (not clipped: a candidate far
+    above the rest keeps its lead); flat scores (one candidate, or all equal) are 0.5 each."""
+    if not judged:
+        return {}
+    v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+    mu, sd = float(v.mean()), float(v.std())
+    if not sd > 1e-12:
+        return dict.fromkeys(judged, 0.5)
+    lo, width = mu - 3.0 * sd, 6.0 * sd
+    return dict(zip(judged, ((v - lo) / width).tolist(), strict=True))
 
 
 def _cosine(snap, q: Query, ids: list[int]) -> dict[int, float]:
