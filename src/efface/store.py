@@ -440,11 +440,15 @@ class Store:
             subject = v.name(subject, "subject")
         self._check_open()
         self._known_purpose(tenant, purpose)
-        vector = self.embedder.embed([query])[0]
-        self._check_open()
-        self._absorb_new_content()
-        q = Query(tenant, query, vector, purpose, subject, self._clock())
-        return hybrid(self._origin, self._paths, q, k, lexical=getattr(self.embedder, "lexical", False))
+
+        def vector() -> np.ndarray:  # called while the full-text leg runs beside it
+            got = self.embedder.embed([query])[0]
+            self._check_open()
+            self._absorb_new_content()
+            return got
+
+        q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock())
+        return hybrid(self._origin, self._paths, q, k, lexical=getattr(self.embedder, "lexical", False), vector=vector)
 
     def _absorb_new_content(self) -> None:
         """Read-your-writes for recall: bring asynchronous paths up to the newest write.

@@ -1,4 +1,4 @@
-"""Hybrid recall: candidates from every read path, resolved in the origin, fused by rank.
+"""Hybrid recall: candidates from every read path, resolved in the origin, fused by score.
 
 Every candidate id, from any path, is checked against the origin's live claims for the
 tenant and purpose (and subject) inside one read snapshot, and text is read from the origin,
@@ -27,12 +27,20 @@ found is also judged by its meaning, and the index's quantisation costs a record
 only when it kept it out of the list altogether. The text scores are the full-text path's
 own BM25 (scoring a candidate the words did not find would mean reading long doclists, the
 cost its posting budget avoids).
+
+The full-text leg runs on a worker thread while the caller's thread encodes the query and
+searches the ANN index: SQLite (apsw) and onnxruntime release the GIL, so on two cores a
+recall costs about the longest of the three instead of their sum. Its candidates, read in the
+worker's own snapshot, are resolved in the recall's snapshot like any other path's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
@@ -51,17 +59,61 @@ re-ranked exactly, so a deeper list costs a few more exact scores, not quality."
 MIN_DEPTH = 100
 
 
-def hybrid(origin, paths: Sequence[ReadPath], q: Query, k: int, *, lexical: bool = False) -> list[Hit]:
+WORKERS = 4
+"""Threads that run full-text legs beside their recalls; a recall finding them all busy runs
+its leg itself (so concurrent recalls never queue behind each other's legs)."""
+_pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="efface-recall")
+_free = threading.BoundedSemaphore(WORKERS)
+
+
+def _beside(fn: Callable[[], list[tuple[int, float]]]) -> Future:
+    """Run ``fn`` on a free worker, or here and now when none is free."""
+    if not _free.acquire(blocking=False):
+        done: Future = Future()
+        done.set_result(fn())
+        return done
+    try:
+        fut = _pool.submit(fn)
+    except BaseException:
+        _free.release()
+        raise
+    fut.add_done_callback(lambda _f: _free.release())
+    return fut
+
+
+def hybrid(
+    origin,
+    paths: Sequence[ReadPath],
+    q: Query,
+    k: int,
+    *,
+    lexical: bool = False,
+    vector: Callable[[], np.ndarray] | None = None,
+) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
-    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote."""
+    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
+    ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
+    while the full-text leg already runs."""
     n = max(DEPTH * k, MIN_DEPTH)
+    early = {
+        p.name: _beside(lambda p=p: p.scored(q, n))
+        for p in paths
+        if hasattr(p, "scored") and getattr(p, "size", None) is None
+    }
+    try:
+        if vector is not None:
+            q = replace(q, vector=vector())
+    except BaseException:
+        for f in early.values():
+            f.cancel()
+        raise
     with origin.snapshot() as snap:
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         for p in paths:
             if hasattr(p, "scored"):
-                got = p.scored(q, n)
+                got = early[p.name].result() if p.name in early else p.scored(q, n)
                 scored[p.name] = dict(got)
                 ranked[p.name] = [rid for rid, _ in got]
             else:
