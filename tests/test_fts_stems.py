@@ -1,0 +1,127 @@
+"""The full-text index stems English words (FTS5's porter tokenizer) and verify's word probe
+looks for the stems the index really holds; a store made before stemming keeps its index."""
+
+from __future__ import annotations
+
+import time
+
+import apsw
+import pytest
+
+from efface.paths.base import Query
+from efface.paths.recall import _spread_normalised
+
+from conftest import raw_db, record_id_of
+
+PURPOSE = "support"
+pytestmark = pytest.mark.local_only("reads the store's word index and files")
+
+
+def _fts(store, text: str) -> list[int]:
+    q = Query(store._tenant("t"), text, store.embedder.embed([text])[0], PURPOSE, None, time.time())
+    return store._fts.candidates(q, 10)
+
+
+@pytest.mark.sqlite_only("the SQLite index stems; the memory origin's word index does not")
+def test_a_word_is_found_by_another_form_of_it(store):
+    store.write("a", "the kettle was running hot all night", tenant="t", subject="s", purpose=PURPOSE)
+    store.write("b", "a note about tea", tenant="t", subject="s", purpose=PURPOSE)
+    assert _fts(store, "runs") == [record_id_of(store, "t", "a")]
+    assert [h.key for h in store.recall("kettles runs", tenant="t", purpose=PURPOSE, k=1)] == ["a"]
+
+
+@pytest.mark.sqlite_only("the SQLite index stems")
+def test_forms_of_one_word_count_its_postings_once(store):
+    store.write("a", "running", tenant="t", subject="s", purpose=PURPOSE)
+    assert store._fts._selective(["runs", "running", "run"]) == ["runs"]
+
+
+@pytest.mark.sqlite_only("the SQLite index stems")
+def test_a_stem_that_stems_further_is_matched_as_it_is(store):
+    """Porter's stem of 'cause' is 'caus', whose own stem is 'cau': a probe that sent the
+    term through the tokenizer again would ask for 'cau' and never find the record."""
+    store.write("a", "because of the cause", tenant="t", subject="s", purpose=PURPOSE)
+    rid = record_id_of(store, "t", "a")
+    text = store._origin.text
+    assert text.index_terms(["cause", "because"]) == ["caus", "becaus"]
+    assert text.matching_ids(["caus"], [rid]) == [rid]
+    assert text.matching_ids(["becaus", "caus"], [rid, rid + 1]) == [rid]
+    assert text.matching_ids(["cau"], [rid]) == []
+
+
+@pytest.mark.sqlite_only("writes into the store's file behind it")
+def test_verify_finds_erased_stems_left_in_the_index(store):
+    """An index that still holds an erased record's terms fails verify's word probe, also when
+    the terms are stems that are not their own stem ('caus', 'becaus')."""
+    store.write("a", "because of the cause", tenant="t", subject="alice", purpose=PURPOSE)
+    store.write("b", "another cause, because", tenant="t", subject="bob", purpose=PURPOSE)
+    rid = record_id_of(store, "t", "a")
+    r = store.forget(tenant="t", subject="alice")
+    assert next(c for c in store.verify(r.handle).checks if c.name == "fts.by_text").outcome == "pass"
+    # put the erased row's tokens back into the index, as a broken delete would leave them
+    db = apsw.Connection(str(store._origin.path))
+    db.setbusytimeout(5000)
+    with db:
+        db.execute("INSERT INTO fts(rowid, text) VALUES(?, ?)", (rid, "because cause"))
+    db.close()
+    probe = next(c for c in store.verify(r.handle).checks if c.name == "fts.by_text")
+    assert probe.outcome == "fail"
+    assert "1 erased records still matched" in probe.detail
+
+
+@pytest.mark.sqlite_only("rebuilds the store's index with the tokenizer of older stores")
+def test_a_store_made_before_stemming_keeps_its_index_and_works(store, reopen):
+    store.write("a", "the kettle was running hot", tenant="t", subject="alice", purpose=PURPOSE)
+    store.write("b", "tea notes", tenant="t", subject="bob", purpose=PURPOSE)
+    path = str(store._origin.path)
+    store.close()
+    db = apsw.Connection(path)
+    with db:  # the index as an older efface made it (unicode61, no stems), to be re-fed on open
+        db.execute("DROP TABLE fts")
+        db.execute(
+            "CREATE VIRTUAL TABLE fts USING fts5(text, content='records', content_rowid='id',"
+            " tokenize='unicode61 remove_diacritics 2')"
+        )
+        db.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
+        db.execute("DELETE FROM meta WHERE k='fts.folded'")
+    db.close()
+    store = reopen(store)
+    assert store._origin.text.stems is False
+    assert "porter" not in raw_db(store).execute("SELECT sql FROM sqlite_schema WHERE name='fts'").fetchone()[0]
+    assert _fts(store, "running") == [record_id_of(store, "t", "a")]
+    assert _fts(store, "runs") == []  # no stems in this index: its words as they were
+    r = store.forget(tenant="t", subject="alice")
+    assert next(c for c in store.verify(r.handle).checks if c.name == "fts.by_text").outcome == "pass"
+    assert "a" not in [h.key for h in store.recall("kettle", tenant="t", purpose=PURPOSE)]
+
+
+def test_a_flat_leg_does_not_reorder_and_a_standout_counts_more():
+    """Spread normalisation: equal scores give every candidate the same share (a leg that
+    cannot tell its candidates apart does not move them), and a candidate far above the
+    others keeps a lead larger than its rank alone would give."""
+    assert set(_spread_normalised({1: 0.3, 2: 0.3, 3: 0.3}).values()) == {0.5}
+    assert _spread_normalised({}) == {}
+    clear = _spread_normalised({1: 10.0, **{i: 1.0 for i in range(2, 12)}})
+    close = _spread_normalised({1: 1.01, **{i: 1.0 for i in range(2, 12)}})
+    assert clear[1] - clear[2] == pytest.approx(close[1] - close[2])  # scale-free
+    narrow = _spread_normalised({1: 5.0, 2: 4.0, 3: 1.0, 4: 1.0})
+    assert narrow[1] > narrow[2] > narrow[3]
+
+
+def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):
+    """The hashing embedder is built from the words alone: recall's order is then the full-text
+    leg's wherever it has k candidates (its cosine only breaks ties and fills)."""
+    words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor"]
+    records = []
+    for i in range(120):
+        picked = [words[(i * 7 + j * 3) % len(words)] for j in range(1 + i % 4)]
+        records.append({"key": f"k{i}", "text": " ".join(picked) + f" entry {i} " + "filler " * (i % 9)})
+    store.write_many(records, tenant="t", purpose=PURPOSE, subject="s")
+    assert store.embedder.lexical
+    for query in ("amber cobalt", "fjord garnet harbor", "dune ember", "basalt"):
+        q = Query(store._tenant("t"), query, store.embedder.embed([query])[0], PURPOSE, None, time.time())
+        bm25 = dict(store._fts.scored(q, 100))
+        hits = store.recall(query, tenant="t", purpose=PURPOSE, k=5)
+        got = [round(bm25.get(record_id_of(store, "t", h.key), -1.0), 9) for h in hits]
+        # the hits' text scores are the five best, best first (equal scores in any order)
+        assert got == [round(x, 9) for x in sorted(bm25.values(), reverse=True)[:5]]
