@@ -20,6 +20,8 @@ import apsw
 
 import bench_quality as bq
 import corpora
+import efface
+from efface.paths.base import Query
 from efface.text import index_text, query_words
 
 corpus, emb_name, n_docs, n_q = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -57,15 +59,15 @@ def exact(i, n=N):
     return {int(d): float(s[d]) for d in top}
 
 
-import efface
-from efface.paths.base import Query
-
 root = Path(tempfile.mkdtemp())
 store = efface.open(root / "s", embedder=emb, background=False)
 for s in range(0, len(c.docs), 5000):
     store.write_many(
         [{"key": f"d{i}", "text": c.docs[i]} for i in range(s, min(s + 5000, len(c.docs)))],
-        tenant="t", purpose="p", subject="x", embeddings=dvec[s : s + 5000],
+        tenant="t",
+        purpose="p",
+        subject="x",
+        embeddings=dvec[s : s + 5000],
     )
 store.compact()
 th = store._tenant("t")
@@ -120,9 +122,25 @@ def minmax(score_maps, w=None):
     return order(s)
 
 
-results = {k: [] for k in ["ann_leg", "exact", "bm25", "bm25_porter", "rrf_now", "rrf_now_porter", "rrf_annonly",
-                          "dbsf_union", "dbsf_union_porter", "minmax_union", "rrf_agree", "rrf_agree_porter",
-                          "rrf_bm25cand", "dbsf_bm25cand"]}
+results = {
+    k: []
+    for k in [
+        "ann_leg",
+        "exact",
+        "bm25",
+        "bm25_porter",
+        "rrf_now",
+        "rrf_now_porter",
+        "rrf_annonly",
+        "dbsf_union",
+        "dbsf_union_porter",
+        "minmax_union",
+        "rrf_agree",
+        "rrf_agree_porter",
+        "rrf_bm25cand",
+        "dbsf_bm25cand",
+    ]
+}
 for i in range(len(c.queries)):
     ann = ann_leg(i)
     for name, db in (("", plain), ("_porter", porter)):
@@ -139,7 +157,7 @@ for i in range(len(c.queries)):
             results["rrf_annonly"].append(rrf([ann, bm_order]))
             results["minmax_union"].append(minmax([cos, bm]))
             # the vector order only over what the words found, plus ann's own
-            results["rrf_bm25cand"].append(rrf([order({d: cos[d] for d in bm}) , bm_order]))
+            results["rrf_bm25cand"].append(rrf([order({d: cos[d] for d in bm}), bm_order]))
             results["dbsf_bm25cand"].append(dbsf([{d: cos[d] for d in union}, bm]))
         else:
             results["bm25_porter"].append(bm_order)

@@ -222,6 +222,7 @@ class WordIndex(Protocol):
         """Which of ``ids`` the index still holds under any of ``terms`` (as :meth:`terms`
         lists them, not words: a stem is matched as it is, not stemmed again)."""
         ...
+
     def purge(self) -> bool:
         """Drop deleted entries from wherever they linger; True when it did any work."""
         ...

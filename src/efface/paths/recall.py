@@ -7,8 +7,8 @@ whatever an index still proposes). The ANN list is widened while filters thin it
 ``k``; records too rare for that are still found by their words.
 
 Fusion is by score, each leg's scores normalised by their own spread on this query
-(distribution-based score fusion, as Qdrant's DBSF): over a leg's live candidates, mean - 3σ
-maps to 0 and mean + 3σ to 1, and a record's fused score is the sum over the legs that
+(distribution-based score fusion, as Qdrant's DBSF): over a leg's live candidates, mean - 3 sd
+maps to 0 and mean + 3 sd to 1, and a record's fused score is the sum over the legs that
 propose it. Rank fusion (reciprocal rank, used before) gives every leg's n-th candidate the
 same weight whatever the leg's confidence, so a leg that barely tells its candidates apart
 (the hashing embedder's vectors are a weaker bag of words than BM25) pushed the full-text
@@ -167,7 +167,9 @@ def hybrid(
     ]
 
 
-def _judgements(snap, paths, q: Query, union: list[int], ranked, scored, live) -> list[tuple[ReadPath, dict[int, float]]]:
+def _judgements(
+    snap, paths, q: Query, union: list[int], ranked, scored, live
+) -> list[tuple[ReadPath, dict[int, float]]]:
     """One set of scores per path: exact cosine over the whole union for a vector path (one
     with ``size``), the path's own scores of its live candidates for one that gives them, and
     reciprocal rank for a path that gives only an order."""
@@ -184,7 +186,7 @@ def _judgements(snap, paths, q: Query, union: list[int], ranked, scored, live) -
 
 
 def _spread_normalised(judged: dict[int, float]) -> dict[int, float]:
-    """Scores mapped so that mean - 3σ is 0 and mean + 3σ is 1 (not clipped: a candidate far
+    """Scores mapped so that mean - 3 sd is 0 and mean + 3 sd is 1 (not clipped: a candidate far
     above the rest keeps its lead); flat scores (one candidate, or all equal) are 0.5 each."""
     if not judged:
         return {}
