@@ -36,6 +36,7 @@ worker's own snapshot, are resolved in the recall's snapshot like any other path
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -96,11 +97,10 @@ def hybrid(
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs."""
     n = max(DEPTH * k, MIN_DEPTH)
-    early = {
-        p.name: _beside(lambda p=p: p.scored(q, n))
-        for p in paths
-        if hasattr(p, "scored") and getattr(p, "size", None) is None
-    }
+    early: dict[str, Future] = {}
+    for p in paths:
+        if hasattr(p, "scored") and getattr(p, "size", None) is None:
+            early[p.name] = _beside(functools.partial(p.scored, q, n))
     try:
         if vector is not None:
             q = replace(q, vector=vector())

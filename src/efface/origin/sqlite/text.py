@@ -104,8 +104,11 @@ class SQLiteText:
     def _term_uncached(self, word: str) -> str | None:
         assert self._tok is not None
         with self._tok_mu:
-            got = self._tok(word.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
-        return got[0][0] if len(got) == 1 else None
+            got = list(self._tok(word.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False))
+        if len(got) != 1:
+            return None
+        first = got[0]  # without offsets: (token, *colocated)
+        return first if isinstance(first, str) else str(first[0])
 
     def index_terms(self, words: Sequence[str]) -> list[str | None]:
         """The term the index holds for each (folded) word: its stem in a stemming index, the
