@@ -190,8 +190,8 @@ def test_store_with_minilm_recalls_a_paraphrase(minilm, open_store, backend):
     hits = store.recall("What does Alice like to drink?", tenant="acme", purpose="support", k=3)
     assert hits[0].key == "tea", [(h.key, h.via) for h in hits]
     assert "ann" in hits[0].via
-    # By meaning alone (no word in common with any memory), the vector path still finds it.
-    hits = store.recall("beverage preferences", tenant="acme", purpose="support", k=2)
+    # By meaning alone (no word or stem in common with any memory), the vector path still finds it.
+    hits = store.recall("favourite beverages", tenant="acme", purpose="support", k=2)
     assert all(h.via == ("ann",) for h in hits)
     assert "tea" in [h.key for h in hits] or "coffee-bob" in [h.key for h in hits]
     # And once forgotten, the paraphrase finds nothing of it.

@@ -9,7 +9,7 @@ import apsw
 import pytest
 
 from efface.paths.base import Query
-from efface.paths.recall import _spread_normalised
+from efface.paths.recall import _rank_fused
 
 from conftest import raw_db, record_id_of
 
@@ -95,17 +95,15 @@ def test_a_store_made_before_stemming_keeps_its_index_and_works(store, reopen):
     assert "a" not in [h.key for h in store.recall("kettle", tenant="t", purpose=PURPOSE)]
 
 
-def test_a_flat_leg_does_not_reorder_and_a_standout_counts_more():
-    """Spread normalisation: equal scores give every candidate the same share (a leg that
-    cannot tell its candidates apart does not move them), and a candidate far above the
-    others keeps a lead larger than its rank alone would give."""
-    assert set(_spread_normalised({1: 0.3, 2: 0.3, 3: 0.3}).values()) == {0.5}
-    assert _spread_normalised({}) == {}
-    clear = _spread_normalised({1: 10.0, **{i: 1.0 for i in range(2, 12)}})
-    close = _spread_normalised({1: 1.01, **{i: 1.0 for i in range(2, 12)}})
-    assert clear[1] - clear[2] == pytest.approx(close[1] - close[2])  # scale-free
-    narrow = _spread_normalised({1: 5.0, 2: 4.0, 3: 1.0, 4: 1.0})
-    assert narrow[1] > narrow[2] > narrow[3]
+def test_rank_fusion_orders_by_score_and_ignores_how_many_candidates_a_leg_had():
+    """A leg's share is its rank: a near tie on a three-record list weighs what it weighs on
+    a hundred-record list (a spread normalisation made it a fixed, large gap)."""
+    assert _rank_fused({}) == {}
+    short = _rank_fused({7: 2.01, 8: 2.0, 9: 1.6})
+    assert list(short) == [7, 8, 9] and short[7] - short[8] == pytest.approx(1 / 61 - 1 / 62)
+    long = _rank_fused({i: 100.0 - i for i in range(100)})
+    assert long[0] == short[7] and long[1] == short[8]
+    assert list(_rank_fused({3: 1.0, 1: 1.0, 2: 1.0})) == [1, 2, 3]  # ties by id: a stable order
 
 
 def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):

@@ -1,4 +1,4 @@
-"""Hybrid recall: candidates from every read path, resolved in the origin, fused by score.
+"""Hybrid recall: candidates from every read path, resolved in the origin, fused by rank.
 
 Every candidate id, from any path, is checked against the origin's live claims for the
 tenant and purpose (and subject) inside one read snapshot, and text is read from the origin,
@@ -6,15 +6,13 @@ in that same snapshot, for the final ``k`` only (invariant 1: nothing erased is 
 whatever an index still proposes). The ANN list is widened while filters thin it below
 ``k``; records too rare for that are still found by their words.
 
-Fusion is by score, each leg's scores normalised by their own spread on this query
-(distribution-based score fusion, as Qdrant's DBSF): over a leg's live candidates, mean - 3 sd
-maps to 0 and mean + 3 sd to 1, and a record's fused score is the sum over the legs that
-propose it. Rank fusion (reciprocal rank, used before) gives every leg's n-th candidate the
-same weight whatever the leg's confidence, so a leg that barely tells its candidates apart
-(the hashing embedder's vectors are a weaker bag of words than BM25) pushed the full-text
-leg's clear winners down: hybrid scored below BM25 alone. Normalised by spread, a leg whose
-best candidate stands far above the rest counts more on that query, one whose scores are flat
-counts less, without weights fitted to a query set (docs/benchmarks.md, "Retrieval quality").
+Fusion is by reciprocal rank (Cormack et al. 2009) over each leg's own order: exact cosine
+for the vectors, BM25 for the words. Fusing by score spread (mean +- 3 sd of each leg's
+scores mapped to [0, 1], Qdrant's DBSF) was measured too: better on the large benchmark sets,
+but on a short candidate list it blows any difference up to the same fixed gap, so in a
+six-memory store "What does Alice like to drink?" put "Alice moved to a new apartment" (two
+words shared, one of them "to") above "Alice prefers green tea" (docs/benchmarks.md,
+"Retrieval quality"). Ranks do not depend on how many candidates a leg had.
 
 An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
 character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
@@ -146,7 +144,7 @@ def hybrid(
         tie: dict[int, float] = {}
         for p, judged in _judgements(snap, paths, q, union, ranked, scored, live):
             vote = not (lexical and getattr(p, "size", None) is not None)
-            for rid, x in _spread_normalised(judged).items():
+            for rid, x in _rank_fused(judged).items():
                 if vote:
                     scores[rid] = scores.get(rid, 0.0) + x
                 else:
@@ -185,17 +183,10 @@ def _judgements(
     return out
 
 
-def _spread_normalised(judged: dict[int, float]) -> dict[int, float]:
-    """Scores mapped so that mean - 3 sd is 0 and mean + 3 sd is 1 (not clipped: a candidate far
-    above the rest keeps its lead); flat scores (one candidate, or all equal) are 0.5 each."""
-    if not judged:
-        return {}
-    v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
-    mu, sd = float(v.mean()), float(v.std())
-    if not sd > 1e-12:
-        return dict.fromkeys(judged, 0.5)
-    lo, width = mu - 3.0 * sd, 6.0 * sd
-    return dict(zip(judged, ((v - lo) / width).tolist(), strict=True))
+def _rank_fused(judged: dict[int, float]) -> dict[int, float]:
+    """A leg's reciprocal-rank scores, by its own scores (ties broken by id, for a stable order)."""
+    order = sorted(judged, key=lambda r: (-judged[r], r))
+    return {rid: 1.0 / (RRF_K + i + 1) for i, rid in enumerate(order)}
 
 
 def _cosine(snap, q: Query, ids: list[int]) -> dict[int, float]:
