@@ -73,6 +73,11 @@ def _rows(s) -> dict[str, object]:
     return out
 
 
+def fts_keys(store, word: str) -> list[str]:
+    sql = "SELECT r.key FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?"
+    return sorted(k for (k,) in raw_db(store).execute(sql, (f'"{word}"',)))
+
+
 @pytest.mark.sqlite_only("compares the origin's tables")
 def test_a_batch_leaves_the_rows_that_one_write_per_item_leaves(open_store, tmp_path):
     single = open_store(tmp_path / "single")
@@ -84,7 +89,8 @@ def test_a_batch_leaves_the_rows_that_one_write_per_item_leaves(open_store, tmp_
     # and the rows are the ones the items say (not two equal wrong answers)
     assert ("d1", "a2") in a["lineage"] and ("d1", "a1") not in a["lineage"]  # type: ignore[operator]
     assert sorted(a["mentions"]) == [("c2", "bo"), ("d1", "bo")]  # type: ignore[arg-type]
-    assert a["fts"].get("tea", []) == [] and a["fts"]["coffee"] == ["a1"]  # type: ignore[index]
+    for store in (single, batched):  # the index's own tokenizer (stems) turns each word into its term
+        assert fts_keys(store, "tea") == [] and fts_keys(store, "coffee") == ["a1"]
     assert ("b1", "bo", "travel", "consent", 3600.0) in a["claims"]  # type: ignore[operator]
     assert ("b1", "bo", "travel", "contract", None) in a["claims"]  # type: ignore[operator]
 
