@@ -28,21 +28,6 @@ pytestmark = pytest.mark.sqlite_only("raw bytes of the store's files")
 SHARED = "ledger entry about the quarterly figures, for the team: "
 
 
-@pytest.fixture
-def open_raw(tmp_path):
-    opened: list[efface.Store] = []
-
-    def _open(name: str = "s", **options) -> efface.Store:
-        options.setdefault("background", False)
-        s = efface.open(tmp_path / name, embedder="hashing", **options)
-        opened.append(s)
-        return s
-
-    yield _open
-    for s in opened:
-        s.close()
-
-
 def _many(store: efface.Store, n: int = 400) -> None:
     """n live records of bob whose texts and metadata share long prefixes with alice's."""
     store.write_many(

@@ -70,21 +70,6 @@ def bytes_detail(v) -> str:
     return next(c.detail for c in v.checks if c.name == "bytes")
 
 
-@pytest.fixture
-def open_raw(tmp_path):
-    opened: list[efface.Store] = []
-
-    def _open(name: str = "s", **options) -> efface.Store:
-        options.setdefault("background", False)
-        s = efface.open(tmp_path / name, embedder="hashing", **options)
-        opened.append(s)
-        return s
-
-    yield _open
-    for s in opened:
-        s.close()
-
-
 # -- short texts ------------------------------------------------------------------------------
 
 SHORT = [
