@@ -268,6 +268,23 @@ def ann_vectors(store, tenant: str) -> int:
 
 
 @pytest.fixture
+def open_raw(tmp_path):
+    """``efface.open`` on ``tmp_path / name`` with the hashing embedder and no background
+    compactor (the test drives it); every store it opened is closed at teardown."""
+    opened: list[efface.Store] = []
+
+    def _open(name: str = "s", **options) -> efface.Store:
+        options.setdefault("background", False)
+        s = efface.open(tmp_path / name, embedder="hashing", **options)
+        opened.append(s)
+        return s
+
+    yield _open
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
 def served(tmp_path: Path):
     """A real efface server on a free loopback port over a fresh SQLite store (hashing
     embedder, the compactor running), with its key ring: see ``served.py``."""
