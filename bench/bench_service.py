@@ -251,6 +251,12 @@ def run(url: str, keys: dict, tenants: list, seeded: dict, args: argparse.Namesp
         }
         for op, v in sorted(lat.items())
     }
+    # Inside the server, per lane phase (see efface.service.http.ServerTiming).
+    for key, v in sorted(server.items()):
+        op, _, phase = key.partition(".")
+        if phase and op in ops:
+            ops[op][f"server_{phase}_p50_ms"] = round(float(np.percentile(v, 50)) * 1000, 2)
+            ops[op][f"server_{phase}_p99_ms"] = round(float(np.percentile(v, 99)) * 1000, 2)
     total = sum(len(v) for v in lat.values())
     recall_p99 = ops.get("recall", {}).get("p99_ms")
     return {
@@ -290,8 +296,16 @@ def client_process(
 
     def server_timing(response) -> None:  # type: ignore[no-untyped-def]
         # The server's own time for the request (its Server-Timing header), beside the client's.
-        timing = response.headers.get("server-timing", "")
-        local.server = float(timing.split("dur=", 1)[1]) / 1000 if "dur=" in timing else None
+        # Server-Timing: "app;dur=MS" and, for a call run in a lane, "lane", "store", "render".
+        local.server = None
+        local.phases = {}
+        for part in response.headers.get("server-timing", "").split(","):
+            name, _, dur = part.strip().partition(";dur=")
+            if dur:
+                if name == "app":
+                    local.server = float(dur) / 1000
+                else:
+                    local.phases[name] = float(dur) / 1000
 
     def connect(key: str) -> efface.Client:
         c = efface.Client(url, api_key=key)
@@ -316,6 +330,7 @@ def client_process(
         t0 = getattr(local, "due", None) or time.perf_counter()
         local.due = None
         local.server = None
+        local.phases = {}
         try:
             result = f()
         except Exception as exc:
@@ -327,6 +342,8 @@ def client_process(
             lat[op].append(dt)
             if local.server is not None:
                 server[op].append(local.server)
+            for name, x in local.phases.items():
+                server[f"{op}.{name}"].append(x)
         return result
 
     def client(i: int) -> None:

@@ -161,3 +161,17 @@ def test_logs_carry_no_text_query_key_identifier_or_tenant(served, uvicorn_logs)
     assert "POST /v1/write" in logged  # the access log is on and captured
     for secret in (TEXT, QUERY, SUBJECT, IDENT, TENANT, "k-bq", key, handle, "someone-else", "Bartholomew"):
         assert secret not in logged
+
+
+def test_server_timing_splits_a_lane_call_into_its_phases(served):
+    # app is the whole request; a call run in a lane adds lane (waiting for its thread),
+    # store (the library call) and render (the JSON), each a part of app.
+    key = served.key(TENANT)
+    post(served, "/v1/write", {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+    r = post(served, "/v1/recall", {"query": QUERY, "purpose": "support"}, key)
+    timing = dict(part.strip().split(";dur=") for part in r.headers["server-timing"].split(","))
+    assert set(timing) == {"app", "lane", "store", "render"}
+    ms = {k: float(v) for k, v in timing.items()}
+    assert min(ms.values()) >= 0 and ms["lane"] + ms["store"] + ms["render"] <= ms["app"]
+    health = httpx.get(served.url + "/v1/health")
+    assert [p.split(";")[0] for p in health.headers["server-timing"].split(",")] == ["app"]

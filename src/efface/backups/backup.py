@@ -15,8 +15,8 @@ import json
 import os
 import secrets
 import tempfile
-import time
 
+from .. import foreground
 from . import format as fmt
 from .context import BackupContext, fsync_dir
 
@@ -96,7 +96,7 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
             written = 0
             for row, claims in tx.backup_rows(now):
                 if written % YIELD_EVERY == 0:
-                    time.sleep(0)  # a long Python loop: let waiting readers take the GIL
+                    foreground.give_way()  # a long Python loop: recalls first
                 _rid, t, key_, text, meta, srcs, emb, created, updated, qwhy, qhandle, qsince = row
                 by_subject: dict[str, list] = {}
                 for s, purpose, basis, expires_at in claims:

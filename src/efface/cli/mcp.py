@@ -80,6 +80,9 @@ def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> N
     # is closed (its compactor stopped, its lock released) on the way out. uvicorn re-raises the
     # signal after its graceful shutdown, to this handler.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from efface.service.runner import serving_interpreter
+
+    serving_interpreter()
     if transport == "stdio":
         _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose, forget_everything)
     else:

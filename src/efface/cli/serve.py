@@ -65,12 +65,13 @@ def serve(host, port, max_body, max_wait, no_access_log) -> None:
     import uvicorn
 
     from efface.service.http import create_app
-    from efface.service.runner import uvicorn_config
+    from efface.service.runner import serving_interpreter, uvicorn_config
 
     settings = _settings()
     if not settings.store:
         raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
     logging.basicConfig(level=logging.INFO)
+    serving_interpreter()
     with efface.open(settings.store, embedder=settings.embedder) as store, KeyRing(key_path(settings.store)) as ring:
         app = create_app(store, ring, max_body=max_body, max_wait=max_wait, mcp=_mcp_hook(store, ring, host))
         uvicorn.Server(uvicorn_config(app, host, port, access_log=not no_access_log)).run()

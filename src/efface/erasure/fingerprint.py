@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import foreground
+
 REGION = 64
 """Text and key windows are sampled in runs of 8 offsets every ``REGION`` bytes."""
 VECTOR_REGION = 256
@@ -518,6 +520,7 @@ class Fingerprinter:
     def _map_chunks(self, tasks: list[tuple[int, Any, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
         def one(task: tuple[int, Any, int, int]) -> tuple[np.ndarray, ...]:
             file, buf, start, size = task
+            foreground.give_way()  # verify and wait scan beside reads: recalls first
             # chunks overlap by one word so a 16-byte window across the seam is seen
             return self._scan_chunk(buf, start, min(size, start + CHUNK + 8), tables, file)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 from usearch.index import Index
 
+from .. import foreground
 from ..faults import os_faults
 from ..model import Check
 from .base import Erased, Held, Query, check
@@ -457,7 +458,7 @@ class VectorIndex:
             got = idx.get(np.asarray(chunk, dtype=np.uint64), dtype="i8")
             tape = b"".join(np.asarray(v, dtype=np.int8).tobytes() for v in _rows(got))
             found.update(w for w in windows if w in tape)
-            time.sleep(0)  # verify runs beside reads: let them take the GIL between chunks
+            foreground.give_way()  # verify runs beside reads: recalls first
         return found
 
     def may_hold_live(self, file: str) -> bool:

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Sequence
 
+from .. import foreground
 from ..model import Check
 from ..origin.base import WordIndex
 from ..text import query_words
@@ -128,7 +129,7 @@ class FullTextIndex:
         if wanted:
             for n, term in enumerate(self._text.terms()):
                 if n % 2048 == 0:
-                    time.sleep(0)  # verify runs beside reads: let them take the GIL
+                    foreground.give_way()  # verify runs beside reads: recalls first
                 h = self._token(term)
                 if h in wanted:
                     recovered[h] = term

@@ -43,6 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import foreground
 from ..model import Hit
 from .base import Query, ReadPath
 
@@ -94,6 +95,19 @@ def hybrid(
     hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs."""
+    with foreground.reading():  # background loops give way meanwhile (efface.foreground)
+        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector)
+
+
+def _hybrid(
+    origin,
+    paths: Sequence[ReadPath],
+    q: Query,
+    k: int,
+    *,
+    lexical: bool,
+    vector: Callable[[], np.ndarray] | None,
+) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
     for p in paths:

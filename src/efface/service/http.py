@@ -22,6 +22,7 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -111,10 +112,18 @@ class BodyLimit:
                 await _too_large(self.max_body)(scope, receive, send)
 
 
+_PHASES: contextvars.ContextVar[list[tuple[str, float]] | None] = contextvars.ContextVar(
+    "efface_server_timing", default=None
+)
+"""The phases a request's handler timed (name, milliseconds), for :class:`ServerTiming`."""
+
+
 class ServerTiming:
     """Add ``Server-Timing: app;dur=MS`` to every answer: the milliseconds from the request
     reaching the app to its answer starting, so a client (or a load test) can tell the time
-    spent in the server from the time on the wire and in its own process."""
+    spent in the server from the time on the wire and in its own process. A call that ran in
+    a lane adds its phases: ``lane`` (waiting for the lane's thread to start it: a full lane,
+    or the interpreter busy elsewhere), ``store`` (the library call) and ``render`` (the JSON)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -124,10 +133,14 @@ class ServerTiming:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+        _PHASES.set(phases)
 
         async def timed(message: Message) -> None:
             if message["type"] == "http.response.start":
-                dur = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}".encode()
+                parts = [f"app;dur={(time.perf_counter() - t0) * 1000:.2f}"]
+                parts += [f"{name};dur={ms:.2f}" for name, ms in phases]
+                dur = ", ".join(parts).encode()
                 message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", dur)]}
             await send(message)
 
@@ -233,11 +246,23 @@ class Lanes:
         return self._limiters[lane]
 
     async def run(self, lane: str, adapter: TypeAdapter | None, call: Callable[[], Any]) -> Response:
+        phases = _PHASES.get()
+        asked = time.perf_counter()
+
         def work() -> Response:
+            started = time.perf_counter()
             value = call()
-            if adapter is None:
-                return value
-            return Response(adapter.dump_json(value), media_type="application/json")
+            done = time.perf_counter()
+            out = value if adapter is None else Response(adapter.dump_json(value), media_type="application/json")
+            if phases is not None:
+                phases.extend(
+                    [
+                        ("lane", (started - asked) * 1000),
+                        ("store", (done - started) * 1000),
+                        ("render", (time.perf_counter() - done) * 1000),
+                    ]
+                )
+            return out
 
         return await anyio.to_thread.run_sync(work, limiter=self.limiter(lane))
 

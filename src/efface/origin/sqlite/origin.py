@@ -27,7 +27,7 @@ import apsw
 
 from ...errors import EffaceError, StoreUnwritable
 from ..base import RecordRow
-from .edge import edge, guarded
+from .edge import edge, guarded, savepoint
 from .schema import _SCHEMA, FTS_SCHEMA, PATH_EVIDENCE, SCHEMA_VERSION
 from .tx import (
     CLAIM_COLS,
@@ -84,7 +84,7 @@ class SQLiteOrigin:
         # 100k, 32-64 MiB took the records and claims inserts from ~42 to ~18 ms of CPU per
         # 1000 records. Only the writer's: readers keep the default.
         self._c.execute("PRAGMA cache_size=-32768")
-        with self._c:
+        with savepoint(self._c):
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)
             self._c.execute(PATH_EVIDENCE)
@@ -199,13 +199,13 @@ class SQLiteOrigin:
             self._c.execute("RELEASE member")
 
     def meta_set(self, key: str, value: str) -> None:
-        with self.write_lock, self._c:
+        with self.write_lock, savepoint(self._c):
             self._c.execute(
                 "INSERT INTO meta(k, v) VALUES(?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v", (key, value)
             )
 
     def prune_changes(self, upto: int) -> None:
-        with self.write_lock, self._c:
+        with self.write_lock, savepoint(self._c):
             self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
 
     def record_verification(

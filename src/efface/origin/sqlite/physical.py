@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .edge import guarded
+from ... import foreground
+from .edge import guarded, savepoint
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -250,7 +250,7 @@ class SQLitePhysical:
         o = self._o
         if o.meta_get(REINDEX) != "1":
             return False
-        with o.write_lock, o.writer:
+        with o.write_lock, savepoint(o.writer):
             for index in REINDEXED:
                 o.writer.execute(f"REINDEX {index}")
             o.writer.execute("UPDATE meta SET v='0' WHERE k=?", (REINDEX,))
@@ -431,7 +431,7 @@ class SQLitePhysical:
             for sql in queries:
                 for n, row in enumerate(r.execute(sql)):
                     if n % 256 == 0:
-                        time.sleep(0)  # a long Python loop: let waiting readers take the GIL
+                        foreground.give_way()  # a long Python loop: recalls first
                     for value in row:
                         raw = value.encode("utf-8") if isinstance(value, str) else value
                         for _end, w in automaton.iter(raw.decode("latin-1")):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from ...text import index_text
-from .edge import guarded
+from .edge import guarded, savepoint
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,7 +87,7 @@ class SQLiteText:
         o = self._o
         if o.meta_get(FOLDED) == "1":
             return
-        with o.write_lock, o.writer:
+        with o.write_lock, savepoint(o.writer):
             w = o.writer
             if w.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
                 w.execute("INSERT INTO fts(fts) VALUES('delete-all')")
@@ -208,7 +208,7 @@ class SQLiteText:
             return False
         with o.write_lock:
             epoch = o.current_epoch()
-            with o.writer:
+            with savepoint(o.writer):
                 o.writer.execute("INSERT INTO fts(fts) VALUES('optimize')")
                 o.writer.execute("UPDATE meta SET v='0' WHERE k=?", (DIRTY,))
                 o.writer.execute(
