@@ -154,3 +154,17 @@ def test_a_replacing_write_over_a_served_store(served):
         (replaced,) = [r for r in store.receipts() if r["kind"] == "replace"]
         assert store.wait(replaced["handle"], timeout=20).erased
         assert store.verify(replaced["handle"]).level == "erased"
+
+
+def test_the_client_lets_idle_connections_go_before_the_server_does():
+    # With both at 5 s (httpx's and uvicorn's defaults) a request could go out on a connection
+    # the server was closing, and fail as Unreachable.
+    from efface.service import client, runner
+
+    config = runner.uvicorn_config(object())
+    assert client.KEEP_ALIVE_S < config.timeout_keep_alive == runner.KEEP_ALIVE_S
+    c = efface.Client("http://127.0.0.1:9", api_key="efk_000000000000_" + "a" * 43)
+    try:
+        assert c._http._transport._pool._keepalive_expiry == client.KEEP_ALIVE_S
+    finally:
+        c.close()

@@ -46,6 +46,12 @@ def _adapter(t: Any) -> TypeAdapter:
     return _ADAPTERS[t]
 
 
+KEEP_ALIVE_S = 20.0
+"""How long the client keeps an idle connection for reuse: less than the server keeps it open
+(:data:`efface.service.runner.KEEP_ALIVE_S`), so the client never sends on a connection the
+server is closing."""
+
+
 class Unreachable(EffaceError):
     """The efface server could not be reached (not running, wrong URL, or the connection
     broke). A write that was sent may or may not have committed: read it back or retry."""
@@ -102,6 +108,7 @@ class Client:
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": "efface-client"},
             timeout=timeout,
             transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEP_ALIVE_S),
         )
 
     # -- lifecycle
