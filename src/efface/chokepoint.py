@@ -28,6 +28,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from threading import get_ident
 from typing import Any
 
 from .errors import EffaceError
@@ -59,6 +60,49 @@ class Job:
         return self.epoch, self.result
 
 
+class StoreLock:
+    """The store's lock: re-entrant, and able to say whether the calling thread holds it
+    (:meth:`held`), which the chokepoint must know to tell a thread already inside the
+    store from one that must queue. ``threading.RLock`` knows it too, only not in public.
+
+    The owner and the depth are written only by the thread that holds the lock, so another
+    thread reading ``_owner`` sees its own id there only while it holds the lock itself."""
+
+    __slots__ = ("_lock", "_owner", "_depth")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> bool:
+        me = get_ident()
+        if self._owner != me:
+            self._lock.acquire()
+            self._owner = me
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        if self._owner != get_ident():
+            raise RuntimeError("the store's lock is released by a thread that does not hold it")
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None  # before the release: no other thread may see itself as owner
+            self._lock.release()
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == get_ident()
+
+    def __enter__(self) -> StoreLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 Member = Callable[[str, "str | None", float], AbstractContextManager[Any]]
 Stage = Callable[[Any, "str | None", list, list, dict], None]
 
@@ -72,8 +116,8 @@ class Chokepoint:
     taking and releasing it only to find its work done: on a busy machine every such
     hand-over waits for a core, and the whole group waits for all of them.)"""
 
-    def __init__(self, lock: Any) -> None:
-        self._lock = lock  # the store's RLock
+    def __init__(self, lock: StoreLock) -> None:
+        self._lock = lock
         self._queue: list[Job] = []
         self._mu = threading.Lock()
         self._leading = False
@@ -85,7 +129,7 @@ class Chokepoint:
         store's lock already cannot wait for a leader (who needs that lock): inside a group's
         run (the leader sweeping expiries first) its job runs at once, alone; otherwise (a
         forget, a sweep) it runs what is queued and then its own job itself."""
-        if self._lock._is_owned():
+        if self._lock.held():
             if self._running == threading.get_ident():
                 run([job])
             else:

@@ -52,7 +52,7 @@ from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
-from .chokepoint import Chokepoint, Job, run_jobs
+from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
 from .derivations import Derivations, quarantine, validate_policy
 from .derivations.identifiers import check_identifiers
 from .embed import Embedder, resolve
@@ -101,7 +101,7 @@ class Store:
         self._origin = origin
         self._on_close = on_close
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = StoreLock()
         """Orders mutations (the chokepoint) and the in-memory state that follows them."""
         self._closed = False
         self._closing = threading.Lock()
