@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from threading import get_ident
 from typing import Any
@@ -68,7 +68,7 @@ class StoreLock:
     The owner and the depth are written only by the thread that holds the lock, so another
     thread reading ``_owner`` sees its own id there only while it holds the lock itself."""
 
-    __slots__ = ("_lock", "_owner", "_depth")
+    __slots__ = ("_depth", "_lock", "_owner")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -104,7 +104,6 @@ class StoreLock:
 
 
 Member = Callable[[str, "str | None", float], AbstractContextManager[Any]]
-Stage = Callable[[Any, "str | None", list, list, dict], None]
 
 
 class Chokepoint:
@@ -178,10 +177,21 @@ def _one_each(origin: Any) -> Iterator[Member]:
     yield origin.transaction
 
 
-def run_jobs(origin: Any, jobs: list[Job], now: float, stage: Stage) -> None:
+def stage(tx: Any, tenant: str | None, puts: list, drops: list, texts: dict, paths: Sequence[Any]) -> None:
+    """Stage a member's content changes inside its savepoint: the change log that the
+    asynchronous read paths replay, and every synchronous path (the word index)."""
+    if puts or drops:
+        assert tenant is not None, "content changes belong to a tenant"
+        tx.log_changes(tenant, puts, drops)
+        for path in paths:
+            if path.synchronous:
+                path.stage(tx, tenant, puts, drops, texts)
+
+
+def run_jobs(origin: Any, jobs: list[Job], now: float, paths: Sequence[Any]) -> None:
     """Run ``jobs`` in order in as few origin transactions as their ``after`` hooks allow (see
-    the module docstring); ``stage(tx, tenant, puts, drops, texts)`` stages a member's content
-    changes inside its savepoint. Every job is ``done`` on return, with its answer or error."""
+    the module docstring), each member's content changes staged on ``paths`` inside its
+    savepoint (:func:`stage`). Every job is ``done`` on return, with its answer or error."""
     group = getattr(origin, "group", None)
     i = 0
     while i < len(jobs):
@@ -193,7 +203,7 @@ def run_jobs(origin: Any, jobs: list[Job], now: float, stage: Stage) -> None:
                     try:
                         with member(job.kind, job.tenant, now) as tx:
                             result, puts, drops, texts = job.body(tx, now)
-                            stage(tx, job.tenant, puts, drops, texts)
+                            stage(tx, job.tenant, puts, drops, texts, paths)
                     except Exception as exc:  # this member only: its savepoint is rolled back
                         job.error = exc
                         continue
