@@ -20,8 +20,8 @@ from collections import Counter
 
 RECALL_PHASES = [
     ("validate and embed the query", ("HashingEmbedder.embed", "validate.py")),
-    ("known purpose", ("Store._known_purpose",)),
-    ("read-your-writes (ANN delta)", ("Store._absorb_new_content",)),
+    ("known purpose", ("known_purpose",)),
+    ("read-your-writes (ANN delta)", ("absorb_new_content",)),
     ("full-text candidates (FTS5)", ("FullTextIndex.candidates", "FullTextIndex._selective")),
     ("ANN candidates", ("VectorIndex.candidates",)),
     ("live check (live_ids)", ("live_ids",)),

@@ -11,11 +11,14 @@
                   and closes it at teardown.
 * ``store``       one store opened by ``open_store()``.
 * ``reopen``      ``reopen(store, **options)`` closes a store and opens the same one again.
+* ``small_disk``  a 3 MiB tmpfs (``mount``/``unmount``; skips where mounting is not allowed).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -282,6 +285,35 @@ def open_raw(tmp_path):
     yield _open
     for s in opened:
         s.close()
+
+
+def mount(*args: str) -> str | None:
+    """Run mount(8); None when it worked, else why not (the reason a test skips with)."""
+    if os.geteuid() != 0:
+        return "mounting needs root"
+    if shutil.which("mount") is None:
+        return "no mount(8) here"
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"mount {' '.join(args[:2])} is not allowed here: {done.stderr.strip()}"
+
+
+def unmount(at: str) -> None:
+    """Unmount, lazily if something still holds a file there (code that leaks a handle must
+    not leave a mount behind)."""
+    if subprocess.run(["umount", at], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", at], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 3 MiB tmpfs, unmounted at teardown (skips where mounting is not allowed)."""
+    at = tmp_path / "disk"
+    at.mkdir()
+    why = mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", os.fspath(at))
+    if why is not None:
+        pytest.skip(why)
+    yield at
+    unmount(os.fspath(at))
 
 
 @pytest.fixture

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import efface
+from efface.chokepoint import StoreLock
 from efface.errors import KeyInUse, StoreUnwritable
 
 
@@ -52,23 +50,39 @@ def queued(store, calls: list[Callable[[], Any]]) -> list[tuple[str, Any]]:
     return out
 
 
+class Groups:
+    """How many group transactions the SQLite origin opened (each is one COMMIT, one fsync);
+    the memory origin has no groups, and there the count is not checked."""
+
+    def __init__(self, origin) -> None:
+        self.real = getattr(origin, "group", None)
+        self.opened = 0
+
+    def counting(self):
+        self.opened += 1
+        return self.real()
+
+    def check(self, expected: int) -> None:
+        if self.real is not None:
+            assert self.opened == expected
+
+
 @pytest.fixture
 def groups(store):
-    """How many group transactions the SQLite origin opened (each is one COMMIT, one fsync)."""
-    origin = store._origin
-    real = getattr(origin, "group", None)
-    if real is None:
-        yield None
-        return
-    opened = []
+    counter = Groups(store._origin)
+    if counter.real is not None:
+        store._origin.group = counter.counting
+    yield counter
+    if counter.real is not None:
+        del store._origin.group
 
-    def counting():
-        opened.append(1)
-        return real()
 
-    origin.group = counting
-    yield opened
-    del origin.group
+def queued_after(store, groups: Groups, key: str, text: str, subject: str, calls: list[Callable[[], Any]]):
+    """Write one record first, then queue ``calls`` (see :func:`queued`); ``groups`` counts
+    only the groups the queued calls made."""
+    store.write(key, text, tenant="t", subject=subject, purpose="p")
+    groups.opened = 0
+    return queued(store, calls)
 
 
 def write(store, key: str, text: str, subject: str = "s"):
@@ -76,27 +90,24 @@ def write(store, key: str, text: str, subject: str = "s"):
 
 
 def test_writes_that_queue_together_commit_together_each_with_its_own_epoch(store, groups):
-    store.write("first", "the first memory", tenant="t", subject="s", purpose="p")
-    if groups is not None:
-        groups.clear()
     texts = {f"k{i}": f"memory number {i} about tea" for i in range(8)}
-    out = queued(store, [write(store, k, t) for k, t in texts.items()])
+    out = queued_after(store, groups, "first", "the first memory", "s", [write(store, k, t) for k, t in texts.items()])
     assert [kind for kind, _ in out] == ["ok"] * 8
     epochs = [epoch for _, epoch in out]
     assert epochs == sorted(epochs) and len(set(epochs)) == 8  # one each, in arrival order
-    if groups is not None:
-        assert len(groups) == 1  # eight writes, one transaction: one fsync
+    groups.check(1)  # eight writes, one transaction: one fsync
     for key, text in texts.items():
         assert store.read(key, tenant="t", purpose="p").text == text
     assert {h.key for h in store.recall("tea", tenant="t", purpose="p", k=20)} >= set(texts)
 
 
 def test_a_refused_write_in_a_group_fails_alone_and_leaves_nothing(store, groups):
-    store.write("held", "bob's own text", tenant="t", subject="bob", purpose="p")
-    if groups is not None:
-        groups.clear()
-    out = queued(
+    out = queued_after(
         store,
+        groups,
+        "held",
+        "bob's own text",
+        "bob",
         [
             write(store, "a", "alpha text"),
             write(store, "held", "a text that would overwrite bob's", subject="alice"),  # KeyInUse
@@ -105,8 +116,7 @@ def test_a_refused_write_in_a_group_fails_alone_and_leaves_nothing(store, groups
     )
     assert out[0][0] == "ok" and out[2][0] == "ok"
     assert out[1][0] == "error" and isinstance(out[1][1], KeyInUse)
-    if groups is not None:
-        assert len(groups) == 1
+    groups.check(1)
     assert store.read("a", tenant="t", purpose="p").text == "alpha text"
     assert store.read("b", tenant="t", purpose="p").text == "beta text"
     assert store.read("held", tenant="t", purpose="p").text == "bob's own text"
@@ -129,11 +139,12 @@ def test_a_write_queued_behind_a_registration_sees_the_subject(store):
 
 
 def test_forgets_queue_with_the_writes_and_each_closes_its_group(store, groups):
-    store.write("x1", "to be forgotten", tenant="t", subject="x", purpose="p")
-    if groups is not None:
-        groups.clear()
-    out = queued(
+    out = queued_after(
         store,
+        groups,
+        "x1",
+        "to be forgotten",
+        "x",
         [
             write(store, "w1", "the first write"),
             lambda: store.forget(tenant="t", key="w1"),  # sees w1, written in its own group
@@ -146,36 +157,51 @@ def test_forgets_queue_with_the_writes_and_each_closes_its_group(store, groups):
     first, second = out[1][1], out[3][1]
     assert list(first.erased) == ["w1"] and list(second.erased) == ["x1"]
     assert out[0][1] < first.epoch < out[2][1] < second.epoch < out[4][1]
-    if groups is not None:
-        assert len(groups) == 3  # [w1, forget], [w2, forget], [w3]
+    groups.check(3)  # [w1, forget], [w2, forget], [w3]
     assert store.read("w1", tenant="t", purpose="p") is None
     assert store.read("x1", tenant="t", purpose="p") is None
     assert store.read("w2", tenant="t", purpose="p").text == "the second write"
     assert store.status(second.handle).handle == second.handle
 
 
-# -- a full disk under a group ------------------------------------------------------------------
-def _mount(*args: str) -> str | None:
-    if os.geteuid() != 0:
-        return "mounting needs root"
-    if shutil.which("mount") is None:
-        return "no mount(8) here"
-    done = subprocess.run(["mount", *args], capture_output=True, text=True)
-    return None if done.returncode == 0 else f"mount is not allowed here: {done.stderr.strip()}"
+# -- the store's lock -----------------------------------------------------------------------------
+def in_a_thread(call: Callable[[], Any]) -> Any:
+    """``call()``'s result, from another thread (the join's deadline only stops a hang)."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    t.start()
+    t.join(60)
+    assert out, "the call never returned (a deadlock at the chokepoint?)"
+    return out[0]
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    at = tmp_path / "disk"
-    at.mkdir()
-    why = _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", os.fspath(at))
-    if why is not None:
-        pytest.skip(why)
-    yield at
-    if subprocess.run(["umount", os.fspath(at)], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", os.fspath(at)], check=True)
+def test_the_store_lock_knows_which_thread_holds_it():
+    lock = StoreLock()
+    assert not lock.held()
+    with lock:
+        with lock:  # re-entrant
+            assert lock.held()
+        assert lock.held()  # the inner release does not let go
+        assert in_a_thread(lock.held) is False
+    assert not lock.held()
+    with pytest.raises(RuntimeError):
+        lock.release()  # not held: refused, as threading.RLock refuses it
+    assert in_a_thread(lambda: lock.acquire() and lock.held())  # free for the next thread
 
 
+def test_a_due_expiry_swept_inside_a_groups_run_does_not_wait_for_its_own_leader(store, clock):
+    # The leader sweeps due expiries first, under the store's lock: their mutations come back
+    # to the chokepoint from that thread and must run at once, not queue behind it.
+    store.write("short", "a memory with a ttl", tenant="t", subject="s", purpose="p", ttl=60)
+    clock.advance(120)
+    epoch = in_a_thread(lambda: store.write("next", "the next memory", tenant="t", subject="s", purpose="p"))
+    assert store.read("short", tenant="t", purpose="p") is None
+    assert store.read("next", tenant="t", purpose="p").text == "the next memory"
+    (expiry,) = [r for r in store.receipts() if r["kind"] == "expire"]
+    assert expiry["epoch"] < epoch
+
+
+# -- a full disk under a group (the small_disk fixture: conftest.py) ---------------------------
 def test_a_group_on_a_full_disk_loses_no_acknowledged_write_and_keeps_no_refused_one(small_disk):
     root = small_disk / "store"
     s = efface.open(root, embedder="hashing", background=False)

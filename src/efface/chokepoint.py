@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from threading import get_ident
 from typing import Any
 
 from .errors import EffaceError
@@ -59,8 +60,50 @@ class Job:
         return self.epoch, self.result
 
 
+class StoreLock:
+    """The store's lock: re-entrant, and able to say whether the calling thread holds it
+    (:meth:`held`), which the chokepoint must know to tell a thread already inside the
+    store from one that must queue. ``threading.RLock`` knows it too, only not in public.
+
+    The owner and the depth are written only by the thread that holds the lock, so another
+    thread reading ``_owner`` sees its own id there only while it holds the lock itself."""
+
+    __slots__ = ("_depth", "_lock", "_owner")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> bool:
+        me = get_ident()
+        if self._owner != me:
+            self._lock.acquire()
+            self._owner = me
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        if self._owner != get_ident():
+            raise RuntimeError("the store's lock is released by a thread that does not hold it")
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None  # before the release: no other thread may see itself as owner
+            self._lock.release()
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == get_ident()
+
+    def __enter__(self) -> StoreLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 Member = Callable[[str, "str | None", float], AbstractContextManager[Any]]
-Stage = Callable[[Any, "str | None", list, list, dict], None]
 
 
 class Chokepoint:
@@ -72,8 +115,8 @@ class Chokepoint:
     taking and releasing it only to find its work done: on a busy machine every such
     hand-over waits for a core, and the whole group waits for all of them.)"""
 
-    def __init__(self, lock: Any) -> None:
-        self._lock = lock  # the store's RLock
+    def __init__(self, lock: StoreLock) -> None:
+        self._lock = lock
         self._queue: list[Job] = []
         self._mu = threading.Lock()
         self._leading = False
@@ -85,7 +128,7 @@ class Chokepoint:
         store's lock already cannot wait for a leader (who needs that lock): inside a group's
         run (the leader sweeping expiries first) its job runs at once, alone; otherwise (a
         forget, a sweep) it runs what is queued and then its own job itself."""
-        if self._lock._is_owned():
+        if self._lock.held():
             if self._running == threading.get_ident():
                 run([job])
             else:
@@ -134,10 +177,21 @@ def _one_each(origin: Any) -> Iterator[Member]:
     yield origin.transaction
 
 
-def run_jobs(origin: Any, jobs: list[Job], now: float, stage: Stage) -> None:
+def stage(tx: Any, tenant: str | None, puts: list, drops: list, texts: dict, paths: Sequence[Any]) -> None:
+    """Stage a member's content changes inside its savepoint: the change log that the
+    asynchronous read paths replay, and every synchronous path (the word index)."""
+    if puts or drops:
+        assert tenant is not None, "content changes belong to a tenant"
+        tx.log_changes(tenant, puts, drops)
+        for path in paths:
+            if path.synchronous:
+                path.stage(tx, tenant, puts, drops, texts)
+
+
+def run_jobs(origin: Any, jobs: list[Job], now: float, paths: Sequence[Any]) -> None:
     """Run ``jobs`` in order in as few origin transactions as their ``after`` hooks allow (see
-    the module docstring); ``stage(tx, tenant, puts, drops, texts)`` stages a member's content
-    changes inside its savepoint. Every job is ``done`` on return, with its answer or error."""
+    the module docstring), each member's content changes staged on ``paths`` inside its
+    savepoint (:func:`stage`). Every job is ``done`` on return, with its answer or error."""
     group = getattr(origin, "group", None)
     i = 0
     while i < len(jobs):
@@ -149,7 +203,7 @@ def run_jobs(origin: Any, jobs: list[Job], now: float, stage: Stage) -> None:
                     try:
                         with member(job.kind, job.tenant, now) as tx:
                             result, puts, drops, texts = job.body(tx, now)
-                            stage(tx, job.tenant, puts, drops, texts)
+                            stage(tx, job.tenant, puts, drops, texts, paths)
                     except Exception as exc:  # this member only: its savepoint is rolled back
                         job.error = exc
                         continue

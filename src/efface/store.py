@@ -1,12 +1,14 @@
 """The store: the public facade of DESIGN §7 over one origin and its read paths.
 
-``Store`` validates its arguments and delegates: the release rules to
-:mod:`efface.erasure.release`, receipts to :mod:`~efface.erasure.receipts`, path states,
-bounds and alarms to :mod:`~efface.erasure.propagation`, absorption and physical erasure to
-the :class:`~efface.erasure.compactor.Compactor`, evidence and verification to
-:mod:`~efface.erasure.evidence` and :mod:`~efface.erasure.verify`, hybrid recall to
-:mod:`efface.paths.recall`, derived records to :mod:`efface.derivations`, backups to
-:mod:`efface.backups`. It keeps one thing itself: the chokepoint :meth:`Store._mutate`.
+``Store`` validates its arguments and delegates: the write side's transaction bodies to
+:mod:`efface.writing`; the read side's purpose check, memories and read-your-writes to
+:mod:`efface.reading`, hybrid recall to :mod:`efface.paths.recall`; the forget side
+(forget, expiry, receipts, status, wait, verify) to :class:`efface.forgetting.Erasures`,
+over the release rules, receipts, propagation, evidence and verification of
+:mod:`efface.erasure`; absorption and physical erasure to the
+:class:`~efface.erasure.compactor.Compactor`, derived records to :mod:`efface.derivations`,
+backups to :mod:`efface.backups`. It keeps one thing itself: the chokepoint
+:meth:`Store._mutate` (group commit: :mod:`efface.chokepoint`).
 
 Every mutation (write, retain, register_subject, forget, TTL expiry, policy, re-derivation,
 backup, restore) goes through :meth:`Store._mutate`, which honours due expiries first, opens
@@ -35,9 +37,6 @@ and backups.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
 import os
 import threading
 import time
@@ -46,39 +45,36 @@ from typing import Any
 
 import numpy as np
 
+from . import forgetting, writing
 from . import validate as v
 from .backups import format as backup_format
 from .backups.backup import write_backup
 from .backups.context import BackupContext
-from .backups.coverage import backups_now, with_backups
 from .backups.restore import restore_backup
-from .chokepoint import Chokepoint, Job, run_jobs
+from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
 from .derivations import Derivations, quarantine, validate_policy
-from .derivations.identifiers import check_identifiers
-from .embed import Embedder, resolve
+from .embed import Embedder, for_store
 from .erasure.compactor import Compactor
 from .erasure.evidence import Evidence
 from .erasure.fingerprint import Fingerprinter
 from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
 from .erasure.propagation import ERASE_BOUND_S, SETTLED_STATES, Propagation
-from .erasure.receipts import Outcome, to_receipt
-from .erasure.release import Releaser, overwritten_claims
+from .erasure.release import Releaser
 from .erasure.verify import Verifier
-from .errors import EffaceError, EmbedderMismatch, InvalidInput, NotFound, ScopeError, UnknownPurpose
-from .model import Claim, Hit, Memory, QuarantineItem, Receipt, Selector, Status, Verification
-from .origin.base import NewRecord, Origin
+from .errors import EffaceError, InvalidInput
+from .forgetting import Erasures
+from .model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
+from .origin.base import Origin
 from .paths.ann import VectorIndex
 from .paths.base import Query, ReadPath
 from .paths.fts import FullTextIndex
 from .paths.recall import hybrid
+from .reading import absorb_new_content, known_purpose, memory, quarantined
 
 __all__ = ["ERASE_BOUND_S", "SETTLED_STATES", "Store"]
 
-log = logging.getLogger("efface")
 _ERASURES = frozenset({"forget", "expire"})
 """Mutation kinds that make a receipt: their bytes are erased promptly after the commit."""
-_WAIT_POLL_S = 0.05
-"""The longest ``wait`` sleeps between looks at the status when no compactor round ends."""
 
 
 class Store:
@@ -101,7 +97,7 @@ class Store:
         self._origin = origin
         self._on_close = on_close
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = StoreLock()
         """Orders mutations (the chokepoint) and the in-memory state that follows them."""
         self._closed = False
         self._closing = threading.Lock()
@@ -114,14 +110,9 @@ class Store:
         self._secret = bytes.fromhex(secret)
         self._hash = Hasher(self._secret)
         recorded = origin.meta_get("embedder")
-        self.embedder = resolve(embedder, recorded)
+        self.embedder = for_store(embedder, recorded)
         if recorded is None:
             origin.meta_set("embedder", self.embedder.name)
-        elif recorded != self.embedder.name:
-            raise EmbedderMismatch(
-                f"this store's vectors were made by embedder '{recorded}', not '{self.embedder.name}': "
-                f"open it with embedder='{recorded.split('-')[0]}' (or None), or use a new store"
-            )
         self._derivations = Derivations(origin, self.embedder)
         self._fts = FullTextIndex(origin, self._secret)
         self._ann = VectorIndex(
@@ -132,7 +123,6 @@ class Store:
             max_propagation_s=ann_max_propagation_s,
         )
         self._paths: list[ReadPath] = [self._fts, self._ann]
-        self._on_quarantine: list[Callable[[Receipt, list[QuarantineItem]], None]] = []
         fingerprinter = Fingerprinter(self._secret)
         self._propagation = Propagation(origin, self._paths, clock, erase_bound_s)
         self.erase_bound_s = erase_bound_s
@@ -141,6 +131,18 @@ class Store:
         self._releaser = Releaser(self._derivations, self._evidence, self._hash, self._propagation.max_propagation)
         self._compactor = Compactor(
             origin, self._paths, self._propagation, self._sweep_quietly, interval=compact_interval
+        )
+        self._erasures = Erasures(
+            origin,
+            self._mutate,
+            self._releaser,
+            self._derivations,
+            self._propagation,
+            self._verifier,
+            self._compactor,
+            clock,
+            self._check_open,
+            self._tenant,
         )
         if background:
             self._ann.yielding = True  # recall searches the un-absorbed delta exactly meanwhile
@@ -206,12 +208,12 @@ class Store:
             try:
                 self._check_open()
                 if any(j.sweep for j in jobs):
-                    self._expire_due(self._clock())
+                    self._erasures.expire_due(self._clock())
             except Exception as exc:
                 for j in jobs:
                     j.error, j.done = exc, True
                 return
-            run_jobs(self._origin, jobs, self._clock(), self._stage)
+            run_jobs(self._origin, jobs, self._clock(), self._paths)
         if any(j.changed for j in jobs):
             # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
             # compactor; recall catches them up on new content first (read-your-writes), and
@@ -222,14 +224,6 @@ class Store:
             # An erasure's bytes are due soon even when it dropped no record (identifiers
             # only, or every record under hold): wait(until="erased") depends on it.
             self._compactor.wake(erased=any(j.erased or j.kind in _ERASURES for j in woken))
-
-    def _stage(self, tx: Any, tenant: str | None, puts: list, drops: list, texts: dict) -> None:
-        if puts or drops:
-            assert tenant is not None, "content changes belong to a tenant"
-            tx.log_changes(tenant, puts, drops)
-            for path in self._paths:
-                if path.synchronous:
-                    path.stage(tx, tenant, puts, drops, texts)
 
     # -- writes --------------------------------------------------------------------------
     def write(
@@ -289,66 +283,22 @@ class Store:
         prepared = v.items(items, defaults={"subject": subject, "purpose": purpose, "basis": basis, "ttl": ttl})
         if not isinstance(replace, bool):
             raise InvalidInput("replace must be True or False")
-        if embeddings is None:
-            vectors = self.embedder.embed([p[1] for p in prepared])
-        else:
-            vectors = np.asarray(embeddings, dtype=np.float32)
-            if vectors.shape != (len(prepared), self.embedder.dim):
-                raise InvalidInput(f"embeddings must have shape ({len(prepared)}, {self.embedder.dim})")
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)  # once: each row's bytes are then a slice
-
-        def body(tx, now):
-            tx.set_tenant_name(tenant, name)
-            puts, drops, texts = [], [], {}
-            outcome = None
-            known = tx.record_ids(tenant, [p[0] for p in prepared])  # once, for both uses below
-            in_the_way = overwritten_claims(tx, tenant, prepared, replace, known)
-            if in_the_way:
-                # The replaced content goes with every claim made for it, as an erasure of its own.
-                writers = frozenset(p[2] for p in prepared)  # their new claims keep their registrations
-                outcome = self._releaser.release(tx, Selector(tenant), "replace", in_the_way, now, staying=writers)
-                puts, drops, texts = list(outcome.puts), list(outcome.drops), dict(outcome.texts)
-            recs = [
-                NewRecord(key, text, meta, srcs, vec.tobytes(), subj, purp, bas, None if ttl_s is None else now + ttl_s)
-                for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vectors, strict=True)
-            ]
-            rids = tx.upsert_many(tenant, recs, now, known)  # one statement per table for the batch
-            for purp in dict.fromkeys(p[3] for p in prepared):
-                tx.register_purpose(tenant, purp)
-            for rid, rec in zip(rids, recs, strict=True):
-                self._derivations.on_write(tx, tenant, rid, rec.text)
-                puts.append(rid)
-                texts[rid] = rec.text
-            tx.ensure_subject_keys(tenant, {p[2] for p in prepared}, now, self._subject_h(tenant))
-            return outcome, puts, drops, texts
-
-        def after(outcome):
-            for gone in outcome.subjects_erased if outcome is not None else ():
-                self._derivations.mentions.drop_subject(tenant, gone)
-
+        vecs = writing.vectors(self.embedder, prepared, embeddings)
+        body = writing.records_body(
+            self._releaser, self._derivations, self._subject_h(tenant), tenant, name, prepared, vecs, replace
+        )
         # Only a replacing write can erase a subject; the others leave the group open (chokepoint).
-        epoch, outcome = self._mutate("write", tenant, body, after=after if replace else None)
+        epoch, outcome = self._mutate("write", tenant, body, after=self._erasures.drop_mentions if replace else None)
         if outcome is not None:
-            self._notify_quarantine(self._receipt(epoch, outcome, name))
+            self._erasures.notify(self._erasures.receipt(epoch, outcome, name))
         return epoch
 
     def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
         """Add a claim to an existing record (a second reason to keep it). Returns the epoch."""
         name = v.name(tenant, "tenant")
         tenant, key = self._tenant(name), v.key(key)
-        subject, purpose, basis, ttl_s = v.name(subject, "subject"), v.purpose(purpose), v.basis(basis), v.ttl(ttl)
-
-        def body(tx, now):
-            tx.set_tenant_name(tenant, name)
-            rid = tx.record_id(tenant, key)
-            if rid is None:
-                raise NotFound("no live record with that key in this tenant: write it before retaining it")
-            tx.add_claim(rid, subject, purpose, basis, None if ttl_s is None else now + ttl_s, now)
-            tx.register_purpose(tenant, purpose)
-            tx.ensure_subject_keys(tenant, [subject], now, self._subject_h(tenant))
-            return None, [], [], {}
-
-        epoch, _ = self._mutate("retain", tenant, body)
+        claim = v.name(subject, "subject"), v.purpose(purpose), v.basis(basis), v.ttl(ttl)
+        epoch, _ = self._mutate("retain", tenant, writing.claim_body(self._subject_h(tenant), tenant, name, key, claim))
         return epoch
 
     def register_subject(self, subject: str, *, tenant: str, identifiers: Iterable[str]) -> int:
@@ -363,44 +313,23 @@ class Store:
         forms, invisible characters), whether the text was written before or after."""
         name = v.name(tenant, "tenant")
         tenant, subject = self._tenant(name), v.name(subject, "subject")
-        if isinstance(identifiers, str):
-            raise InvalidInput("identifiers must be a list of strings, not one string")
-        if not isinstance(identifiers, Iterable):
-            raise InvalidInput("identifiers must be a list of strings")
-        given = [v.name(i, "each identifier") for i in identifiers]
-        check_identifiers(given)
-        ids = sorted(set(given))
-
-        def body(tx, now):
-            tx.set_tenant_name(tenant, name)
-            tx.set_subject(tenant, subject, json.dumps(ids, ensure_ascii=False), now)
-            self._derivations.on_register(tx, tenant, subject, ids)
-            return None, [], [], {}
-
+        ids = writing.identifiers(identifiers)
+        body = writing.subject_body(self._derivations, tenant, name, subject, ids)
         epoch, _ = self._mutate(
             "subject", tenant, body, after=lambda _: self._derivations.mentions.set_subject(tenant, subject, ids)
         )
         return epoch
 
     # -- reads -----------------------------------------------------------------------------
-    def _known_purpose(self, tenant: str, purpose: str) -> None:
-        known = self._origin.purposes(tenant)
-        if purpose not in known:
-            listing = ", ".join(known) if known else "none yet"
-            raise UnknownPurpose(
-                # Neither the tenant nor the purpose is echoed (errors never repeat input).
-                f"this tenant has no record written under that purpose (known purposes: {listing}); check the spelling"
-            )
-
     def read(self, key: str, *, tenant: str, purpose: str) -> Memory | None:
         """The record under ``key``, if it has a live claim for ``purpose``; else None."""
         name = v.name(tenant, "tenant")
         tenant, key, purpose = self._tenant(name), v.key(key), v.purpose(purpose)
         self._check_open()
         with self._origin.snapshot() as r:
-            self._known_purpose(tenant, purpose)
+            known_purpose(self._origin, tenant, purpose)
             found = r.read(tenant, key, purpose, self._clock())
-        return None if found is None else _memory(*found, name)
+        return None if found is None else memory(*found, name)
 
     def scan(
         self,
@@ -425,10 +354,10 @@ class Store:
         self._check_open()
         now = self._clock()
         with self._origin.snapshot() as r:
-            self._known_purpose(tenant, purpose)
+            known_purpose(self._origin, tenant, purpose)
             keys = r.scan_keys(tenant, purpose, prefix, subject, after, limit, now)
             found = [r.read(tenant, key, purpose, now) for key in keys]
-        return [_memory(*f, name) for f in found if f is not None]
+        return [memory(*f, name) for f in found if f is not None]
 
     def recall(self, query: str, *, tenant: str, purpose: str, subject: str | None = None, k: int = 10) -> list[Hit]:
         """Hybrid recall: ANN over embeddings and full text over words, fused by reciprocal rank.
@@ -439,33 +368,16 @@ class Store:
         if subject is not None:
             subject = v.name(subject, "subject")
         self._check_open()
-        self._known_purpose(tenant, purpose)
+        known_purpose(self._origin, tenant, purpose)
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
             got = self.embedder.embed([query])[0]
             self._check_open()
-            self._absorb_new_content()
+            absorb_new_content(self._origin, self._paths, lambda: self._compactor.running)
             return got
 
         q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock())
         return hybrid(self._origin, self._paths, q, k, lexical=getattr(self.embedder, "lexical", False), vector=vector)
-
-    def _absorb_new_content(self) -> None:
-        """Read-your-writes for recall: bring asynchronous paths up to the newest write.
-        Erasures committed after that write stay for the compactor: they are unreadable
-        already, and absorbing them is not needed for a correct answer."""
-        for p in self._paths:
-            if p.synchronous:
-                continue
-            see, seen = getattr(p, "see", None), getattr(p, "seen_epoch", None)
-            if see is not None and seen is not None and self._compactor.running:
-                # The compactor absorbs in the background; what it has not yet is searched
-                # exactly, so no recall waits for a big import's absorption.
-                see(self._origin.latest_put_epoch(after=seen()))
-                continue
-            target = self._origin.latest_put_epoch(after=p.applied_epoch())
-            if target is not None:
-                p.catch_up(upto=target)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(
@@ -488,58 +400,11 @@ class Store:
         is left, the tenant's name itself; ``verify`` then proves the name gone from every
         file. An API key still bound to the tenant (``keys.db``) keeps the name: revoke it."""
         name = v.name(tenant, "tenant")
-        tenant = self._tenant(name)
-        if everything is not False and everything is not True:
-            raise InvalidInput("everything must be True or False")
-        if everything and (subject, purpose, prefix, key) != (None, None, None, None):
-            raise ScopeError("forget with everything=True names only the tenant: drop subject, purpose, prefix and key")
-        if not everything and subject is None and purpose is None and prefix is None and key is None:
-            raise ScopeError(
-                "forget must name a subject, purpose, prefix or key besides the tenant, "
-                "or everything=True to erase all of the tenant"
-            )
-        if subject is not None:
-            subject = v.name(subject, "subject")
-        if purpose is not None:
-            purpose = v.purpose(purpose)
-        if prefix is not None:
-            prefix = v.key(prefix, "prefix")
-        if key is not None:
-            key = v.key(key)
-        selector = Selector(tenant, subject, purpose, prefix, key, everything)
+        selector = forgetting.selector(self._tenant(name), subject, purpose, prefix, key, everything)
         self._check_open()
-        if purpose is not None:
-            self._known_purpose(tenant, purpose)
-        made: dict[str, Any] = {}
-
-        def body(tx, now):
-            matched = tx.match_claims(tenant, subject, purpose, prefix, key)
-            outcome = self._releaser.release(tx, selector, "forget", matched, now)
-            made["epoch"] = tx.epoch
-            return outcome, outcome.puts, outcome.drops, outcome.texts
-
-        def after(outcome):
-            # Under the store lock, right after the commit: the receipt states the paths as
-            # they are at acknowledgement, before any later mutation.
-            self._drop_mentions(outcome)
-            made["receipt"] = self._receipt(made["epoch"], outcome, name)
-
-        # Not under the store lock: the forget queues at the chokepoint with the writes, and
-        # commits in their group (it closes it: its after hook changes the mention matcher).
-        self._mutate("forget", tenant, body, after=after)
-        receipt = made["receipt"]
-        self._notify_quarantine(receipt)
-        return receipt
-
-    def _notify_quarantine(self, receipt: Receipt) -> None:
-        """Tell the on_quarantine callbacks (``receipt.selector.tenant`` is the caller's name)."""
-        if receipt.quarantined and self._on_quarantine:
-            items = [i for i in self.quarantined(tenant=receipt.selector.tenant) if i.handle == receipt.handle]
-            for callback in list(self._on_quarantine):
-                try:
-                    callback(receipt, items)
-                except Exception:  # the erasure is committed; a failing callback must not hide that
-                    log.exception("on_quarantine callback failed")
+        if selector.purpose is not None:
+            known_purpose(self._origin, selector.tenant, selector.purpose)
+        return self._erasures.forget(selector, name)
 
     # -- derivations: policy, quarantine, re-derivation ------------------------------------
     def set_policy(self, tenant: str, policy: str, *, reason: str | None = None) -> int:
@@ -556,27 +421,13 @@ class Store:
         agent learns what to re-derive. It runs after the commit; its errors are logged."""
         if not callable(callback):
             raise InvalidInput("callback must be callable")
-        self._on_quarantine.append(callback)
+        self._erasures.on_quarantine.append(callback)
 
     def quarantined(self, *, tenant: str) -> list[QuarantineItem]:
         """Records held back from reads in ``tenant``, with the sources that survive."""
         tenant = self._tenant(tenant)
         self._check_open()
-        with self._origin.snapshot() as r:
-            rows = r.quarantined(tenant)
-            all_sources = sorted({s for row in rows for s in json.loads(row[5])})
-            live = r.live_keys(tenant, all_sources)
-        return [
-            QuarantineItem(
-                key=key,
-                why=why,
-                handle=handle,
-                since=since,
-                sources=tuple(json.loads(src)),
-                surviving_sources=tuple(s for s in json.loads(src) if s in live),
-            )
-            for _rid, key, why, handle, since, src in rows
-        ]
+        return quarantined(self._origin, tenant)
 
     def rederive(
         self,
@@ -609,67 +460,23 @@ class Store:
         return self._mutate("release", tenant, body)[0]
 
     # -- expiry ----------------------------------------------------------------------------
-    def _expire_due(self, now: float) -> list[Receipt]:
-        """Release every claim whose TTL has passed: one erasure (and receipt) per tenant."""
-        receipts = []
-        while (tenant := self._origin.due_tenant(now)) is not None:
-            name = self._origin.tenant_name(tenant)  # read before the expiry may erase it
-
-            def body(tx, _now, tenant=tenant):
-                matched = [c for t, c in tx.due_claims(now) if t == tenant]
-                outcome = self._releaser.release(tx, Selector(tenant), "expire", matched, now)
-                return outcome, outcome.puts, outcome.drops, outcome.texts
-
-            epoch, outcome = self._mutate("expire", tenant, body, sweep=False, after=self._drop_mentions)
-            receipts.append(self._receipt(epoch, outcome, name))
-        return receipts
-
-    def _drop_mentions(self, outcome: Outcome) -> None:
-        """After an erasure commits: the mention matcher forgets the subjects it erased."""
-        for subject in outcome.subjects_erased:
-            self._derivations.mentions.drop_subject(outcome.selector.tenant, subject)
-
     def _sweep_quietly(self) -> None:
         with self._lock:
             if not self._closed:
-                self._expire_due(self._clock())
+                self._erasures.expire_due(self._clock())
 
     def sweep(self) -> list[Receipt]:
         """Expire every claim whose TTL has passed now; returns the expiry receipts.
         The background compactor does this on its own; call it to force it."""
         with self._lock:
             self._check_open()
-            return self._expire_due(self._clock())
+            return self._erasures.expire_due(self._clock())
 
     # -- receipts, status, wait, verify ------------------------------------------------------
-    def _receipt(self, epoch: int, out: Outcome, name: str | None) -> Receipt:
-        """The receipt returned to the caller, its selector naming the tenant as the caller
-        did (``name``; the tenant's id if the name is unknown)."""
-        paths = with_backups(self._propagation.paths(epoch), out.backups, epoch, self._origin.erased_epoch())
-        receipt = to_receipt(epoch, out, paths, self._propagation.max_propagation())
-        if name is None:
-            return receipt
-        return dataclasses.replace(receipt, selector=dataclasses.replace(receipt.selector, tenant=name))
-
-    def _receipt_row(self, handle: str, tenant: str | None) -> dict:
-        """The stored receipt for ``handle`` (checked against ``tenant`` when named)."""
-        if not isinstance(handle, str) or not handle:
-            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
-        self._check_open()
-        row = self._origin.receipt(handle)
-        if row is None or (tenant is not None and row["tenant_h"] != self._tenant(tenant)):
-            raise NotFound("no receipt with that handle in this store (for this tenant)")
-        return row
-
     def status(self, handle: str, *, tenant: str | None = None) -> Status:
         """Where an erasure stands on every read path, now. Naming ``tenant`` also checks
         that the receipt belongs to it (servers pass the caller's tenant)."""
-        row = self._receipt_row(handle, tenant)
-        epoch = row["epoch"]
-        paths = with_backups(
-            self._propagation.paths(epoch), row["body"].get("backups"), epoch, self._origin.erased_epoch()
-        )
-        return self._propagation.status(row, paths)
+        return self._erasures.status(handle, tenant)
 
     def wait(self, handle: str, timeout: float = 30.0, *, tenant: str | None = None, until: str = "erased") -> Status:
         """Block until the erasure has gone through every path, or ``timeout`` seconds pass.
@@ -684,48 +491,7 @@ class Store:
         if until not in ("erased", "absorbed"):
             raise InvalidInput("until must be 'erased' or 'absorbed'")
         deadline = time.monotonic() + v.timeout(timeout)
-        scanned = settled = False
-        while True:
-            seen = self._compactor.rounds
-            st = self.status(handle, tenant=tenant)
-            if not self._compactor.running:
-                # No compactor thread: do its work here.
-                self._compactor.run(persist=until == "erased" and not st.erased)
-                st = self.status(handle, tenant=tenant)
-            done = st.erased if until == "erased" else st.settled
-            if done and until == "erased":
-                if not scanned:
-                    scanned = True
-                    settled = not self._origin_residue(handle) or self._rewrite_origin()
-                elif not settled:  # a reader held the rewrite's checkpoint back: once more
-                    settled = self._origin.physical.checkpoint()  # type: ignore[attr-defined]
-                done = settled
-            if done or time.monotonic() >= deadline:
-                return st
-            if not self._compactor.running:
-                time.sleep(0.005)  # this loop is the compactor: run it again soon
-                continue
-            self._compactor.wake()
-            # Sleep until the compactor finishes a round (it moves the paths along), not in a
-            # busy poll: many waiters on a served store would otherwise spin on status reads.
-            # A read's own catch-up can also move a path, hence the bound.
-            self._compactor.after_round(seen, min(_WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
-
-    def _origin_residue(self, handle: str) -> bool:
-        """Whether the origin's files still hold fingerprints of this erasure (judged as
-        ``verify`` judges them); False once its bytes were proven gone."""
-        physical = getattr(self._origin, "physical", None)
-        evidence = self._origin.evidence(handle) if physical is not None else None
-        if evidence is None or evidence["fingerprints"] is None:
-            return False
-        return self._verifier.origin_residue(evidence["fingerprints"], handle)
-
-    def _rewrite_origin(self) -> bool:
-        """Rewrite the origin's files whole; False if a reader kept its checkpoint from
-        completing (the caller tries again)."""
-        self._check_open()
-        physical = self._origin.physical  # type: ignore[attr-defined]
-        return bool(physical.rewrite())
+        return self._erasures.wait(handle, tenant, until, deadline)
 
     def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
         """Climb the evidence ladder for this erasure with recorded checks (DESIGN §3):
@@ -734,39 +500,7 @@ class Store:
         the receipt's level only moves up. Call ``wait`` first to give the compactor time
         to erase the bytes; until then the result says which check failed and where.
         Reads and writes go on while it runs."""
-        row = self._receipt_row(handle, tenant)
-        tenant_id = row["tenant_h"]  # the receipt's keyed tenant hash is the tenant's id
-        evidence = self._origin.evidence(handle)
-        row = backups_now(row, tenant_id, self._origin)
-        proof = self._origin.erased_proof(handle)
-        level, checks, scanned, files = self._verifier.verify(handle, row, evidence, tenant_id, proof)
-        ladder = ("intent", "unreadable", "erased")
-        receipt_level = max(row["body"]["level"], level, key=ladder.index)
-        discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
-        now = self._clock()
-        body = {
-            "level": level,
-            "receipt_level": receipt_level,
-            "epoch": row["epoch"],
-            "checks": [c.to_dict() for c in checks],
-            "scanned_bytes": scanned,
-            "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None),
-        }
-        self._check_open()
-        seq, digest = self._origin.record_verification(handle, body, receipt_level, discard, now)
-        return Verification(
-            handle=handle,
-            epoch=row["epoch"],
-            level=level,
-            receipt_level=receipt_level,
-            checks=tuple(checks),
-            verified_at=now,
-            scanned_bytes=scanned,
-            scanned_files=tuple(files),
-            fingerprints_discarded=body["fingerprints_discarded"],
-            ledger_seq=seq,
-            ledger_hash=digest,
-        )
+        return self._erasures.verify(handle, tenant)
 
     def certificate(self, handle: str, *, tenant: str | None = None) -> dict:
         """A deletion certificate for this erasure: what was asked, when, the epoch, what was
@@ -775,7 +509,7 @@ class Store:
         :func:`efface.erasure.certificate.to_html`."""
         from .erasure import certificate
 
-        row = self._receipt_row(handle, tenant)
+        row = self._erasures.row(handle, tenant)
         return certificate.build(row, self._origin.ledger(), self._hash("store", "id"), self._clock())
 
     def receipts(self, tenant: str | None = None) -> list[dict]:
@@ -790,12 +524,9 @@ class Store:
         With ``tenant``, only the entries about that tenant's erasures and decisions (what a
         server shows a tenant's key); the chain can only be checked whole (``verify_ledger``)."""
         self._check_open()
-        entries = self._origin.ledger()
         if tenant is None:
-            return entries
-        th = self._hash("tenant", v.name(tenant, "tenant"))
-        handles = {r["handle"] for r in self._origin.receipts(th)}
-        return [e for e in entries if e["handle"] in handles or f'"tenant_h":"{th}"' in e["body"]]
+            return self._origin.ledger()
+        return forgetting.tenant_ledger(self._origin, self._tenant(tenant))
 
     def verify_ledger(self) -> ChainCheck:
         """Recompute the ledger's hash chain; any gap or altered entry is reported."""
@@ -835,7 +566,7 @@ class Store:
             secret=lambda label: backup_format.derive_key(self._secret, label),
             embedder_name=self.embedder.name,
             derivations=self._derivations,
-            expire_due=lambda: self._expire_due(self._clock()),
+            expire_due=lambda: self._erasures.expire_due(self._clock()),
         )
 
     def backup(self, dest: str | os.PathLike) -> backup_format.BackupResult:
@@ -859,15 +590,3 @@ class Store:
         with self._lock:
             self._check_open()
             return restore_backup(self._backup_context(), src)
-
-
-def _memory(rec: Any, claims: Iterable[Any], tenant: str) -> Memory:
-    return Memory(
-        key=rec.key,
-        text=rec.text,
-        tenant=tenant,  # the origin keeps the tenant's id, not its name
-        metadata=json.loads(rec.metadata),
-        sources=tuple(json.loads(rec.sources)),
-        claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
-        updated_at=rec.updated_at,
-    )

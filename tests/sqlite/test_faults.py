@@ -28,6 +28,8 @@ import efface
 from efface.cli import cli
 from efface.errors import StoreDamaged, StoreUnwritable
 
+from conftest import mount, unmount
+
 HASHING = {"embedder": "hashing", "background": False}
 KEYS = [f"n{i}" for i in range(120)]
 
@@ -246,23 +248,6 @@ def test_a_garbled_index_file_is_rebuilt_from_the_origin(copy, populated):
 
 
 # -- read-only directory ---------------------------------------------------------------------------
-def _mount(*args: str) -> str | None:
-    """Run mount(8); None when it worked, else why not (the reason a test skips with)."""
-    if os.geteuid() != 0:
-        return "mounting needs root"
-    if shutil.which("mount") is None:
-        return "no mount(8) here"
-    done = subprocess.run(["mount", *args], capture_output=True, text=True)
-    return None if done.returncode == 0 else f"mount {' '.join(args[:2])} is not allowed here: {done.stderr.strip()}"
-
-
-def _unmount(at: str) -> None:
-    """Unmount, lazily if something still holds a file there (code that leaks a handle must
-    not leave a mount behind)."""
-    if subprocess.run(["umount", at], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", at], check=True)
-
-
 @contextlib.contextmanager
 def read_only_view(src: Path, at: Path):
     """``src`` seen read-only at ``at``: a read-only bind mount as root (root ignores
@@ -275,16 +260,16 @@ def read_only_view(src: Path, at: Path):
             os.chmod(src, 0o755)
         return
     at.mkdir()
-    why = _mount("--bind", os.fspath(src), os.fspath(at))
+    why = mount("--bind", os.fspath(src), os.fspath(at))
     if why is not None:
         pytest.skip(why)
     try:
-        why = _mount("-o", "remount,bind,ro", os.fspath(at))
+        why = mount("-o", "remount,bind,ro", os.fspath(at))
         if why is not None:
             pytest.skip(why)
         yield at
     finally:
-        _unmount(os.fspath(at))
+        unmount(os.fspath(at))
 
 
 def test_a_read_only_store_directory_is_store_unwritable(copy, tmp_path):
@@ -300,11 +285,11 @@ def test_an_origin_on_a_read_only_file_system_is_store_unwritable(copy):
     """The directory is writable but origin.db is not (a read-only bind mount of the file):
     SQLite's own ReadOnlyError, translated at the origin's edge; what was stored is served."""
     db = os.fspath(copy / "origin.db")
-    why = _mount("--bind", db, db)
+    why = mount("--bind", db, db)
     if why is not None:
         pytest.skip(why)
     try:
-        why = _mount("-o", "remount,bind,ro", db)
+        why = mount("-o", "remount,bind,ro", db)
         if why is not None:
             pytest.skip(why)
         s = efface.open(copy, **HASHING)  # opening writes nothing: reads are served
@@ -317,23 +302,11 @@ def test_an_origin_on_a_read_only_file_system_is_store_unwritable(copy):
             s.close()
         s.close()
     finally:
-        _unmount(db)
+        unmount(db)
     assert_intact(copy)
 
 
-# -- a full disk -----------------------------------------------------------------------------------
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    """A 3 MiB tmpfs, unmounted at teardown (skips where mounting is not allowed)."""
-    at = tmp_path / "disk"
-    at.mkdir()
-    why = _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", os.fspath(at))
-    if why is not None:
-        pytest.skip(why)
-    yield at
-    _unmount(os.fspath(at))
-
-
+# -- a full disk (the small_disk fixture: conftest.py) -------------------------------------------
 def _fill(path: Path) -> None:
     """Write ``path`` until the disk is full."""
     with contextlib.suppress(OSError), open(path, "wb", buffering=0) as f:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import InvalidInput
+from ..errors import EmbedderMismatch, InvalidInput
 from .hashing import HashingEmbedder
 from .minilm_onnx import ready as onnx_ready
 from .minilm_onnx import runtime_available
@@ -109,4 +109,16 @@ def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedde
     raise InvalidInput("embedder must be None, 'minilm', 'hashing' or an object with name, dim and embed()")
 
 
-__all__ = ["Embedder", "HashingEmbedder", "minilm_available", "minilm_runtime", "resolve"]
+def for_store(spec: str | Embedder | None, recorded: str | None) -> Embedder:
+    """The embedder for a store whose vectors were made by ``recorded`` (None: a new store):
+    :func:`resolve`'s choice, refused with ``EmbedderMismatch`` when it makes other vectors."""
+    chosen = resolve(spec, recorded)
+    if recorded is not None and recorded != chosen.name:
+        raise EmbedderMismatch(
+            f"this store's vectors were made by embedder '{recorded}', not '{chosen.name}': "
+            f"open it with embedder='{recorded.split('-')[0]}' (or None), or use a new store"
+        )
+    return chosen
+
+
+__all__ = ["Embedder", "HashingEmbedder", "for_store", "minilm_available", "minilm_runtime", "resolve"]
