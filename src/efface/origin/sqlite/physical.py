@@ -13,12 +13,13 @@ import contextlib
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import foreground
 from .edge import guarded, savepoint
+from .gaps import PageLog, Scrubbed, scrub
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -221,6 +222,27 @@ def _close_map(mm: mmap.mmap) -> None:
 class SQLitePhysical:
     def __init__(self, origin: SQLiteOrigin):
         self._o = origin
+        self.scrubbed = Scrubbed()
+        """What the last gap scrub did (pages examined, pages and bytes zeroed)."""
+        w = origin.writer
+        (page_size,) = w.execute("PRAGMA page_size").fetchone()
+        (self._auto,) = w.execute("PRAGMA wal_autocheckpoint").fetchone()
+        self._log: PageLog | None = PageLog(origin.path + "-wal", page_size)
+        # Replaces SQLite's default WAL hook, which is its automatic checkpoint: run below.
+        w.set_wal_hook(self._committed)
+
+    def _committed(self, conn: Any, name: str, frames: int) -> int:
+        """SQLite's WAL hook: after each commit of the writer, log the pages it wrote, then do
+        what SQLite's own hook does (a passive checkpoint past ``wal_autocheckpoint`` frames)."""
+        try:
+            if name == "main" and self._log is not None:
+                self._log.commit(frames)
+            if self._auto > 0 and frames >= self._auto:
+                conn.wal_checkpoint(name)
+        except Exception:  # a hook must not raise into SQLite's commit: fail safe, scrub all later
+            if self._log is not None:
+                self._log.lost()
+        return 0  # SQLITE_OK
 
     def files(self) -> list[str]:
         """The origin's files (absolute paths)."""
@@ -236,6 +258,9 @@ class SQLitePhysical:
             busy, _log, _done = o.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if busy:
                 return False
+            # The WAL is empty and nothing else writes: the file is the whole current state.
+            if not self._scrub():
+                return False
             o.meta_set(CHECKPOINTED, str(epoch))
             # The meta row just went into the WAL; checkpoint again so the file is empty.
             o.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -249,6 +274,12 @@ class SQLitePhysical:
         A rebuild writes fresh pages and frees the old ones, which secure_delete zeroes."""
         o = self._o
         if o.meta_get(REINDEX) != "1":
+            return False
+        if self._log is not None:
+            # The checkpoint's gap scrub reaches those bytes on the pages that changed: no
+            # index needs rebuilding (see .gaps).
+            with o.write_lock:
+                o.meta_set(REINDEX, "0")
             return False
         with o.write_lock, savepoint(o.writer):
             for index in REINDEXED:
@@ -273,6 +304,27 @@ class SQLitePhysical:
             finally:
                 o.writer.execute(f"PRAGMA temp_store={int(before)}")
             return self.checkpoint()
+
+    def _scrub(self) -> bool:
+        """Zero the unallocated gaps of the pages committed since the last scrub (every page
+        after opening), then drop the writer's cached pages so none is written back with the
+        old bytes. Call with the write lock held and the WAL just truncated. False if the file
+        could not be written (the pages stay owed)."""
+        log = self._log
+        if log is None:
+            return True
+        pages = log.take()
+        try:
+            self.scrubbed = scrub(self._o.path, pages)
+        except ValueError:
+            self._log = None  # a file this scrub cannot read safely: back to rebuilding indexes
+            self._o.meta_set(REINDEX, "1")
+            return True
+        except OSError:
+            log.give_back(pages)
+            return False
+        self._o.writer.release_memory()
+        return True
 
     def checkpointed_epoch(self) -> int:
         return int(self._o.meta_get(CHECKPOINTED) or 0)
