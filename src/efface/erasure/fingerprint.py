@@ -479,12 +479,20 @@ class Fingerprinter:
         return hits.objects(), scanned
 
     def scan_arrays(
-        self, paths: list[str], fp: Fingerprints, root: str = "", copies: dict[str, bytes] | None = None
+        self,
+        paths: list[str],
+        fp: Fingerprints,
+        root: str = "",
+        copies: dict[str, bytes] | None = None,
+        only: dict[str, list[tuple[int, int]]] | None = None,
     ) -> tuple[Hits, int]:
-        """:meth:`scan`, its hits as arrays."""
+        """:meth:`scan`, its hits as arrays. ``only`` limits the scan of a file (by path) to
+        windows starting in its ``[start, end)`` byte ranges (8-aligned starts)."""
+        only = only or {}
         tables = self.tables(fp)
         scanned = 0
         buffers: list[tuple[str, Any, int]] = []
+        limits: list[list[tuple[int, int]] | None] = []
         maps: list[mmap.mmap] = []
         try:
             for path in paths:
@@ -492,7 +500,8 @@ class Fingerprinter:
                     size = os.path.getsize(path)
                 except OSError:
                     continue  # gone between listing and reading (a temp file renamed): nothing to scan
-                scanned += size
+                ranges = only.get(path)
+                scanned += size if ranges is None else sum(min(e, size) - min(s, size) for s, e in ranges)
                 if size < 8 or not tables:
                     continue
                 name = os.path.relpath(path, root) if root else path
@@ -504,14 +513,20 @@ class Fingerprinter:
                         if copies is not None:
                             copies[name] = data
                         buffers.append((name, data, len(data)))
+                        limits.append(None)
                         continue
                     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     maps.append(mm)
                     buffers.append((name, mm, size))
+                    limits.append(ranges)
             names = [name for name, _buf, _size in buffers]
-            tasks = [
-                (i, buf, start, size) for i, (_n, buf, size) in enumerate(buffers) for start in range(0, size, CHUNK)
-            ]
+            tasks = []
+            for i, (_n, buf, size) in enumerate(buffers):
+                spans = limits[i] if limits[i] is not None else [(0, size)]
+                for lo, hi in spans:
+                    hi = min(hi, size)
+                    for start in range(lo - lo % 8, hi, CHUNK):
+                        tasks.append((i, buf, start, min(hi, start + CHUNK), size))
             return self._gather(names, tables, self._map_chunks(tasks, tables)), scanned
         finally:
             for mm in maps:
@@ -528,12 +543,12 @@ class Fingerprinter:
             return Hits(names, kinds, empty, empty, empty, empty, np.empty(0, np.uint64))
         return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
-    def _map_chunks(self, tasks: list[tuple[int, Any, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
-        def one(task: tuple[int, Any, int, int]) -> tuple[np.ndarray, ...]:
-            file, buf, start, size = task
+    def _map_chunks(self, tasks: list[tuple[int, Any, int, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
+        def one(task: tuple[int, Any, int, int, int]) -> tuple[np.ndarray, ...]:
+            file, buf, start, end, size = task
             foreground.give_way()  # verify and wait scan beside reads: recalls first
             # chunks overlap by one word so a 16-byte window across the seam is seen
-            return self._scan_chunk(buf, start, min(size, start + CHUNK + 8), tables, file)
+            return self._scan_chunk(buf, start, min(size, end + 8), tables, file, (end - start + 7) // 8)
 
         if WORKERS == 1 or len(tasks) < 2:
             return [one(t) for t in tasks]
@@ -559,10 +574,10 @@ class Fingerprinter:
         return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
-        found = self._map_chunks([(0, buf, start, size) for start in range(0, size, CHUNK)], tables)
+        found = self._map_chunks([(0, buf, start, min(size, start + CHUNK), size) for start in range(0, size, CHUNK)], tables)
         return self._gather([name], tables, found).objects()
 
-    def _scan_chunk(self, mm, start: int, end: int, tables, file: int) -> tuple[np.ndarray, ...]:
+    def _scan_chunk(self, mm, start: int, end: int, tables, file: int, starts: int) -> tuple[np.ndarray, ...]:
         """The hits in ``[start, end)``: arrays of file, offset, width, kind (index into the
         kinds of every table, in order) and hash."""
         offs: list[np.ndarray] = []
@@ -575,7 +590,7 @@ class Fingerprinter:
                 kind_base.setdefault(k, len(kind_base))
         nwords = (end - start) // 8
         words = np.frombuffer(mm, dtype="<u8", count=nwords, offset=start)
-        limit = min(CHUNK // 8, nwords)  # windows starting past the chunk belong to the next one
+        limit = min(starts, nwords)  # windows starting past the chunk belong to the next one
         for group, (values, kinds, names, bitmap, width) in tables.items():
             shifts: Sequence[int] = range(8) if group == "u8" else (0,)
             for r in shifts:

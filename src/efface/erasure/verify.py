@@ -58,6 +58,9 @@ class Verifier:
         self._fp = fingerprinter
         self._root = root
         self._clock = clock
+        self._clean: dict[str, Any] = {}
+        """Per handle, the origin's scan token of a scan by :meth:`origin_residue` that found
+        no residue of it (in this process): verify rescans only what changed since."""
 
     def _stamped(self, checks: list[Check]) -> list[Check]:
         """Each check's time as the store's clock tells it (durations stay measured)."""
@@ -185,7 +188,10 @@ class Verifier:
         physical = getattr(self._origin, "physical", None)
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
         copies: dict[str, bytes] = {}
-        found, scanned = self._fp.scan_arrays(files, fp, root, copies)
+        only, kept, earlier = self._unchanged(handle, physical)
+        found, scanned = self._fp.scan_arrays(files, fp, root, copies, only)
+        if earlier is not None:
+            found = _merged(found, earlier, only)
         rel = [os.path.relpath(f, root) for f in files]
         reader = Reader(root, copies)
         try:
@@ -222,6 +228,7 @@ class Verifier:
                 if judged.others
                 else ""
             )
+            + kept
         )
         mbs = scanned / elapsed / 1e6 if elapsed > 0 else 0.0
         if residue:
@@ -256,6 +263,43 @@ class Verifier:
             outcome = "pass"
         return check("bytes", "erased", outcome, detail, t0, elapsed), scanned, rel
 
+    def _unchanged(
+        self, handle: str, physical: Any
+    ) -> tuple[dict[str, list[tuple[int, int]]] | None, str, tuple[str, Hits] | None]:
+        """The byte ranges of the origin's database file to scan again, when ``wait`` scanned
+        it for this erasure in this process and found no residue: the pages written since
+        (by the origin's page log), each widened by a word on both sides for the windows
+        across a page seam; every other page holds the bytes that scan read, and its hits
+        there are handed back to be judged again now. None: scan it all."""
+        clean = self._clean.get(handle)
+        if clean is None or physical is None:
+            return None, "", None
+        token, hits = clean
+        changed = physical.changed_pages(token)
+        if changed is None:
+            return None, "", None
+        path, ps, pages = changed
+        try:
+            total = os.path.getsize(path) // ps
+        except OSError:
+            return None, "", None
+        pages = pages[pages <= total]
+        ranges: list[tuple[int, int]] = []
+        for p in pages.tolist():
+            lo, hi = max(0, (p - 1) * ps - 8), p * ps + 8
+            if ranges and lo <= ranges[-1][1]:
+                ranges[-1] = (ranges[-1][0], hi)
+            else:
+                ranges.append((lo, hi))
+        note = (
+            f"; {os.path.relpath(path, self._root)}: {total - pages.size:,} of {total:,} pages not read again: "
+            "unchanged since wait() scanned them for this erasure and found no residue (every write to "
+            "the file since went through this process's SQLite writer, whose commits log the pages they "
+            f"write), their {len(hits):,} hits judged again now; the {pages.size:,} pages written since, "
+            "and every other file, scanned now"
+        )
+        return {path: ranges}, note, (path, hits)
+
     def origin_residue(self, blob: bytes, handle: str) -> bool:
         """Whether the origin's own files hold residue of these fingerprints: the byte check
         of :meth:`_bytes`, over the origin's files only, judged the same way, recording
@@ -268,16 +312,24 @@ class Verifier:
         fp = Fingerprints.from_blob(blob)
         files = [f for f in physical.files() if os.path.exists(f)]
         copies: dict[str, bytes] = {}
+        token = physical.scan_token() if hasattr(physical, "scan_token") else None
         found, _scanned = self._fp.scan_arrays(files, fp, self._root, copies)
         # i8 vectors live in the ANN files
         found = found.take(~np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"]))
-        if not len(found):
-            return False
-        reader = Reader(self._root, copies)
-        try:
-            return bool(self._judge(found, fp, reader, physical, handle).residue)
-        finally:
-            reader.close()
+        db = os.path.relpath(files[0], self._root) if files else ""
+        in_db = found.take(np.asarray([found.files[f] == db for f in found.file.tolist()], dtype=bool))
+        residue = False
+        if len(found):
+            reader = Reader(self._root, copies)
+            try:
+                residue = bool(self._judge(found, fp, reader, physical, handle).residue)
+            finally:
+                reader.close()
+        if not residue and token is not None:
+            while len(self._clean) >= 1024:  # a bound: a forgotten token only costs a full scan
+                self._clean.pop(next(iter(self._clean)))
+            self._clean[handle] = (token, in_db)
+        return residue
 
     def _judge(self, found: Hits, fp: Fingerprints, reader: Reader, physical: Any, handle: str) -> Judgement:
         """Judge the (non-vector) hits of a scan: first, with array operations, those in the
@@ -320,6 +372,31 @@ class Verifier:
             else:
                 out.residue.append(h)
         return out
+
+
+def _merged(found: Hits, earlier: tuple[str, Hits], only: dict[str, list[tuple[int, int]]] | None) -> Hits:
+    """The hits of a scan limited to ``only`` in one file, plus an earlier full scan's hits
+    in that file outside those ranges (the bytes there are unchanged since it)."""
+    path, old = earlier
+    ranges = (only or {}).get(path, [])
+    name = next((n for n in old.files if path.endswith(n)), None)
+    if name is None or name not in found.files or not len(old):
+        return found
+    starts = np.asarray([r[0] for r in ranges], dtype=np.int64)
+    ends = np.asarray([r[1] for r in ranges], dtype=np.int64)
+    at = np.searchsorted(starts, old.offset, side="right") - 1
+    inside = (at >= 0) & (old.offset < np.where(at >= 0, ends[np.maximum(at, 0)], 0))
+    keep = old.take(~inside)
+    index = found.files.index(name)
+    return Hits(
+        found.files,
+        found.kinds,
+        np.concatenate([found.file, np.full(len(keep), index, dtype=np.int64)]),
+        np.concatenate([found.offset, keep.offset]),
+        np.concatenate([found.width, keep.width]),
+        np.concatenate([found.kind, keep.kind]),
+        np.concatenate([found.hash, keep.hash]),
+    )
 
 
 def _backups_check(state: str | None) -> Check | None:

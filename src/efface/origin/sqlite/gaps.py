@@ -42,21 +42,31 @@ BLOCK = 1024
 
 
 class PageLog:
-    """The pages the writer committed since the last :meth:`take`, read from the WAL's frame
-    headers after each commit. ``None`` (all pages) until the first take after opening."""
+    """Which pages the writer committed, and when, read from the WAL's frame headers after
+    each commit: the pages owed a gap scrub, and the pages that may differ from what an
+    earlier scan of the file read. Until the first scrub after opening, every page is owed."""
 
     def __init__(self, wal: str, page_size: int):
         self._wal, self._ps = wal, page_size
         self._mu = threading.Lock()
         self._salts = b""
         self._frames = 0
+        self._seq = 0
+        """Commits logged so far."""
+        self._last = np.zeros(1024, dtype=np.int64)
+        """Per page, the commit that last wrote it."""
         self._all = True
-        self._dirty = np.zeros(1024, dtype=bool)
+        self._scrubbed = 0
+        """Every page committed at or before this commit is in the file and scrubbed."""
+        self._generation = 0
+        """Bumped when a write was not seen: earlier scan tokens are void."""
 
     def lost(self) -> None:
-        """Some write was not seen: the next scrub looks at every page."""
+        """Some write was not seen: the next scrub looks at every page, and no earlier scan
+        of the file is trusted any more."""
         with self._mu:
             self._all = True
+            self._generation += 1
 
     def commit(self, frames: int) -> None:
         """The WAL holds ``frames`` committed frames now: log the pages of the new ones."""
@@ -77,11 +87,10 @@ class PageLog:
                     n = min(frames, first + 4096) - first
                     raw = os.pread(fd, n * step, WAL_HEADER + first * step)
                     arr = np.frombuffer(raw, dtype=np.uint8)
-                    got = len(raw) // step
-                    if got < n:
+                    if len(raw) // step < n:
                         self.lost()
                         return
-                    at = step * np.arange(got)
+                    at = step * np.arange(n)
                     nums = (arr[at].astype(np.int64) << 24) | (arr[at + 1].astype(np.int64) << 16)
                     nums |= (arr[at + 2].astype(np.int64) << 8) | arr[at + 3]
                     pages.append(nums)
@@ -90,39 +99,45 @@ class PageLog:
             return
         with self._mu:
             self._salts, self._frames = salts, frames
+            self._seq += 1
             for nums in pages:
                 if nums.size:
                     top = int(nums.max())
-                    if top >= self._dirty.size:
-                        grown = np.zeros(max(top + 1, 2 * self._dirty.size), dtype=bool)
-                        grown[: self._dirty.size] = self._dirty
-                        self._dirty = grown
-                    self._dirty[nums] = True
+                    if top >= self._last.size:
+                        grown = np.zeros(max(top + 1, 2 * self._last.size), dtype=np.int64)
+                        grown[: self._last.size] = self._last
+                        self._last = grown
+                    self._last[nums] = self._seq
 
-    def take(self) -> np.ndarray | None:
-        """The logged page numbers (None: every page), and start a new log. Call it with the
-        writer idle (the origin's write lock held)."""
+    def owed(self) -> tuple[np.ndarray | None, int]:
+        """The pages owed a scrub (None: every page) and the commit they run up to; hand the
+        latter to :meth:`scrubbed` once the scrub is done. With the writer idle (the
+        origin's write lock held) and the WAL just checkpointed whole."""
         with self._mu:
-            if self._all:
-                got = None
-            else:
-                got = np.flatnonzero(self._dirty)
+            pages = None if self._all else np.flatnonzero(self._last > self._scrubbed)
+            return pages, self._seq
+
+    def scrubbed(self, upto: int) -> None:
+        with self._mu:
             self._all = False
-            self._dirty[:] = False
-            return got
+            self._scrubbed = max(self._scrubbed, upto)
 
-    def give_back(self, pages: np.ndarray | None) -> None:
-        """A scrub that could not run: its pages stay owed."""
+    def token(self) -> tuple[int, int] | None:
+        """Where the file stands for a scan starting now: every page committed at or before
+        the token's commit was in the file, scrubbed, before the scan began. None while the
+        log cannot vouch for the file (before the first scrub after opening)."""
         with self._mu:
-            if pages is None:
-                self._all = True
-            elif pages.size:
-                top = int(pages.max())
-                if top >= self._dirty.size:
-                    grown = np.zeros(top + 1, dtype=bool)
-                    grown[: self._dirty.size] = self._dirty
-                    self._dirty = grown
-                self._dirty[pages] = True
+            return None if self._all else (self._generation, self._scrubbed)
+
+    def changed_since(self, token: tuple[int, int]) -> np.ndarray | None:
+        """The pages that may hold other bytes than a scan that began at ``token`` read (the
+        pages committed after it: their frames were in the WAL or came later); None if the
+        log lost track of a write since."""
+        generation, upto = token
+        with self._mu:
+            if generation != self._generation or self._all:
+                return None
+            return np.flatnonzero(self._last > upto)
 
 
 @dataclass

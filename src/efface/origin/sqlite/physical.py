@@ -226,6 +226,7 @@ class SQLitePhysical:
         """What the last gap scrub did (pages examined, pages and bytes zeroed)."""
         w = origin.writer
         (page_size,) = w.execute("PRAGMA page_size").fetchone()
+        self._page_size = int(page_size)
         (self._auto,) = w.execute("PRAGMA wal_autocheckpoint").fetchone()
         self._log: PageLog | None = PageLog(origin.path + "-wal", page_size)
         # Replaces SQLite's default WAL hook, which is its automatic checkpoint: run below.
@@ -313,7 +314,7 @@ class SQLitePhysical:
         log = self._log
         if log is None:
             return True
-        pages = log.take()
+        pages, upto = log.owed()
         try:
             self.scrubbed = scrub(self._o.path, pages)
         except ValueError:
@@ -321,10 +322,26 @@ class SQLitePhysical:
             self._o.meta_set(REINDEX, "1")
             return True
         except OSError:
-            log.give_back(pages)
             return False
         self._o.writer.release_memory()
+        log.scrubbed(upto)
         return True
+
+    def scan_token(self) -> tuple[int, int] | None:
+        """A token for a scan of the database file starting now (see :meth:`changed_pages`)."""
+        return self._log.token() if self._log is not None else None
+
+    def changed_pages(self, token: tuple[int, int] | None) -> tuple[str, int, np.ndarray] | None:
+        """(database file, page size, pages) where the file may differ from what a scan that
+        began at ``token`` read: every other page holds the bytes that scan saw. None when
+        that cannot be shown (no token, or a write the page log did not see)."""
+        log = self._log
+        if token is None or log is None:
+            return None
+        pages = log.changed_since(token)
+        if pages is None:
+            return None
+        return self._o.path, self._page_size, pages
 
     def checkpointed_epoch(self) -> int:
         return int(self._o.meta_get(CHECKPOINTED) or 0)
