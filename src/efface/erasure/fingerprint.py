@@ -94,7 +94,12 @@ def _buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     got = getattr(_local, "buffers", None)
     if got is None:
         n = CHUNK // 8 + 1
-        got = _local.buffers = (np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty(n, bool))
+        got = _local.buffers = (
+            np.empty(n, np.uint64),
+            np.empty(n, np.uint64),
+            np.empty(n, np.uint64),
+            np.empty(n, bool),
+        )
     return got
 
 
@@ -574,7 +579,9 @@ class Fingerprinter:
         return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
-        found = self._map_chunks([(0, buf, start, min(size, start + CHUNK), size) for start in range(0, size, CHUNK)], tables)
+        found = self._map_chunks(
+            [(0, buf, start, min(size, start + CHUNK), size) for start in range(0, size, CHUNK)], tables
+        )
         return self._gather([name], tables, found).objects()
 
     def _scan_chunk(self, mm, start: int, end: int, tables, file: int, starts: int) -> tuple[np.ndarray, ...]:

@@ -2,7 +2,7 @@
 
 An origin that keeps bytes on disk declares this capability beside :class:`~efface.origin.base.Origin`
 (see :class:`~efface.origin.base.Physical`): make erased bytes physically go (checkpoint the WAL,
-rebuild the indexes whose pages keep fragments), and say which regions of which files may
+zero the stale cell bytes in the gaps of the pages it wrote), and say which regions of which files may
 legitimately hold a copy of live content, so the verifier can tell a live copy from residue
 without knowing what a SQLite page is.
 """
@@ -269,10 +269,10 @@ class SQLitePhysical:
 
     def rebuild_indexes(self) -> bool:
         """Rebuild the indexes that hold keys and subjects if anything was erased since the last
-        rebuild. secure_delete zeroes a deleted cell, but when SQLite rebuilds an index page
-        it leaves the old cell bytes in the page's unallocated gap (found by verify's byte
-        scan: fragments of erased keys and subject names in live pages of these indexes).
-        A rebuild writes fresh pages and frees the old ones, which secure_delete zeroes."""
+        rebuild, where the checkpoint's gap scrub cannot run. secure_delete zeroes a deleted
+        cell, but when SQLite rebuilds a page it leaves the old cell bytes in the page's
+        unallocated gap; the scrub (:mod:`.gaps`) zeroes those gaps on the pages that changed,
+        and this REINDEX (O(index)) is left for a file it cannot read safely."""
         o = self._o
         if o.meta_get(REINDEX) != "1":
             return False
@@ -323,7 +323,8 @@ class SQLitePhysical:
             return True
         except OSError:
             return False
-        self._o.writer.release_memory()
+        if self.scrubbed.zeroed_pages:  # else no cached page differs from the file
+            self._o.writer.release_memory()
         log.scrubbed(upto)
         return True
 
