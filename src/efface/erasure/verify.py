@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +40,10 @@ from ..paths.base import ReadPath, check
 from .evidence import blob_ids
 from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
 from .residue import Judge, Judgement, Reader, in_live_cells
+
+KEEP_SCANS, KEEP_HITS = 16, 2_000_000
+"""How many of wait's clean scans the verifier keeps for the next verify of the same erasure,
+and the most hits one may hold (40 bytes each): a scan not kept only costs verify a full one."""
 
 
 class Verifier:
@@ -59,6 +64,7 @@ class Verifier:
         self._root = root
         self._clock = clock
         self._clean: dict[str, Any] = {}
+        self._clean_mu = threading.Lock()
         """Per handle, the origin's scan token of a scan by :meth:`origin_residue` that found
         no residue of it (in this process): verify rescans only what changed since."""
 
@@ -271,7 +277,8 @@ class Verifier:
         (by the origin's page log), each widened by a word on both sides for the windows
         across a page seam; every other page holds the bytes that scan read, and its hits
         there are handed back to be judged again now. None: scan it all."""
-        clean = self._clean.get(handle)
+        with self._clean_mu:
+            clean = self._clean.pop(handle, None)  # once: a later verify reads every byte again
         if clean is None or physical is None:
             return None, "", None
         token, hits = clean
@@ -325,10 +332,11 @@ class Verifier:
                 residue = bool(self._judge(found, fp, reader, physical, handle).residue)
             finally:
                 reader.close()
-        if not residue and token is not None:
-            while len(self._clean) >= 1024:  # a bound: a forgotten token only costs a full scan
-                self._clean.pop(next(iter(self._clean)))
-            self._clean[handle] = (token, in_db)
+        if not residue and token is not None and len(in_db) <= KEEP_HITS:
+            with self._clean_mu:
+                while len(self._clean) >= KEEP_SCANS:  # a bound: a dropped scan only costs a full one
+                    self._clean.pop(next(iter(self._clean)))
+                self._clean[handle] = (token, in_db)
         return residue
 
     def _judge(self, found: Hits, fp: Fingerprints, reader: Reader, physical: Any, handle: str) -> Judgement:
