@@ -526,9 +526,8 @@ class Fingerprinter:
                     limits.append(ranges)
             names = [name for name, _buf, _size in buffers]
             tasks = []
-            for i, (_n, buf, size) in enumerate(buffers):
-                spans = limits[i] if limits[i] is not None else [(0, size)]
-                for lo, hi in spans:
+            for i, ((_n, buf, size), limit) in enumerate(zip(buffers, limits, strict=True)):
+                for lo, hi in limit if limit is not None else [(0, size)]:
                     hi = min(hi, size)
                     for start in range(lo - lo % 8, hi, CHUNK):
                         tasks.append((i, buf, start, min(hi, start + CHUNK), size))
