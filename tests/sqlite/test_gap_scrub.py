@@ -120,3 +120,21 @@ def test_the_first_checkpoint_after_opening_scrubs_every_page(open_raw, tmp_path
     again.compact()
     assert gap_bytes(db)[1] == 0
     assert again.read(items[0]["key"], tenant=TENANT, purpose=PURPOSE).text == items[0]["text"]
+
+
+def test_a_file_the_scrub_cannot_read_safely_falls_back_to_rebuilding_the_indexes(open_raw, monkeypatch):
+    """Past 2**24 pages (or with auto-vacuum's pointer-map pages) a page's first byte no longer
+    tells a b-tree page from the others, so the scrub refuses; the checkpoint then rebuilds the
+    key and subject indexes before it records the erasure's bytes as gone, as before the scrub."""
+    from efface.origin.sqlite import gaps as gaps_module
+
+    store = open_raw()
+    fill(store, 600, seed=4)
+    monkeypatch.setattr(gaps_module, "MAX_PAGES", 1)
+    r = store.forget(tenant=TENANT, subject="subj-002")
+    store.compact()
+    physical = store._origin.physical
+    assert physical._log is None  # the page log is off for this file from now on
+    assert store._origin.meta_get("origin.reindex") == "0"  # and the indexes were rebuilt
+    assert store.wait(r.handle).erased
+    assert store.verify(r.handle).level == "erased"

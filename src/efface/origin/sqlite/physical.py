@@ -318,8 +318,12 @@ class SQLitePhysical:
         try:
             self.scrubbed = scrub(self._o.path, pages)
         except ValueError:
-            self._log = None  # a file this scrub cannot read safely: back to rebuilding indexes
+            # A file this scrub cannot read safely: back to rebuilding the indexes, now, before
+            # the checkpoint that follows says the erased bytes are gone.
+            self._log = None
             self._o.meta_set(REINDEX, "1")
+            self.rebuild_indexes()
+            self._o.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return True
         except OSError:
             return False
