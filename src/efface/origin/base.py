@@ -203,6 +203,11 @@ class WordIndex(Protocol):
         """Records holding each word's term (words absent from the index left out)."""
         ...
 
+    def bm25_ceiling(self, words: Sequence[str]) -> float:
+        """The most BM25 any record could score for ``words`` (a score's share of it is
+        comparable across queries and stores; recall fuses by it)."""
+        ...
+
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
     ) -> list[int]:

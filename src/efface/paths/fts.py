@@ -103,6 +103,12 @@ class FullTextIndex:
                 return found
             m = min(m * 4, MAX_FTS_CANDIDATES)
 
+    def ceiling(self, query: Query) -> float:
+        """The most BM25 a record could score for all of the query's words (those past the
+        posting budget too): a record's score over it is the share of the query its words
+        match, whatever the candidate list (recall fuses by that share)."""
+        return self._text.bm25_ceiling(query_words(query.text))
+
     # -- the erasure contract --------------------------------------------------------
     def _token(self, word: str) -> int:
         return int.from_bytes(hashlib.blake2b(word.encode(), key=self._token_key, digest_size=8).digest(), "little")

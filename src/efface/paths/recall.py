@@ -6,13 +6,31 @@ in that same snapshot, for the final ``k`` only (invariant 1: nothing erased is 
 whatever an index still proposes). The ANN list is widened while filters thin it below
 ``k``; records too rare for that are still found by their words.
 
-Fusion is by reciprocal rank (Cormack et al. 2009) over each leg's own order: exact cosine
-for the vectors, BM25 for the words. Fusing by score spread (mean +- 3 sd of each leg's
-scores mapped to [0, 1], Qdrant's DBSF) was measured too: better on the large benchmark sets,
-but on a short candidate list it blows any difference up to the same fixed gap, so in a
-six-memory store "What does Alice like to drink?" put "Alice moved to a new apartment" (two
-words shared, one of them "to") above "Alice prefers green tea" (docs/benchmarks.md,
-"Retrieval quality"). Ranks do not depend on how many candidates a leg had.
+Fusion is by score, each leg's score put on a scale that does not depend on how many
+candidates the leg had, and the scores summed:
+
+- the vector leg: exact cosine over every candidate (the union of all paths'), as standard
+  scores (distribution-based score fusion, as Qdrant's DBSF: mean - 3 sd of the union's
+  cosines maps to 0, mean + 3 sd to 1). Cosines are continuous and every candidate has one,
+  so the spread is the spread of real differences;
+- the text leg: BM25 as a share of the most the query could score (FTS5's own idf of every
+  query word, a word no record holds weighing as much as FTS5 would weigh it, times its k1 + 1
+  saturation: ``bm25_ceiling``); a record the words did not find scores 0. A z-score here
+  is what failed before: over the union most records score exactly 0, so "matched any word at
+  all" became a fixed gap, and in a six-memory store "What does Alice like to drink?" (the
+  text leg: two memories matched "alice" and "to", one "alice") put "Alice moved to a new
+  apartment" above "Alice prefers green tea" (cosine 0.38 against 0.67). As a share, those
+  matches are worth 2% of what the query could score, and the cosine decides;
+- then each voting leg's own best ``k // 2`` are kept in the top ``k``: a record one leg
+  ranks at its very top is not pushed out by records both legs find middling (LanceDB's
+  hybrid, rank fusion of two ``k``-deep lists, keeps them the same way). They take the places
+  of the lowest fused records that no leg ranks that high, and every record keeps its fused
+  score and place.
+
+Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
+of twelve everyday memories it answered three of twelve questions with the wrong memory
+(``tests/test_recall_fusion.py``). Figures on both corpora are in docs/benchmarks.md
+("Retrieval quality").
 
 An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
 character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
@@ -49,6 +67,10 @@ from .base import Query, ReadPath
 
 RRF_K = 60
 """Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
+
+SPREAD = 3.0
+"""Standard deviations either side of the mean that map a vector leg's cosines to [0, 1]
+(DBSF's convention: nearly all of a leg's scores fall inside)."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -112,7 +134,7 @@ def _hybrid(
     early: dict[str, Future] = {}
     for p in paths:
         if hasattr(p, "scored") and getattr(p, "size", None) is None:
-            early[p.name] = _beside(functools.partial(p.scored, q, n))
+            early[p.name] = _beside(functools.partial(_text_leg, p, q, n))
     try:
         if vector is not None:
             q = replace(q, vector=vector())
@@ -123,11 +145,14 @@ def _hybrid(
     with origin.snapshot() as snap:
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
+        ceilings: dict[str, float] = {}
         for p in paths:
             if hasattr(p, "scored"):
-                got = early[p.name].result() if p.name in early else p.scored(q, n)
+                got, ceiling = early[p.name].result() if p.name in early else _text_leg(p, q, n)
                 scored[p.name] = dict(got)
                 ranked[p.name] = [rid for rid, _ in got]
+                if ceiling is not None:
+                    ceilings[p.name] = ceiling
             else:
                 ranked[p.name] = p.candidates(q, n)
         live = snap.live_ids(list({i for ids in ranked.values() for i in ids}), q.tenant, q.purpose, q.subject, q.now)
@@ -156,15 +181,20 @@ def _hybrid(
         union = sorted(via)
         scores: dict[int, float] = {}
         tie: dict[int, float] = {}
+        best_of: set[int] = set()  # each voting leg's own best k // 2
         for p, judged in _judgements(snap, paths, q, union, ranked, scored, live):
             vote = not (lexical and getattr(p, "size", None) is not None)
-            for rid, x in _rank_fused(judged).items():
+            scaled = _scaled(p, judged, ceilings.get(p.name))
+            for rid in union:
                 if vote:
-                    scores[rid] = scores.get(rid, 0.0) + x
+                    scores[rid] = scores.get(rid, 0.0) + scaled.get(rid, 0.0)
                 else:
-                    tie[rid] = x
+                    tie[rid] = scaled.get(rid, 0.0)
                     scores.setdefault(rid, 0.0)
-        best = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))[:k]
+            if vote:
+                best_of.update(sorted(judged, key=lambda r: (-judged[r], r))[: k // 2])
+        fused = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))
+        best = _keeping(fused, best_of, k)
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         rows = snap.records_by_id(best)
     return [
@@ -197,10 +227,45 @@ def _judgements(
     return out
 
 
-def _rank_fused(judged: dict[int, float]) -> dict[int, float]:
-    """A leg's reciprocal-rank scores, by its own scores (ties broken by id, for a stable order)."""
+def _text_leg(p, q: Query, n: int) -> tuple[list[tuple[int, float]], float | None]:
+    """A scoring path's candidates with their scores, and the most a record could score for
+    the query (None for a path that cannot say)."""
+    got = p.scored(q, n)
+    return got, (p.ceiling(q) if hasattr(p, "ceiling") else None)
+
+
+def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, float]:
+    """A leg's scores on a scale that does not depend on its candidate list's length: standard
+    scores of cosines over the union for a vector path, a share of the query's best possible
+    score for a scoring path that knows it, and reciprocal rank (scaled so the first is 1) for
+    one that gives only an order or no ceiling."""
+    if not judged:
+        return {}
+    if getattr(p, "size", None) is not None:
+        v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+        mu, sd = float(v.mean()), float(v.std())
+        if sd == 0.0:
+            return dict.fromkeys(judged, 0.5)
+        return {rid: (x - mu) / (2 * SPREAD * sd) + 0.5 for rid, x in judged.items()}
+    if ceiling:
+        return {rid: x / ceiling for rid, x in judged.items()}
     order = sorted(judged, key=lambda r: (-judged[r], r))
-    return {rid: 1.0 / (RRF_K + i + 1) for i, rid in enumerate(order)}
+    return {rid: (RRF_K + 1) / (RRF_K + i + 1) for i, rid in enumerate(order)}
+
+
+def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
+    """The first ``k`` of ``fused``, except that every id of ``kept`` is among them: each
+    displaces the lowest fused id not in ``kept``. The order stays the fused order."""
+    top = fused[:k]
+    missing = [r for r in fused[k:] if r in kept]
+    if not missing:
+        return top
+    free = [i for i in range(len(top) - 1, -1, -1) if top[i] not in kept]
+    chosen = set(top)
+    for r, i in zip(missing, free, strict=False):
+        chosen.discard(top[i])
+        chosen.add(r)
+    return [r for r in fused if r in chosen]
 
 
 def _cosine(snap, q: Query, ids: list[int]) -> dict[int, float]:

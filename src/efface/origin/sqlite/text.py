@@ -16,6 +16,8 @@ asks SQLite's tokenizer itself, so verify probes exactly the terms the index hol
 
 from __future__ import annotations
 
+import math
+
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -47,6 +49,11 @@ def _match(words: Sequence[str]) -> str:
 
 TOKENIZE_STEMMED = ("porter", ["unicode61", "remove_diacritics", "2"])
 """The tokenizer of a new store's index (schema.FTS_SCHEMA), as apsw names it."""
+
+
+FTS5_K1_PLUS_1 = 2.2
+"""FTS5's bm25() term-frequency saturation: k1 = 1.2 (its default, which efface keeps), so one
+term adds at most (k1 + 1) x its idf."""
 
 
 @guarded
@@ -126,6 +133,18 @@ class SQLiteText:
         marks = ",".join("?" * len(wanted))
         df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", wanted))
         return {w: df[t] for w, t in zip(words, terms, strict=True) if t in df}
+
+    def bm25_ceiling(self, words: Sequence[str]) -> float:
+        """The most BM25 any row could score for ``words`` (FTS5's own idf, its k1 = 1.2 and
+        the term frequency saturated): what a row's score is a share of. A word no row holds
+        counts at the idf of a term in no row, as FTS5 would weigh it."""
+        terms = dict.fromkeys(t for t in self.index_terms(words) if t is not None)
+        if not terms:
+            return 0.0
+        marks = ",".join("?" * len(terms))
+        df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", list(terms)))
+        n = max(self._docs, 1)
+        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5))) for t in terms)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int

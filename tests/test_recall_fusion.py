@@ -1,0 +1,134 @@
+"""Recall's fusion on tiny stores: a handful of everyday memories, each natural question
+answered by the right memory first (bench/bench_quality.py measures the same fusion on
+large sets of real text; a rule that wins there must not lose here)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from efface.paths.base import Query
+from efface.paths.recall import _keeping
+
+from conftest import record_id_of
+from test_embed import minilm  # noqa: F401  (the module's MiniLM, loaded offline)
+
+SIX = {
+    "tea": "Alice prefers green tea",
+    "flight": "Alice's flight to Lisbon leaves at 9",
+    "flat": "Alice moved to a new apartment in Porto",
+    "coffee-bob": "Bob takes his coffee black",
+    "fans": "The server rack needs new fans",
+    "hike": "Carol goes hiking on weekends",
+}
+
+EVERYDAY = {
+    **SIX,
+    "dentist": "Dentist appointment on Tuesday at 3 pm",
+    "peanuts": "Bob is allergic to peanuts",
+    "car": "The car is due for an oil change in March",
+    "birthday": "Grandma's birthday is on the 12th of June",
+    "plants": "Water the plants on the balcony every other day",
+    "wifi": "The office wifi drops every afternoon",
+}
+
+QUESTIONS = {
+    "What does Alice like to drink?": "tea",
+    "When does Alice's plane leave?": "flight",
+    "Where does Alice live now?": "flat",
+    "How does Bob take his coffee?": "coffee-bob",
+    "What food must Bob avoid?": "peanuts",
+    "What does Carol do on weekends?": "hike",
+    "When is grandma's birthday?": "birthday",
+    "When do I see the dentist?": "dentist",
+    "Which hardware in the server room needs replacing?": "fans",
+    "When does the car need servicing?": "car",
+    "How often should the plants get water?": "plants",
+    "Why is the internet unreliable at work?": "wifi",
+}
+
+TENANT, PURPOSE = "acme", "support"
+
+
+def _fill(store, memories: dict[str, str]) -> None:
+    store.write_many([{"key": k, "text": t} for k, t in memories.items()], tenant=TENANT, purpose=PURPOSE, subject="s")
+
+
+@pytest.mark.parametrize("memories", [SIX, EVERYDAY], ids=["six", "twelve"])
+def test_each_everyday_question_gets_its_memory_first(minilm, open_store, memories):
+    """With reciprocal-rank fusion the twelve-memory store answered three of these with the
+    wrong memory ("Where does Alice live now?" -> the tea); with spread fusion the six-memory
+    store answered the first with the apartment (a z-score made two matches of "alice" and
+    "to" a full-sized gap). Every question here must get its own memory first."""
+    store = open_store(embedder=minilm)
+    _fill(store, memories)
+    wrong = {}
+    for question, want in QUESTIONS.items():
+        if want not in memories:
+            continue
+        hits = store.recall(question, tenant=TENANT, purpose=PURPOSE, k=3)
+        if not hits or hits[0].key != want:
+            wrong[question] = [h.key for h in hits]
+    assert not wrong
+
+
+def test_a_store_of_one_memory_and_a_query_sharing_no_word(minilm, open_store):
+    """One candidate (a spread of zero) and an empty text leg: the memory is still found."""
+    store = open_store(embedder=minilm)
+    _fill(store, {"tea": SIX["tea"]})
+    assert [h.key for h in store.recall("favourite beverages", tenant=TENANT, purpose=PURPOSE)] == ["tea"]
+    _fill(store, {"fans": SIX["fans"]})
+    hits = store.recall("favourite beverages", tenant=TENANT, purpose=PURPOSE)
+    assert [h.key for h in hits][:1] == ["tea"] and all(h.via == ("ann",) for h in hits)
+
+
+def test_the_text_ceiling_bounds_every_score(store):
+    """A record's BM25 is a share of the query's ceiling: the ceiling must be at least the
+    best score any record gets, on either backend's BM25 (a record holding every word many
+    times, in a short text, comes closest)."""
+    _fill(
+        store,
+        {
+            "full": "amber basalt cobalt " * 20,
+            "one": "amber",
+            "two": "amber basalt",
+            **{f"pad{i}": f"unrelated memo {i}" for i in range(30)},
+        },
+    )
+    for text in ("amber basalt cobalt", "amber", "amber missingword", "cobalt basalt"):
+        q = Query(store._tenant(TENANT), text, store.embedder.embed([text])[0], PURPOSE, None, time.time())
+        got = store._fts.scored(q, 50)
+        ceiling = store._fts.ceiling(q)
+        assert got and 0 < max(x for _, x in got) <= ceiling
+    # A word no record holds adds to the ceiling (the words found explain less of the query).
+    q1, q2 = (
+        Query(store._tenant(TENANT), t, store.embedder.embed([t])[0], PURPOSE, None, time.time())
+        for t in ("amber", "amber missingword")
+    )
+    assert store._fts.ceiling(q2) > store._fts.ceiling(q1)
+
+
+def test_each_legs_best_stays_in_the_top_k():
+    """A record one leg ranks first is kept in the top k even when its fused score is low; it
+    displaces the lowest fused record no leg ranks that high, and the fused order stays."""
+    fused = [1, 2, 3, 4, 5, 6, 7]
+    assert _keeping(fused, {7}, 3) == [1, 2, 7]
+    assert _keeping(fused, {1, 7}, 3) == [1, 2, 7]
+    assert _keeping(fused, {2, 6, 7}, 3) == [2, 6, 7]
+    assert _keeping(fused, {1}, 3) == [1, 2, 3]
+    assert _keeping(fused, {5, 6, 7}, 2) == [5, 6]  # never more than k
+
+
+def test_the_lexical_embedder_keeps_the_text_order(store):
+    """With the hashing embedder the cosine does not vote: recall's order is the text leg's."""
+    _fill(store, EVERYDAY)
+    for question in QUESTIONS:
+        q = Query(store._tenant(TENANT), question, store.embedder.embed([question])[0], PURPOSE, None, time.time())
+        text_order = [r for r, _ in sorted(store._fts.scored(q, 100), key=lambda t: -t[1])]
+        hits = store.recall(question, tenant=TENANT, purpose=PURPOSE, k=5)
+        got = [record_id_of(store, TENANT, h.key) for h in hits if "fts" in h.via]
+        # records the text scores tie on are ordered by cosine, so compare score by score
+        scores = dict(store._fts.scored(q, 100))
+        assert [scores[r] for r in got] == sorted((scores[r] for r in got), reverse=True)
+        assert set(got) <= set(text_order)
