@@ -9,7 +9,7 @@ import apsw
 import pytest
 
 from efface.paths.base import Query
-from efface.paths.recall import _rank_fused
+from efface.paths.recall import _scaled
 
 from conftest import raw_db, record_id_of
 
@@ -95,15 +95,33 @@ def test_a_store_made_before_stemming_keeps_its_index_and_works(store, reopen):
     assert "a" not in [h.key for h in store.recall("kettle", tenant="t", purpose=PURPOSE)]
 
 
-def test_rank_fusion_orders_by_score_and_ignores_how_many_candidates_a_leg_had():
-    """A leg's share is its rank: a near tie on a three-record list weighs what it weighs on
-    a hundred-record list (a spread normalisation made it a fixed, large gap)."""
-    assert _rank_fused({}) == {}
-    short = _rank_fused({7: 2.01, 8: 2.0, 9: 1.6})
-    assert list(short) == [7, 8, 9] and short[7] - short[8] == pytest.approx(1 / 61 - 1 / 62)
-    long = _rank_fused({i: 100.0 - i for i in range(100)})
-    assert long[0] == short[7] and long[1] == short[8]
-    assert list(_rank_fused({3: 1.0, 1: 1.0, 2: 1.0})) == [1, 2, 3]  # ties by id: a stable order
+class _TextLeg:
+    name = "fts"
+
+
+class _VectorLeg:
+    name = "ann"
+
+    def size(self, tenant):
+        return 0
+
+
+def test_fusion_scales_ignore_how_many_candidates_a_leg_had():
+    """A text score counts as its share of the query's ceiling: a near tie on a three-record
+    list weighs what it weighs on a hundred-record list (a spread normalisation over the text
+    scores made it a fixed, large gap)."""
+    assert _scaled(_TextLeg(), {}, 10.0) == {}
+    short = _scaled(_TextLeg(), {7: 2.01, 8: 2.0, 9: 1.6}, 10.0)
+    assert short[7] - short[8] == pytest.approx(0.001)
+    long = _scaled(_TextLeg(), {7: 2.01, 8: 2.0, **{i: 0.01 * i for i in range(10, 110)}}, 10.0)
+    assert long[7] == short[7] and long[8] == short[8]
+    # a leg that cannot say its ceiling counts by rank, its first as 1
+    ranked = _scaled(_TextLeg(), {3: 1.0, 1: 1.0, 2: 0.5}, None)
+    assert ranked[1] == 1.0 and ranked[3] < 1.0 and ranked[2] < ranked[3]  # ties by id: a stable order
+    # cosines: standard scores over the union, a spread of zero puts all at the middle
+    assert _scaled(_VectorLeg(), {1: 0.3, 2: 0.3}, None) == {1: 0.5, 2: 0.5}
+    cos = _scaled(_VectorLeg(), {1: 0.9, 2: 0.1, 3: 0.5}, None)
+    assert cos[1] > cos[3] > cos[2] >= 0.0
 
 
 def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):

@@ -44,7 +44,7 @@ def rrf(orders, k=K):
 
 
 def fuse_rrf_main(qd, lexical):
-    ann, fts, cos = legs(qd)
+    _ann, fts, cos = legs(qd)
     if lexical:
         return order(rrf([order(fts)]))  # ties ignored here
     return order(rrf([order(cos), order(fts)]))
@@ -70,7 +70,7 @@ def dbsf(m):
 
 def fuse_dbsf(floor: bool):
     def f(qd, lexical):
-        ann, fts, cos = legs(qd)
+        _ann, fts, cos = legs(qd)
         bm = {d: fts.get(d, 0.0) for d in cos} if floor else fts
         if lexical:
             return order(fts)
@@ -90,7 +90,7 @@ def ceiling(qd, k1=1.2):
 
 def fuse_share(vec: str, txt: str, wt=1.0):
     def f(qd, lexical):
-        ann, fts, cos = legs(qd)
+        _ann, fts, cos = legs(qd)
         if lexical:
             return order(fts)
         bm = {d: fts.get(d, 0.0) for d in cos}
@@ -115,7 +115,7 @@ def protect(f, p, k=10):
         fused = f(qd, lexical)
         if lexical or p == 0:
             return fused
-        ann, fts, cos = legs(qd)
+        _ann, fts, cos = legs(qd)
         keep = set(order(cos)[:p]) | set(order(fts)[:p])
         top = fused[:k]
         missing = [d for d in fused if d in keep and d not in top]
@@ -167,7 +167,9 @@ def main(paths):
         }
         # ceiling: is the answer anywhere in each leg's top n
         for n in (5, 10, 20):
-            hit = sum(bool(r & (set(q["ann"][:n]) | {x for x, _ in q["fts"][:n]})) for q, r in zip(pq, rel)) / len(rel)
+            hit = sum(
+                bool(r & (set(q["ann"][:n]) | {x for x, _ in q["fts"][:n]})) for q, r in zip(pq, rel, strict=True)
+            ) / len(rel)
             print(f"  union@{n} holds answer: {hit:.3f}")
         for name, ranked in base.items():
             print(f"  {name:22s} {metrics(ranked, rel)}")

@@ -360,7 +360,7 @@ class Store:
         return [memory(*f, name) for f in found if f is not None]
 
     def recall(self, query: str, *, tenant: str, purpose: str, subject: str | None = None, k: int = 10) -> list[Hit]:
-        """Hybrid recall: ANN over embeddings and full text over words, fused by reciprocal rank.
+        """Hybrid recall: ANN over embeddings and full text over words, fused by score (paths/recall.py).
         Every candidate is resolved against the origin's live claims for ``tenant`` and
         ``purpose`` (and ``subject`` if given) before its text, read from the origin, is
         returned."""

@@ -15,8 +15,8 @@ never imports mem0. Where it differs, on purpose (see docs/mem0.md):
 * ``add(infer=True)`` needs an LLM: pass ``extractor`` (messages -> list of fact strings) in
   the config; without one the messages are stored verbatim, with a warning and
   ``"stored_verbatim": True`` in the result.
-* ``search`` scores are efface's reciprocal-rank-fusion scores (higher is better, small
-  numbers), so mem0's cosine ``threshold`` is not applied.
+* ``search`` scores are efface's fused scores (vector and word evidence summed, about 0 to 2,
+  higher is better; not a cosine), so mem0's cosine ``threshold`` is not applied.
 
 Scope: ``user_id`` is the efface subject; a memory with no ``user_id`` takes
 ``"agent_id:<agent_id>"`` (else ``"run_id:<run_id>"``) as its subject. All three are kept

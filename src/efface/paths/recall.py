@@ -70,7 +70,9 @@ RRF_K = 60
 
 SPREAD = 3.0
 """Standard deviations either side of the mean that map a vector leg's cosines to [0, 1]
-(DBSF's convention: nearly all of a leg's scores fall inside)."""
+(DBSF's convention: nearly all of a leg's scores fall inside), the range a text leg's share
+spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
+measured and neither was better on both corpora (docs/benchmarks.md)."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -88,7 +90,7 @@ _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="efface-recal
 _free = threading.BoundedSemaphore(WORKERS)
 
 
-def _beside(fn: Callable[[], list[tuple[int, float]]]) -> Future:
+def _beside(fn: Callable[[], tuple[list[tuple[int, float]], float | None]]) -> Future:
     """Run ``fn`` on a free worker, or here and now when none is free."""
     if not _free.acquire(blocking=False):
         done: Future = Future()
@@ -246,7 +248,9 @@ def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, flo
         mu, sd = float(v.mean()), float(v.std())
         if sd == 0.0:
             return dict.fromkeys(judged, 0.5)
-        return {rid: (x - mu) / (2 * SPREAD * sd) + 0.5 for rid, x in judged.items()}
+        # no floor above: a cosine far above the rest is the strongest evidence there is; below,
+        # 3 sd under the mean is no evidence at all (and a fused score stays >= 0)
+        return {rid: max(0.0, (x - mu) / (2 * SPREAD * sd) + 0.5) for rid, x in judged.items()}
     if ceiling:
         return {rid: x / ceiling for rid, x in judged.items()}
     order = sorted(judged, key=lambda r: (-judged[r], r))

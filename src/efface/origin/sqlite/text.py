@@ -17,7 +17,6 @@ asks SQLite's tokenizer itself, so verify probes exactly the terms the index hol
 from __future__ import annotations
 
 import math
-
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
