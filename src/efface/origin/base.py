@@ -203,9 +203,10 @@ class WordIndex(Protocol):
         """Records holding each word's term (words absent from the index left out)."""
         ...
 
-    def bm25_ceiling(self, words: Sequence[str]) -> float:
-        """The most BM25 any record could score for ``words`` (a score's share of it is
-        comparable across queries and stores; recall fuses by it)."""
+    def bm25_ceiling(self, dfs: Sequence[int]) -> float:
+        """The most BM25 any record could score for a query whose distinct terms are held by
+        ``dfs`` records each (a score's share of it means the same on any candidate list;
+        recall fuses by it)."""
         ...
 
     def search(

@@ -66,16 +66,26 @@ class FullTextIndex:
         """The query's rarest words while their postings fit :data:`POSTING_BUDGET` (at
         least the rarest one), one word per term the index holds ("runs" and "running" are
         one stem: asking for both would count its postings twice)."""
+        return self._plan(words)[0]
+
+    def _plan(self, words: list[str]) -> tuple[list[str], list[int]]:
+        """:meth:`_selective`'s words, and the document frequency of each distinct term of the
+        query (0 for a term no record holds), read in the same look-up, for the ceiling."""
         seen: set[str] = set()
         kept: list[str] = []
+        terms: list[str | None] = []
         for w, t in zip(words, self._text.index_terms(words), strict=True):
             if (t or w) not in seen:
                 seen.add(t or w)
                 kept.append(w)
+                terms.append(t)
         words = kept
-        if len(words) <= 1:
-            return words
+        if not words:
+            return [], []
         df = self._text.document_frequency(words)
+        dfs = [df.get(w, 0) for w, t in zip(words, terms, strict=True) if t is not None]
+        if len(words) <= 1:
+            return words, dfs
         present = sorted((w for w in words if df.get(w)), key=lambda w: df[w])
         finders: list[str] = []
         read = 0
@@ -84,7 +94,7 @@ class FullTextIndex:
                 break
             finders.append(w)
             read += df[w]
-        return finders
+        return finders, dfs
 
     def candidates(self, query: Query, n: int) -> list[int]:
         """Rank in the index first (cheap), then keep the rows live for the tenant, purpose and
@@ -93,21 +103,27 @@ class FullTextIndex:
 
     def scored(self, query: Query, n: int) -> list[tuple[int, float]]:
         """:meth:`candidates` with their BM25 scores (higher is better), for score fusion."""
-        words = self._selective(query_words(query.text))
+        return self.scored_within(query, n)[0]
+
+    def scored_within(self, query: Query, n: int) -> tuple[list[tuple[int, float]], float]:
+        """:meth:`scored`, and the most BM25 a record could score for all of the query's words
+        (those past the posting budget too; :meth:`ceiling`), from the same look-up."""
+        words, dfs = self._plan(query_words(query.text))
+        ceiling = self._text.bm25_ceiling(dfs)
         if not words:
-            return []
+            return [], ceiling
         m = 4 * n
         while True:
             found = self._text.ranked(words, query.tenant, query.purpose, query.subject, query.now, m, n)
             if len(found) >= n or m >= MAX_FTS_CANDIDATES or self._text.count_matches(words, m + 1) <= m:
-                return found
+                return found, ceiling
             m = min(m * 4, MAX_FTS_CANDIDATES)
 
     def ceiling(self, query: Query) -> float:
-        """The most BM25 a record could score for all of the query's words (those past the
-        posting budget too): a record's score over it is the share of the query its words
-        match, whatever the candidate list (recall fuses by that share)."""
-        return self._text.bm25_ceiling(query_words(query.text))
+        """The most BM25 a record could score for all of the query's words: a record's score
+        over it is the share of the query its words match, whatever the candidate list
+        (recall fuses by that share)."""
+        return self._text.bm25_ceiling(self._plan(query_words(query.text))[1])
 
     # -- the erasure contract --------------------------------------------------------
     def _token(self, word: str) -> int:

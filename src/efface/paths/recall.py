@@ -232,8 +232,10 @@ def _judgements(
 def _text_leg(p, q: Query, n: int) -> tuple[list[tuple[int, float]], float | None]:
     """A scoring path's candidates with their scores, and the most a record could score for
     the query (None for a path that cannot say)."""
-    got = p.scored(q, n)
-    return got, (p.ceiling(q) if hasattr(p, "ceiling") else None)
+    if hasattr(p, "scored_within"):
+        got, ceiling = p.scored_within(q, n)
+        return got, ceiling
+    return p.scored(q, n), None
 
 
 def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, float]:

@@ -58,15 +58,11 @@ class MemoryText:
         """The term the index holds for each word: the word itself (this index does not stem)."""
         return list(words)
 
-    def bm25_ceiling(self, words: Sequence[str]) -> float:
-        """The most BM25 any record could score for ``words`` (this index's idf, the term
-        frequency saturated at k1 + 1); a word no record holds counts at the idf of a term in none."""
-        s = self._o._st()
-        n = len(s.doc_terms)
-        return sum(
-            (BM25_K1 + 1) * math.log((n - len(s.postings.get(w, ())) + 0.5) / (len(s.postings.get(w, ())) + 0.5) + 1.0)
-            for w in dict.fromkeys(words)
-        )
+    def bm25_ceiling(self, dfs: Sequence[int]) -> float:
+        """The most BM25 any record could score for a query whose distinct words are in
+        ``dfs`` records each (this index's idf, the term frequency saturated at k1 + 1)."""
+        n = len(self._o._st().doc_terms)
+        return sum((BM25_K1 + 1) * math.log((n - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int

@@ -133,17 +133,13 @@ class SQLiteText:
         df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", wanted))
         return {w: df[t] for w, t in zip(words, terms, strict=True) if t in df}
 
-    def bm25_ceiling(self, words: Sequence[str]) -> float:
-        """The most BM25 any row could score for ``words`` (FTS5's own idf, its k1 = 1.2 and
-        the term frequency saturated): what a row's score is a share of. A word no row holds
-        counts at the idf of a term in no row, as FTS5 would weigh it."""
-        terms = dict.fromkeys(t for t in self.index_terms(words) if t is not None)
-        if not terms:
-            return 0.0
-        marks = ",".join("?" * len(terms))
-        df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", list(terms)))
+    def bm25_ceiling(self, dfs: Sequence[int]) -> float:
+        """The most BM25 any row could score for a query whose distinct terms are in ``dfs``
+        rows each (FTS5's own idf over the rows it holds, its k1 = 1.2 and the term frequency
+        saturated): what a row's score is a share of. A term in no row counts at the idf FTS5
+        gives such a term."""
         n = max(self._docs, 1)
-        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5))) for t in terms)
+        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) for df in dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
