@@ -14,14 +14,7 @@ from efface.paths.recall import _keeping
 
 minilm = test_embed.minilm  # the MiniLM fixture (loaded offline, skipped or failed as there)
 
-SIX = {
-    "tea": "Alice prefers green tea",
-    "flight": "Alice's flight to Lisbon leaves at 9",
-    "flat": "Alice moved to a new apartment in Porto",
-    "coffee-bob": "Bob takes his coffee black",
-    "fans": "The server rack needs new fans",
-    "hike": "Carol goes hiking on weekends",
-}
+SIX = test_embed.MEMORIES  # the six memories test_embed asks by meaning
 
 EVERYDAY = {
     **SIX,

@@ -10,37 +10,20 @@ from __future__ import annotations
 
 import pickle
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _legs
+
 import bench_quality as bq
 import corpora
-import efface
 from efface.paths.base import Query
-from efface.text import query_words
 
 corpus, emb_name, n_docs, n_q, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 DEPTH = int(sys.argv[6]) if len(sys.argv) > 6 else 300
-
-
-def _dfs(store, text):
-    """Records holding each distinct term of the query (0: a term no record holds)."""
-    words = query_words(text)
-    terms = store._fts._text.index_terms(words)
-    df = store._fts._text.document_frequency(words)
-    out = {}
-    for w, t in zip(words, terms, strict=True):
-        if t is not None:
-            out[t] = df.get(w, 0)
-    return list(out.values())
-
-
-def _n_rows(store):
-    return store._origin._r().execute("SELECT count(*) FROM fts").fetchone()[0]
 
 
 full = corpora.CORPORA[corpus]()
@@ -49,18 +32,8 @@ emb = bq.embedder(emb_name)
 dvec = bq.encode(emb, c.docs, c.name)
 qvec = bq.encode(emb, c.queries, c.name + "-queries")
 
-root = Path(tempfile.mkdtemp())
-store = efface.open(root / "s", embedder=emb, background=False)
 t0 = time.perf_counter()
-for s in range(0, len(c.docs), 5000):
-    store.write_many(
-        [{"key": f"d{i}", "text": c.docs[i]} for i in range(s, min(s + 5000, len(c.docs)))],
-        tenant="t",
-        purpose="p",
-        subject="x",
-        embeddings=dvec[s : s + 5000],
-    )
-store.compact()
+store = _legs.build(c, emb, dvec)
 print(f"built in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
 th = store._tenant("t")
 doc_of: dict[int, int] = {}
@@ -79,7 +52,14 @@ for i in range(len(c.queries)):
     union = set(ann) | {d for d, _ in fts} | set(exact)
     cos = {d: float(s[d]) for d in union}
     per_query.append(
-        {"ann": ann, "fts": fts, "exact": exact, "df": _dfs(store, c.queries[i]), "N": _n_rows(store), "cos": cos}
+        {
+            "ann": ann,
+            "fts": fts,
+            "exact": exact,
+            "df": _legs.dfs(store, c.queries[i]),
+            "N": _legs.n_rows(store),
+            "cos": cos,
+        }
     )
 store.close()
 with open(out_path, "wb") as f:

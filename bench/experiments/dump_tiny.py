@@ -16,28 +16,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+import _legs
+
 import efface
 from efface.embed.minilm import MiniLMEmbedder
 from efface.paths.base import Query
-from efface.text import query_words
 from test_recall_fusion import EVERYDAY, QUESTIONS, SIX
-
-
-def _dfs(store, text):
-    """Records holding each distinct term of the query (0: a term no record holds)."""
-    words = query_words(text)
-    terms = store._fts._text.index_terms(words)
-    df = store._fts._text.document_frequency(words)
-    out = {}
-    for w, t in zip(words, terms, strict=True):
-        if t is not None:
-            out[t] = df.get(w, 0)
-    return list(out.values())
-
-
-def _n_rows(store):
-    return store._origin._r().execute("SELECT count(*) FROM fts").fetchone()[0]
-
 
 emb = MiniLMEmbedder()
 sets = []
@@ -66,8 +50,8 @@ for name, memories, questions in (
                 "ann": ann,
                 "fts": fts,
                 "exact": [int(i) for i in np.argsort(-s)],
-                "df": _dfs(store, qtext),
-                "N": _n_rows(store),
+                "df": _legs.dfs(store, qtext),
+                "N": _legs.n_rows(store),
                 "cos": {i: float(s[i]) for i in range(len(keys))},
             }
         )

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _legs
 import apsw
 
 import bench_quality as bq
 import corpora
-import efface
 from efface.paths.base import Query
 from efface.text import index_text, query_words
 
@@ -59,17 +58,7 @@ def exact(i, n=N):
     return {int(d): float(s[d]) for d in top}
 
 
-root = Path(tempfile.mkdtemp())
-store = efface.open(root / "s", embedder=emb, background=False)
-for s in range(0, len(c.docs), 5000):
-    store.write_many(
-        [{"key": f"d{i}", "text": c.docs[i]} for i in range(s, min(s + 5000, len(c.docs)))],
-        tenant="t",
-        purpose="p",
-        subject="x",
-        embeddings=dvec[s : s + 5000],
-    )
-store.compact()
+store = _legs.build(c, emb, dvec)
 th = store._tenant("t")
 key_of = {}
 
