@@ -392,8 +392,11 @@ def _merged(found: Hits, earlier: tuple[str, Hits], only: dict[str, list[tuple[i
         return found
     starts = np.asarray([r[0] for r in ranges], dtype=np.int64)
     ends = np.asarray([r[1] for r in ranges], dtype=np.int64)
-    at = np.searchsorted(starts, old.offset, side="right") - 1
-    inside = (at >= 0) & (old.offset < np.where(at >= 0, ends[np.maximum(at, 0)], 0))
+    if starts.size:
+        at = np.searchsorted(starts, old.offset, side="right") - 1
+        inside = (at >= 0) & (old.offset < np.where(at >= 0, ends[np.maximum(at, 0)], 0))
+    else:  # no page of this file was read again: every earlier hit stands
+        inside = np.zeros(len(old.offset), dtype=bool)
     keep = old.take(~inside)
     index = found.files.index(name)
     return Hits(
