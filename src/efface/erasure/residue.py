@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import foreground
 from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
 
 JOIN_BYTES = 8 << 20
@@ -97,7 +98,9 @@ class LiveValues:
         # 30k records). A match across two values is dropped by its bounds.
         batch: list[tuple[bytes, str]] = []
         size = 0
-        for value, kind in values:
+        for n, (value, kind) in enumerate(values):
+            if n % 256 == 0:
+                foreground.give_way()  # a Python loop over every live value: recalls first
             batch.append((value, kind))
             size += len(value) + 1
             if size >= JOIN_BYTES:

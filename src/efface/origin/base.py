@@ -222,6 +222,13 @@ class WordIndex(Protocol):
         """:meth:`search` with each id's BM25 score (higher is better)."""
         ...
 
+    def ranked_seen(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        """:meth:`ranked`, and how many matches the index ranked before the filters (at most
+        ``depth``; fewer means no further match exists to widen to)."""
+        ...
+
     def count_matches(self, words: Sequence[str], cap: int) -> int: ...
     def terms(self) -> Iterable[str]: ...
     def matching_ids(self, terms: Sequence[str], ids: Sequence[int]) -> list[int]:

@@ -114,8 +114,8 @@ class FullTextIndex:
             return [], ceiling
         m = 4 * n
         while True:
-            found = self._text.ranked(words, query.tenant, query.purpose, query.subject, query.now, m, n)
-            if len(found) >= n or m >= MAX_FTS_CANDIDATES or self._text.count_matches(words, m + 1) <= m:
+            found, seen = self._text.ranked_seen(words, query.tenant, query.purpose, query.subject, query.now, m, n)
+            if len(found) >= n or m >= MAX_FTS_CANDIDATES or seen < m:
                 return found, ceiling
             m = min(m * 4, MAX_FTS_CANDIDATES)
 

@@ -134,7 +134,10 @@ def _hybrid(
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
-    for p in paths:
+    # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
+    # takes microseconds, and handing the leg to a worker and waking this thread again costs
+    # more than that (two thread switches, each a wait for the GIL on a busy server).
+    for p in paths if not lexical else ():
         if hasattr(p, "scored") and getattr(p, "size", None) is None:
             early[p.name] = _beside(functools.partial(_text_leg, p, q, n))
     try:

@@ -100,6 +100,14 @@ class MemoryText:
         live = _live_ids(s, ranked, tenant, purpose, subject, now)
         return [(r, scores[r]) for r in ranked if r in live][:limit]
 
+    def ranked_seen(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        """:meth:`ranked`, and how many matches were ranked (at most ``depth``)."""
+        return self.ranked(words, tenant, purpose, subject, now, depth, limit), min(
+            depth, len(self._matches(self._o._st(), words))
+        )
+
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
         return min(cap, len(self._matches(self._o._st(), words)))

@@ -11,6 +11,12 @@ never wait for a write, a checkpoint, an index rebuild, a verification or a back
 :meth:`SQLiteOrigin.snapshot` holds one snapshot across the several statements of one read
 (a recall resolves candidates and reads their text from the same state). apsw releases the
 GIL inside SQLite, so readers run in parallel with each other and with maintenance.
+
+It does so at every step of a statement, i.e. for every row: on a busy server each row then
+waits for the GIL to come back (up to a switch interval while another thread runs Python).
+Reads on the recall path therefore ask for one row, aggregated in SQL (``json_group_array``,
+and ``group_concat`` for embeddings), rather than a row per record: fetching 100 ids took
+7.7 ms beside one thread running Python and 1.2 ms as one row (0.05 ms alone, either way).
 """
 
 from __future__ import annotations
@@ -290,28 +296,34 @@ class SQLiteOrigin:
         sub = " AND c.subject=?" if subject is not None else ""
         for chunk, marks in in_chunks(ids):
             args: list[Any] = [*chunk, tenant, purpose, now] + ([subject] if subject is not None else [])
-            out.update(
-                r[0]
-                for r in self._r().execute(
-                    # '+r.tenant': rowid lookups for the ids, not a scan of the (tenant, key) index
-                    f"SELECT r.id FROM records r WHERE r.id IN ({marks}) AND +r.tenant=? AND {NOT_QUARANTINED}"
+            (got,) = (
+                self._r()
+                .execute(
+                    # one row (see the module's docstring); '+r.tenant': rowid lookups for the
+                    # ids, not a scan of the (tenant, key) index
+                    f"SELECT json_group_array(r.id) FROM records r WHERE r.id IN ({marks}) AND +r.tenant=?"
+                    f" AND {NOT_QUARANTINED}"
                     f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})",
                     args,
                 )
+                .fetchone()
             )
+            out.update(json.loads(got))
         return out
 
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         """Rows by id; the caller has checked them with :meth:`live_ids` under the same lock."""
+        if not ids:
+            return {}
         marks = ",".join("?" * len(ids))
-        return (
-            {
-                r[0]: record_row(r)
-                for r in self._r().execute(f"SELECT {REC_COLS} FROM records r WHERE r.id IN ({marks})", list(ids))
-            }
-            if ids
-            else {}
-        )
+        (got,) = (
+            self._r()
+            .execute(
+                f"SELECT json_group_array(json_array({REC_COLS})) FROM records r WHERE r.id IN ({marks})", list(ids)
+            )
+            .fetchone()
+        )  # one row (see the module's docstring); every column is text or a number
+        return {r[0]: record_row(tuple(r)) for r in json.loads(got)}
 
     def all_subjects(self) -> list[tuple[str, str, str]]:
         return self._r().execute("SELECT tenant, subject, identifiers FROM subjects").fetchall()
@@ -401,9 +413,24 @@ class SQLiteOrigin:
         return n
 
     def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
+        """The embeddings of those of ``ids`` that have one, as stored."""
         out: dict[int, bytes] = {}
         for chunk, marks in in_chunks(ids):
-            out.update(self._r().execute(f"SELECT id, embedding FROM records WHERE id IN ({marks})", chunk))
+            # one row (see the module's docstring): the blobs joined, cut again by their lengths
+            got, sizes, joined = (
+                self._r()
+                .execute(
+                    "SELECT json_group_array(id), json_group_array(length(embedding)),"
+                    f" CAST(group_concat(embedding, x'') AS BLOB) FROM records WHERE id IN ({marks})"
+                    " AND length(embedding) > 0",
+                    chunk,
+                )
+                .fetchone()
+            )
+            at = 0
+            for rid, n in zip(json.loads(got), json.loads(sizes), strict=True):
+                out[rid] = joined[at : at + n]
+                at += n
         return out
 
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:

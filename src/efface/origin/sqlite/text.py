@@ -16,6 +16,7 @@ asks SQLite's tokenizer itself, so verify probes exactly the terms the index hol
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Iterable, Sequence
@@ -130,7 +131,12 @@ class SQLiteText:
         if not wanted:
             return {}
         marks = ",".join("?" * len(wanted))
-        df = dict(self._o._r().execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({marks})", wanted))
+        (got,) = (
+            self._o._r()
+            .execute(f"SELECT json_group_object(term, doc) FROM fts_vocab WHERE term IN ({marks})", wanted)
+            .fetchone()
+        )  # one row: every row a statement returns is a wait for the GIL on a busy server
+        df: dict[str, int] = json.loads(got)
         return {w: df[t] for w, t in zip(words, terms, strict=True) if t in df}
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:
@@ -152,22 +158,31 @@ class SQLiteText:
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
     ) -> list[tuple[int, float]]:
         """:meth:`search` with each id's BM25 score (higher is better)."""
+        return self.ranked_seen(words, tenant, purpose, subject, now, depth, limit)[0]
+
+    def ranked_seen(
+        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
+        means there are no more to widen to), from one statement that returns one row: every
+        row a statement returns is a wait for the GIL on a busy server (origin.py's docstring)."""
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
-        rows = (
+        seen, got = (
             self._o._r()
             .execute(
-                "SELECT i.rowid, -i.score FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ?"
-                "  ORDER BY score LIMIT ?) i JOIN records r ON r.id=i.rowid"
+                "SELECT count(*), json_group_array(json_array(i.rowid, -i.score) ORDER BY i.score)"
+                f" FILTER (WHERE r.id IS NOT NULL AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c"
+                f" WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub}))"
+                " FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ? ORDER BY score LIMIT ?) i"
                 # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
-                f" WHERE +r.tenant=? AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id"
-                f" AND c.purpose=? AND {LIVE}{sub})"
-                " ORDER BY i.score LIMIT ?",
-                [_match(words), depth, tenant, purpose, now, *extra, limit],
+                " LEFT JOIN records r ON r.id=i.rowid AND +r.tenant=?",
+                [purpose, now, *extra, _match(words), depth, tenant],
             )
-            .fetchall()
+            .fetchone()
         )
-        return [(r[0], r[1]) for r in rows]
+        rows = json.loads(got) if got is not None else []
+        return [(r[0], r[1]) for r in rows[:limit]], seen
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
