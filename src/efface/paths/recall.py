@@ -47,7 +47,9 @@ cost its posting budget avoids).
 The full-text leg runs on a worker thread while the caller's thread encodes the query and
 searches the ANN index: SQLite (apsw) and onnxruntime release the GIL, so on two cores a
 recall costs about the longest of the three instead of their sum. Its candidates, read in the
-worker's own snapshot, are resolved in the recall's snapshot like any other path's.
+worker's own snapshot, are resolved in the recall's snapshot like any other path's. With a
+lexical embedder the encode takes microseconds, and the leg runs in the caller's thread: the
+hand-off to a worker and back costs two waits for the GIL on a busy server.
 """
 
 from __future__ import annotations
