@@ -37,7 +37,7 @@ def write(origin, key: str, text: str, now: float = 1.0) -> int:
         rid = tx.upsert("acme", rec(key, text), now)
         tx.register_purpose("acme", "support")
         tx.log_changes("acme", [rid], [])
-        origin.text.stage(tx, [rid], [], {rid: text})
+        origin.text.stage(tx, "acme", [rid], [], {rid: text})
     return rid
 
 
@@ -47,7 +47,7 @@ def test_a_failed_transaction_leaves_nothing(origin):
     with pytest.raises(RuntimeError), origin.transaction("write", "acme", 2.0) as tx:
         rid = tx.upsert("acme", rec("k2", "second words"), 2.0)
         tx.log_changes("acme", [rid], [])
-        origin.text.stage(tx, [rid], [], {rid: "second words"})
+        origin.text.stage(tx, "acme", [rid], [], {rid: "second words"})
         tx.append_ledger("forget", "h", {"x": 1}, 2.0)
         raise RuntimeError("boom")
     assert origin.current_epoch() == epoch

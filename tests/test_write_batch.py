@@ -60,16 +60,26 @@ def _rows(s) -> dict[str, object]:
         "subject_keys": one("SELECT subject FROM subject_keys"),
         "changed": one("SELECT DISTINCT r.key FROM changes c JOIN records r ON r.id=c.record_id"),
     }
-    words = {t for (t,) in db.execute("SELECT term FROM fts_vocab")}
+    # the text column's words (the tenant column holds tenant ids, keyed by each store's secret)
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_cols USING fts5vocab(main, fts, 'col')")
+    words = {t for (t,) in db.execute("SELECT term FROM temp.fts_cols WHERE col='text'")}
     out["fts"] = {
         w: sorted(
             k
             for (k,) in db.execute(
-                "SELECT r.key FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (f'"{w}"',)
+                "SELECT r.key FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (f'text : "{w}"',)
             )
         )
         for w in sorted(words)
     }
+    # and every record under its own tenant's id in the tenant column, under no other
+    out["fts_tenant"] = sorted(
+        (k, own)
+        for (t,) in db.execute("SELECT DISTINCT tenant FROM records")
+        for (k, own) in db.execute(
+            "SELECT r.key, r.tenant=? FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (t, f'tenant : "{t}"')
+        )
+    )
     return out
 
 

@@ -53,7 +53,7 @@ class FullTextIndex:
     purged_epoch = erased_epoch
 
     def stage(self, tx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
-        self._text.stage(tx, puts, drops, texts)
+        self._text.stage(tx, tenant, puts, drops, texts)
 
     def catch_up(self, upto: int | None = None) -> int:
         return self.applied_epoch()

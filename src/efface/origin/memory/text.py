@@ -22,7 +22,9 @@ class MemoryText:
     def __init__(self, origin: MemoryOrigin):
         self._o = origin
 
-    def stage(self, tx: MemoryTx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
+    def stage(
+        self, tx: MemoryTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
+    ) -> None:
         s = tx._s
         for rid in dict.fromkeys((*puts, *drops)):
             old = s.doc_terms.pop(rid, None)

@@ -163,14 +163,17 @@ REINDEXED = (
 
 FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    text, content='records', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+    text, tenant, content='records', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_inst USING fts5vocab(fts, 'instance');
 """
 """External-content FTS5 over ``records``: it keeps tokens (English stems), never a copy of
-the text. A store made before stemming keeps its ``unicode61`` index (``IF NOT EXISTS``):
-:mod:`.text` reads which one a store has. The vocabulary tables store nothing."""
+the text, and each record's tenant id (a keyed hash) as a second column, so that a query
+ranks only its own tenant's matches (``tenant : "id" AND text : (...)``). A store made before
+stemming keeps its ``unicode61`` index, and one made before the tenant column keeps its
+one-column index (``IF NOT EXISTS``): :mod:`.text` reads which one a store has. The
+vocabulary tables store nothing."""
 
 PATH_EVIDENCE = """
 CREATE TABLE IF NOT EXISTS path_evidence(    -- what each read path keeps for verify's probes

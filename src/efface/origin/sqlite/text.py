@@ -44,7 +44,16 @@ indexed the text as written, which FTS5 does not fold the way efface does)."""
 
 def _match(words: Sequence[str]) -> str:
     """A safe FTS5 query: each word quoted, OR-ed (operators in the input are just words)."""
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    return " OR ".join(_quoted(w) for w in words)
+
+
+def _quoted(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
+
+
+def _tenant_match(tenant: str, words: Sequence[str]) -> str:
+    """:func:`_match` over the text column, for one tenant's rows only (a scoped index)."""
+    return f"tenant : {_quoted(tenant)} AND text : ({_match(words)})"
 
 
 TOKENIZE_STEMMED = ("porter", ["unicode61", "remove_diacritics", "2"])
@@ -65,6 +74,9 @@ class SQLiteText:
         sql = r.execute("SELECT sql FROM sqlite_schema WHERE name='fts'").fetchone()[0]
         self.stems = "porter" in sql.lower()
         """Whether this store's index holds stems (stores made before stemming do not)."""
+        self.scoped = "tenant" in {row[0] for row in r.execute("SELECT name FROM pragma_table_info('fts')")}
+        """Whether this store's index holds each record's tenant (stores made before it do
+        not: their queries rank every tenant's matches and keep their own tenant's after)."""
         # SQLite's own porter tokenizer, on a private connection (never the writer's, which a
         # long write holds), so a word's term here is exactly the one the index holds.
         self._tok_db = apsw.Connection(":memory:") if self.stems else None
@@ -72,19 +84,30 @@ class SQLiteText:
         self._tok_mu = threading.Lock()
         self._term = lru_cache(maxsize=65536)(self._term_uncached)
 
-    def stage(self, tx: SQLiteTx, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
+    def stage(
+        self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
+    ) -> None:
         c = tx.connection
         # The index is fed the folded words, not the text as written: FTS5's tokenizer keeps
         # invisible characters as separators and full-width letters as they are, so without
         # this a name with a soft hyphen inside, or in full-width letters, would be other
-        # words here than in mention detection and in queries. A delete names the same words.
+        # words here than in mention detection and in queries. A delete names the same words
+        # (and, in a scoped index, the same tenant: a record never changes tenant).
         olds = [(rid, index_text(tx.old_texts[rid])) for rid in (*puts, *drops) if rid in tx.old_texts]
+        news = [(rid, index_text(texts[rid])) for rid in puts]
+        if self.scoped:
+            cols = "text, tenant"
+            olds = [(*row, tenant) for row in olds]
+            news = [(*row, tenant) for row in news]
+        else:
+            cols = "text"
+        marks = ",".join("?" * (cols.count(",") + 1))
         if olds:
-            c.executemany("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)", olds)
+            c.executemany(f"INSERT INTO fts(fts, rowid, {cols}) VALUES('delete', ?, {marks})", olds)
             # in the same transaction: a crash cannot lose the need to purge
             c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
-        if puts:
-            c.executemany("INSERT INTO fts(rowid, text) VALUES(?,?)", [(rid, index_text(texts[rid])) for rid in puts])
+        if news:
+            c.executemany(f"INSERT INTO fts(rowid, {cols}) VALUES(?, {marks})", news)
         # A running document count for the common-term cut-off (an estimate is enough).
         self._docs += sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
 
@@ -98,10 +121,16 @@ class SQLiteText:
             w = o.writer
             if w.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
                 w.execute("INSERT INTO fts(fts) VALUES('delete-all')")
-                w.executemany(
-                    "INSERT INTO fts(rowid, text) VALUES(?,?)",
-                    ((rid, index_text(text)) for rid, text in w.execute("SELECT id, text FROM records").fetchall()),
-                )
+                rows = w.execute("SELECT id, text, tenant FROM records").fetchall()
+                if self.scoped:
+                    w.executemany(
+                        "INSERT INTO fts(rowid, text, tenant) VALUES(?,?,?)",
+                        ((rid, index_text(text), tenant) for rid, text, tenant in rows),
+                    )
+                else:
+                    w.executemany(
+                        "INSERT INTO fts(rowid, text) VALUES(?,?)", ((rid, index_text(text)) for rid, text, _t in rows)
+                    )
                 w.execute("INSERT INTO fts(fts) VALUES('optimize')")
             w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (FOLDED,))
 
@@ -165,19 +194,25 @@ class SQLiteText:
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
         means there are no more to widen to), from one statement that returns one row: every
-        row a statement returns is a wait for the GIL on a busy server (origin.py's docstring)."""
+        row a statement returns is a wait for the GIL on a busy server (origin.py's docstring).
+        A scoped index ranks only the tenant's own matches (its tenant column weighs nothing
+        in the score); an older one ranks every tenant's and the tenant's are kept after."""
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
+        if self.scoped:
+            match, score = _tenant_match(tenant, words), "bm25(fts, 1.0, 0.0)"
+        else:
+            match, score = _match(words), "bm25(fts)"
         seen, got = (
             self._o._r()
             .execute(
                 "SELECT count(*), json_group_array(json_array(i.rowid, -i.score) ORDER BY i.score)"
                 f" FILTER (WHERE r.id IS NOT NULL AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c"
                 f" WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub}))"
-                " FROM (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ? ORDER BY score LIMIT ?) i"
+                f" FROM (SELECT rowid, {score} AS score FROM fts WHERE fts MATCH ? ORDER BY score LIMIT ?) i"
                 # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
                 " LEFT JOIN records r ON r.id=i.rowid AND +r.tenant=?",
-                [purpose, now, *extra, _match(words), depth, tenant],
+                [purpose, now, *extra, match, depth, tenant],
             )
             .fetchone()
         )
