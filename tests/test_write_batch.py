@@ -77,7 +77,8 @@ def _rows(s) -> dict[str, object]:
         (k, own)
         for (t,) in db.execute("SELECT DISTINCT tenant FROM records")
         for (k, own) in db.execute(
-            "SELECT r.key, r.tenant=? FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?", (t, f'tenant : "{t}"')
+            "SELECT r.key, r.tenant=? FROM fts f JOIN records r ON r.id=f.rowid WHERE fts MATCH ?",
+            (t, f'tenant : "{t}"'),
         )
     )
     return out

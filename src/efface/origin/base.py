@@ -188,9 +188,7 @@ class WordIndex(Protocol):
     """An origin's word index (``origin.text``): staged inside the origin's transaction, so a
     deleted row never matches again; words as :func:`efface.text.words` cuts them."""
 
-    def stage(
-        self, tx: Any, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
-    ) -> None:
+    def stage(self, tx: Any, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
         """Index ``texts`` of ``puts`` and unindex ``drops`` (and the old texts of ``puts``) in
         ``tx`` (the origin's own transaction type); every one of them is ``tenant``'s."""
         ...

@@ -370,25 +370,27 @@ class SQLiteOrigin:
         ]
 
     def purposes(self, tenant: str) -> list[str]:
-        return [r[0] for r in self._r().execute("SELECT purpose FROM purposes WHERE tenant=? ORDER BY 1", (tenant,))]
+        (got,) = (
+            self._r()
+            .execute("SELECT json_group_array(purpose ORDER BY purpose) FROM purposes WHERE tenant=?", (tenant,))
+            .fetchone()
+        )  # one row: every recall asks (see the module's docstring)
+        return json.loads(got)
 
     def changes_since(self, epoch: int, upto: int | None = None) -> list[tuple[int, int, str, str]]:
-        if upto is None:
-            return (
-                self._r()
-                .execute(
-                    "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? ORDER BY epoch, rowid", (epoch,)
-                )
-                .fetchall()
-            )
-        return (
+        """The change log after ``epoch`` (up to ``upto``), in order, as one row (see the
+        module's docstring): a recall reads the writes its ANN delta has not seen yet."""
+        bound, args = ("", (epoch,)) if upto is None else (" AND epoch<=?", (epoch, upto))
+        (got,) = (
             self._r()
             .execute(
-                "SELECT epoch, record_id, tenant, op FROM changes WHERE epoch>? AND epoch<=? ORDER BY epoch, rowid",
-                (epoch, upto),
+                "SELECT json_group_array(json_array(epoch, record_id, tenant, op) ORDER BY epoch, rowid)"
+                f" FROM changes WHERE epoch>?{bound}",
+                args,
             )
-            .fetchall()
+            .fetchone()
         )
+        return [(e, rid, tenant, op) for e, rid, tenant, op in json.loads(got)]
 
     def latest_put_epoch(self, after: int) -> int | None:
         """The newest epoch after ``after`` that added or changed content, if any."""

@@ -93,15 +93,10 @@ class SQLiteText:
         # this a name with a soft hyphen inside, or in full-width letters, would be other
         # words here than in mention detection and in queries. A delete names the same words
         # (and, in a scoped index, the same tenant: a record never changes tenant).
-        olds = [(rid, index_text(tx.old_texts[rid])) for rid in (*puts, *drops) if rid in tx.old_texts]
-        news = [(rid, index_text(texts[rid])) for rid in puts]
-        if self.scoped:
-            cols = "text, tenant"
-            olds = [(*row, tenant) for row in olds]
-            news = [(*row, tenant) for row in news]
-        else:
-            cols = "text"
-        marks = ",".join("?" * (cols.count(",") + 1))
+        extra: tuple[str, ...] = (tenant,) if self.scoped else ()
+        cols, marks = ("text, tenant", "?,?") if self.scoped else ("text", "?")
+        olds = [(rid, index_text(tx.old_texts[rid]), *extra) for rid in (*puts, *drops) if rid in tx.old_texts]
+        news = [(rid, index_text(texts[rid]), *extra) for rid in puts]
         if olds:
             c.executemany(f"INSERT INTO fts(fts, rowid, {cols}) VALUES('delete', ?, {marks})", olds)
             # in the same transaction: a crash cannot lose the need to purge
