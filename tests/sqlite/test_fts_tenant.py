@@ -104,3 +104,19 @@ def test_a_store_made_before_the_tenant_column_keeps_its_index_and_works(tmp_pat
         assert store.verify(receipt.handle).level == "erased"
         store.write("n", "coffee again", tenant="small", subject="bob", purpose=PURPOSE)
         assert [h.key for h in store.recall("coffee", tenant="small", purpose=PURPOSE)] == ["n"]
+
+
+def test_only_a_tenant_with_a_minority_of_the_records_narrows_its_queries(tmp_path):
+    """Narrowing walks the tenant's own list of records beside the words': worth it for a
+    small tenant, not for one that holds most of the store (a one-tenant store)."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        _fill(store)
+        fts = store._fts
+        assert fts._plan(["coffee", "order"], store._tenant("small"))[2] is True
+        assert fts._plan(["coffee", "order"], store._tenant("big"))[2] is False
+        # either way the same scores (ties may fall in another order)
+        for tenant in ("small", "big"):
+            args = (["coffee"], store._tenant(tenant), PURPOSE, None, time.time(), 400, 100)
+            narrow = store._origin.text.ranked_seen(*args, narrow=True)[0]
+            wide = store._origin.text.ranked_seen(*args, narrow=False)[0]
+            assert [s for _, s in narrow] == pytest.approx([s for _, s in wide]) and len(narrow) > 0

@@ -223,10 +223,20 @@ class WordIndex(Protocol):
         ...
 
     def ranked_seen(
-        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+        self,
+        words: Sequence[str],
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        depth: int,
+        limit: int,
+        *,
+        narrow: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked before the filters (at most
-        ``depth``; fewer means no further match exists to widen to)."""
+        ``depth``; fewer means no further match exists to widen to). ``narrow``: rank only the
+        tenant's own matches, where the index can (an index that cannot ignores it)."""
         ...
 
     def count_matches(self, words: Sequence[str], cap: int) -> int: ...

@@ -103,7 +103,16 @@ class MemoryText:
         return [(r, scores[r]) for r in ranked if r in live][:limit]
 
     def ranked_seen(
-        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+        self,
+        words: Sequence[str],
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        depth: int,
+        limit: int,
+        *,
+        narrow: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches were ranked (at most ``depth``)."""
         return self.ranked(words, tenant, purpose, subject, now, depth, limit), min(

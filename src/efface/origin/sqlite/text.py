@@ -185,17 +185,28 @@ class SQLiteText:
         return self.ranked_seen(words, tenant, purpose, subject, now, depth, limit)[0]
 
     def ranked_seen(
-        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+        self,
+        words: Sequence[str],
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        depth: int,
+        limit: int,
+        *,
+        narrow: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
         means there are no more to widen to), from one statement that returns one row: every
         row a statement returns is a wait for the GIL on a busy server (origin.py's docstring).
         A scoped index ranks only the tenant's own matches (its tenant column weighs nothing
-        in the score); an older one ranks every tenant's and the tenant's are kept after."""
+        in the score) when ``narrow``; otherwise, and in an older index, every tenant's
+        matches are ranked and the tenant's kept after."""
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
         if self.scoped:
-            match, score = _tenant_match(tenant, words), "bm25(fts, 1.0, 0.0)"
+            match = _tenant_match(tenant, words) if narrow else f"text : ({_match(words)})"
+            score = "bm25(fts, 1.0, 0.0)"
         else:
             match, score = _match(words), "bm25(fts)"
         seen, got = (
