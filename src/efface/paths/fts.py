@@ -37,7 +37,7 @@ NARROW = 0.5
 """A query ranks only its own tenant's matches (a word index with a tenant column) when the
 tenant holds under this share of the records. A tenant that holds most of them (a store of one
 tenant) gains nothing from it and pays for walking its own list of records beside the words'
-(measured on one-tenant corpora: the full-text leg 10-35 % slower scoped), so such a query
+(measured on one-tenant corpora: the full-text leg 9-35 % slower scoped), so such a query
 ranks every match and keeps the tenant's, as an index without the column does."""
 
 
