@@ -4,6 +4,7 @@ with EFFACE_URL goes through the client without opening the store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -77,6 +78,7 @@ def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
     env.pop("EFFACE_URL", None)
     store = str(tmp_path / "store")
     cmd = [sys.executable, "-m", "efface", "serve", "--store", store, "--embedder", "hashing", "--port", str(port)]
+    cmd += ["--purpose", "support"]  # the MCP endpoint's default purpose
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -108,6 +110,8 @@ def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
         # The MCP server answers in the same process, at /mcp, behind the same keys.
         mcp_headers = {"Accept": "application/json, text/event-stream"}
         assert httpx.post(url + "/mcp", json={}, headers=mcp_headers).status_code == 401
+        remembered, recalled = asyncio.run(_remember_and_recall_over_mcp(url + "/mcp", created["key"]))
+        assert remembered["key"] == "m1" and [h["key"] for h in recalled["hits"]] == ["m1"]
         remote = {"EFFACE_URL": url, "EFFACE_API_KEY": created["key"]}
         code, _ = efface_cli("write", "n1", "Alice prefers tea", "--subject", "alice", "--purpose", "support", **remote)
         assert code == 0
@@ -119,6 +123,24 @@ def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
         server.terminate()
         logs = server.communicate(timeout=30)[0].decode()
     assert "Alice" not in logs and created["key"] not in logs and "POST /v1/write" in logs
+    assert "chess" not in logs
+
+
+async def _remember_and_recall_over_mcp(url: str, key: str) -> tuple[dict, dict]:
+    """An agent that names no purpose: the server's --purpose is used."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        wrote = await client.call_tool("remember", {"key": "m1", "text": "Bob plays chess", "subject": "bob"})
+        found = await client.call_tool("recall", {"query": "chess"})
+    assert not wrote.is_error and not found.is_error, (wrote.content, found.content)
+    assert isinstance(wrote.structured_content, dict) and isinstance(found.structured_content, dict)
+    return wrote.structured_content, found.structured_content
 
 
 def test_the_listing_read_and_the_langgraph_store_over_a_served_store(served):

@@ -80,6 +80,11 @@ def test_everything_is_not_offered_unless_the_server_allows_it(store):
     assert "everything" not in forget.input_schema["properties"]
     assert "everything" not in forget.description
     assert refused.is_error  # an argument outside the schema; nothing was forgotten
+    (block,) = refused.content
+    error = json.loads(block.text)["error"]
+    # It says what this server allows, not the library's everything=True it does not offer.
+    assert error["type"] == "ScopeError" and "--allow-forget-everything" in error["message"]
+    assert "everything=True" not in error["message"]
     assert still["found"] is True
 
 

@@ -59,7 +59,12 @@ from .base import DEFAULT_TENANT, _setter, _settings, cli
     callback=_setter("embedder"),
     help="Embedder for a new store (default: the store's own, else the best installed).",
 )
-@click.option("--keys", "keys_file", metavar="FILE", help="HTTP: the API key ring (default: keys.db in the store).")
+@click.option(
+    "--keys",
+    "keys_file",
+    metavar="FILE",
+    help="HTTP: the API key ring (default: DIR.keys.db beside the store's directory DIR).",
+)
 @click.option(
     "--allow-forget-everything",
     "forget_everything",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,7 +22,7 @@ from rich.table import Table
 import efface
 from efface.service.keys import ApiKey, KeyRing, key_path
 
-from .base import _common_options, _emit, _settings, cli
+from .base import _common_options, _emit, _setter, _settings, cli
 
 
 def _ring() -> KeyRing:
@@ -38,14 +40,16 @@ def _key_doc(k: ApiKey) -> dict:
     return {"id": k.id, "tenant": k.tenant, "label": k.label, "created_at": k.created_at}
 
 
-def _mcp_hook(store: efface.Store, ring: KeyRing, host: str) -> Any:
+def _mcp_hook(
+    store: efface.Store, ring: KeyRing, host: str, purpose: str | None = None, forget_everything: bool = False
+) -> Any:
     """The MCP streamable-HTTP app and its lifespan, when efface's MCP server is installed."""
     try:
         mcp_module = importlib.import_module("efface.service.mcp")
     except ImportError:
         return None
     make = getattr(mcp_module, "mcp_http_app", None)
-    return None if make is None else make(store, ring, host=host)
+    return None if make is None else make(store, ring, host=host, purpose=purpose, forget_everything=forget_everything)
 
 
 @cli.command()
@@ -58,10 +62,25 @@ def _mcp_hook(store: efface.Store, ring: KeyRing, host: str) -> Any:
     "--max-wait", type=float, default=30.0, show_default=True, help="Longest a /v1/wait request blocks, in seconds."
 )
 @click.option("--no-access-log", is_flag=True, help="Do not log requests (method, path and status only anyway).")
+@click.option(
+    "--purpose",
+    envvar="EFFACE_PURPOSE",
+    show_envvar=True,
+    help="/mcp: the purpose remember, read and recall use when the agent names none (the /v1 routes take theirs "
+    "in each request).",
+)
+@click.option(
+    "--allow-forget-everything",
+    "forget_everything",
+    is_flag=True,
+    help="/mcp: let the forget tool take everything=true (forget the key's whole tenant): for a tenant per person.",
+)
 @_common_options()
-def serve(host, port, max_body, max_wait, no_access_log) -> None:
+def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everything) -> None:
     """Serve the store over HTTP (/v1/..., /docs, /openapi.json; /mcp when available) until
-    interrupted. Clients need an API key: `efface keys create --tenant T`."""
+    interrupted. Clients need an API key: `efface keys create --tenant T`. A new store gets
+    the best embedder installed (MiniLM with the minilm extra); `--embedder hashing` serves
+    without a model."""
     import uvicorn
 
     from efface.service.http import create_app
@@ -73,8 +92,40 @@ def serve(host, port, max_body, max_wait, no_access_log) -> None:
     logging.basicConfig(level=logging.INFO)
     serving_interpreter()
     with efface.open(settings.store, embedder=settings.embedder) as store, KeyRing(key_path(settings.store)) as ring:
-        app = create_app(store, ring, max_body=max_body, max_wait=max_wait, mcp=_mcp_hook(store, ring, host))
+        app = create_app(
+            store,
+            ring,
+            max_body=max_body,
+            max_wait=max_wait,
+            mcp=_mcp_hook(store, ring, host, purpose, forget_everything),
+        )
         uvicorn.Server(uvicorn_config(app, host, port, access_log=not no_access_log)).run()
+
+
+def _key_options(tenant_help: str | None) -> Callable:
+    """What the keys commands take: the store (whose key ring they open), a tenant (when
+    ``tenant_help`` says what it is for) and --json; not the server or embedder options,
+    which they never use."""
+
+    def decorate(f: Callable) -> Callable:
+        if tenant_help is not None:
+            f = click.option(
+                "--tenant", metavar="TENANT", expose_value=False, callback=_setter("tenant"), help=tenant_help
+            )(f)
+        f = click.option(
+            "--store",
+            metavar="DIR",
+            expose_value=False,
+            callback=_setter("store"),
+            help="The store's directory (or EFFACE_STORE); its key ring is DIR.keys.db beside it.",
+        )(f)
+        return _common_options(store=False)(f)
+
+    return decorate
+
+
+def _date(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
 @cli.group()
@@ -84,7 +135,7 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--label", help="A note on who or what holds the key.")
-@_common_options()
+@_key_options("The one tenant the key acts for (required).")
 def keys_create(label) -> None:
     """Make a key for --tenant (required) and print it. It is shown this once: keep it now."""
     tenant = _settings().tenant
@@ -100,7 +151,7 @@ def keys_create(label) -> None:
 
 
 @keys.command("list")
-@_common_options()
+@_key_options("List only this tenant's keys.")
 def keys_list() -> None:
     """List keys (ids, tenants, labels; never the keys themselves); --tenant narrows it."""
     found = _ring().list(tenant=_settings().tenant)
@@ -108,7 +159,7 @@ def keys_list() -> None:
     def human(out: Console) -> None:
         table = Table("id", "tenant", "label", "created")
         for k in found:
-            table.add_row(k.id, k.tenant, k.label or "-", f"{k.created_at:.0f}")
+            table.add_row(k.id, k.tenant, k.label or "-", _date(k.created_at))
         out.print(table)
 
     _emit({"keys": [_key_doc(k) for k in found]}, human)
@@ -116,7 +167,7 @@ def keys_list() -> None:
 
 @keys.command("revoke")
 @click.argument("key_id")
-@_common_options()
+@_key_options(None)
 def keys_revoke(key_id) -> None:
     """Revoke the key KEY_ID (or the key itself): it stops working at the next request."""
     key = _ring().revoke(key_id)

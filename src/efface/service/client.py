@@ -95,7 +95,10 @@ class Client:
     ) -> None:
         api_key = api_key if api_key is not None else os.environ.get("EFFACE_API_KEY")
         if not api_key:
-            raise InvalidInput("an efface server needs an API key: pass api_key= (or set EFFACE_API_KEY)")
+            raise InvalidInput(
+                "an efface server needs an API key: pass api_key= in Python, --api-key on the command line, "
+                "or set EFFACE_API_KEY"
+            )
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput("the server URL must start with http:// or https://")
         self.url = url.rstrip("/")

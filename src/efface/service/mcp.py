@@ -34,7 +34,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl, Field
 from starlette.types import ASGIApp
 
-from ..errors import EffaceError, InvalidInput
+from ..errors import EffaceError, InvalidInput, ScopeError
 from ..store import Store
 from .keys import KeyRing
 from .mcp_models import (
@@ -344,6 +344,11 @@ def build_mcp(
             prefix: ForgetPrefix = None,
             key: ForgetKey = None,
         ) -> ReceiptOut:
+            if (subject, purpose, prefix, key) == (None, None, None, None):
+                raise ScopeError(
+                    "forget must name a subject, purpose, prefix or key; forgetting the whole tenant is "
+                    "off on this server (its operator can allow it: --allow-forget-everything)"
+                )
             return await receipt_of(subject=subject, purpose=purpose, prefix=prefix, key=key)
 
     @tool(title="Where an erasure stands", annotations=READ_ONLY)
