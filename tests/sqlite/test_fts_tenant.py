@@ -120,3 +120,32 @@ def test_only_a_tenant_with_a_minority_of_the_records_narrows_its_queries(tmp_pa
             narrow = store._origin.text.ranked_seen(*args, narrow=True)[0]
             wide = store._origin.text.ranked_seen(*args, narrow=False)[0]
             assert [s for _, s in narrow] == pytest.approx([s for _, s in wide]) and len(narrow) > 0
+
+
+def test_matches_thinned_by_purpose_are_found_deeper_in_the_ranking(tmp_path):
+    """A purpose's few matches rank below hundreds of another purpose's: the first ranked list
+    holds none of them live, and the leg ranks deeper until it has them all (and then stops:
+    the index holds no more)."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write_many(
+            [{"key": f"a{i}", "text": "coffee coffee coffee"} for i in range(700)],
+            tenant="t",
+            subject="crowd",
+            purpose="marketing",
+        )
+        store.write_many(
+            [
+                {"key": f"m{i}", "text": f"coffee with a long note about the order number {i} and more"}
+                for i in range(3)
+            ],
+            tenant="t",
+            subject="bob",
+            purpose=PURPOSE,
+        )
+        text, tenant = store._origin.text, store._tenant("t")
+        found, seen = text.ranked_seen(["coffee"], tenant, PURPOSE, None, time.time(), 400, 100)
+        assert found == [] and seen == 400  # the first 400 are all marketing's: more to rank
+        found, seen = text.ranked_seen(["coffee"], tenant, PURPOSE, None, time.time(), 1600, 100)
+        assert len(found) == 3 and seen == 703  # every match ranked: no deeper list to ask for
+        hits = store.recall("coffee", tenant="t", purpose=PURPOSE)
+        assert {h.key for h in hits if "fts" in h.via} == {"m0", "m1", "m2"}

@@ -197,8 +197,12 @@ class SQLiteText:
         narrow: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
-        means there are no more to widen to), from one statement that returns one row: every
-        row a statement returns is a wait for the GIL on a busy server (origin.py's docstring).
+        means there are no more to widen to; counted only when fewer than ``limit`` were
+        live, ``depth`` otherwise). One statement that returns one row (every row a statement
+        returns is a wait for the GIL on a busy server: origin.py's docstring): the index
+        ranks ``depth`` matches, and the origin checks them live best first, stopping at the
+        ``limit``-th live one (the outer query keeps the ranked order, so SQLite does no
+        sort of its own there and stops early: about 1.5 ms of a 9 ms leg at 100k records).
         A scoped index ranks only the tenant's own matches (its tenant column weighs nothing
         in the score) when ``narrow``; otherwise, and in an older index, every tenant's
         matches are ranked and the tenant's kept after."""
@@ -211,21 +215,30 @@ class SQLiteText:
             score = "bm25(fts, 1.0, 0.0)"
         else:
             match, score = _match(words), "bm25(fts)"
-        seen, got = (
+        (got,) = (
             self._o._r()
             .execute(
-                "SELECT count(*), json_group_array(json_array(i.rowid, -i.score) ORDER BY i.score)"
-                f" FILTER (WHERE r.id IS NOT NULL AND {NOT_QUARANTINED} AND EXISTS (SELECT 1 FROM claims c"
-                f" WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub}))"
-                f" FROM (SELECT rowid, {score} AS score FROM fts WHERE fts MATCH ? ORDER BY score LIMIT ?) i"
+                "SELECT json_group_array(json_array(rowid, -score) ORDER BY score) FROM ("
+                f"SELECT i.rowid, i.score FROM (SELECT rowid, {score} AS score FROM fts WHERE fts MATCH ?"
+                " ORDER BY score LIMIT ?) i"
                 # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
-                " LEFT JOIN records r ON r.id=i.rowid AND +r.tenant=?",
-                [purpose, now, *extra, match, depth, tenant],
+                f" JOIN records r ON r.id=i.rowid AND +r.tenant=? WHERE {NOT_QUARANTINED}"
+                f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})"
+                " ORDER BY i.score LIMIT ?)",
+                [match, depth, tenant, purpose, now, *extra, limit],
             )
             .fetchone()
         )
         rows = json.loads(got) if got is not None else []
-        return [(r[0], r[1]) for r in rows[:limit]], seen
+        found = [(r[0], r[1]) for r in rows]
+        if len(found) >= limit:
+            return found, depth
+        (seen,) = (
+            self._o._r()
+            .execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (match, depth))
+            .fetchone()
+        )
+        return found, seen
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
