@@ -149,3 +149,44 @@ def test_matches_thinned_by_purpose_are_found_deeper_in_the_ranking(tmp_path):
         assert len(found) == 3 and seen == 703  # every match ranked: no deeper list to ask for
         hits = store.recall("coffee", tenant="t", purpose=PURPOSE)
         assert {h.key for h in hits if "fts" in h.via} == {"m0", "m1", "m2"}
+
+
+def test_the_tenant_count_follows_writes_rewrites_and_forgets(tmp_path):
+    """What decides narrowing is kept up by the writes, without reading the index's list of
+    the tenant's records at every query."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        text = store._origin.text
+
+        def counted(t: str) -> int:
+            q = "SELECT count(*) FROM records WHERE tenant=?"
+            return store._origin._r().execute(q, (store._tenant(t),)).fetchone()[0]
+
+        store.write_many(
+            [{"key": f"k{i}", "text": f"note {i}"} for i in range(30)], tenant="a", subject="al", purpose=PURPOSE
+        )
+        assert text.tenant_count(store._tenant("a")) == counted("a") == 30  # first asked: counted
+        store.write_many(
+            [{"key": f"k{i}", "text": f"new note {i}"} for i in range(20, 40)],
+            tenant="a",
+            subject="al",
+            purpose=PURPOSE,
+        )
+        store.write("x", "other tenant", tenant="b", subject="bo", purpose=PURPOSE)
+        store.forget(tenant="a", key="k3")
+        store.forget(tenant="a", prefix="k2")  # k2 and k20..k29
+        assert text.tenant_count(store._tenant("a")) == counted("a") == 40 - 1 - 11
+        assert text.tenant_count(store._tenant("b")) == counted("b") == 1
+
+
+def test_no_word_of_an_erased_text_stays_memoised(tmp_path):
+    """The word index memoises each word's term (a stem); a forget clears them, and the
+    erasure's own evidence (the erased texts' terms) is computed without memoising."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        text = store._origin.text
+        store.write("k", "Zebulon rides horses", tenant="t", subject="zeb", purpose=PURPOSE)
+        store.recall("who rides zebulon", tenant="t", purpose=PURPOSE)
+        assert text._term.cache_info().currsize > 0
+        store.forget(tenant="t", subject="zeb")
+        assert text._term.cache_info().currsize == 0
+        store.compact()
+        assert text._term.cache_info().currsize == 0

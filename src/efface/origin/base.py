@@ -194,9 +194,15 @@ class WordIndex(Protocol):
         ...
 
     def doc_count(self) -> int: ...
-    def index_terms(self, words: Sequence[str]) -> list[str | None]:
+    def tenant_count(self, tenant: str) -> int:
+        """About how many records ``tenant`` (its id) holds (an index with a tenant column
+        narrows a query to it when that is a small share: ``paths.fts.NARROW``)."""
+        ...
+
+    def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
         """The term the index holds for each word (a stem, if the index stems), None for a word
-        it would not hold as one term: what verify's word probe must look for."""
+        it would not hold as one term: what verify's word probe must look for. ``remember``:
+        whether an implementation may memoise the words (not those of erased texts)."""
         ...
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:

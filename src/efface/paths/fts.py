@@ -93,9 +93,9 @@ class FullTextIndex:
         if not words:
             return [], [], False
         scoped = tenant is not None and getattr(self._text, "scoped", False)
-        df = self._text.document_frequency([*words, tenant] if scoped and tenant is not None else words)
+        df = self._text.document_frequency(words)
         dfs = [df.get(w, 0) for w, t in zip(words, terms, strict=True) if t is not None]
-        narrow = scoped and df.get(tenant or "", 0) < NARROW * self._text.doc_count()
+        narrow = scoped and self._text.tenant_count(tenant or "") < NARROW * self._text.doc_count()
         if len(words) <= 1:
             return words, dfs, narrow
         present = sorted((w for w in words if df.get(w)), key=lambda w: df[w])
@@ -151,7 +151,7 @@ class FullTextIndex:
         stems, in a stemming index; never the words or terms themselves)."""
         out = []
         for i in erased.sample:
-            terms = self._text.index_terms(query_words(erased.texts[i]))
+            terms = self._text.index_terms(query_words(erased.texts[i]), remember=False)
             out.append([self._token(t) for t in dict.fromkeys(t for t in terms if t is not None)])
         return json.dumps(out).encode()
 

@@ -56,8 +56,13 @@ class MemoryText:
             out |= s.postings.get(w, set())
         return out
 
-    def index_terms(self, words: Sequence[str]) -> list[str | None]:
-        """The term the index holds for each word: the word itself (this index does not stem)."""
+    def tenant_count(self, tenant: str) -> int:
+        """Records the tenant (its id) holds."""
+        return sum(1 for r in self._o._st().records.values() if r.tenant == tenant)
+
+    def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
+        """The term the index holds for each word: the word itself (this index does not stem
+        and memoises nothing)."""
         return list(words)
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:

@@ -83,6 +83,12 @@ class SQLiteText:
         self._tok = self._tok_db.fts5_tokenizer(*TOKENIZE_STEMMED) if self._tok_db is not None else None
         self._tok_mu = threading.Lock()
         self._term = lru_cache(maxsize=65536)(self._term_uncached)
+        self._held: dict[str, int] = {}
+        """Records per tenant id, counted once per tenant and kept up by :meth:`stage` (an
+        estimate, as ``_docs``: a rolled-back write is not taken back). Reading it from the
+        index instead (the tenant id's document frequency) walked the tenant's whole list of
+        records on every query: 2.5 ms of a 20 ms recall at 100k records."""
+        self._held_mu = threading.Lock()
 
     def stage(
         self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -104,7 +110,15 @@ class SQLiteText:
         if news:
             c.executemany(f"INSERT INTO fts(rowid, {cols}) VALUES(?, {marks})", news)
         # A running document count for the common-term cut-off (an estimate is enough).
-        self._docs += sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
+        change = sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
+        self._docs += change
+        with self._held_mu:
+            if tenant in self._held:
+                self._held[tenant] += change
+        if drops:
+            # Words met on the way (a recall's query, an erasure's evidence) are memoised with
+            # their terms: an erasure leaves none of them in this process.
+            self._term.cache_clear()
 
     def fold_index(self) -> None:
         """Re-index every record from its folded words, once, for a store whose index was fed
@@ -132,6 +146,17 @@ class SQLiteText:
     def doc_count(self) -> int:
         return self._docs
 
+    def tenant_count(self, tenant: str) -> int:
+        """About how many records ``tenant`` (its id) holds: counted in the origin the first
+        time it is asked, then kept up by the writes."""
+        with self._held_mu:
+            got = self._held.get(tenant)
+        if got is None:
+            (got,) = self._o._r().execute("SELECT count(*) FROM records WHERE tenant=?", (tenant,)).fetchone()
+            with self._held_mu:
+                got = self._held.setdefault(tenant, got)
+        return max(got, 0)
+
     def _term_uncached(self, word: str) -> str | None:
         assert self._tok is not None
         with self._tok_mu:
@@ -141,12 +166,14 @@ class SQLiteText:
         first = got[0]  # without offsets: (token, *colocated)
         return first if isinstance(first, str) else str(first[0])
 
-    def index_terms(self, words: Sequence[str]) -> list[str | None]:
+    def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
         """The term the index holds for each (folded) word: its stem in a stemming index, the
-        word itself otherwise; None for a word the tokenizer would not keep as one token."""
+        word itself otherwise; None for a word the tokenizer would not keep as one token.
+        ``remember=False`` for the words of erased texts: they are not memoised."""
         if not self.stems:
             return list(words)
-        return [self._term(w) for w in words]
+        term = self._term if remember else self._term_uncached
+        return [term(w) for w in words]
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         """Records holding each word's term (words whose term the index lacks left out)."""
