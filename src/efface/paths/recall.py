@@ -55,6 +55,7 @@ hand-off to a worker and back costs two waits for the GIL on a busy server.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -199,7 +200,7 @@ def _hybrid(
                     tie[rid] = scaled.get(rid, 0.0)
                     scores.setdefault(rid, 0.0)
             if vote:
-                best_of.update(sorted(judged, key=lambda r: (-judged[r], r))[: k // 2])
+                best_of.update(heapq.nsmallest(k // 2, judged, key=lambda r: (-judged[r], r)))
         fused = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))
         best = _keeping(fused, best_of, k)
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
