@@ -224,8 +224,8 @@ class SQLiteText:
         narrow: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
-        means there are no more to widen to; counted only when fewer than ``limit`` were
-        live, ``depth`` otherwise). One statement that returns one row (every row a statement
+        means there are no more to widen to; counted, in the same statement, only when fewer
+        than ``limit`` were live, ``depth`` otherwise). One statement that returns one row (every row a statement
         returns is a wait for the GIL on a busy server: origin.py's docstring): the index
         ranks ``depth`` matches, and the origin checks them live best first, stopping at the
         ``limit``-th live one (the outer query keeps the ranked order, so SQLite does no
@@ -242,30 +242,25 @@ class SQLiteText:
             score = "bm25(fts, 1.0, 0.0)"
         else:
             match, score = _match(words), "bm25(fts)"
-        (got,) = (
+        got, seen = (
             self._o._r()
             .execute(
-                "SELECT json_group_array(json_array(rowid, -score) ORDER BY score) FROM ("
+                # CASE is lazy: the matches are counted only when the live ones fell short
+                "SELECT j, CASE WHEN json_array_length(j) < ? THEN"
+                " (SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)) END"
+                " FROM (SELECT json_group_array(json_array(rowid, -score) ORDER BY score) AS j FROM ("
                 f"SELECT i.rowid, i.score FROM (SELECT rowid, {score} AS score FROM fts WHERE fts MATCH ?"
                 " ORDER BY score LIMIT ?) i"
                 # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
                 f" JOIN records r ON r.id=i.rowid AND +r.tenant=? WHERE {NOT_QUARANTINED}"
                 f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})"
-                " ORDER BY i.score LIMIT ?)",
-                [match, depth, tenant, purpose, now, *extra, limit],
+                " ORDER BY i.score LIMIT ?))",
+                [limit, match, depth, match, depth, tenant, purpose, now, *extra, limit],
             )
             .fetchone()
         )
-        rows = json.loads(got) if got is not None else []
-        found = [(r[0], r[1]) for r in rows]
-        if len(found) >= limit:
-            return found, depth
-        (seen,) = (
-            self._o._r()
-            .execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (match, depth))
-            .fetchone()
-        )
-        return found, seen
+        found = [(r[0], r[1]) for r in json.loads(got)] if got is not None else []
+        return found, (depth if seen is None else seen)
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
