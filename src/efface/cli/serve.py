@@ -75,7 +75,21 @@ def _mcp_hook(
     is_flag=True,
     help="/mcp: let the forget tool take everything=true (forget the key's whole tenant): for a tenant per person.",
 )
-@_common_options()
+@click.option(
+    "--embedder",
+    type=click.Choice(["hashing", "minilm"]),
+    expose_value=False,
+    callback=_setter("embedder"),
+    help="Embedder for a new store (default: the store's own, else the best installed).",
+)
+@click.option(
+    "--store",
+    metavar="DIR",
+    expose_value=False,
+    callback=_setter("store"),
+    help="The store's directory (or EFFACE_STORE; created if missing).",
+)
+@_common_options(store=False)
 def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everything) -> None:
     """Serve the store over HTTP (/v1/..., /docs, /openapi.json; /mcp when available) until
     interrupted. Clients need an API key: `efface keys create --tenant T`. A new store gets
