@@ -20,12 +20,12 @@ import json
 import math
 import threading
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import apsw
 
 from ...text import index_text
+from ...text import words as text_words
 from .edge import guarded, savepoint
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -65,6 +65,11 @@ FTS5_K1_PLUS_1 = 2.2
 term adds at most (k1 + 1) x its idf."""
 
 
+TERM_MEMO = 65536
+"""Words whose terms are memoised at most (the memo starts again when full)."""
+_UNKNOWN = object()
+
+
 @guarded
 class SQLiteText:
     def __init__(self, origin: SQLiteOrigin):
@@ -82,7 +87,10 @@ class SQLiteText:
         self._tok_db = apsw.Connection(":memory:") if self.stems else None
         self._tok = self._tok_db.fts5_tokenizer(*TOKENIZE_STEMMED) if self._tok_db is not None else None
         self._tok_mu = threading.Lock()
-        self._term = lru_cache(maxsize=65536)(self._term_uncached)
+        self._terms: dict[str, str | None] = {}
+        """Each word's term (its stem), memoised: a recall's query words, met again and again.
+        An erasure takes its texts' words out (:meth:`stage`)."""
+        self._terms_mu = threading.Lock()
         self._held: dict[str, int] = {}
         """Records per tenant id, counted once per tenant and kept up by :meth:`stage` (an
         estimate, as ``_docs``: a rolled-back write is not taken back). Reading it from the
@@ -116,9 +124,14 @@ class SQLiteText:
             if tenant in self._held:
                 self._held[tenant] += change
         if drops:
-            # Words met on the way (a recall's query, an erasure's evidence) are memoised with
-            # their terms: an erasure leaves none of them in this process.
-            self._term.cache_clear()
+            # The words of what goes are taken out of the memo of terms (a recall may have put
+            # them there): an erasure leaves none of them in this process. Only those: clearing
+            # the whole memo at every forget made every recall tokenize its words again, each
+            # word one more wait for the GIL on a busy server.
+            gone = {w for rid in drops if rid in tx.old_texts for w in text_words(tx.old_texts[rid])}
+            with self._terms_mu:
+                for w in gone:
+                    self._terms.pop(w, None)
 
     def fold_index(self) -> None:
         """Re-index every record from its folded words, once, for a store whose index was fed
@@ -174,6 +187,17 @@ class SQLiteText:
             return list(words)
         term = self._term if remember else self._term_uncached
         return [term(w) for w in words]
+
+    def _term(self, word: str) -> str | None:
+        got = self._terms.get(word, _UNKNOWN)
+        if got is not _UNKNOWN:
+            return got  # type: ignore[return-value]
+        term = self._term_uncached(word)
+        with self._terms_mu:
+            if len(self._terms) >= TERM_MEMO:
+                self._terms.clear()
+            self._terms[word] = term
+        return term
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         """Records holding each word's term (words whose term the index lacks left out)."""
