@@ -169,7 +169,7 @@ class PathState:
     """True when nothing erased can leave the store through this path right now."""
     erased_epoch: int = 0
     """The newest epoch whose erased bytes are physically gone from this path's files
-    (origin: WAL checkpointed; fts: segments merged; ann: index file saved)."""
+    (origin: WAL checkpointed; fts: deleted entries out of its pages; ann: index file saved)."""
     measured_propagation_s: float | None = None
     """The longest time, measured by this process, this path took to absorb an erasure
     after its acknowledgement (None: none measured yet)."""

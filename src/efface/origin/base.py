@@ -247,6 +247,10 @@ class WordIndex(Protocol):
 
     def count_matches(self, words: Sequence[str], cap: int) -> int: ...
     def terms(self) -> Iterable[str]: ...
+    def terms_of_erased(self, ids: Sequence[int]) -> Iterable[str] | None:
+        """The words of the erased ``ids``' texts the index still held right after their
+        delete, when this process deleted them (answered once); None: ask :meth:`terms`."""
+
     def matching_ids(self, terms: Sequence[str], ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the index still holds under any of ``terms`` (as :meth:`terms`
         lists them, not words: a stem is matched as it is, not stemmed again)."""

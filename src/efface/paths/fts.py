@@ -2,7 +2,9 @@
 
 The index lives in the origin and is staged inside the origin's transaction, so a deleted
 row can never match again: this path's applied epoch never lags. Its erased epoch is the
-origin's purge (the merge that drops deleted tokens from the segments). Queries keep only
+origin's too: the delete takes the row's entries out of the index pages in the same
+transaction (FTS5 ``secure-delete``, see ``origin/sqlite/separators.py``); only a store that
+cannot show that waits for the compactor's merge. Queries keep only
 their rarest words within a budget of postings (see :data:`POSTING_BUDGET`), then widen the
 ranked list while the tenant, purpose and subject filters thin it.
 """
@@ -162,8 +164,11 @@ class FullTextIndex:
         per_record = json.loads(evidence or b"[]")
         wanted = {h for words in per_record for h in words}
         recovered: dict[int, str] = {}
+        # The words the index still held right after the delete, when this process made it
+        # (the first verify after a forget); else every word the index holds.
+        kept = self._text.terms_of_erased(erased) if wanted else None
         if wanted:
-            for n, term in enumerate(self._text.terms()):
+            for n, term in enumerate(self._text.terms() if kept is None else kept):
                 if n % 2048 == 0:
                     foreground.give_way()  # verify runs beside reads: recalls first
                 h = self._token(term)
@@ -188,6 +193,12 @@ class FullTextIndex:
                 if leaked
                 else f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
                 f"(used by live records), {missing} are gone; {probes} queries matched no erased record"
+                + (
+                    ""
+                    if kept is None
+                    else " (the words the index still held right after the delete, kept in this process, "
+                    "instead of a walk of its whole vocabulary)"
+                )
             ),
             t0,
         )
@@ -199,8 +210,9 @@ class FullTextIndex:
             "fts.erased",
             "erased",
             "pass" if purged >= epoch else "fail",
-            f"full-text segments merged at epoch {purged} (erasure epoch {epoch}): deleted entries are dropped "
-            "by the merge and the freed pages zeroed (secure_delete)",
+            f"full-text index purged up to epoch {purged} (erasure epoch {epoch}): deleted entries are taken "
+            "out of their pages in the delete's transaction, or dropped by a merge where that cannot be shown, "
+            "and the freed pages zeroed (secure_delete)",
             t0,
         )
 

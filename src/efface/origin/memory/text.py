@@ -132,6 +132,10 @@ class MemoryText:
         """Every word the index holds."""
         return list(self._o._st().postings)
 
+    def terms_of_erased(self, ids: Sequence[int]) -> None:
+        """Not kept here: walking this index's words costs little (see :meth:`terms`)."""
+        return None
+
     def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the index still matches for any of ``words``."""
         found = self._matches(self._o._st(), words)

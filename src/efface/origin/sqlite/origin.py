@@ -94,10 +94,12 @@ class SQLiteOrigin:
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)
             self._c.execute(PATH_EVIDENCE)
-            # Deleted tokens are purged by merging (see .text), not rewritten per delete. Set
-            # once: an open that writes nothing can still serve reads on a full disk.
-            if self._c.execute("SELECT 1 FROM fts_config WHERE k='secure-delete' AND v=0").fetchone() is None:
-                self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 0)")
+            # A delete takes the row's entries out of the index pages at once (see .text and
+            # .separators), so an erasure rewrites the pages it touched instead of merging the
+            # whole index. Set once: an open that writes nothing can still serve reads on a
+            # full disk.
+            if self._c.execute("SELECT 1 FROM fts_config WHERE k='secure-delete' AND v=1").fetchone() is None:
+                self._c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 1)")
         if new:
             fsync_dir(os.path.dirname(os.path.abspath(path)))
         schema = self.meta_get("schema")

@@ -1,11 +1,14 @@
 """The SQLite origin's word index: FTS5, external-content over ``records`` (no copy of the text).
 
 It is updated inside the origin's transaction (the ``'delete'`` command, given the text the
-row was indexed from), so a deleted row can never match again. The deleted row's *tokens*
-stay in the index segments behind a delete marker until the segments are merged. FTS5's
-``secure-delete`` option would rewrite them at once, but we measured it at ~150 ms per
-100-record forget on a 100k store, so the compactor purges instead: ``optimize`` merges the
-segments, dropping deleted entries, and :meth:`SQLiteText.purged_epoch` says up to where.
+row was indexed from), so a deleted row can never match again. With FTS5's ``secure-delete``
+option the deleted row's entries leave the index pages in that same transaction, and the page
+separators they leave behind are rewritten there too (:mod:`.separators`): an erasure costs
+the pages it touches, not the index. (Until session 10 the index kept deleted tokens behind a
+delete marker and the compactor merged the whole index, ``optimize``: 1.5 s at 1M records
+whatever the erasure's size, with the writer held.) A store whose index does not stem, or a
+separator that cannot be rewritten, still marks the index for that merge:
+:meth:`SQLiteText.purge` runs it and :meth:`SQLiteText.purged_epoch` says up to where.
 
 Stores made since the index stems (FTS5's ``porter`` tokenizer over ``unicode61``) hold
 English stems ("runs", "running" -> "run"); a store made before keeps the tokenizer it was
@@ -27,6 +30,7 @@ import apsw
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
+from .separators import rewrite_stale
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +69,8 @@ FTS5_K1_PLUS_1 = 2.2
 term adds at most (k1 + 1) x its idf."""
 
 
+KEPT_IDS = 100_000
+"""Erased records whose still-held words are remembered for verify's first probe at most."""
 TERM_MEMO = 65536
 """Words whose terms are memoised at most (the memo starts again when full)."""
 _UNKNOWN = object()
@@ -97,6 +103,8 @@ class SQLiteText:
         index instead (the tenant id's document frequency) walked the tenant's whole list of
         records on every query: 2.5 ms of a 20 ms recall at 100k records."""
         self._held_mu = threading.Lock()
+        self._kept: dict[int, tuple[str, ...]] = {}
+        self._kept_mu = threading.Lock()
 
     def stage(
         self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -109,12 +117,22 @@ class SQLiteText:
         # (and, in a scoped index, the same tenant: a record never changes tenant).
         extra: tuple[str, ...] = (tenant,) if self.scoped else ()
         cols, marks = ("text, tenant", "?,?") if self.scoped else ("text", "?")
-        olds = [(rid, index_text(tx.old_texts[rid]), *extra) for rid in (*puts, *drops) if rid in tx.old_texts]
+        folded = {rid: index_text(tx.old_texts[rid]) for rid in (*puts, *drops) if rid in tx.old_texts}
+        olds = [(rid, text, *extra) for rid, text in folded.items()]
         news = [(rid, index_text(texts[rid]), *extra) for rid in puts]
         if olds:
+            # secure-delete: the rows' entries leave the index pages here, in this transaction;
+            # the separators they leave behind are rewritten too (see .separators). Where that
+            # cannot be shown, the index is marked for a merge, in the same transaction: a
+            # crash cannot lose the need to purge.
             c.executemany(f"INSERT INTO fts(fts, rowid, {cols}) VALUES('delete', ?, {marks})", olds)
-            # in the same transaction: a crash cannot lose the need to purge
-            c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
+            clean = False
+            if self._tok is not None:
+                words = {rid: self._tokens([text]) for rid, text in folded.items()}
+                clean, left = rewrite_stale(c, self._tokens(extra) | set().union(*words.values()))
+                self._remember_kept({rid: words[rid] & left for rid in drops if rid in words})
+            if not clean:
+                c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
         if news:
             c.executemany(f"INSERT INTO fts(rowid, {cols}) VALUES(?, {marks})", news)
         # A running document count for the common-term cut-off (an estimate is enough).
@@ -169,6 +187,41 @@ class SQLiteText:
             with self._held_mu:
                 got = self._held.setdefault(tenant, got)
         return max(got, 0)
+
+    def _remember_kept(self, kept: dict[int, set[str]]) -> None:
+        """Keep which words of each erased record's text the index still held right after the
+        delete: other records' words, never an erased one (those are gone from it). verify's
+        first probe of the erasure asks for just these (:meth:`terms_of_erased`) instead of
+        walking the whole vocabulary (1 s at 1M records). Kept before the commit: if the
+        transaction rolls back, the ids stay live and a later erasure of them replaces this."""
+        with self._kept_mu:
+            for rid, terms in kept.items():
+                self._kept.pop(rid, None)
+                self._kept[rid] = tuple(sorted(terms))
+            while len(self._kept) > KEPT_IDS:
+                self._kept.pop(next(iter(self._kept)))
+
+    def terms_of_erased(self, ids: Sequence[int]) -> list[str] | None:
+        """The words of the erased ``ids``' texts that the index still held right after their
+        delete, in this process (see :meth:`_remember_kept`); each id is answered once. None
+        when an id is not known here (erased by another process, or the memo let it go): ask
+        :meth:`terms` then. A word another record gave the index after the delete cannot lead
+        to an erased id (ids are never reused), and one left for an erased id by a failed
+        delete was still held, so it is here."""
+        with self._kept_mu:
+            if any(i not in self._kept for i in ids):
+                return None
+            return sorted({t for i in ids for t in self._kept.pop(i)})
+
+    def _tokens(self, values: Iterable[str]) -> set[str]:
+        """Every term the index's tokenizer makes of ``values`` (a stemming index only)."""
+        assert self._tok is not None
+        out: set[str] = set()
+        with self._tok_mu:
+            for value in values:
+                for got in self._tok(value.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False):
+                    out.add(got if isinstance(got, str) else str(got[0]))
+        return out
 
     def _term_uncached(self, word: str) -> str | None:
         assert self._tok is not None
