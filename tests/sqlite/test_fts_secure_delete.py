@@ -124,7 +124,7 @@ def test_rewrite_stale_keeps_a_separator_a_live_term_begins_with(tmp_path):
     """Unit: a separator that is a live term's prefix is that term's bytes, and stays."""
     c = apsw.Connection(str(tmp_path / "u.db"))
     c.execute("CREATE VIRTUAL TABLE fts USING fts5(text)")
-    c.execute("CREATE VIRTUAL TABLE fts_vocab USING fts5vocab(fts, 'row')")
+    c.execute("CREATE VIRTUAL TABLE fts_inst USING fts5vocab(fts, 'instance')")
     c.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', 64)")
     c.execute("INSERT INTO fts(fts, rank) VALUES('secure-delete', 1)")
     rng = random.Random(1)

@@ -37,8 +37,11 @@ def rewrite_stale(c: Any, terms: Iterable[str]) -> tuple[bool, set[str]]:
     left: set[str] = set()
     if not wanted:
         return True, left
-    for chunk, marks in in_chunks(wanted):
-        left.update(r[0] for r in c.execute(f"SELECT term FROM fts_vocab WHERE term IN ({marks})", chunk))
+    # One instance is enough to know a term is still held: the 'row' vocabulary would count
+    # every row of each term (a tenant's term is in every one of its rows: 42 ms at 1M).
+    for term in wanted:
+        if c.execute("SELECT 1 FROM fts_inst WHERE term=? LIMIT 1", (term,)).fetchone() is not None:
+            left.add(term)
     gone = [t.encode("utf-8") for t in wanted if t not in left]
     prefixes = sorted({MAIN + g[:k] for g in gone for k in range(1, len(g) + 1)})
     found: list[tuple[int, bytes]] = []
@@ -52,7 +55,7 @@ def rewrite_stale(c: Any, terms: Iterable[str]) -> tuple[bool, set[str]]:
         # multi-byte character is compared from its whole characters: the answer is then
         # checked byte-wise below.
         row = c.execute(
-            "SELECT term FROM fts_vocab WHERE term >= ? LIMIT 1", (sep.decode("utf-8", errors="ignore"),)
+            "SELECT term FROM fts_inst WHERE term >= ? LIMIT 1", (sep.decode("utf-8", errors="ignore"),)
         ).fetchone()
         if row is None:
             return False, left

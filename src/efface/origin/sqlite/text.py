@@ -371,7 +371,7 @@ class SQLiteText:
             out.update(row[0] for row in r.execute("SELECT doc FROM fts_inst WHERE term=?", (t,)) if row[0] in wanted)
         if not direct:
             return sorted(out)
-        if sum(self.document_frequency(direct).values()) <= READ_WHOLE_PER_ID * len(ids):
+        if self._postings_at_most(r, direct, READ_WHOLE_PER_ID * len(ids)):
             rows = r.execute("SELECT rowid FROM fts WHERE fts MATCH ?", (_match(direct),))
             out.update(row[0] for row in rows if row[0] in wanted)
             return sorted(out)
@@ -383,6 +383,21 @@ class SQLiteText:
                 )
             )
         return sorted(out)
+
+    @staticmethod
+    def _postings_at_most(r: apsw.Connection, terms: Sequence[str], cap: int) -> bool:
+        """Whether ``terms`` hold at most ``cap`` postings in all, counting no further than
+        ``cap`` (instances, at least as many as rows): the exact document frequency reads a
+        common term's whole doclist (30 ms for "and" at 1M records)."""
+        total = 0
+        for t in terms:
+            row = r.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM fts_inst WHERE term=? LIMIT ?)", (t, cap - total + 1)
+            ).fetchone()
+            total += row[0] if row else 0
+            if total > cap:
+                return False
+        return True
 
     def purge(self) -> bool:
         """Merge the index segments if any row was deleted since the last merge, so no deleted
