@@ -16,12 +16,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..origin.base import Tx
-from ..paths.base import Erased, ReadPath
+from ..paths.base import Erased, ReadPath, probe_sample
 from .fingerprint import VECTOR_REGION, Fingerprinter, Fingerprints
-
-PROBE_SAMPLE = 16
-"""Erased records whose words and neighbours are kept for probes (a sample bounds the
-cost of a forget; the byte scan covers every record)."""
 
 
 def id_blob(ids: Sequence[int]) -> bytes:
@@ -57,7 +53,7 @@ class Evidence:
         fp = Fingerprints()
         if keys:  # subject data keys destroyed by this erasure (crypto-shredding of backups)
             self._fp.add_many(fp, "datakey", list(keys))
-        sample = tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])
+        sample = probe_sample(ids)
         erased = Erased(
             tenant,
             tuple(ids),
