@@ -139,3 +139,17 @@ def test_rewrite_stale_keeps_a_separator_a_live_term_begins_with(tmp_path):
     assert clean and len(left) == 800
     assert {bytes(r[0]) for r in c.execute("SELECT term FROM fts_idx")} == before
     c.close()
+
+
+def test_an_index_that_does_not_delete_in_place_waits_for_the_merge(tmp_path):
+    """If secure-delete were not on, the in-place claim would be false: the merge is asked for."""
+    rng = random.Random(5)
+    store, _words = _store(tmp_path / "s", rng, people=4, each=5)
+    try:
+        o = store._origin
+        assert o.text.secure
+        o.text.secure = False
+        r = store.forget(tenant="t", subject="p2")
+        assert o.meta_get(sqlite_text.DIRTY) == "1" and o.text.purged_epoch() < r.epoch
+    finally:
+        store.close()

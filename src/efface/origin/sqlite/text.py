@@ -93,6 +93,9 @@ class SQLiteText:
         sql = r.execute("SELECT sql FROM sqlite_schema WHERE name='fts'").fetchone()[0]
         self.stems = "porter" in sql.lower()
         """Whether this store's index holds stems (stores made before stemming do not)."""
+        self.secure = r.execute("SELECT 1 FROM fts_config WHERE k='secure-delete' AND v=1").fetchone() is not None
+        """Whether the index deletes in place (FTS5 ``secure-delete``, set when the origin opens);
+        if not, every delete marks the index for the compactor's merge."""
         self.scoped = "tenant" in {row[0] for row in r.execute("SELECT name FROM pragma_table_info('fts')")}
         """Whether this store's index holds each record's tenant (stores made before it do
         not: their queries rank every tenant's matches and keep their own tenant's after)."""
@@ -146,8 +149,9 @@ class SQLiteText:
             if self._tok is not None:
                 words = {rid: self._tokens([text]) for rid, text in folded.items()}
                 erased_terms = set().union(*(words[rid] for rid in drops if rid in words))
-                clean, left = rewrite_stale(c, self._tokens(extra) | set().union(*words.values()))
-                self._remember_kept({rid: words[rid] & left for rid in drops if rid in words})
+                if self.secure:
+                    clean, left = rewrite_stale(c, self._tokens(extra) | set().union(*words.values()))
+                    self._remember_kept({rid: words[rid] & left for rid in drops if rid in words})
             if not clean:
                 c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
         if news:
