@@ -5,7 +5,7 @@ Every type has a ``to_dict()`` that gives the JSON shape the CLI prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -329,3 +329,14 @@ class Verification:
         d["checks"] = [c.to_dict() for c in self.checks]
         d["scanned_files"] = list(self.scanned_files)
         return d
+
+
+PROBE_SAMPLE = 16
+"""Erased records whose words and neighbours are kept for probes (a sample bounds the
+cost of a forget; the byte scan covers every record)."""
+
+
+def probe_sample(ids: Sequence[int]) -> tuple[int, ...]:
+    """The erased records (``ids`` sorted, as the evidence keeps them) whose words and
+    neighbours are kept for probes: the same ones at forget time and at every verify."""
+    return tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])

@@ -95,7 +95,7 @@ def test_an_erasure_leaves_no_separator_of_its_words_and_needs_no_merge(tmp_path
 
 def test_without_the_rewrite_the_separators_keep_erased_prefixes(tmp_path, monkeypatch):
     """The check above can fail: secure-delete alone leaves them."""
-    monkeypatch.setattr(sqlite_text, "rewrite_stale", lambda c, terms: (True, set()))
+    monkeypatch.setattr(sqlite_text, "rewrite_stale", lambda c, terms: True)
     rng = random.Random(7)
     store, words = _store(tmp_path / "s", rng)
     try:
@@ -106,7 +106,7 @@ def test_without_the_rewrite_the_separators_keep_erased_prefixes(tmp_path, monke
 
 
 def test_a_separator_it_cannot_rewrite_asks_for_the_merge(tmp_path, monkeypatch):
-    monkeypatch.setattr(sqlite_text, "rewrite_stale", lambda c, terms: (False, set()))
+    monkeypatch.setattr(sqlite_text, "rewrite_stale", lambda c, terms: False)
     rng = random.Random(3)
     store, _words = _store(tmp_path / "s", rng, people=4, each=5)
     try:
@@ -135,8 +135,8 @@ def test_rewrite_stale_keeps_a_separator_a_live_term_begins_with(tmp_path):
     c.execute("INSERT INTO fts(fts) VALUES('optimize')")
     before = {bytes(r[0]) for r in c.execute("SELECT term FROM fts_idx")}
     with c:
-        clean, left = separators.rewrite_stale(c, [w for t in rows for w in t.split()])  # nothing deleted
-    assert clean and len(left) == 800
+        assert separators.rewrite_stale(c, [w for t in rows for w in t.split()])  # nothing deleted
+        assert len(separators.still_held(c, [w for t in rows for w in t.split()] + ["qnotaword"])) == 800
     assert {bytes(r[0]) for r in c.execute("SELECT term FROM fts_idx")} == before
     c.close()
 

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..model import probe_sample
 from ..origin.base import Tx
-from ..paths.base import Erased, ReadPath, probe_sample
+from ..paths.base import Erased, ReadPath
 from .fingerprint import VECTOR_REGION, Fingerprinter, Fingerprints
 
 

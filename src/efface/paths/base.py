@@ -20,16 +20,6 @@ import numpy as np
 
 from ..model import Check
 
-PROBE_SAMPLE = 16
-"""Erased records whose words and neighbours are kept for probes (a sample bounds the
-cost of a forget; the byte scan covers every record)."""
-
-
-def probe_sample(ids: Sequence[int]) -> tuple[int, ...]:
-    """The erased records (``ids`` sorted, as the evidence keeps them) whose words and
-    neighbours are kept for probes: the same ones at forget time and at every verify."""
-    return tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])
-
 
 @dataclass(frozen=True)
 class Query:

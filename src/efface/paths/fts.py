@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 
 from .. import foreground
-from ..model import Check
+from ..model import Check, probe_sample
 from ..origin.base import WordIndex
 from ..text import query_words
-from .base import Erased, Held, Query, check, probe_sample
+from .base import Erased, Held, Query, check
 
 MAX_FTS_CANDIDATES = 20000
 POSTING_BUDGET = 20000
@@ -166,7 +166,7 @@ class FullTextIndex:
         recovered: dict[int, str] = {}
         # The words the index still held right after the delete, when this process made it
         # (the first verify after a forget); else every word the index holds.
-        kept = self._text.terms_of_erased(erased) if wanted else None
+        kept = self._text.terms_of_erased(probe_sample(erased)) if wanted else None
         if wanted:
             for n, term in enumerate(self._text.terms() if kept is None else kept):
                 if n % 2048 == 0:

@@ -18,37 +18,33 @@ is: its bytes are that row's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
-
-from .tx import in_chunks
 
 MAIN = b"0"
 """The byte FTS5 puts before every term of its main index (prefix indexes use others)."""
 
 
-def rewrite_stale(c: Any, terms: Iterable[str]) -> tuple[bool, set[str]]:
+def rewrite_stale(c: Any, terms: Iterable[str]) -> bool:
     """Rewrite every separator in ``fts_idx`` that is a prefix of one of ``terms`` (the
     deleted rows' terms) and of no term the index still holds. Runs on the writer ``c``,
     in the transaction that deleted the rows, after the deletes. Returns whether every
-    stale separator was rewritten (if not, the index must be merged: ``optimize``), and
-    which of ``terms`` the index still holds (other rows' words)."""
-    wanted = sorted(set(terms))
-    left: set[str] = set()
-    if not wanted:
-        return True, left
-    # One instance is enough to know a term is still held: the 'row' vocabulary would count
-    # every row of each term (a tenant's term is in every one of its rows: 42 ms at 1M).
-    for term in wanted:
-        if c.execute("SELECT 1 FROM fts_inst WHERE term=? LIMIT 1", (term,)).fetchone() is not None:
-            left.add(term)
-    gone = [t.encode("utf-8") for t in wanted if t not in left]
-    prefixes = sorted({MAIN + g[:k] for g in gone for k in range(1, len(g) + 1)})
-    found: list[tuple[int, bytes]] = []
-    for chunk, marks in in_chunks(prefixes):
-        found.extend(
-            (int(s), bytes(k)) for s, k in c.execute(f"SELECT segid, term FROM fts_idx WHERE term IN ({marks})", chunk)
+    stale separator was rewritten (if not, the index must be merged: ``optimize``).
+
+    The separators that could be stale are found first, in one pass over ``fts_idx`` (a
+    few rows per thousand records), then each is looked up once: looking every deleted
+    term up instead cost 0.17 ms a term, most of a 100-record forget."""
+    prefixes = sorted({MAIN + t.encode("utf-8")[:k] for t in set(terms) for k in range(1, len(t.encode("utf-8")) + 1)})
+    if not prefixes:
+        return True
+    found = [
+        (int(s), bytes(k))
+        for s, k in c.execute(
+            "SELECT segid, term FROM fts_idx WHERE term IN (SELECT unhex(value) FROM json_each(?))",
+            (json.dumps([p.hex() for p in prefixes]),),
         )
+    ]
     for segid, key in found:
         sep = key[len(MAIN) :]
         # The smallest term held at or after the separator. A separator cut inside a
@@ -58,11 +54,17 @@ def rewrite_stale(c: Any, terms: Iterable[str]) -> tuple[bool, set[str]]:
             "SELECT term FROM fts_inst WHERE term >= ? LIMIT 1", (sep.decode("utf-8", errors="ignore"),)
         ).fetchone()
         if row is None:
-            return False, left
+            return False
         nxt = row[0].encode("utf-8")
         if nxt.startswith(sep):
             continue  # a live term's prefix: its bytes are that row's
         if nxt < sep:
-            return False, left
+            return False
         c.execute("UPDATE fts_idx SET term=? WHERE segid=? AND term=?", (MAIN + nxt, segid, key))
-    return True, left
+    return True
+
+
+def still_held(c: Any, terms: Iterable[str]) -> set[str]:
+    """Which of ``terms`` the index still holds (one instance is enough: the 'row'
+    vocabulary would count every row of each term, 42 ms for a tenant's term at 1M)."""
+    return {t for t in set(terms) if c.execute("SELECT 1 FROM fts_inst WHERE term=? LIMIT 1", (t,)).fetchone()}
