@@ -153,3 +153,19 @@ def test_an_index_that_does_not_delete_in_place_waits_for_the_merge(tmp_path):
         assert o.meta_get(sqlite_text.DIRTY) == "1" and o.text.purged_epoch() < r.epoch
     finally:
         store.close()
+
+
+def test_the_page_reader_reads_every_separators_page(tmp_path):
+    """separators._first_term against a real index: every separator is a prefix of the first
+    term on its page (which is what the rewrite relies on)."""
+    rng = random.Random(11)
+    store, _words = _store(tmp_path / "s", rng, people=20, each=20)
+    try:
+        c = store._origin._r()
+        rows = [(s, bytes(k), p) for s, k, p in c.execute("SELECT segid, term, pgno FROM fts_idx") if len(k) > 1]
+        assert len(rows) > 50
+        for segid, key, pgno in rows:
+            first = separators._first_term(c, segid, pgno >> 1)
+            assert first is not None and first.startswith(key), (segid, key, pgno)
+    finally:
+        store.close()
