@@ -184,13 +184,20 @@ class Erasures:
                 # No compactor thread: do its work here.
                 self.compactor.run(persist=until == "erased" and not st.erased)
                 st = self.status(handle, tenant)
+            if until == "erased" and not scanned and self.propagation.origin_files_erased(st.epoch):
+                # The origin's files are done: scan them now, while the compactor may still
+                # be saving the other paths' files (the two overlap on a big store).
+                scanned = True
+                settled = not self._origin_residue(handle) or self._rewrite_origin()
+                st = self.status(handle, tenant)
+            elif until == "erased" and scanned and not settled and st.erased:
+                # a reader held the rewrite's checkpoint back: once more
+                settled = self.origin.physical.checkpoint()  # type: ignore[attr-defined]
             done = st.erased if until == "erased" else st.settled
             if done and until == "erased":
-                if not scanned:
+                if not scanned:  # erased without the origin's files done (no such path today)
                     scanned = True
                     settled = not self._origin_residue(handle) or self._rewrite_origin()
-                elif not settled:  # a reader held the rewrite's checkpoint back: once more
-                    settled = self.origin.physical.checkpoint()  # type: ignore[attr-defined]
                 done = settled
             if done or time.monotonic() >= deadline:
                 return st

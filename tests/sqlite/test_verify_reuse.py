@@ -1,7 +1,7 @@
 """verify does not read again the pages of origin.db that wait() scanned for the same erasure
 and that nothing wrote since (the origin's page log, ``origin/sqlite/gaps.py``); every page
-written since, the WAL and every other file are scanned, and the earlier hits are judged
-again. Real SQLite files."""
+written since, the WAL and every other file are scanned; the earlier hits in live cells of
+unchanged pages are counted as live, the others judged again. Real SQLite files."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_earlier_hits_stand_when_no_page_of_their_file_was_read_again():
     import numpy as np
 
     from efface.erasure.fingerprint import Hits
-    from efface.erasure.verify import _merged
+    from efface.erasure.verify import Earlier, _merged
 
     def hits(offsets):
         n = len(offsets)
@@ -108,10 +108,71 @@ def test_earlier_hits_stand_when_no_page_of_their_file_was_read_again():
             np.zeros(n, np.uint64),
         )
 
-    old = hits([4096, 8200])
+    old = Earlier("origin.db", hits([4096, 8200]), np.asarray([16384], dtype=np.int64))
     for only in ({}, {"/s/origin.db": []}, None):
         merged = _merged(hits([]), ("/s/origin.db", old), only)
         assert sorted(merged.offset.tolist()) == [4096, 8200]
     # a hit inside a range read again is replaced by what that read found
     merged = _merged(hits([8300]), ("/s/origin.db", old), {"/s/origin.db": [(8192, 12288)]})
     assert sorted(merged.offset.tolist()) == [4096, 8300]
+
+
+def test_outside_keeps_offsets_in_no_range():
+    import numpy as np
+
+    from efface.erasure.verify import _outside
+
+    offsets = np.asarray([0, 8191, 8192, 12287, 12288, 20000, 30000], dtype=np.int64)
+    assert _outside(offsets, []).all()
+    got = _outside(offsets, [(8192, 12288), (19992, 20008)])
+    assert got.tolist() == [True, True, False, False, True, False, True]
+
+
+def live_windows(v) -> int:
+    import re
+
+    detail = next(c for c in v.checks if c.name == "bytes").detail
+    m = re.search(r"(\d+) windows are held by live records", detail)
+    return int(m.group(1)) if m else 0
+
+
+def forgotten(store, subject: str) -> str:
+    r = store.forget(tenant=TENANT, subject=subject)
+    assert store.wait(r.handle).erased  # wait scans origin.db for this erasure
+    return r.handle
+
+
+def verified(store, handle: str, reuse: bool):
+    if not reuse:
+        store._verifier._clean.clear()  # as if wait had not scanned: verify reads every byte
+    v = store.verify(handle)
+    assert v.level == "erased", [c.to_dict() for c in v.failed]
+    detail = next(c for c in v.checks if c.name == "bytes").detail
+    assert ("not read again" in detail) == reuse
+    return v
+
+
+def test_live_copies_found_by_wait_are_counted_not_judged_again(open_raw):
+    """Live copies of the erased text that wait's scan found in unchanged pages are counted
+    by verify as they were: the same number a verify reading every byte finds; a live copy
+    whose record is forgotten after wait is not counted (its page was rewritten, read again)."""
+    store = open_raw()
+    fill(store, 600)
+    text = "amber birch cedar delta echo foxtrot golf hotel india juliet"
+    for i in range(5):
+        store.write(f"b{i}", text, tenant=TENANT, subject=f"bob-{i}", purpose=PURPOSE)
+    for name in ("alice", "alan", "carol", "dave"):
+        store.write(name, text, tenant=TENANT, subject=name, purpose=PURPOSE)
+    store.compact()
+    # both forgotten before either is verified: the two verifications see the same live copies
+    alice, alan = forgotten(store, "alice"), forgotten(store, "alan")
+    reused = verified(store, alice, reuse=True)
+    assert "hits in live cells then still in them" in next(c for c in reused.checks if c.name == "bytes").detail
+    full = verified(store, alan, reuse=False)
+    assert live_windows(reused) == live_windows(full) > 0
+
+    carol, dave = forgotten(store, "carol"), forgotten(store, "dave")  # their scans count bob-0's copy ...
+    forgotten(store, "bob-0")  # ... which goes now
+    later = verified(store, carol, reuse=True)
+    fresh = verified(store, dave, reuse=False)
+    assert live_windows(later) == live_windows(fresh) < live_windows(full)

@@ -52,6 +52,13 @@ class Propagation:
     def applied_epochs(self) -> dict[str, int]:
         return {p.name: p.applied_epoch() for p in self._paths}
 
+    def origin_files_erased(self, epoch: int) -> bool:
+        """Whether the erasure at ``epoch`` is gone from the origin's own files: the origin's
+        and every synchronous path's (they live in those files) erased epochs reached it."""
+        if self._origin.erased_epoch() < epoch:
+            return False
+        return all(p.erased_epoch() >= epoch for p in self._paths if p.synchronous)
+
     def erased_epochs(self) -> dict[str, int]:
         """Per path (the origin included), the newest epoch whose erased bytes are gone."""
         out = {"origin": self._origin.erased_epoch()}

@@ -46,6 +46,20 @@ KEEP_SCANS, KEEP_HITS = 16, 2_000_000
 and the most hits one may hold (40 bytes each): a scan not kept only costs verify a full one."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """What a clean scan of the origin's database file by :meth:`Verifier.origin_residue`
+    leaves for the next verify of the same erasure."""
+
+    file: str
+    hits: Hits
+    """Hits in the file that were not in live cells (judged again by verify)."""
+    live: np.ndarray
+    """Offsets of the hits that lay in live cells: on a page unchanged since, the same
+    bytes of the same live cell (a row's delete or a freed page rewrites its page, zeroed
+    under ``secure_delete``), so verify counts them without judging them again."""
+
+
 class Verifier:
     """Checks a forget's evidence later. Handed the origin, the read paths, the fingerprinter
     and the store directory; it takes no store lock, so reads go on while it runs."""
@@ -196,14 +210,17 @@ class Verifier:
         copies: dict[str, bytes] = {}
         only, kept, earlier = self._unchanged(handle, physical)
         found, scanned = self._fp.scan_arrays(files, fp, root, copies, only)
+        carried = 0
         if earlier is not None:
             found = _merged(found, earlier, only)
+            carried = int(np.count_nonzero(_outside(earlier[1].live, (only or {}).get(earlier[0], []))))
         rel = [os.path.relpath(f, root) for f in files]
         reader = Reader(root, copies)
         try:
             is_vector = np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"])
             vectors = found.take(is_vector).objects()
             judged = self._judge(found.take(~is_vector), fp, reader, physical, handle)
+            judged.live += carried
             # A vector copy can only sit in the files of the path that holds live vectors.
             windows = [reader.read(h.file, h.offset, h.width) for h in vectors]
             live: set[bytes] = set()
@@ -271,17 +288,18 @@ class Verifier:
 
     def _unchanged(
         self, handle: str, physical: Any
-    ) -> tuple[dict[str, list[tuple[int, int]]] | None, str, tuple[str, Hits] | None]:
+    ) -> tuple[dict[str, list[tuple[int, int]]] | None, str, tuple[str, Earlier] | None]:
         """The byte ranges of the origin's database file to scan again, when ``wait`` scanned
         it for this erasure in this process and found no residue: the pages written since
         (by the origin's page log), each widened by a word on both sides for the windows
-        across a page seam; every other page holds the bytes that scan read, and its hits
-        there are handed back to be judged again now. None: scan it all."""
+        across a page seam; every other page holds the bytes that scan read: its hits there
+        that lay in live cells still do, the others are handed back to be judged again now.
+        None: scan it all."""
         with self._clean_mu:
             clean = self._clean.pop(handle, None)  # once: a later verify reads every byte again
         if clean is None or physical is None:
             return None, "", None
-        token, hits = clean
+        token, earlier = clean
         changed = physical.changed_pages(token)
         if changed is None:
             return None, "", None
@@ -302,10 +320,11 @@ class Verifier:
             f"; {os.path.relpath(path, self._root)}: {total - pages.size:,} of {total:,} pages not read again: "
             "unchanged since wait() scanned them for this erasure and found no residue (every write to "
             "the file since went through this process's SQLite writer, whose commits log the pages they "
-            f"write), their {len(hits):,} hits judged again now; the {pages.size:,} pages written since, "
+            f"write), their {len(earlier.live):,} hits in live cells then still in them, the other "
+            f"{len(earlier.hits):,} judged again now; the {pages.size:,} pages written since, "
             "and every other file, scanned now"
         )
-        return {path: ranges}, note, (path, hits)
+        return {path: ranges}, note, (path, earlier)
 
     def origin_residue(self, blob: bytes, handle: str) -> bool:
         """Whether the origin's own files hold residue of these fingerprints: the byte check
@@ -324,31 +343,49 @@ class Verifier:
         # i8 vectors live in the ANN files
         found = found.take(~np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"]))
         db = os.path.relpath(files[0], self._root) if files else ""
-        in_db = found.take(np.asarray([found.files[f] == db for f in found.file.tolist()], dtype=bool))
+        is_db = found.file == (found.files.index(db) if db in found.files else -1)
+        live = np.zeros(len(found), dtype=bool)
         residue = False
         if len(found):
             reader = Reader(self._root, copies)
+            masks: list[np.ndarray] = []
             try:
-                residue = bool(self._judge(found, fp, reader, physical, handle).residue)
+                residue = bool(self._judge(found, fp, reader, physical, handle, masks).residue)
             finally:
                 reader.close()
-        if not residue and token is not None and len(in_db) <= KEEP_HITS:
+            if masks:
+                live = masks[0]
+        if not residue and token is not None and int(np.count_nonzero(is_db)) <= KEEP_HITS:
+            # The hits in live cells of pages that stay unchanged stay in live cells: verify
+            # counts them without judging them again; the others it judges again.
+            kept = Earlier(db, found.take(is_db & ~live), found.offset[is_db & live])
             with self._clean_mu:
                 while len(self._clean) >= KEEP_SCANS:  # a bound: a dropped scan only costs a full one
                     self._clean.pop(next(iter(self._clean)))
-                self._clean[handle] = (token, in_db)
+                self._clean[handle] = (token, kept)
         return residue
 
-    def _judge(self, found: Hits, fp: Fingerprints, reader: Reader, physical: Any, handle: str) -> Judgement:
+    def _judge(
+        self,
+        found: Hits,
+        fp: Fingerprints,
+        reader: Reader,
+        physical: Any,
+        handle: str,
+        live_out: list[np.ndarray] | None = None,
+    ) -> Judgement:
         """Judge the (non-vector) hits of a scan: first, with array operations, those in the
         bytes of live cells of the origin's database file (most of them, in a big store: a
         window shared with live records is met once per record), then the rest one by one
-        (see :mod:`.residue`). One read snapshot holds for both."""
+        (see :mod:`.residue`). One read snapshot holds for both. ``live_out`` receives the
+        mask of the hits found in live cells."""
         if not len(found):
             return Judgement()
         cells_of = getattr(physical, "live_cells", None)
         with cells_of(self._root) if cells_of is not None and fp.site_h else contextlib.nullcontext() as cells:
             live = in_live_cells(self._fp, found, cells)
+            if live_out is not None:
+                live_out.append(live)
             rest = found.take(~live).objects()
             regions = physical.live_regions(self._root) if physical is not None and rest else None
             if fp.site_h:
@@ -382,22 +419,26 @@ class Verifier:
         return out
 
 
-def _merged(found: Hits, earlier: tuple[str, Hits], only: dict[str, list[tuple[int, int]]] | None) -> Hits:
+def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Which offsets lie in none of the sorted, disjoint ``[start, end)`` ranges."""
+    if not ranges:
+        return np.ones(len(offsets), dtype=bool)
+    starts = np.asarray([r[0] for r in ranges], dtype=np.int64)
+    ends = np.asarray([r[1] for r in ranges], dtype=np.int64)
+    at = np.searchsorted(starts, offsets, side="right") - 1
+    return ~((at >= 0) & (offsets < np.where(at >= 0, ends[np.maximum(at, 0)], 0)))
+
+
+def _merged(found: Hits, earlier: tuple[str, Earlier], only: dict[str, list[tuple[int, int]]] | None) -> Hits:
     """The hits of a scan limited to ``only`` in one file, plus an earlier full scan's hits
-    in that file outside those ranges (the bytes there are unchanged since it)."""
-    path, old = earlier
-    ranges = (only or {}).get(path, [])
+    in that file outside those ranges (the bytes there are unchanged since it) that were
+    not in live cells."""
+    path, kept = earlier
+    old = kept.hits
     name = next((n for n in old.files if path.endswith(n)), None)
     if name is None or name not in found.files or not len(old):
         return found
-    starts = np.asarray([r[0] for r in ranges], dtype=np.int64)
-    ends = np.asarray([r[1] for r in ranges], dtype=np.int64)
-    if starts.size:
-        at = np.searchsorted(starts, old.offset, side="right") - 1
-        inside = (at >= 0) & (old.offset < np.where(at >= 0, ends[np.maximum(at, 0)], 0))
-    else:  # no page of this file was read again: every earlier hit stands
-        inside = np.zeros(len(old.offset), dtype=bool)
-    keep = old.take(~inside)
+    keep = old.take(_outside(old.offset, (only or {}).get(path, [])))
     index = found.files.index(name)
     return Hits(
         found.files,
