@@ -60,9 +60,9 @@ def test_a_checkpoint_held_back_is_retried_before_the_periodic_save(open_store, 
 
 @pytest.mark.sqlite_only("the byte scan of the origin's files is the SQLite origin's")
 def test_wait_scans_the_origin_while_the_ann_file_is_saved(open_store, no_periodic_save):
-    """The compactor finishes the origin's files (its WAL checkpointed) before it saves the
-    ANN file, and wait scans the origin's files in between: on a big store the two overlap
-    (about a second each at a million records) instead of following one another."""
+    """The compactor finishes the origin's files (its WAL checkpointed) before it erases from
+    the ANN file, and wait scans the origin's files in between: the two overlap instead of
+    following one another (a whole save of the ANN file took a second at a million records)."""
     import threading
     import time
 
@@ -71,20 +71,20 @@ def test_wait_scans_the_origin_while_the_ann_file_is_saved(open_store, no_period
         store.write(f"k{i}", f"note {i} about the harbour", tenant="t", subject=f"s{i % 5}", purpose="p")
     store.wait(store.forget(key="nothing-here", tenant="t").handle, timeout=20)  # settle the writes
     ann, verifier = store._ann, store._verifier
-    real_persist, real_scan = ann.persist, verifier.origin_residue
+    real_erase, real_scan = ann.erase, verifier.origin_residue
     saving, scanned_during_save = threading.Event(), []
 
-    def slow_persist() -> None:
+    def slow_erase() -> None:
         saving.set()
-        time.sleep(1.0)  # as a big ANN file takes
-        real_persist()
+        time.sleep(1.0)  # as a big ANN file's whole save took
+        real_erase()
         saving.clear()
 
     def scan(blob: bytes, handle: str) -> bool:
         scanned_during_save.append(saving.is_set())
         return real_scan(blob, handle)
 
-    ann.persist, verifier.origin_residue = slow_persist, scan
+    ann.erase, verifier.origin_residue = slow_erase, scan
     receipt = store.forget(subject="s1", tenant="t")
     assert store.wait(receipt.handle, timeout=20, tenant="t").erased
     assert scanned_during_save == [True]

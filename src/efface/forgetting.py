@@ -182,7 +182,7 @@ class Erasures:
             st = self.status(handle, tenant)
             if not self.compactor.running:
                 # No compactor thread: do its work here.
-                self.compactor.run(persist=until == "erased" and not st.erased)
+                self.compactor.run(persist=until == "erased" and not st.erased, whole=False)
                 st = self.status(handle, tenant)
             if until == "erased" and not scanned and self.propagation.origin_files_erased(st.epoch):
                 # The origin's files are done: scan them now, while the compactor may still

@@ -25,8 +25,8 @@ from .propagation import Propagation
 
 PERSIST_EVERY_S = 30.0
 ERASE_PERSIST_S = 0.5
-"""After an erasure, the compactor saves every artifact (and so erases the bytes) at most
-this long after its previous save."""
+"""After an erasure, the compactor erases its bytes from every artifact's files at most this
+long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``)."""
 
 log = logging.getLogger("efface")
 
@@ -49,7 +49,7 @@ class Compactor:
         self._interval = interval
         self._mu = threading.Lock()
         """One round at a time (the background thread, compact() and wait() may race)."""
-        self._last_persist = time.monotonic()
+        self._last_persist = self._last_erase = time.monotonic()
         # An erasure may be waiting for its bytes to go since before a restart: save soon.
         self.erasure_unsaved = True
         self._checkpoint_owed = False
@@ -99,8 +99,12 @@ class Compactor:
             p.catch_up(upto)
         self._propagation.measure("absorb", before, self._propagation.applied_epochs())
 
-    def run(self, persist: bool) -> int:
-        """One round; returns the oldest applied epoch among the paths."""
+    def run(self, persist: bool, whole: bool = True) -> int:
+        """One round; returns the oldest applied epoch among the paths. With ``persist``,
+        the paths' bytes of absorbed erasures go from their files: with ``whole``, every
+        path saves its files whole; without, the asynchronous paths only take the erased
+        bytes out of their files (:meth:`ReadPath.erase`, cheap where a path can), and the
+        next whole save comes with the periodic one."""
         physical = getattr(self._origin, "physical", None)
         with self._mu:
             self.absorb()
@@ -120,11 +124,17 @@ class Compactor:
                 self._step()
                 erased = self._propagation.erased_epochs()
                 for p in self._async:
-                    p.persist()
-                lagging = [p.erased_epoch() for p in self._async]
+                    if whole:
+                        p.persist()
+                    else:
+                        p.erase()
+                lagging = [p.replay_epoch() for p in self._async]
                 if lagging:
                     self._origin.prune_changes(min(lagging))
-                self._last_persist = time.monotonic()
+                now = time.monotonic()
+                self._last_erase = now
+                if whole:
+                    self._last_persist = now
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             elif self._checkpoint_owed and physical is not None:
                 # A reader held the last checkpoint back: the erased page images are still
@@ -150,9 +160,10 @@ class Compactor:
                 return
             try:
                 self._expire()
-                since = time.monotonic() - self._last_persist
-                due = since > PERSIST_EVERY_S or (self.erasure_unsaved and since > ERASE_PERSIST_S)
-                self.run(persist=due)
+                now = time.monotonic()
+                periodic = now - self._last_persist > PERSIST_EVERY_S
+                hurry = self.erasure_unsaved and now - self._last_erase > ERASE_PERSIST_S
+                self.run(persist=periodic or hurry, whole=periodic)
             except Exception:  # keep the worker alive; the next round retries
                 if self._stop.is_set():
                     return

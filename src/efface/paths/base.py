@@ -84,6 +84,16 @@ class ReadPath(Protocol):
         """Make the absorbed state durable, erasing the bytes of absorbed erasures."""
         ...
 
+    def erase(self) -> None:
+        """Asynchronous paths: erase the bytes of absorbed erasures from the files, without
+        making the rest of the absorbed state durable where that is cheaper (else persist)."""
+        ...
+
+    def replay_epoch(self) -> int:
+        """Asynchronous paths: the change log must be kept past this epoch (what a reopen
+        absorbs again on top of the saved files)."""
+        ...
+
     def candidates(self, query: Query, n: int) -> list[int]:
         """Up to ``n`` record ids, best first. The store resolves them against the origin."""
         ...

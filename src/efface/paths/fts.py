@@ -71,6 +71,11 @@ class FullTextIndex:
     def persist(self) -> None:
         self._text.purge()
 
+    erase = persist
+
+    def replay_epoch(self) -> int:
+        return self.applied_epoch()  # nothing to replay: it absorbs in the origin's transaction
+
     # -- reads -----------------------------------------------------------------------
     def _selective(self, words: list[str]) -> list[str]:
         """The query's rarest words while their postings fit :data:`POSTING_BUDGET` (at
