@@ -145,6 +145,38 @@ def test_short_texts_are_found_at_any_alignment(tmp_path, text):
     assert fpr.scan([str(noise)], fp)[0] == []
 
 
+def test_a_large_erasure_uses_a_larger_bitmap_and_still_finds_every_copy(tmp_path):
+    """The fingerprints of thousands of items get a larger prefilter bitmap (fewer windows
+    pass it to the exact look-up); copies of items of every width are found at every
+    alignment all the same, and noise matches nothing."""
+    from efface.erasure import fingerprint
+
+    rng = np.random.default_rng(7)
+    fpr = Fingerprinter(os.urandom(32))
+    fp = Fingerprints()
+    texts = [rng.bytes(60) for _ in range(3000)]
+    short = [rng.bytes(11) for _ in range(50)]  # 8 to 14 bytes: the unaligned pass
+    fpr.add_many(fp, "text", texts, uniform=True)
+    fpr.add_many(fp, "key", short, uniform=True)
+    tables = fpr.tables(fp)
+    assert tables["w16"][3].size > 1 << fingerprint.BITMAP_BITS  # the larger bitmap
+    assert tables["u8"][3].size == 1 << fingerprint.BITMAP_BITS  # few items: the small one
+    data = bytearray(rng.bytes(1 << 20))
+    planted = []
+    for i, item in enumerate(texts[:40] + short[:40]):
+        at = 4096 + i * 9000 + (i % 8)
+        data[at : at + len(item)] = item
+        planted.append(at)
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(data))
+    hits, _ = fpr.scan([str(path)], fp, str(tmp_path))
+    for at, item in zip(planted, texts[:40] + short[:40], strict=True):
+        assert any(at <= h.offset and h.offset + h.width <= at + len(item) for h in hits), at
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(rng.bytes(1 << 20))
+    assert fpr.scan([str(noise)], fp)[0] == []
+
+
 def test_a_fingerprint_is_keyed(tmp_path):
     data = alice_text(1).encode()
     a, b = Fingerprints(), Fingerprints()
