@@ -159,9 +159,22 @@ def texts_in(path: Path, texts) -> int:
 def vectors_in_float32(path: Path, vectors, rtol: float = 1e-5) -> int:
     """How many whole vectors occur in ``path`` as float32 runs, within float32 rounding
     (an independent check: whole vectors at any byte alignment, not the audit's windows)."""
+    return _vectors_in(path, vectors, "<f4", rtol)
+
+
+def vectors_in_float16(path: Path, vectors, rtol: float = 1e-3) -> int:
+    """:func:`vectors_in_float32` for half-precision runs (efface's stored form), within
+    half precision's rounding."""
+    return _vectors_in(path, vectors, "<f2", rtol)
+
+
+def _vectors_in(path: Path, vectors, dtype: str, rtol: float) -> int:
     data = Path(path).read_bytes()
     dim = vectors.shape[1]
-    views = [np.frombuffer(data[a : a + (len(data) - a) // 4 * 4], dtype=np.float32) for a in range(4)]
+    size = np.dtype(dtype).itemsize
+    views = [
+        np.frombuffer(data[a : a + (len(data) - a) // size * size], dtype=dtype).astype(np.float32) for a in range(size)
+    ]
     found = 0
     for v in vectors:
         j = int(np.argmax(np.abs(v)))
@@ -170,7 +183,8 @@ def vectors_in_float32(path: Path, vectors, rtol: float = 1e-5) -> int:
             with np.errstate(all="ignore"):
                 pos = np.nonzero(np.isclose(arr, v[j], rtol=rtol, atol=0))[0] - j
             if any(
-                p >= 0 and p + dim <= len(arr) and np.allclose(arr[p : p + dim], v, rtol=rtol, atol=1e-7) for p in pos
+                p >= 0 and p + dim <= len(arr) and np.allclose(arr[p : p + dim], v, rtol=rtol, atol=rtol * 1e-2)
+                for p in pos
             ):
                 hit = True
                 break

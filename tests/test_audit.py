@@ -31,6 +31,7 @@ from peer_stores import (
     require,
     targets,
     texts_in,
+    vectors_in_float16,
     vectors_in_float32,
 )
 
@@ -190,11 +191,14 @@ def test_qdrant_local_verdict_matches_its_sqlite_file(originals, copy_of):
 def test_efface_forget_is_erased(originals, copy_of):
     texts, vectors = targets()
     assert sum(texts_in(p, texts) for p in files(originals("efface"))) > 0
+    # efface keeps a record's vector in half precision: the check below can see it before
+    assert sum(vectors_in_float16(p, vectors) for p in files(originals("efface"))) == len(vectors)
     root = copy_of("efface")
     report = run_audit("efface", root, Selection(subject=SUBJECT), in_place=True, maintenance=True)
     assert set(probes_returned(report.stages[0]).values()) == {0}
     for path in files(root):
-        assert texts_in(path, texts) == 0 and vectors_in_float32(path, vectors) == 0, path.name
+        assert texts_in(path, texts) == 0, path.name
+        assert vectors_in_float32(path, vectors) == 0 and vectors_in_float16(path, vectors) == 0, path.name
     assert report.stages[0].level == report.overall == "erased"
 
 
@@ -327,5 +331,24 @@ def test_scan_finds_renormalised_vectors_and_ignores_a_similar_record(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"\x01\x02\x03" + bumped.tobytes())  # misaligned on purpose
     (tmp_path / "b.bin").write_bytes(rival.tobytes())
     fp = Fingerprints(Targets(("t",), (texts[0],), target[None, :]), [texts[1]], np.stack([rival, vectors[1]]))
+    scan = scan_tree(tmp_path, fp)
+    assert [(r.file, r.vectors) for r in scan.files] == [("a.bin", 1)]
+
+
+def test_scan_finds_half_precision_vectors(tmp_path):
+    """A store that keeps vectors in half precision (efface does) keeps them detectable: the
+    scan compares float16 runs within their own rounding; the rival record is still not the
+    target, and a file of other half-precision vectors holds no false hit."""
+    import numpy as np
+
+    from efface.audit.model import Targets
+    from efface.audit.scan import Fingerprints, scan_tree
+
+    _, texts, _, vectors = dataset(n=5)
+    target, rival = vectors[0].copy(), vectors[0].copy()
+    rival[::2] = 0
+    (tmp_path / "a.bin").write_bytes(b"\x07" + target.astype("<f2").tobytes())  # misaligned on purpose
+    (tmp_path / "b.bin").write_bytes(np.stack([rival, *vectors[1:]]).astype("<f2").tobytes())
+    fp = Fingerprints(Targets(("t",), (texts[0],), target[None, :]), texts[1:], np.stack([rival, *vectors[1:]]))
     scan = scan_tree(tmp_path, fp)
     assert [(r.file, r.vectors) for r in scan.files] == [("a.bin", 1)]

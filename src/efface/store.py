@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from . import forgetting, writing
+from . import forgetting, vectors, writing
 from . import validate as v
 from .backups import format as backup_format
 from .backups.backup import write_backup
@@ -443,7 +443,7 @@ class Store:
         tenant, key, text = self._tenant(tenant), v.key(key), v.text(text)
         new_sources = None if sources is None else v.sources(sources)
         meta = None if metadata is None else v.metadata(metadata)
-        vec = np.ascontiguousarray(self.embedder.embed([text])[0], dtype=np.float32).tobytes()
+        vec = vectors.stored_one(self.embedder.embed([text])[0])
 
         body = quarantine.rederive_body(self._derivations, self._hash, tenant, key, text, vec, new_sources, meta)
         return self._mutate("rederive", tenant, body)[0]

@@ -23,22 +23,31 @@ from .erasure.release import Releaser, overwritten_claims
 from .errors import InvalidInput, NotFound
 from .model import Selector
 from .origin.base import NewRecord
+from .vectors import stored as stored_vectors
 
 Body = Callable[[Any, float], tuple[Any, list[int], list[int], dict[int, str]]]
 SubjectHash = Callable[[str], str]
 """A subject's keyed hash within one tenant (what its data key is filed under)."""
 
 
-def vectors(embedder: Embedder, prepared: Sequence[tuple], embeddings: Any) -> np.ndarray:
-    """One float32 row per item: the embedder's, or the caller's precomputed ones once their
-    shape is checked."""
+def vectors(embedder: Embedder, prepared: Sequence[tuple], embeddings: Any) -> list[bytes]:
+    """One stored vector per item (:mod:`efface.vectors`): the embedder's, or the caller's
+    precomputed ones once their shape and values are checked."""
     if embeddings is None:
         got = embedder.embed([p[1] for p in prepared])
     else:
-        got = np.asarray(embeddings, dtype=np.float32)
+        try:
+            with np.errstate(over="ignore"):  # past float32's range: refused below, as not finite
+                got = np.asarray(embeddings, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"embeddings must be numbers, shape ({len(prepared)}, {embedder.dim})") from exc
         if got.shape != (len(prepared), embedder.dim):
             raise InvalidInput(f"embeddings must have shape ({len(prepared)}, {embedder.dim})")
-    return np.ascontiguousarray(got, dtype=np.float32)  # once: each row's bytes are then a slice
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(got).all())
+        if not finite:
+            raise InvalidInput("embeddings must be finite numbers (no NaN or infinity): nothing was written")
+    return stored_vectors(got)
 
 
 def records_body(
@@ -48,7 +57,7 @@ def records_body(
     tenant: str,
     name: str,
     prepared: Sequence[tuple],
-    vecs: np.ndarray,
+    vecs: Sequence[bytes],
     replace: bool,
 ) -> Body:
     """Upsert the checked items (``validate.items``) with their claims. Content another
@@ -67,7 +76,7 @@ def records_body(
             outcome = releaser.release(tx, Selector(tenant), "replace", in_the_way, now, staying=writers)
             puts, drops, texts = list(outcome.puts), list(outcome.drops), dict(outcome.texts)
         recs = [
-            NewRecord(key, text, meta, srcs, vec.tobytes(), subj, purp, bas, None if ttl_s is None else now + ttl_s)
+            NewRecord(key, text, meta, srcs, vec, subj, purp, bas, None if ttl_s is None else now + ttl_s)
             for (key, text, subj, purp, bas, ttl_s, meta, srcs), vec in zip(prepared, vecs, strict=True)
         ]
         rids = tx.upsert_many(tenant, recs, now, known)  # one statement per table for the batch

@@ -37,6 +37,7 @@ import pytest
 from usearch.index import Index
 
 import efface
+from efface.vectors import read_many, stored
 
 TENANT = "acme"
 PURPOSE = "assistant"
@@ -121,7 +122,9 @@ def open_raw(tmp_path):
 
 
 def usearch_i8(vectors: np.ndarray) -> list[bytes]:
-    """The i8 bytes usearch stores for these vectors (its own quantisation, cos metric)."""
+    """The i8 bytes usearch stores for these vectors (its own quantisation, cos metric), as
+    the store hands them over: read back from their stored, half-precision form."""
+    vectors = read_many(stored(vectors))
     idx = Index(ndim=vectors.shape[1], metric="cos", dtype="i8")
     idx.add(np.arange(len(vectors), dtype=np.uint64), vectors)
     return [np.asarray(idx.get(i, dtype=np.int8), dtype=np.int8).tobytes() for i in range(len(vectors))]

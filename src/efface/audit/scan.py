@@ -3,9 +3,11 @@
 Texts are looked for whole and as word shingles (six words) that no other record shares,
 so a text split across SQLite overflow pages, or kept in part, is still found. Vectors are
 looked for as windows of 16 consecutive components, compared within float32 rounding
-(stores re-normalise vectors for cosine distance, which changes the last bits), in three
-encodings: float32 little-endian, float64 little-endian, and float64 big-endian as pickle
-writes Python floats (opcode ``G`` before each). A format that compresses what it stores
+(stores re-normalise vectors for cosine distance, which changes the last bits), in four
+encodings: float32 little-endian, float64 little-endian, float64 big-endian as pickle
+writes Python floats (opcode ``G`` before each), and float16 little-endian (half precision,
+as efface keeps a record's vector, and a store may to save space: compared within its own
+rounding, a thousandth). A format that compresses what it stores
 hides it from any byte scan: the audit therefore scans once before the delete and reports
 how many targets were detectable at all, and a driver may add a decoded view of a file.
 
@@ -32,8 +34,13 @@ _WORD = re.compile(r"\S+")
 Decoder = Callable[[Path], "bytes | None"]
 """Returns a decoded view of a file (or None when it does not apply)."""
 
-# (name, dtype, stride, alignments)
-_ENCODINGS = (("f4le", "<f4", 4), ("f8le", "<f8", 8), ("pickle-f8be", ">f8", 9))
+# (name, dtype, stride, rtol, atol): each compared within its own rounding
+_ENCODINGS = (
+    ("f4le", "<f4", 4, 1e-5, 1e-7),
+    ("f8le", "<f8", 8, 1e-5, 1e-7),
+    ("pickle-f8be", ">f8", 9, 1e-5, 1e-7),
+    ("f2le", "<f2", 2, 1e-3, 1e-4),
+)
 
 
 def _shingles(text: str) -> list[str]:
@@ -88,7 +95,7 @@ class Fingerprints:
 
     def find_vectors(self, data: bytes) -> set[int]:
         """Targets with at least one vector window present in ``data``."""
-        if self._windows is None or len(data) < WINDOW * 4:
+        if self._windows is None or len(data) < WINDOW * 2:
             return set()
         wins, owner, anchor_pos = self._windows
         anchors = wins[np.arange(len(wins)), anchor_pos]
@@ -96,7 +103,7 @@ class Fingerprints:
         sorted_anchors = anchors[order]
         found: set[int] = set()
         buf = np.frombuffer(data, dtype=np.uint8)
-        for _name, dtype, stride in _ENCODINGS:
+        for _name, dtype, stride, rtol, atol in _ENCODINGS:
             size = np.dtype(dtype).itemsize
             for align in range(stride):
                 n = (len(buf) - align - size) // stride + 1
@@ -111,18 +118,18 @@ class Fingerprints:
                 if not len(cand):
                     continue
                 vals = arr[cand]
-                tol = np.abs(vals) * 1e-5 + 1e-7
+                tol = np.abs(vals) * rtol + atol
                 lo = np.searchsorted(sorted_anchors, vals - tol, side="left")
                 hi = np.searchsorted(sorted_anchors, vals + tol, side="right")
                 counts = hi - lo
                 hit = np.nonzero(counts > 0)[0]
                 if not len(hit):
                     continue
-                found |= _verify(arr, cand[hit], lo[hit], counts[hit], order, wins, owner, anchor_pos)
+                found |= _verify(arr, cand[hit], lo[hit], counts[hit], order, wins, owner, anchor_pos, rtol, atol)
         return found
 
 
-def _verify(arr, pos, lo, counts, order, wins, owner, anchor_pos, chunk: int = 200_000) -> set[int]:
+def _verify(arr, pos, lo, counts, order, wins, owner, anchor_pos, rtol, atol, chunk: int = 200_000) -> set[int]:
     """Check every (position, window) candidate pair at once: the whole window must match."""
     total = int(counts.sum())
     offsets = np.repeat(np.cumsum(counts) - counts, counts)
@@ -135,7 +142,7 @@ def _verify(arr, pos, lo, counts, order, wins, owner, anchor_pos, chunk: int = 2
     for i in range(0, len(k), chunk):
         kk, ss = k[i : i + chunk], start[i : i + chunk]
         seg = arr[ss[:, None] + steps]
-        match = np.isclose(seg, wins[kk], rtol=1e-5, atol=1e-7).all(axis=1)
+        match = np.isclose(seg, wins[kk], rtol=rtol, atol=atol).all(axis=1)
         found.update(int(o) for o in np.unique(owner[kk[match]]))
     return found
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..errors import InvalidInput
 from ..model import Derivation
+from ..vectors import stored_one
 from .identifiers import problem
 from .mentions import PHONE_PREFIX, MentionIndex
 
@@ -135,7 +134,7 @@ class Derivations:
                 ids = list(texts)
                 vecs = self._embedder.embed([texts[r] for r in ids])
                 for rid, vec in zip(ids, vecs, strict=True):
-                    tx.replace_text(rid, texts[rid], np.ascontiguousarray(vec, dtype=np.float32).tobytes(), now)
+                    tx.replace_text(rid, texts[rid], stored_one(vec), now)
                     tx.set_mentions(rid, tenant, self.mentions.find(tenant, texts[rid]) - {subject})
                     puts.append(rid)
         for rid, (key, why) in sorted(affected.items(), key=lambda kv: kv[1][0]):

@@ -18,6 +18,7 @@ import numpy as np
 from ..model import probe_sample
 from ..origin.base import Tx
 from ..paths.base import Erased, ReadPath
+from ..vectors import read as read_vector
 from .fingerprint import VECTOR_REGION, Fingerprinter, Fingerprints
 
 
@@ -59,7 +60,7 @@ class Evidence:
             tenant,
             tuple(ids),
             {i: content[i][1] for i in ids},
-            {i: np.frombuffer(content[i][2], dtype=np.float32) for i in ids},
+            {i: read_vector(content[i][2]) for i in ids},
             sample,
         )
         if ids:

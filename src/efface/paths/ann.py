@@ -25,6 +25,8 @@ from usearch.index import Index
 from .. import foreground
 from ..faults import os_faults
 from ..model import Check
+from ..vectors import read as read_vector
+from ..vectors import read_many as read_vectors
 from . import ann_file
 from .base import Erased, Held, Query, check
 from .delta import Delta
@@ -39,6 +41,9 @@ and immune to HNSW's unreachable nodes after heavy remove/add churn."""
 REBUILD_CHURN = 0.2
 """The compactor rebuilds a tenant's graph once removals since its last build pass this
 share of its size (removed nodes stay in an HNSW graph and can cut live ones off)."""
+EXPANSION_SEARCH = 128
+"""The search width (HNSW's ef) of a query; recall asks for 100 candidates, so this is about
+the least that can return them."""
 SENTINEL_BASE = 1 << 62
 """Labels at and above this are scrub sentinels, never record ids."""
 ADD_BATCH = 64
@@ -114,7 +119,14 @@ class VectorIndex:
     def _new(self) -> Index:
         # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
         # insert rate here, at a recall@10 within 0-4 points of f32 (docs/benchmarks.md).
-        return Index(ndim=self._dim, metric="cos", dtype="i8", connectivity=16, expansion_add=64, expansion_search=128)
+        return Index(
+            ndim=self._dim,
+            metric="cos",
+            dtype="i8",
+            connectivity=16,
+            expansion_add=64,
+            expansion_search=EXPANSION_SEARCH,
+        )
 
     def _path(self, tenant: str) -> str:
         return os.path.join(self._dir, self._file_for(tenant) + ".usearch")
@@ -153,7 +165,7 @@ class VectorIndex:
         ids, vecs = [], []
         for rid, blob in self._origin.records_of_tenant(tenant):
             ids.append(rid)
-            vecs.append(np.frombuffer(blob, dtype=np.float32))
+            vecs.append(read_vector(blob))
         _add(idx, ids, vecs)
         self._dirty.add(tenant)
 
@@ -222,7 +234,7 @@ class VectorIndex:
             if blob is not None:
                 ids, vecs = adds[tenant]
                 ids.append(rid)
-                vecs.append(np.frombuffer(blob, dtype=np.float32))
+                vecs.append(read_vector(blob))
             self._dirty.add(tenant)
         for tenant, count in removed.items():
             self._scrub(self._index(tenant), count)
@@ -462,7 +474,7 @@ class VectorIndex:
         if tenant is not None and anchors and erased:
             vecs = self._origin.embeddings(anchors)
             if vecs:
-                matrix = np.vstack([np.frombuffer(b, dtype=np.float32) for b in vecs.values()])
+                matrix = read_vectors(list(vecs.values()))
                 gone = set(erased)
                 for row in self.neighbours(tenant, matrix, 40):
                     proposed.update(r for r in row if r in gone)

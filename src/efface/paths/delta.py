@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..vectors import read_many as read_vectors
+from ..vectors import unit_rows
+
 
 @dataclass
 class _Block:
@@ -71,12 +74,8 @@ class Delta:
                 ids = [r for r in rids if r in blobs]
                 if not ids:
                     continue
-                raw = b"".join(blobs[r] for r in ids)
-                matrix = np.frombuffer(raw, dtype=np.float32).reshape(len(ids), self._dim).copy()
-                del raw, blobs
-                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                norms[norms == 0] = 1.0
-                matrix /= norms
+                matrix = unit_rows(read_vectors([blobs[r] for r in ids]))
+                del blobs
                 block = _Block(upto, np.asarray(ids, dtype=np.int64), matrix, np.ones(len(ids), dtype=bool))
                 self._blocks[tenant].append(block)
                 self._where.update((rid, (block, row)) for row, rid in enumerate(ids))

@@ -66,6 +66,7 @@ import numpy as np
 
 from .. import foreground
 from ..model import Hit
+from ..vectors import read_many as read_vectors
 from .base import Query, ReadPath
 
 RRF_K = 60
@@ -281,11 +282,12 @@ def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
 
 
 def _cosine(snap, q: Query, ids: list[int]) -> dict[int, float]:
-    """Exact cosine of the query to the origin's float32 vectors of ``ids`` (unit length)."""
+    """Exact cosine of the query to the origin's vectors of ``ids`` (unit length, stored in
+    half precision: :mod:`efface.vectors`)."""
     blobs = snap.embeddings(ids)
     have = [i for i in ids if blobs.get(i)]
     if not have:
         return {}
-    m = np.frombuffer(b"".join(blobs[i] for i in have), dtype=np.float32).reshape(len(have), -1)
+    m = read_vectors([blobs[i] for i in have])
     sims = m @ np.asarray(q.vector, dtype=np.float32)
     return dict(zip(have, sims.tolist(), strict=True))

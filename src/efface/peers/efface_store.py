@@ -30,6 +30,7 @@ from ..audit.driver import BaseDriver, Call, count_returned, no_targets, version
 from ..audit.model import ProbeResult, Selection, Targets
 from ..errors import InvalidInput, UnknownPurpose
 from ..gate.protocol import ForgetAck, ToolHit, VerificationRead
+from ..vectors import read_many as read_vectors
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -209,7 +210,7 @@ class EffaceDriver(BaseDriver):
         marks = ",".join("?" * len(ids))
         sql = f"SELECT DISTINCT purpose FROM claims WHERE record_id IN ({marks})"
         purposes = sorted({p for (p,) in self._sql(sql, ids)})
-        vectors = np.stack([np.frombuffer(r[3], dtype=np.float32) for r in rows])
+        vectors = read_vectors([r[3] for r in rows])
         return Targets(tuple(r[1] for r in rows), tuple(r[2] for r in rows), vectors, {"purposes": purposes})
 
     def others(self, targets: Targets) -> tuple[list[str], np.ndarray | None]:
@@ -219,8 +220,7 @@ class EffaceDriver(BaseDriver):
             for r in self._sql("SELECT tenant, key, text, embedding FROM records")
             if not (r[0] == tenant and r[1] in mine)
         ]
-        vecs = [np.frombuffer(r[3], dtype=np.float32) for r in rows]
-        return [r[2] for r in rows], (np.stack(vecs) if vecs else None)
+        return [r[2] for r in rows], (read_vectors([r[3] for r in rows]) if rows else None)
 
     def delete(self, selection: Selection, targets: Targets) -> Call:
         if selection.ids is not None:

@@ -369,7 +369,8 @@ def create_app(
                 import numpy as np
 
                 try:
-                    embeddings = np.asarray(body.embeddings, dtype=np.float32)
+                    with np.errstate(over="ignore"):  # out of float32's range: refused below, as not finite
+                        embeddings = np.asarray(body.embeddings, dtype=np.float32)
                 except ValueError:
                     raise InvalidInput("embeddings must be a list of equal-length rows of numbers") from None
             epoch = store.write_many(

@@ -1,0 +1,65 @@
+"""How a record's vector is kept in the origin: unit length, IEEE half precision.
+
+A record row is mostly its vector: at 384 dimensions, float32 is 1,536 of a row's ~1,700
+bytes, so the origin, and every byte scan that proves an erasure, is three times the size
+its texts need. Half precision keeps 11 significant bits: a unit vector's cosine to a query
+moves by about 1e-4, well under what separates two candidates (the ANN index holds the
+vectors as i8 anyway; docs/benchmarks.md measures recall on both forms). Vectors are
+normalised before they are stored, so a caller's precomputed embedding of any length is
+compared by its direction, as the ANN index compares it.
+
+A stored vector is one tag byte, :data:`F16`, then the components as little-endian float16:
+its length is odd, while a store written before this format holds plain float32 rows
+(length a multiple of 4) that are still read as they are. No length is ambiguous, so a
+blob says how to read it without the store's dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+F16 = b"\x10"
+"""The tag that starts a half-precision vector (a float32 row's length is a multiple of 4;
+this form's is odd)."""
+_HALF = np.dtype("<f2")
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` (rows of float32) scaled to unit length; a zero row stays zero."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return matrix / norms
+
+
+def stored(rows: np.ndarray) -> list[bytes]:
+    """The stored form of each row of ``rows`` (finite floats, one vector per row)."""
+    half = np.ascontiguousarray(unit_rows(np.asarray(rows, dtype=np.float32)), dtype=_HALF)
+    return [F16 + row.tobytes() for row in half]
+
+
+def stored_one(vector: np.ndarray) -> bytes:
+    """The stored form of one vector."""
+    return stored(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+
+
+def read(blob: bytes) -> np.ndarray:
+    """A stored vector as float32: half precision after the tag, or a float32 row."""
+    if len(blob) % 2 == 1 and blob[:1] == F16:
+        return np.frombuffer(blob, dtype=_HALF, offset=1).astype(np.float32)
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def read_many(blobs: Sequence[bytes]) -> np.ndarray:
+    """Stored vectors of one length, as rows of float32 (one array operation per form)."""
+    if not blobs:
+        return np.empty((0, 0), dtype=np.float32)
+    size = len(blobs[0])
+    if all(len(b) == size for b in blobs):
+        if size % 2 == 1 and all(b[:1] == F16 for b in blobs):
+            raw = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)[:, 1:]
+            return np.ascontiguousarray(raw).view(_HALF).astype(np.float32)
+        if size % 4 == 0:
+            return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), size // 4)
+    return np.vstack([read(b) for b in blobs])
