@@ -72,16 +72,21 @@ def test_wait_scans_the_origin_while_the_ann_file_is_saved(open_store, no_period
     store.wait(store.forget(key="nothing-here", tenant="t").handle, timeout=20)  # settle the writes
     ann, verifier = store._ann, store._verifier
     real_erase, real_scan = ann.erase, verifier.origin_residue
-    saving, scanned_during_save = threading.Event(), []
+    saving, scanning, scanned_during_save = threading.Event(), threading.Event(), []
 
     def slow_erase() -> None:
         saving.set()
-        time.sleep(1.0)  # as a big ANN file's whole save took
+        # as a big ANN file's whole save took a second; held until the scan starts (at most
+        # 10 s), so a loaded machine that wakes the waiter late does not fail the test, while
+        # a wait that scans only after the erase still does
+        scanning.wait(10.0)
+        time.sleep(0.05)
         real_erase()
         saving.clear()
 
     def scan(blob: bytes, handle: str) -> bool:
         scanned_during_save.append(saving.is_set())
+        scanning.set()
         return real_scan(blob, handle)
 
     ann.erase, verifier.origin_residue = slow_erase, scan
