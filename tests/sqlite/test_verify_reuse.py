@@ -92,7 +92,7 @@ def test_earlier_hits_stand_when_no_page_of_their_file_was_read_again():
     # read none of its pages again (nothing changed): an empty range list raised IndexError.
     import numpy as np
 
-    from efface.erasure.fingerprint import Hits
+    from efface.erasure.hits import Hits
     from efface.erasure.verify import Earlier, _merged
 
     def hits(offsets):

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from .. import foreground
-from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
+from .fingerprint import Fingerprinter, Fingerprints
+from .hits import Hit, Hits
 
 JOIN_BYTES = 8 << 20
 """Live values are matched in batches of about this many bytes (bounded memory)."""

@@ -38,7 +38,8 @@ from ..model import Check
 from ..origin.base import Origin
 from ..paths.base import ReadPath, check
 from .evidence import blob_ids
-from .fingerprint import Fingerprinter, Fingerprints, Hit, Hits
+from .fingerprint import Fingerprinter, Fingerprints
+from .hits import Hit, Hits
 from .residue import Judge, Judgement, Reader, in_live_cells
 
 KEEP_SCANS, KEEP_HITS = 16, 2_000_000
