@@ -215,7 +215,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10_000, help="records per store (default 10000)")
     p.add_argument("--subject-records", type=int, default=100, help="records of the forgotten subject")
-    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated store kinds")
+    p.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="comma-separated store kinds (with --recall-latency: which of chroma, lancedb run beside efface)",
+    )
     p.add_argument("--recall-latency", action="store_true", help="recall p50/p99 beside Chroma and LanceDB instead")
     p.add_argument("--queries", type=int, default=500, help="--recall-latency: queries asked of every system")
     p.add_argument("--encode", type=int, default=None, help="--recall-latency: record texts encoded (default all)")
@@ -225,7 +229,8 @@ def main() -> None:
     if a.recall_latency:
         import recall_latency
 
-        doc = recall_latency.run(a.n, a.queries, a.encode or a.n, profile=a.profile)
+        peers = tuple(k for k in a.kinds.split(",") if k in ("chroma", "lancedb"))
+        doc = recall_latency.run(a.n, a.queries, a.encode or a.n, profile=a.profile, peers=peers)
         print(json.dumps({"machine": machine(), "libraries": libraries(), **doc}, indent=2))
         return
     doc, _ = run(a.n, a.subject_records, tuple(k for k in a.kinds.split(",") if k))

@@ -48,6 +48,10 @@ TENANT, PURPOSE = "acme", "assistant"
 CACHE = Path(os.environ.get("EFFACE_BENCH_CACHE", Path.home() / ".cache" / "efface-bench")) / "latency"
 
 
+class _NotAsked(Exception):
+    """A peer left out of the run (``--kinds``)."""
+
+
 def log(msg: str) -> None:
     print(f"[latency {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -170,7 +174,15 @@ def build_lancedb(path: Path, corpus: Corpus, vecs: np.ndarray):
     return t, {"build_s": round(time.perf_counter() - t0, 2), "vector_index": "none (exact scan, LanceDB's default)"}
 
 
-def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None = None, profile: bool = False):
+def run(
+    n: int,
+    queries: int,
+    encode: int,
+    seed: int = 1234,
+    workdir: str | None = None,
+    profile: bool = False,
+    peers: tuple[str, ...] = ("chroma", "lancedb"),
+):
     from efface.embed import minilm_runtime
     from efface.embed.minilm import MiniLMEmbedder
 
@@ -212,6 +224,8 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
         systems["efface"] = {"search": efface_search, "end_to_end": efface_e2e(onnx)}
         systems["efface (torch encoder)"] = {"end_to_end": efface_e2e(torch_emb)}
         try:
+            if "chroma" not in peers:
+                raise _NotAsked("chroma")
             log("building chroma")
             _client, col, out["builds"]["chroma"] = build_chroma(tmp / "chroma", corpus, vecs)
             systems["chroma"] = {
@@ -220,7 +234,11 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
             }
         except ImportError as exc:
             out["builds"]["chroma"] = {"skipped": f"not importable: {exc.name}"}
+        except _NotAsked:
+            out["builds"]["chroma"] = {"skipped": "not in --kinds"}
         try:
+            if "lancedb" not in peers:
+                raise _NotAsked("lancedb")
             log("building lancedb")
             lt, out["builds"]["lancedb"] = build_lancedb(tmp / "lancedb", corpus, vecs)
             systems["lancedb vector"] = {
@@ -235,6 +253,8 @@ def run(n: int, queries: int, encode: int, seed: int = 1234, workdir: str | None
             }
         except ImportError as exc:
             out["builds"]["lancedb"] = {"skipped": f"not importable: {exc.name}"}
+        except _NotAsked:
+            out["builds"]["lancedb"] = {"skipped": "not in --kinds (an exact scan: seconds a query at 1M)"}
 
         encoders = {"onnx": lambda i: onnx.embed([qs[i]]), "torch": lambda i: torch_emb.embed([qs[i]])}
         calls = [(f"{name}|{mode}", fn) for name, modes in systems.items() for mode, fn in modes.items()]

@@ -6,7 +6,7 @@ looked for as windows of 16 consecutive components, compared within float32 roun
 (stores re-normalise vectors for cosine distance, which changes the last bits), in four
 encodings: float32 little-endian, float64 little-endian, float64 big-endian as pickle
 writes Python floats (opcode ``G`` before each), and float16 little-endian (half precision,
-as efface keeps a record's vector, and a store may to save space: compared within its own
+as efface keeps a record's vector and any store may to save space; compared within its own
 rounding, a thousandth). A format that compresses what it stores
 hides it from any byte scan: the audit therefore scans once before the delete and reports
 how many targets were detectable at all, and a driver may add a decoded view of a file.
