@@ -72,25 +72,25 @@ def test_wait_scans_the_origin_while_the_ann_file_is_saved(open_store, no_period
     store.wait(store.forget(key="nothing-here", tenant="t").handle, timeout=20)  # settle the writes
     ann, verifier = store._ann, store._verifier
     real_erase, real_scan = ann.erase, verifier.origin_residue
-    saving, scanning, scanned_during_save = threading.Event(), threading.Event(), []
+    erased, scanning, scanned_before_erase_ended = threading.Event(), threading.Event(), []
 
     def slow_erase() -> None:
-        saving.set()
         # as a big ANN file's whole save took a second; held until the scan starts (at most
         # 10 s), so a loaded machine that wakes the waiter late does not fail the test, while
         # a wait that scans only after the erase still does
         scanning.wait(10.0)
         time.sleep(0.05)
         real_erase()
-        saving.clear()
+        erased.set()
 
     def scan(blob: bytes, handle: str) -> bool:
-        scanned_during_save.append(saving.is_set())
+        # the scan may start before the erase or while it runs: not after it
+        scanned_before_erase_ended.append(not erased.is_set())
         scanning.set()
         return real_scan(blob, handle)
 
     ann.erase, verifier.origin_residue = slow_erase, scan
     receipt = store.forget(subject="s1", tenant="t")
     assert store.wait(receipt.handle, timeout=20, tenant="t").erased
-    assert scanned_during_save == [True]
+    assert scanned_before_erase_ended == [True]
     assert store.verify(receipt.handle, tenant="t").level == "erased"

@@ -40,7 +40,7 @@ from ..paths.base import ReadPath, check
 from .evidence import blob_ids
 from .fingerprint import Fingerprinter, Fingerprints
 from .hits import Hit, Hits
-from .residue import Judge, Judgement, Reader, in_live_cells
+from .residue import Judge, Judgement, Reader, in_live_cells, strays
 
 KEEP_SCANS, KEEP_HITS = 16, 2_000_000
 """How many of wait's clean scans the verifier keeps for the next verify of the same erasure,
@@ -387,7 +387,9 @@ class Verifier:
             live = in_live_cells(self._fp, found, cells)
             if live_out is not None:
                 live_out.append(live)
-            rest = found.take(~live).objects()
+            rest_hits = found.take(~live)
+            stray = strays(self._fp, fp, rest_hits, reader) if fp.site_h else np.zeros(len(rest_hits), dtype=bool)
+            rest = rest_hits.take(~stray).objects()
             regions = physical.live_regions(self._root) if physical is not None and rest else None
             if fp.site_h:
                 judged = Judge(
@@ -401,6 +403,7 @@ class Verifier:
             else:  # fingerprints made by an older efface: window by window
                 judged = self._legacy(rest, reader, physical, regions)
         judged.live += int(np.count_nonzero(live))
+        judged.stray += int(np.count_nonzero(stray))
         return judged
 
     @staticmethod
