@@ -1,7 +1,8 @@
 """The word index memoises the document frequencies of common terms (issue #11, item 3):
 FTS5 counts a term's rows by reading its whole doclist at every recall. The memo must not
 change what a recall finds, must follow the store's growth, and an erasure must take its
-words out of it."""
+words out of it. The memo serves FTS5's own ranking, which a store uses while its postings
+load into memory (origin/sqlite/postings.py): these stores run without them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.sqlite_only("the SQLite word index's memo")
 def store(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_text, "DF_MEMO_MIN", 5)
     s = efface.open(tmp_path / "s", embedder="hashing", background=False)
+    s._origin.text.stop_postings()  # ranked by FTS5, as while the postings load
     s.write_many(
         [{"key": f"k{i}", "text": f"common words here, number {i}"} for i in range(200)],
         tenant="t",

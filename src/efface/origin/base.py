@@ -239,10 +239,13 @@ class WordIndex(Protocol):
         limit: int,
         *,
         narrow: bool = True,
+        scoring: Sequence[str] = (),
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked before the filters (at most
         ``depth``; fewer means no further match exists to widen to). ``narrow``: rank only the
-        tenant's own matches, where the index can (an index that cannot ignores it)."""
+        tenant's own matches, where the index can (an index that cannot ignores it).
+        ``scoring``: more words that add to the scores of the records ``words`` find, where
+        the index can (the common words past the posting budget: they score, they do not find)."""
         ...
 
     def count_matches(self, words: Sequence[str], cap: int) -> int: ...

@@ -4,9 +4,11 @@ The index lives in the origin and is staged inside the origin's transaction, so 
 row can never match again: this path's applied epoch never lags. Its erased epoch is the
 origin's too: the delete takes the row's entries out of the index pages in the same
 transaction (FTS5 ``secure-delete``, see ``origin/sqlite/separators.py``); only a store that
-cannot show that waits for the compactor's merge. Queries keep only
-their rarest words within a budget of postings (see :data:`POSTING_BUDGET`), then widen the
-ranked list while the tenant, purpose and subject filters thin it.
+cannot show that waits for the compactor's merge. A query's rarest words within a budget of
+postings find its records (see :data:`POSTING_BUDGET`); where the index holds its postings in
+memory (the SQLite origin, ``origin/sqlite/postings.py``) every query word scores them, the
+common ones too, and otherwise (FTS5's own ranking, while they load) the words that found
+them do. The ranked list is widened while the tenant, purpose and subject filters thin it.
 """
 
 from __future__ import annotations
@@ -127,14 +129,15 @@ class FullTextIndex:
     def scored_within(self, query: Query, n: int) -> tuple[list[tuple[int, float]], float]:
         """:meth:`scored`, and the most BM25 a record could score for all of the query's words
         (those past the posting budget too; :meth:`ceiling`), from the same look-up."""
-        words, dfs, narrow = self._plan(query_words(query.text), query.tenant)
+        every = query_words(query.text)
+        words, dfs, narrow = self._plan(every, query.tenant)
         ceiling = self._text.bm25_ceiling(dfs)
         if not words:
             return [], ceiling
         m = 4 * n
         while True:
             found, seen = self._text.ranked_seen(
-                words, query.tenant, query.purpose, query.subject, query.now, m, n, narrow=narrow
+                words, query.tenant, query.purpose, query.subject, query.now, m, n, narrow=narrow, scoring=every
             )
             if len(found) >= n or m >= MAX_FTS_CANDIDATES or seen < m:
                 return found, ceiling
@@ -196,14 +199,20 @@ class FullTextIndex:
                 probes += 1
                 leaked.update(self._text.matching_ids([term], erased))
         missing = sum(1 for h in wanted if h not in recovered)
+        # the postings this process holds in memory for ranking (origin/sqlite/postings.py)
+        in_memory = getattr(self._text, "held_in_memory", None)
+        remembered: list[int] = in_memory(list(erased)) if in_memory is not None else []
+        leaked.update(remembered)
         return check(
             "fts.by_text",
             "unreadable",
             "fail" if leaked else "pass",
             (
                 f"{len(leaked)} erased records still matched by their words"
+                + (f" ({len(remembered)} in the postings in memory)" if remembered else "")
                 if leaked
-                else f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
+                else f"{len(erased)} erased records in none of the postings held in memory; "
+                f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
                 f"(used by live records), {missing} are gone; {probes} queries matched no erased record"
                 + (
                     ""

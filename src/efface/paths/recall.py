@@ -41,8 +41,10 @@ The vector scores are exact: the union of every path's candidates scored by cosi
 query over the origin's float32 vectors (not the index's i8 copies), so a record the words
 found is also judged by its meaning, and the index's quantisation costs a record its place
 only when it kept it out of the list altogether. The text scores are the full-text path's
-own BM25 (scoring a candidate the words did not find would mean reading long doclists, the
-cost its posting budget avoids).
+own BM25: over every query word, where the word index holds its postings in memory (the
+SQLite origin, once loaded: origin/sqlite/postings.py), the common words past the posting
+budget included, which score the records the rarer ones found without finding any; over the
+words within the budget where FTS5 ranks (a store still loading them).
 
 The full-text leg runs on a worker thread while the caller's thread encodes the query and
 searches the ANN index: SQLite (apsw) and onnxruntime release the GIL, so on two cores a

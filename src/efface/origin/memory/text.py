@@ -79,7 +79,15 @@ class MemoryText:
         return [rid for rid, _ in self.ranked(words, tenant, purpose, subject, now, depth, limit)]
 
     def ranked(
-        self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
+        self,
+        words: Sequence[str],
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        depth: int,
+        limit: int,
+        scoring: Sequence[str] = (),
     ) -> list[tuple[int, float]]:
         """:meth:`search` with each id's BM25 score (higher is better)."""
         s = self._o._st()
@@ -89,7 +97,7 @@ class MemoryText:
         n = len(s.doc_terms)
         avg = s.doc_len_total / n if n else 1.0
         idf = {}
-        for w in dict.fromkeys(words):
+        for w in dict.fromkeys([*words, *scoring]):
             df = len(s.postings.get(w, ()))
             if df:
                 idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
@@ -118,9 +126,11 @@ class MemoryText:
         limit: int,
         *,
         narrow: bool = True,
+        scoring: Sequence[str] = (),
     ) -> tuple[list[tuple[int, float]], int]:
-        """:meth:`ranked`, and how many matches were ranked (at most ``depth``)."""
-        return self.ranked(words, tenant, purpose, subject, now, depth, limit), min(
+        """:meth:`ranked`, and how many matches were ranked (at most ``depth``). ``scoring``:
+        more words that add to the scores of the records ``words`` find (none found by them alone)."""
+        return self.ranked(words, tenant, purpose, subject, now, depth, limit, scoring), min(
             depth, len(self._matches(self._o._st(), words))
         )
 

@@ -60,6 +60,8 @@ class SQLiteOrigin:
 
     def __init__(self, path: str):
         self.path = path
+        self._members: list[SQLiteTx] = []
+        """The members of the open group (:meth:`group`) that committed their savepoints."""
         new = not os.path.exists(path)
         self.write_lock = threading.RLock()
         """Held for every use of the writer connection."""
@@ -120,6 +122,7 @@ class SQLiteOrigin:
         self.text = SQLiteText(self)
         """The full-text word index (FTS5 in this file): see :mod:`.text`."""
         self.text.fold_index()
+        self.text.start_postings()
 
     # -- connections --------------------------------------------------------------------
     @property
@@ -169,6 +172,7 @@ class SQLiteOrigin:
                 self._c.execute("ROLLBACK")
                 raise
             self._c.execute("COMMIT")
+            self.text.committed(tx.text_changes)
 
     @contextlib.contextmanager
     def group(self) -> Iterator[Callable[[str, str | None, float], AbstractContextManager[SQLiteTx]]]:
@@ -180,6 +184,7 @@ class SQLiteOrigin:
         end and no member stays."""
         with self.write_lock, edge(self.path):
             self._c.execute("BEGIN IMMEDIATE")
+            self._members = []
             try:
                 yield self._member
                 if not self._c.in_transaction:
@@ -189,6 +194,7 @@ class SQLiteOrigin:
                     self._c.execute("ROLLBACK")
                 raise
             self._c.execute("COMMIT")
+            self.text.committed([ch for tx in self._members for ch in tx.text_changes])
 
     @contextlib.contextmanager
     def _member(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
@@ -198,13 +204,15 @@ class SQLiteOrigin:
             self._c.execute("SAVEPOINT member")
             try:
                 self._c.execute("INSERT INTO mutations(kind, tenant, at) VALUES(?,?,?)", (kind, tenant, now))
-                yield SQLiteTx(self._c, self._c.last_insert_rowid())
+                tx = SQLiteTx(self._c, self._c.last_insert_rowid())
+                yield tx
             except BaseException:
                 if self._c.in_transaction:
                     self._c.execute("ROLLBACK TO member")
                     self._c.execute("RELEASE member")
                 raise
             self._c.execute("RELEASE member")
+            self._members.append(tx)  # its changes reach the postings once the group commits
 
     def meta_set(self, key: str, value: str) -> None:
         with self.write_lock, savepoint(self._c):
@@ -263,6 +271,8 @@ class SQLiteOrigin:
 
     def close(self) -> None:
         self._closed = True
+        if hasattr(self, "text"):
+            self.text.stop_postings()
         with self._readers_mu:
             readers, self._readers = self._readers, []
         for c in readers:

@@ -20,6 +20,7 @@ asks SQLite's tokenizer itself, so verify probes exactly the terms the index hol
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,7 @@ from ...model import probe_sample
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
+from .postings import TENANT, TEXT, Change, Postings, counts_of, load
 from .separators import rewrite_stale, still_held
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -82,6 +84,10 @@ size when counted (planning and the score ceiling need an estimate; a term of 1,
 more moves by at most that share)."""
 TERM_MEMO = 65536
 """Words whose terms are memoised at most (the memo starts again when full)."""
+LOAD_HERE = 20_000
+"""A store of at most this many records loads its postings (:mod:`.postings`) as it opens;
+a larger one in the background (about 35 us a record), its queries ranked by FTS5 meanwhile."""
+log = logging.getLogger("efface.origin")
 _UNKNOWN = object()
 
 
@@ -124,6 +130,76 @@ class SQLiteText:
         self._df_mu = threading.Lock()
         self._kept: dict[int, tuple[str, ...]] = {}
         self._kept_mu = threading.Lock()
+        self._post: Postings | None = None
+        """The index's postings in memory, for ranking (:mod:`.postings`), once loaded; a
+        store without a stemming tokenizer (made before it) never loads them."""
+        self._post_queue: list[Change] | None = None
+        """Changes committed while the postings load, applied once they have."""
+        self._post_mu = threading.Lock()
+        self._post_stop = threading.Event()
+
+    # -- postings in memory ------------------------------------------------------------------
+    def start_postings(self) -> None:
+        """Load the postings: here for a small store, in the background for a large one."""
+        if self._tok is None:
+            return
+        with self._post_mu:
+            self._post_queue = []
+        if self._docs <= LOAD_HERE:
+            self._load_postings()
+        else:
+            threading.Thread(target=self._load_postings, name="efface-postings", daemon=True).start()
+
+    def _load_postings(self) -> None:
+        try:
+            conn = apsw.Connection(self._o.path, flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                got = load(conn, self.scoped, self._post_stop)
+            finally:
+                conn.close()
+        except apsw.Error as exc:  # the store closed, or the file went: FTS5 ranks meanwhile
+            log.warning("word index postings not loaded (%s): full-text queries are ranked by FTS5", type(exc).__name__)
+            return
+        if got is None:
+            return
+        post = Postings.of(got)
+        with self._post_mu:
+            for change in self._post_queue or ():
+                post.apply(change)
+            self._post, self._post_queue = post, None
+
+    def stop_postings(self) -> None:
+        self._post_stop.set()
+        with self._post_mu:
+            self._post, self._post_queue = None, None
+
+    def _change(self, tenant_tokens: list[str], old: dict[int, str], new: dict[int, str]) -> Change:
+        """The change a transaction makes to the postings: ``old`` records' entries go, ``new``
+        ones come (folded texts)."""
+        ch = Change()
+        tenant = {(TENANT, t) for t in tenant_tokens} if self.scoped else set()
+        for rid, text in old.items():
+            ch.removed[rid] = {(TEXT, t) for t in self._token_list(text)} | tenant
+        for rid, text in new.items():
+            cols = {TEXT: self._token_list(text)}
+            if self.scoped:
+                cols[TENANT] = tenant_tokens
+            ch.added[rid] = counts_of(cols)
+        return ch
+
+    def committed(self, changes: Sequence[Change]) -> None:
+        """Apply committed transactions' changes to the postings (or queue them while they load)."""
+        with self._post_mu:
+            if self._post is not None:
+                for ch in changes:
+                    self._post.apply(ch)
+            elif self._post_queue is not None:
+                self._post_queue.extend(changes)
+
+    def held_in_memory(self, ids: Sequence[int]) -> list[int]:
+        """Which of ``ids`` the postings in memory still hold (verify: none once erased)."""
+        post = self._post
+        return post.holds(ids) if post is not None else []
 
     def stage(
         self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -138,7 +214,8 @@ class SQLiteText:
         cols, marks = ("text, tenant", "?,?") if self.scoped else ("text", "?")
         folded = {rid: index_text(tx.old_texts[rid]) for rid in (*puts, *drops) if rid in tx.old_texts}
         olds = [(rid, text, *extra) for rid, text in folded.items()]
-        news = [(rid, index_text(texts[rid]), *extra) for rid in puts]
+        fresh = {rid: index_text(texts[rid]) for rid in puts}
+        news = [(rid, fresh[rid], *extra) for rid in puts]
         erased_terms: set[str] = set()
         if olds:
             # secure-delete: the rows' entries leave the index pages here, in this transaction;
@@ -160,6 +237,8 @@ class SQLiteText:
                 c.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
         if news:
             c.executemany(f"INSERT INTO fts(rowid, {cols}) VALUES(?, {marks})", news)
+        if self._tok is not None:  # for the postings in memory, applied once this commits
+            tx.text_changes.append(self._change(self._token_list(tenant) if self.scoped else [], folded, fresh))
         # A running document count for the common-term cut-off (an estimate is enough).
         change = sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
         self._docs += change
@@ -252,6 +331,13 @@ class SQLiteText:
                     out.add(got if isinstance(got, str) else str(got[0]))
         return out
 
+    def _token_list(self, value: str) -> list[str]:
+        """The terms the index's tokenizer makes of ``value``, in order, repeats kept."""
+        assert self._tok is not None
+        with self._tok_mu:
+            got = self._tok(value.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
+        return [g if isinstance(g, str) else str(g[0]) for g in got]
+
     def _term_uncached(self, word: str) -> str | None:
         assert self._tok is not None
         with self._tok_mu:
@@ -287,6 +373,10 @@ class SQLiteText:
         wanted = sorted({t for t in terms if t is not None})
         if not wanted:
             return {}
+        post = self._post
+        if post is not None:  # exact, and no read of the index
+            got = post.document_frequency(wanted)
+            return {w: got[t] for w, t in zip(words, terms, strict=True) if t in got}
         docs = self._docs
         df: dict[str, int] = {}
         ask: list[str] = []
@@ -346,6 +436,7 @@ class SQLiteText:
         limit: int,
         *,
         narrow: bool = True,
+        scoring: Sequence[str] = (),
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches the index ranked (at most ``depth``: fewer
         means there are no more to widen to; counted, in the same statement, only when fewer
@@ -357,6 +448,9 @@ class SQLiteText:
         A scoped index ranks only the tenant's own matches (its tenant column weighs nothing
         in the score) when ``narrow``; otherwise, and in an older index, every tenant's
         matches are ranked and the tenant's kept after."""
+        post = self._post
+        if post is not None:
+            return self._ranked_in_memory(post, words, scoring, tenant, purpose, subject, now, depth, limit, narrow)
         sub = " AND c.subject=?" if subject is not None else ""
         extra = [subject] if subject is not None else []
         if self.scoped:
@@ -385,6 +479,36 @@ class SQLiteText:
         )
         found = [(r[0], r[1]) for r in json.loads(got)] if got is not None else []
         return found, (depth if seen is None else seen)
+
+    def _ranked_in_memory(
+        self,
+        post: Postings,
+        words: Sequence[str],
+        scoring: Sequence[str],
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        depth: int,
+        limit: int,
+        narrow: bool,
+    ) -> tuple[list[tuple[int, float]], int]:
+        """:meth:`ranked_seen` from the postings in memory: the records ``words`` find, scored
+        over ``scoring``'s words too, checked live best first in chunks until ``limit`` are
+        (every match is ranked at once: all of them are checked if need be), and how many
+        matched (at most ``depth``), as FTS5's ranking counts them."""
+        finders = [t for t in self.index_terms(words) if t is not None]
+        scorers = [t for t in self.index_terms(scoring) if t is not None]
+        within = self._token_list(tenant) if narrow and self.scoped else None
+        ids, scores = post.rank(finders, scorers, within)
+        found: list[tuple[int, float]] = []
+        at, step = 0, max(limit, 1)
+        while len(found) < limit and at < len(ids):
+            chunk = ids[at : at + step].tolist()
+            live = self._o.live_ids(chunk, tenant, purpose, subject, now)
+            found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
+            at, step = at + step, step * 4
+        return found[:limit], min(len(ids), depth)
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""

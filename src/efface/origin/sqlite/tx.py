@@ -55,6 +55,9 @@ class SQLiteTx:
         self.old_texts: dict[int, str] = {}
         """Each changed record's text as it was before this transaction: the full-text index
         needs it to delete exactly the tokens it holds for that record."""
+        self.text_changes: list[Any] = []
+        """What this transaction changed in the word index, for its postings in memory
+        (``text.Change``), applied once it commits."""
 
     def _remember(self, record_id: int | None = None, tenant: str | None = None, key: str | None = None) -> None:
         if record_id is None:

@@ -1,0 +1,269 @@
+"""The word index's postings held in memory (origin/sqlite/postings.py): the scores are FTS5's
+own BM25, the common words past the posting budget add to the scores of the records the rare
+ones find, and the postings follow every committed write, rewrite and erasure (and nothing
+that rolled back), loaded or kept up, so that they always equal a fresh load of the index."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import apsw
+import numpy as np
+import pytest
+
+import efface
+from efface.origin.sqlite import text as sqlite_text
+from efface.origin.sqlite.postings import TEXT, Postings, load
+
+pytestmark = pytest.mark.sqlite_only("the SQLite word index's postings")
+
+PURPOSE = "support"
+WORDS = [
+    "alice",
+    "bob",
+    "carol",
+    "tea",
+    "coffee",
+    "green",
+    "black",
+    "morning",
+    "evening",
+    "walks",
+    "runs",
+    "running",
+    "garden",
+    "paris",
+    "berlin",
+    "meeting",
+    "notes",
+    "order",
+    "number",
+    "invoice",
+    "birthday",
+    "prefers",
+    "likes",
+    "drinks",
+    "moved",
+    "apartment",
+    "city",
+]
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+def _fresh(store) -> Postings:
+    """The postings as a new load of the index would make them now."""
+    conn = apsw.Connection(store._origin.path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        got = load(conn, store._origin.text.scoped)
+    finally:
+        conn.close()
+    assert got is not None
+    return Postings.of(got)
+
+
+def _state(p: Postings) -> tuple[dict, dict, int, float]:
+    terms = {}
+    for key, t in p._terms.items():
+        ids, tf = t.merged()
+        terms[key] = (ids.tolist(), tf.tolist())
+    here = np.flatnonzero(p._here)
+    lengths = {int(i): float(p._len[i]) for i in here}
+    return terms, lengths, p._rows, round(p._tokens, 3)
+
+
+def _same(store) -> None:
+    live = store._origin.text._post
+    assert live is not None
+    assert _state(live) == _state(_fresh(store))
+
+
+def test_scores_are_fts5s_own_bm25(tmp_path):
+    rng = random.Random(7)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        for t, tenant in enumerate(("a", "b")):
+            texts = _texts(rng, 300)
+            store.write_many(
+                [{"key": f"{t}-{i}", "text": x} for i, x in enumerate(texts)],
+                tenant=tenant,
+                subject="s",
+                purpose=PURPOSE,
+            )
+        post = store._origin.text._post
+        db = store._origin._r()
+        for _ in range(30):
+            words = rng.sample(WORDS, rng.randint(1, 4))
+            ids, scores = post.rank(store._origin.text.index_terms(words), [])
+            mine = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+            match = " OR ".join(f'"{w}"' for w in words)
+            theirs = dict(db.execute("SELECT rowid, -bm25(fts, 1.0, 0.0) FROM fts WHERE fts MATCH ?", (match,)))
+            assert mine.keys() == theirs.keys()
+            assert all(abs(mine[i] - theirs[i]) <= 1e-6 * max(1.0, abs(theirs[i])) for i in theirs)  # float32 counts
+            assert list(ids) == sorted(mine, key=lambda i: (-mine[i], i))  # best first, ties by id
+
+
+def test_common_words_score_the_records_the_rare_ones_find(tmp_path, monkeypatch):
+    """Past the posting budget a word no longer finds records, but it still scores the ones
+    found: the record with both words ranks first (by FTS5 alone the two would tie)."""
+    monkeypatch.setattr("efface.paths.fts.POSTING_BUDGET", 50)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write_many(
+            [{"key": f"c{i}", "text": f"{'common' if i % 3 == 0 else 'plain'} filler {i}"} for i in range(200)],
+            tenant="t",
+            subject="s",
+            purpose=PURPOSE,
+        )
+        store.write("only", "zanzibar trip", tenant="t", subject="s", purpose=PURPOSE)
+        store.write("both", "zanzibar common trip", tenant="t", subject="s", purpose=PURPOSE)
+        fts = store._fts
+        assert fts._plan(["zanzibar", "common"], store._tenant("t"))[0] == ["zanzibar"]
+
+        def keys(got):
+            q = "SELECT key FROM records WHERE id=?"
+            return [store._origin._r().execute(q, (i,)).fetchone()[0] for i, _ in got]
+
+        assert keys(fts.scored(fts_query(store, "zanzibar common"), 10)) == ["both", "only"]
+        assert [h.key for h in store.recall("zanzibar common", tenant="t", purpose=PURPOSE, k=5)][:2] == [
+            "both",
+            "only",
+        ]
+        store._origin.text.stop_postings()  # FTS5's ranking: the common word finds nothing and scores nothing
+        assert keys(fts.scored(fts_query(store, "zanzibar common"), 10)) == ["only", "both"]  # the shorter first
+
+
+def fts_query(store, text: str):
+    from efface.paths.base import Query
+
+    return Query(store._tenant("t"), text, np.empty(0, np.float32), PURPOSE, None, time.time())
+
+
+@pytest.mark.parametrize("tail", [4096, 2])
+def test_the_postings_follow_writes_rewrites_and_erasures(tmp_path, monkeypatch, tail):
+    """Random writes, rewrites and forgets; at 2 the tails are merged into the arrays all along."""
+    monkeypatch.setattr("efface.origin.sqlite.postings.TAIL", tail)
+    rng = random.Random(11)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        subjects = ["ann", "ben", "cat", "dan"]
+        for step in range(40):
+            op = rng.random()
+            tenant = rng.choice(("t", "u"))
+            who = rng.randrange(len(subjects))  # a key is always its subject's: rewrites, not takeovers
+            if op < 0.5:
+                texts = _texts(rng, rng.randint(1, 15))
+                keys = rng.sample(range(15), len(texts))
+                store.write_many(
+                    [{"key": f"{who}-{k}", "text": x} for k, x in zip(keys, texts, strict=True)],
+                    tenant=tenant,
+                    subject=subjects[who],
+                    purpose=PURPOSE,
+                )
+            elif op < 0.7:
+                key = f"{who}-{rng.randrange(15)}"
+                store.write(key, _texts(rng, 1)[0], tenant=tenant, subject=subjects[who], purpose=PURPOSE)
+            elif op < 0.9:
+                store.forget(tenant=tenant, subject=subjects[who])
+            else:
+                store.forget(tenant=tenant, key=f"{who}-{rng.randrange(15)}")
+            if step % 5 == 4:
+                _same(store)
+        _same(store)
+
+
+def test_an_erasure_leaves_nothing_of_its_records_in_memory_and_verify_says_so(tmp_path):
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write_many(
+            [{"key": f"a{i}", "text": f"alice zelinski walks her dog {i}"} for i in range(10)],
+            tenant="t",
+            subject="alice",
+            purpose=PURPOSE,
+        )
+        store.write("b", "bob walks too", tenant="t", subject="bob", purpose=PURPOSE)
+        text = store._origin.text
+        ids = [r[0] for r in store._origin._r().execute("SELECT id FROM records WHERE key LIKE 'a%'")]
+        assert text.held_in_memory(ids) == ids and text._post.holds_term("zelinski")
+        receipt = store.forget(tenant="t", subject="alice")
+        assert text.held_in_memory(ids) == []
+        assert not text._post.holds_term("zelinski") and text._post.holds_term("walk")  # bob's word stays
+        _same(store)
+        store.wait(receipt.handle)
+        report = store.verify(receipt.handle)
+        assert report.level == "erased"
+        check = next(c for c in report.checks if c.name == "fts.by_text")
+        assert "in none of the postings held in memory" in check.detail
+
+
+def test_a_leak_into_the_postings_fails_verify(tmp_path):
+    """verify asks the postings too: an erased record's id left there is a failed check."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write("a", "alice zelinski", tenant="t", subject="alice", purpose=PURPOSE)
+        text = store._origin.text
+        kept = Postings.of([((TEXT, "zelinski"), np.array([1]), np.array([1.0], np.float32))])
+        receipt = store.forget(tenant="t", subject="alice")
+        text._post = kept  # as if the forget had not reached them
+        report = store.verify(receipt.handle)
+        check = next(c for c in report.checks if c.name == "fts.by_text")
+        assert check.outcome == "fail" and "in the postings in memory" in check.detail
+
+
+def test_a_write_that_rolls_back_leaves_the_postings_as_they_were(tmp_path, monkeypatch):
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write("a", "alice drinks tea", tenant="t", subject="alice", purpose=PURPOSE)
+        text = store._origin.text
+        before = _state(text._post)
+        real = sqlite_text.SQLiteText._change
+
+        def failing(self, tenant_tokens, old, new):
+            real(self, tenant_tokens, old, new)
+            raise RuntimeError("the member fails after staging its postings")
+
+        monkeypatch.setattr(sqlite_text.SQLiteText, "_change", failing)
+        with pytest.raises(RuntimeError):
+            store.write("b", "bob drinks coffee", tenant="t", subject="bob", purpose=PURPOSE)
+        with pytest.raises(RuntimeError):
+            store.forget(tenant="t", subject="alice")
+        monkeypatch.setattr(sqlite_text.SQLiteText, "_change", real)
+        assert _state(text._post) == before
+        _same(store)
+        assert [h.key for h in store.recall("tea", tenant="t", purpose=PURPOSE)] == ["a"]
+
+
+def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwhile(tmp_path, monkeypatch):
+    path = tmp_path / "s"
+    rng = random.Random(3)
+    with efface.open(path, embedder="hashing", background=False) as store:
+        store.write_many(
+            [{"key": f"k{i}", "text": x} for i, x in enumerate(_texts(rng, 200))],
+            tenant="t",
+            subject="ann",
+            purpose=PURPOSE,
+        )
+        store.write("z", "zanzibar trip", tenant="t", subject="zed", purpose=PURPOSE)
+    monkeypatch.setattr(sqlite_text, "LOAD_HERE", 10)
+    go, started = threading.Event(), threading.Event()
+    real = sqlite_text.load
+
+    def slow(conn, scoped, stop=None):
+        started.set()
+        assert go.wait(30)
+        return real(conn, scoped, stop)
+
+    monkeypatch.setattr(sqlite_text, "load", slow)
+    with efface.open(path, embedder="hashing", background=False) as store:
+        assert started.wait(30)
+        text = store._origin.text
+        assert text._post is None  # loading: FTS5 ranks meanwhile
+        assert [h.key for h in store.recall("zanzibar", tenant="t", purpose=PURPOSE)][:1] == ["z"]
+        store.write("y", "yokohama trip", tenant="t", subject="yan", purpose=PURPOSE)
+        store.forget(tenant="t", subject="zed")
+        go.set()
+        deadline = time.time() + 30
+        while text._post is None and time.time() < deadline:
+            time.sleep(0.01)
+        assert text._post is not None
+        _same(store)
+        assert not text._post.holds_term("zanzibar")
+        assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
