@@ -68,9 +68,10 @@ def _fresh(store) -> Postings:
 
 def _state(p: Postings) -> tuple[dict, dict, int, float]:
     terms = {}
-    for key, t in p._terms.items():
-        ids, tf = t.merged()
-        terms[key] = (ids.tolist(), tf.tolist())
+    for col, held in enumerate(p._cols):
+        for term, t in held.items():
+            ids, tf = t.merged()
+            terms[(col, term)] = (ids.tolist(), tf.tolist())
     here = np.flatnonzero(p._here)
     lengths = {int(i): float(p._len[i]) for i in here}
     return terms, lengths, p._rows, round(p._tokens, 3)
@@ -258,7 +259,9 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert text._post is None  # loading: FTS5 ranks meanwhile
         assert [h.key for h in store.recall("zanzibar", tenant="t", purpose=PURPOSE)][:1] == ["z"]
         store.write("y", "yokohama trip", tenant="t", subject="yan", purpose=PURPOSE)
+        store.write("k0", "a rewritten note about kyoto", tenant="t", subject="ann", purpose=PURPOSE)
         store.forget(tenant="t", subject="zed")
+        text.committed(list(text._post_queue or ()))  # a change queued twice is applied as once
         go.set()
         deadline = time.time() + 30
         while text._post is None and time.time() < deadline:
@@ -267,3 +270,4 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         _same(store)
         assert not text._post.holds_term("zanzibar")
         assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
+        assert [h.key for h in store.recall("kyoto", tenant="t", purpose=PURPOSE)][:1] == ["k0"]

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 
@@ -43,14 +45,17 @@ TEXT, TENANT = 0, 1
 Key = tuple[int, str]
 
 
+Counts: TypeAlias = Mapping[str, int]
+
+
 @dataclass
 class Change:
     """One committed transaction's change to the word index: the records whose entries went
-    (with the terms they had), and the records added (each term's count, the record's length
-    over all columns). An updated record is in both."""
+    (with the terms they had in each column), and the records added (each column's terms with
+    their counts, and the record's length over all columns). An updated record is in both."""
 
-    removed: dict[int, set[Key]] = field(default_factory=dict)
-    added: dict[int, tuple[dict[Key, int], int]] = field(default_factory=dict)
+    removed: dict[int, tuple[Iterable[str], ...]] = field(default_factory=dict)
+    added: dict[int, tuple[tuple[Counts, ...], int]] = field(default_factory=dict)
 
 
 class _Term:
@@ -88,8 +93,9 @@ class _Term:
         at = np.searchsorted(ids, more)
         return np.insert(ids, at, more), np.insert(tf, at, more_tf)
 
-    def add(self, rid: int, count: int) -> None:
-        self.tail[rid] = count
+    def add(self, counts: dict[int, int]) -> None:
+        """Records (not held here) and how often each holds the term."""
+        self.tail.update(counts)
         self._tail_view = None
         if len(self.tail) > TAIL:
             self.ids, self.tf = self.merged()
@@ -114,7 +120,9 @@ class Postings:
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._terms: dict[Key, _Term] = {}
+        self._cols: tuple[dict[str, _Term], dict[str, _Term]] = ({}, {})
+        """Each column's terms (``TEXT``, ``TENANT``) and their postings."""
+        self._terms = self._cols[TEXT]
         self._len = np.zeros(1024, dtype=np.float32)
         self._here = np.zeros(1024, dtype=bool)
         self._rows = 0
@@ -128,7 +136,7 @@ class Postings:
         all_ids, all_tf = [], []
         for key, ids, tf in grouped:
             if len(ids):
-                p._terms[key] = _Term(ids.astype(np.int64), tf.astype(np.float32))
+                p._cols[key[0]][key[1]] = _Term(ids.astype(np.int64), tf.astype(np.float32))
                 all_ids.append(ids)
                 all_tf.append(tf)
         if all_ids:
@@ -157,35 +165,55 @@ class Postings:
         were loaded with already, leaves them as applying it once: every record it names is
         taken out before any is put in."""
         with self._mu:
-            gone: dict[Key, list[int]] = {}
-            names = set(change.removed) | set(change.added)
-            for rid, keys in change.removed.items():
-                for key in keys:
-                    gone.setdefault(key, []).append(rid)
+            held = self._held
+            gone: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
+            for rid, cols in change.removed.items():
+                if held(rid):
+                    for col, words in enumerate(cols):
+                        for w in words:
+                            gone[col].setdefault(w, []).append(rid)
             for rid, (counts, _n) in change.added.items():
-                for key in counts:
-                    gone.setdefault(key, []).append(rid)
-            for key, ids in gone.items():
-                t = self._terms.get(key)
-                if t is not None:
-                    t.drop(sorted(set(ids)))
-                    if not t.count():
-                        del self._terms[key]
-            for rid in names:
-                if rid < len(self._here) and self._here[rid]:
+                if held(rid):  # rewritten, or applied already (a load saw it): out before in
+                    for col, words in enumerate(counts):
+                        for w in words:
+                            gone[col].setdefault(w, []).append(rid)
+            for col, drops in enumerate(gone):
+                terms = self._cols[col]
+                for term, ids in drops.items():
+                    t = terms.get(term)
+                    if t is not None:
+                        t.drop(sorted(set(ids)))
+                        if not t.count():
+                            del terms[term]
+            for rid in (*change.removed, *change.added):
+                if held(rid):
                     self._rows -= 1
                     self._tokens -= float(self._len[rid])
                     self._here[rid], self._len[rid] = False, 0.0
+            adds: tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]] = ({}, {})
             for rid, (counts, n) in change.added.items():
                 self._room(rid)
                 self._here[rid], self._len[rid] = True, float(n)
                 self._rows += 1
                 self._tokens += n
-                for key, c in counts.items():
-                    t = self._terms.get(key)
+                for col, col_counts in enumerate(counts):
+                    into = adds[col]
+                    for term, c in col_counts.items():
+                        got = into.get(term)
+                        if got is None:
+                            into[term] = {rid: c}
+                        else:
+                            got[rid] = c
+            for col, col_adds in enumerate(adds):
+                terms = self._cols[col]
+                for term, items in col_adds.items():
+                    t = terms.get(term)
                     if t is None:
-                        t = self._terms[key] = _Term(np.empty(0, np.int64), np.empty(0, np.float32))
-                    t.add(rid, c)
+                        t = terms[term] = _Term(np.empty(0, np.int64), np.empty(0, np.float32))
+                    t.add(items)
+
+    def _held(self, rid: int) -> bool:
+        return rid < len(self._here) and bool(self._here[rid])
 
     def holds(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the postings still hold a length for (none, once they are erased)."""
@@ -195,11 +223,11 @@ class Postings:
 
     def holds_term(self, term: str) -> bool:
         with self._mu:
-            return (TEXT, term) in self._terms
+            return term in self._terms
 
     def document_frequency(self, terms: Iterable[str]) -> dict[str, int]:
         with self._mu:
-            return {t: self._terms[(TEXT, t)].count() for t in terms if (TEXT, t) in self._terms}
+            return {t: self._terms[t].count() for t in terms if t in self._terms}
 
     def rows(self) -> int:
         return self._rows
@@ -213,16 +241,12 @@ class Postings:
         ``scorers`` together (distinct terms; higher is better; ties by id)."""
         with self._mu:
             rows, tokens, lengths = self._rows, self._tokens, self._len
-            terms = self._terms
-            find = [p for t in finders if (TEXT, t) in terms for p in terms[(TEXT, t)].parts()]
-            score = [
-                (terms[(TEXT, t)].count(), terms[(TEXT, t)].parts())
-                for t in dict.fromkeys([*finders, *scorers])
-                if (TEXT, t) in terms
-            ]
+            terms, tenants = self._cols
+            find = [p for t in finders if t in terms for p in terms[t].parts()]
+            score = [(terms[t].count(), terms[t].parts()) for t in dict.fromkeys([*finders, *scorers]) if t in terms]
             scope = None
             if within is not None:
-                scope = [terms[(TENANT, t)].parts() if (TENANT, t) in terms else None for t in within]
+                scope = [tenants[t].parts() if t in tenants else None for t in within]
         empty = (np.empty(0, np.int64), np.empty(0, np.float64))
         if not find or rows <= 0:
             return empty
@@ -249,15 +273,11 @@ class Postings:
         return cands[order], total[order]
 
 
-def counts_of(tokens: Mapping[int, Iterable[str]]) -> tuple[dict[Key, int], int]:
-    """A record's postings from its tokens per column (``TEXT``, ``TENANT``), and its length."""
-    counts: dict[Key, int] = {}
-    n = 0
-    for col, toks in tokens.items():
-        for t in toks:
-            counts[(col, t)] = counts.get((col, t), 0) + 1
-            n += 1
-    return counts, n
+def counts_of(text: Sequence[str], tenant: Counts, tenant_tokens: int) -> tuple[tuple[Counts, ...], int]:
+    """A record's postings from its text's tokens and its tenant id's (counted once for a
+    transaction's records: they share it), and its length: all of its tokens, as FTS5
+    counts a row's length over every column."""
+    return (Counter(text), tenant), len(text) + tenant_tokens
 
 
 LOAD_CHUNK = 200_000

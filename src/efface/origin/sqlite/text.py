@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ from ...model import probe_sample
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
-from .postings import TENANT, TEXT, Change, Postings, counts_of, load
+from .postings import Change, Postings, counts_of, load
 from .separators import rewrite_stale, still_held
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -177,14 +178,11 @@ class SQLiteText:
         """The change a transaction makes to the postings: ``old`` records' entries go, ``new``
         ones come (folded texts)."""
         ch = Change()
-        tenant = {(TENANT, t) for t in tenant_tokens} if self.scoped else set()
+        tenant = Counter(tenant_tokens)
         for rid, text in old.items():
-            ch.removed[rid] = {(TEXT, t) for t in self._token_list(text)} | tenant
+            ch.removed[rid] = (set(self._token_list(text)), tenant)
         for rid, text in new.items():
-            cols = {TEXT: self._token_list(text)}
-            if self.scoped:
-                cols[TENANT] = tenant_tokens
-            ch.added[rid] = counts_of(cols)
+            ch.added[rid] = counts_of(self._token_list(text), tenant, len(tenant_tokens))
         return ch
 
     def committed(self, changes: Sequence[Change]) -> None:
@@ -335,8 +333,10 @@ class SQLiteText:
         """The terms the index's tokenizer makes of ``value``, in order, repeats kept."""
         assert self._tok is not None
         with self._tok_mu:
-            got = self._tok(value.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
-        return [g if isinstance(g, str) else str(g[0]) for g in got]
+            got = self._tok(
+                value.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False, include_colocated=False
+            )
+        return got  # type: ignore[return-value]  # plain strings without offsets and colocated tokens
 
     def _term_uncached(self, word: str) -> str | None:
         assert self._tok is not None
