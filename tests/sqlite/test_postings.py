@@ -271,3 +271,18 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert not text._post.holds_term("zanzibar")
         assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
         assert [h.key for h in store.recall("kyoto", tenant="t", purpose=PURPOSE)][:1] == ["k0"]
+
+
+def test_postings_that_fail_to_follow_a_commit_are_dropped_not_the_write(tmp_path, monkeypatch):
+    """The write is committed: a failure to apply it in memory drops the postings (FTS5 ranks
+    from then on); the write stands and is found."""
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write("a", "alice drinks tea", tenant="t", subject="alice", purpose=PURPOSE)
+
+        def broken(self, change):
+            raise MemoryError
+
+        monkeypatch.setattr(Postings, "apply", broken)
+        store.write("b", "bob drinks tea", tenant="t", subject="bob", purpose=PURPOSE)
+        assert store._origin.text._post is None
+        assert {h.key for h in store.recall("tea", tenant="t", purpose=PURPOSE)} == {"a", "b"}

@@ -165,7 +165,9 @@ class SQLiteText:
             return
         post = Postings.of(got)
         with self._post_mu:
-            for change in self._post_queue or ():
+            if self._post_queue is None:  # stopped meanwhile: what was committed since is not here
+                return
+            for change in self._post_queue:
                 post.apply(change)
             self._post, self._post_queue = post, None
 
@@ -186,11 +188,19 @@ class SQLiteText:
         return ch
 
     def committed(self, changes: Sequence[Change]) -> None:
-        """Apply committed transactions' changes to the postings (or queue them while they load)."""
+        """Apply committed transactions' changes to the postings (or queue them while they load).
+        The changes are committed: if applying one fails, the postings are dropped (FTS5 ranks
+        from then on) rather than the write reported as failed or the postings left behind."""
         with self._post_mu:
             if self._post is not None:
-                for ch in changes:
-                    self._post.apply(ch)
+                try:
+                    for ch in changes:
+                        self._post.apply(ch)
+                except Exception as exc:
+                    log.warning(
+                        "word index postings dropped (%s): full-text queries are ranked by FTS5", type(exc).__name__
+                    )
+                    self._post, self._post_queue = None, None
             elif self._post_queue is not None:
                 self._post_queue.extend(changes)
 
