@@ -157,7 +157,9 @@ def _hybrid(
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
-        for p in paths:
+        # the paths that only propose (the ANN search) first: the full-text leg runs on
+        # meanwhile, and is waited for only then
+        for p in sorted(paths, key=lambda p: p.name in early):
             if hasattr(p, "scored"):
                 got, ceiling = early[p.name].result() if p.name in early else _text_leg(p, q, n)
                 scored[p.name] = dict(got)
