@@ -157,9 +157,11 @@ def _hybrid(
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
-        # the paths that only propose (the ANN search) first: the full-text leg runs on
-        # meanwhile, and is waited for only then
-        for p in sorted(paths, key=lambda p: p.name in early):
+
+        # Everything that does not need the full-text leg first (the ANN search, the live check
+        # of its candidates, their vectors), while that leg runs on its worker; it is waited
+        # for only then, and only its new candidates are checked and read after.
+        def take(p) -> None:
             if hasattr(p, "scored"):
                 got, ceiling = early[p.name].result() if p.name in early else _text_leg(p, q, n)
                 scored[p.name] = dict(got)
@@ -168,7 +170,19 @@ def _hybrid(
                     ceilings[p.name] = ceiling
             else:
                 ranked[p.name] = p.candidates(q, n)
-        live = snap.live_ids(list({i for ids in ranked.values() for i in ids}), q.tenant, q.purpose, q.subject, q.now)
+
+        checked: set[int] = set()
+        live: set[int] = set()
+
+        def check_new() -> None:
+            new = list({i for ids in ranked.values() for i in ids if i not in checked})
+            checked.update(new)
+            live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
+
+        for p in paths:
+            if p.name not in early:
+                take(p)
+        check_new()
         for p in paths:
             size = getattr(p, "size", None)
             if size is None:
@@ -183,9 +197,12 @@ def _hybrid(
             ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
-                live |= snap.live_ids(
-                    [i for i in ranked[p.name] if i not in live], q.tenant, q.purpose, q.subject, q.now
-                )
+                check_new()
+        blobs = snap.embeddings(sorted(live)) if early and any(hasattr(p, "size") for p in paths) else {}
+        for p in paths:
+            if p.name in early:
+                take(p)
+        check_new()
         via: dict[int, list[str]] = {}
         for p in sorted(paths, key=lambda p: p.name):  # 'ann' before 'fts', as the hits' via says
             for rid in ranked[p.name]:
@@ -195,7 +212,7 @@ def _hybrid(
         scores: dict[int, float] = {}
         tie: dict[int, float] = {}
         best_of: set[int] = set()  # each voting leg's own best k // 2
-        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live):
+        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs):
             vote = not (lexical and getattr(p, "size", None) is not None)
             scaled = _scaled(p, judged, ceilings.get(p.name))
             for rid in union:
@@ -223,7 +240,7 @@ def _hybrid(
 
 
 def _judgements(
-    snap, paths, q: Query, union: list[int], ranked, scored, live
+    snap, paths, q: Query, union: list[int], ranked, scored, live, blobs: dict[int, bytes]
 ) -> list[tuple[ReadPath, dict[int, float]]]:
     """One set of scores per path: exact cosine over the whole union for a vector path (one
     with ``size``), the path's own scores of its live candidates for one that gives them, and
@@ -231,7 +248,7 @@ def _judgements(
     out: list[tuple[ReadPath, dict[int, float]]] = []
     for p in sorted(paths, key=lambda p: p.name):
         if getattr(p, "size", None) is not None:
-            out.append((p, _cosine(snap, q, union) if union else {}))
+            out.append((p, _cosine(snap, q, union, blobs) if union else {}))
         elif p.name in scored:
             out.append((p, {rid: x for rid, x in scored[p.name].items() if rid in live}))
         else:
@@ -285,10 +302,13 @@ def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
     return [r for r in fused if r in chosen]
 
 
-def _cosine(snap, q: Query, ids: list[int]) -> dict[int, float]:
+def _cosine(snap, q: Query, ids: list[int], known: dict[int, bytes]) -> dict[int, float]:
     """Exact cosine of the query to the origin's vectors of ``ids`` (unit length, stored in
-    half precision: :mod:`efface.vectors`)."""
-    blobs = snap.embeddings(ids)
+    half precision: :mod:`efface.vectors`); ``known``: those read already in this snapshot."""
+    blobs = {i: known[i] for i in ids if i in known}
+    missing = [i for i in ids if i not in known]
+    if missing:
+        blobs.update(snap.embeddings(missing))
     have = [i for i in ids if blobs.get(i)]
     if not have:
         return {}

@@ -250,7 +250,9 @@ class Postings:
         empty = (np.empty(0, np.int64), np.empty(0, np.float64))
         if not find or rows <= 0:
             return empty
-        cands = np.unique(np.concatenate([ids for ids, _ in find]))
+        cands = np.sort(np.concatenate([ids for ids, _ in find]))
+        # distinct ids, sorted (np.unique hashes in numpy 2.4: 20x slower than this here)
+        cands = cands[np.concatenate(([True], cands[1:] != cands[:-1]))]
         for parts in scope or ():
             if parts is None:
                 return empty
