@@ -233,6 +233,8 @@ def test_a_write_that_rolls_back_leaves_the_postings_as_they_were(tmp_path, monk
 
 
 def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwhile(tmp_path, monkeypatch):
+    """A store above LOAD_HERE loads its postings from its first full-text query on, in the
+    background: FTS5 ranks meanwhile, and what is committed during the load is applied after."""
     path = tmp_path / "s"
     rng = random.Random(3)
     with efface.open(path, embedder="hashing", background=False) as store:
@@ -254,10 +256,12 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
 
     monkeypatch.setattr(sqlite_text, "load", slow)
     with efface.open(path, embedder="hashing", background=False) as store:
-        assert started.wait(30)
         text = store._origin.text
-        assert text._post is None  # loading: FTS5 ranks meanwhile
+        store.write("x", "xanadu trip", tenant="t", subject="xi", purpose=PURPOSE)  # before the load
+        assert not started.wait(0.2)  # nothing loads until a full-text query asks
         assert [h.key for h in store.recall("zanzibar", tenant="t", purpose=PURPOSE)][:1] == ["z"]
+        assert started.wait(30)
+        assert text._post is None  # loading: FTS5 ranks meanwhile
         store.write("y", "yokohama trip", tenant="t", subject="yan", purpose=PURPOSE)
         store.write("k0", "a rewritten note about kyoto", tenant="t", subject="ann", purpose=PURPOSE)
         store.forget(tenant="t", subject="zed")
@@ -271,6 +275,7 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert not text._post.holds_term("zanzibar")
         assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
         assert [h.key for h in store.recall("kyoto", tenant="t", purpose=PURPOSE)][:1] == ["k0"]
+        assert [h.key for h in store.recall("xanadu", tenant="t", purpose=PURPOSE)][:1] == ["x"]
 
 
 def test_postings_that_fail_to_follow_a_commit_are_dropped_not_the_write(tmp_path, monkeypatch):

@@ -138,18 +138,34 @@ class SQLiteText:
         """Changes committed while the postings load, applied once they have."""
         self._post_mu = threading.Lock()
         self._post_stop = threading.Event()
+        self._post_later = False
+        """A large store's postings are loaded from its first full-text query on."""
 
     # -- postings in memory ------------------------------------------------------------------
     def start_postings(self) -> None:
-        """Load the postings: here for a small store, in the background for a large one."""
+        """Load the postings: here for a small store; for a large one in the background,
+        from its first full-text query on (a store opened only to write, forget or verify
+        never reads them)."""
         if self._tok is None:
             return
-        with self._post_mu:
-            self._post_queue = []
         if self._docs <= LOAD_HERE:
+            with self._post_mu:
+                self._post_queue = []
             self._load_postings()
         else:
-            threading.Thread(target=self._load_postings, name="efface-postings", daemon=True).start()
+            self._post_later = True
+
+    def _postings(self) -> Postings | None:
+        """The postings, if loaded; the first call of a large store starts their load."""
+        post = self._post
+        if post is None and self._post_later:
+            with self._post_mu:
+                start, self._post_later = self._post_later, False
+                if start:
+                    self._post_queue = []
+            if start:
+                threading.Thread(target=self._load_postings, name="efface-postings", daemon=True).start()
+        return post
 
     def _load_postings(self) -> None:
         try:
@@ -174,7 +190,7 @@ class SQLiteText:
     def stop_postings(self) -> None:
         self._post_stop.set()
         with self._post_mu:
-            self._post, self._post_queue = None, None
+            self._post, self._post_queue, self._post_later = None, None, False
 
     def _change(self, tenant_tokens: list[str], old: dict[int, str], new: dict[int, str]) -> Change:
         """The change a transaction makes to the postings: ``old`` records' entries go, ``new``
@@ -383,7 +399,7 @@ class SQLiteText:
         wanted = sorted({t for t in terms if t is not None})
         if not wanted:
             return {}
-        post = self._post
+        post = self._postings()
         if post is not None:  # exact, and no read of the index
             got = post.document_frequency(wanted)
             return {w: got[t] for w, t in zip(words, terms, strict=True) if t in got}
@@ -458,7 +474,7 @@ class SQLiteText:
         A scoped index ranks only the tenant's own matches (its tenant column weighs nothing
         in the score) when ``narrow``; otherwise, and in an older index, every tenant's
         matches are ranked and the tenant's kept after."""
-        post = self._post
+        post = self._postings()
         if post is not None:
             return self._ranked_in_memory(post, words, scoring, tenant, purpose, subject, now, depth, limit, narrow)
         sub = " AND c.subject=?" if subject is not None else ""
