@@ -71,7 +71,9 @@ def _state(p: Postings) -> tuple[dict, dict, int, float]:
     for col, held in enumerate(p._cols):
         for term, t in held.items():
             ids, tf = t.merged()
-            terms[(col, term)] = (ids.tolist(), tf.tolist())
+            keep = [j for j, i in enumerate(ids.tolist()) if i not in t.dead]  # waiting for the purge
+            if keep:
+                terms[(col, term)] = (ids[keep].tolist(), tf[keep].tolist())
     here = np.flatnonzero(p._here)
     lengths = {int(i): float(p._len[i]) for i in here}
     return terms, lengths, p._rows, round(p._tokens, 3)
@@ -142,10 +144,12 @@ def fts_query(store, text: str):
     return Query(store._tenant("t"), text, np.empty(0, np.float32), PURPOSE, None, time.time())
 
 
-@pytest.mark.parametrize("tail", [4096, 2])
-def test_the_postings_follow_writes_rewrites_and_erasures(tmp_path, monkeypatch, tail):
-    """Random writes, rewrites and forgets; at 2 the tails are merged into the arrays all along."""
+@pytest.mark.parametrize(("tail", "drop_now"), [(4096, 16384), (2, 16384), (4096, 0), (2, 0)])
+def test_the_postings_follow_writes_rewrites_and_erasures(tmp_path, monkeypatch, tail, drop_now):
+    """Random writes, rewrites and forgets; at TAIL 2 the tails are merged into the arrays all
+    along; at DROP_NOW 0 every erased id waits in its arrays for the purge, which verify runs."""
     monkeypatch.setattr("efface.origin.sqlite.postings.TAIL", tail)
+    monkeypatch.setattr("efface.origin.sqlite.postings.DROP_NOW", drop_now)
     rng = random.Random(11)
     with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
         subjects = ["ann", "ben", "cat", "dan"]
@@ -172,9 +176,15 @@ def test_the_postings_follow_writes_rewrites_and_erasures(tmp_path, monkeypatch,
             if step % 5 == 4:
                 _same(store)
         _same(store)
+        post = store._origin.text._post
+        post.purge()
+        assert not post._dirty and not any(t.dead for terms in post._cols for t in terms.values())
+        _same(store)
 
 
-def test_an_erasure_leaves_nothing_of_its_records_in_memory_and_verify_says_so(tmp_path):
+@pytest.mark.parametrize("drop_now", [16384, 0])
+def test_an_erasure_leaves_nothing_of_its_records_in_memory_and_verify_says_so(tmp_path, monkeypatch, drop_now):
+    monkeypatch.setattr("efface.origin.sqlite.postings.DROP_NOW", drop_now)
     with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
         store.write_many(
             [{"key": f"a{i}", "text": f"alice zelinski walks her dog {i}"} for i in range(10)],
@@ -187,7 +197,8 @@ def test_an_erasure_leaves_nothing_of_its_records_in_memory_and_verify_says_so(t
         ids = [r[0] for r in store._origin._r().execute("SELECT id FROM records WHERE key LIKE 'a%'")]
         assert text.held_in_memory(ids) == ids and text._post.holds_term("zelinski")
         receipt = store.forget(tenant="t", subject="alice")
-        assert text.held_in_memory(ids) == []
+        assert not [h for h in store.recall("walks", tenant="t", purpose=PURPOSE) if h.key != "b"]
+        assert text.held_in_memory(ids) == []  # after the purge it runs first
         assert not text._post.holds_term("zelinski") and text._post.holds_term("walk")  # bob's word stays
         _same(store)
         store.wait(receipt.handle)

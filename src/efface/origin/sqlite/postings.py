@@ -39,6 +39,10 @@ K1, B = 1.2, 0.75
 TAIL = 4096
 """Postings of one term added since its array was last rebuilt, at most: past this, the tail
 is merged into the array (one copy of it)."""
+DROP_NOW = 16_384
+"""An erased record leaves a term's array at once when the array is at most this long; from a
+longer one (a common word's: a copy of megabytes at 1M records) at the next :meth:`Postings.purge`
+(the compactor's pass after the erasure, or the verify), not before the forget returns."""
 TEXT, TENANT = 0, 1
 """The index's columns, as keys here: a term of the text, a token of a tenant id."""
 
@@ -60,17 +64,20 @@ class Change:
 
 class _Term:
     """One term's postings: an array sorted by id, and a tail of the ones added since it was
-    last rebuilt (a record is in one or the other, never both)."""
+    last rebuilt (a record is in one or the other, never both). Ids dropped from a long array
+    wait in ``dead`` until :meth:`purge` copies the array without them (the records are
+    already out of the lengths, so no query finds or counts them meanwhile)."""
 
-    __slots__ = ("_tail_view", "ids", "tail", "tf")
+    __slots__ = ("_tail_view", "dead", "ids", "tail", "tf")
 
     def __init__(self, ids: np.ndarray, tf: np.ndarray):
         self.ids, self.tf = ids, tf
         self.tail: dict[int, int] = {}
+        self.dead: set[int] = set()
         self._tail_view: tuple[np.ndarray, np.ndarray] | None = None
 
     def count(self) -> int:
-        return len(self.ids) + len(self.tail)
+        return len(self.ids) + len(self.tail) - len(self.dead)
 
     def parts(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The array and the tail (sorted, kept until the next change), ids with counts."""
@@ -95,23 +102,36 @@ class _Term:
 
     def add(self, counts: dict[int, int]) -> None:
         """Records (not held here) and how often each holds the term."""
+        if self.dead and not self.dead.isdisjoint(counts):
+            self.purge()  # a rewritten record comes back: its old place goes first
         self.tail.update(counts)
         self._tail_view = None
         if len(self.tail) > TAIL:
             self.ids, self.tf = self.merged()
             self.tail, self._tail_view = {}, None
 
-    def drop(self, ids: Sequence[int]) -> None:
+    def drop(self, ids: Sequence[int], *, now: bool) -> None:
+        """Take ``ids`` out: from the tail at once, from the array now or at :meth:`purge`."""
         for i in ids:
             if self.tail.pop(i, None) is not None:
                 self._tail_view = None
-        if len(self.ids):
-            gone = np.asarray(ids, dtype=np.int64)
-            at = np.searchsorted(self.ids, gone)
-            at = at[at < len(self.ids)]
-            at = at[np.isin(self.ids[at], gone)]
-            if len(at):
-                self.ids, self.tf = np.delete(self.ids, at), np.delete(self.tf, at)
+        if not len(self.ids):
+            return
+        gone = np.asarray(ids, dtype=np.int64)
+        at = np.searchsorted(self.ids, gone)
+        at = at[at < len(self.ids)]
+        at = at[np.isin(self.ids[at], gone)]
+        if not len(at):
+            return
+        if now:
+            self.ids, self.tf = np.delete(self.ids, at), np.delete(self.tf, at)
+        else:
+            self.dead.update(self.ids[at].tolist())
+
+    def purge(self) -> None:
+        if self.dead:
+            dead, self.dead = sorted(self.dead), set()
+            self.drop(dead, now=True)
 
 
 class Postings:
@@ -123,6 +143,8 @@ class Postings:
         self._cols: tuple[dict[str, _Term], dict[str, _Term]] = ({}, {})
         """Each column's terms (``TEXT``, ``TENANT``) and their postings."""
         self._terms = self._cols[TEXT]
+        self._dirty: set[Key] = set()
+        """Terms whose arrays still hold dropped ids (:data:`DROP_NOW`)."""
         self._len = np.zeros(1024, dtype=np.float32)
         self._here = np.zeros(1024, dtype=bool)
         self._rows = 0
@@ -182,9 +204,12 @@ class Postings:
                 for term, ids in drops.items():
                     t = terms.get(term)
                     if t is not None:
-                        t.drop(sorted(set(ids)))
+                        t.drop(sorted(set(ids)), now=len(t.ids) <= DROP_NOW)
+                        if t.dead:
+                            self._dirty.add((col, term))
                         if not t.count():
                             del terms[term]
+                            self._dirty.discard((col, term))
             for rid in (*change.removed, *change.added):
                 if held(rid):
                     self._rows -= 1
@@ -212,14 +237,38 @@ class Postings:
                         t = terms[term] = _Term(np.empty(0, np.int64), np.empty(0, np.float32))
                     t.add(items)
 
+    def purge(self) -> int:
+        """Copy every array that still holds dropped ids without them (one term at a time, the
+        lock let go between terms so queries go on). Returns how many ids left."""
+        left = 0
+        while True:
+            with self._mu:
+                if not self._dirty:
+                    return left
+                col, term = self._dirty.pop()
+                t = self._cols[col].get(term)
+                if t is not None:
+                    left += len(t.dead)
+                    t.purge()
+
     def _held(self, rid: int) -> bool:
         return rid < len(self._here) and bool(self._here[rid])
 
     def holds(self, ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the postings still hold a length for (none, once they are erased)."""
+        """Which of ``ids`` the postings still hold, as a length or in any term's postings
+        (none, once they are erased and purged). Reads every term: for verify."""
         with self._mu:
             here = self._here
-            return [i for i in ids if 0 <= i < len(here) and bool(here[i])]
+            held = {i for i in ids if 0 <= i < len(here) and bool(here[i])}
+            wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
+            if len(wanted):
+                for terms in self._cols:
+                    for t in terms.values():
+                        for arr, _tf in t.parts():
+                            if len(arr):
+                                at = np.minimum(np.searchsorted(arr, wanted), len(arr) - 1)
+                                held.update(wanted[arr[at] == wanted].tolist())
+            return sorted(held)
 
     def holds_term(self, term: str) -> bool:
         with self._mu:
@@ -240,7 +289,7 @@ class Postings:
         of it in the tenant column), best first, with FTS5's BM25 over ``finders`` and
         ``scorers`` together (distinct terms; higher is better; ties by id)."""
         with self._mu:
-            rows, tokens, lengths = self._rows, self._tokens, self._len
+            rows, tokens, lengths, here = self._rows, self._tokens, self._len, self._here
             terms, tenants = self._cols
             find = [p for t in finders if t in terms for p in terms[t].parts()]
             score = [(terms[t].count(), terms[t].parts()) for t in dict.fromkeys([*finders, *scorers]) if t in terms]
@@ -257,6 +306,7 @@ class Postings:
             if parts is None:
                 return empty
             cands = cands[np.isin(cands, np.concatenate([ids for ids, _ in parts]))]
+        cands = cands[here[cands]]  # records dropped from a long array, not yet purged
         if not len(cands):
             return empty
         avgdl = tokens / rows

@@ -221,9 +221,13 @@ class SQLiteText:
                 self._post_queue.extend(changes)
 
     def held_in_memory(self, ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the postings in memory still hold (verify: none once erased)."""
+        """Which of ``ids`` the postings in memory still hold (verify: none once erased), after
+        taking out what erasures left in long arrays for later (:data:`.postings.DROP_NOW`)."""
         post = self._post
-        return post.holds(ids) if post is not None else []
+        if post is None:
+            return []
+        post.purge()
+        return post.holds(ids)
 
     def stage(
         self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -598,7 +602,11 @@ class SQLiteText:
 
     def purge(self) -> bool:
         """Merge the index segments if any row was deleted since the last merge, so no deleted
-        token stays in ``fts_data``. Returns True when it merged."""
+        token stays in ``fts_data``; and take erased ids out of the postings' long arrays
+        (:data:`.postings.DROP_NOW`). Returns True when it merged."""
+        post = self._post
+        if post is not None:
+            post.purge()
         o = self._o
         if o.meta_get(DIRTY) != "1":
             return False
