@@ -177,8 +177,10 @@ def test_the_postings_follow_writes_rewrites_and_erasures(tmp_path, monkeypatch,
                 _same(store)
         _same(store)
         post = store._origin.text._post
+        gone = [i for i in range(1, 400) if not post._held(i)]
         post.purge()
         assert not post._dirty and not any(t.dead for terms in post._cols for t in terms.values())
+        assert post.holds(gone, every_list=True) == []
         _same(store)
 
 
@@ -199,6 +201,7 @@ def test_an_erasure_leaves_nothing_of_its_records_in_memory_and_verify_says_so(t
         receipt = store.forget(tenant="t", subject="alice")
         assert not [h for h in store.recall("walks", tenant="t", purpose=PURPOSE) if h.key != "b"]
         assert text.held_in_memory(ids) == []  # after the purge it runs first
+        assert text._post.holds(ids, every_list=True) == []
         assert not text._post.holds_term("zelinski") and text._post.holds_term("walk")  # bob's word stays
         _same(store)
         store.wait(receipt.handle)

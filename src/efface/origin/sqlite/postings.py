@@ -254,16 +254,20 @@ class Postings:
     def _held(self, rid: int) -> bool:
         return rid < len(self._here) and bool(self._here[rid])
 
-    def holds(self, ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the postings still hold, as a length or in any term's postings
-        (none, once they are erased and purged). Reads every term: for verify."""
+    def holds(self, ids: Sequence[int], *, every_list: bool = False) -> list[int]:
+        """Which of ``ids`` the postings still hold: a length, or a place waiting for the purge
+        in a long list (none, once they are erased and purged). ``every_list``: also search
+        every term's list for them (0.4 s at 1M records: the tests' check that nothing else
+        is left; a drop takes a record out of exactly the terms its text had)."""
         with self._mu:
             here = self._here
             held = {i for i in ids if 0 <= i < len(here) and bool(here[i])}
             wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
-            if len(wanted):
-                for terms in self._cols:
-                    for t in terms.values():
+            for terms in self._cols:
+                for t in terms.values():
+                    if t.dead:
+                        held.update(i for i in ids if i in t.dead)
+                    if every_list and len(wanted):
                         for arr, _tf in t.parts():
                             if len(arr):
                                 at = np.minimum(np.searchsorted(arr, wanted), len(arr) - 1)
