@@ -211,8 +211,8 @@ class FullTextIndex:
                 f"{len(leaked)} erased records still matched by their words"
                 + (f" ({len(remembered)} in the postings in memory)" if remembered else "")
                 if leaked
-                else f"{len(erased)} erased records in none of the postings held in memory; "
-                f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
+                else (f"{len(erased)} erased records in none of the postings held in memory; " if in_memory else "")
+                + f"{len(per_record)} sampled erased texts: {len(recovered)} of their words are still in the index "
                 f"(used by live records), {missing} are gone; {probes} queries matched no erased record"
                 + (
                     ""

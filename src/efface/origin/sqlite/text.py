@@ -87,7 +87,8 @@ TERM_MEMO = 65536
 """Words whose terms are memoised at most (the memo starts again when full)."""
 LOAD_HERE = 20_000
 """A store of at most this many records loads its postings (:mod:`.postings`) as it opens;
-a larger one in the background (about 35 us a record), its queries ranked by FTS5 meanwhile."""
+a larger one in the background from its first full-text query on (about 40 us a record),
+its queries ranked by FTS5 meanwhile."""
 log = logging.getLogger("efface.origin")
 _UNKNOWN = object()
 
@@ -174,8 +175,10 @@ class SQLiteText:
                 got = load(conn, self.scoped, self._post_stop)
             finally:
                 conn.close()
-        except apsw.Error as exc:  # the store closed, or the file went: FTS5 ranks meanwhile
+        except apsw.Error as exc:  # the store closed, or the file went: FTS5 ranks from then on
             log.warning("word index postings not loaded (%s): full-text queries are ranked by FTS5", type(exc).__name__)
+            with self._post_mu:
+                self._post_queue = None  # the queued changes (an erasure's terms among them) go
             return
         if got is None:
             return
