@@ -282,9 +282,6 @@ class Postings:
         with self._mu:
             return {t: self._terms[t].count() for t in terms if t in self._terms}
 
-    def rows(self) -> int:
-        return self._rows
-
     # -- ranking ----------------------------------------------------------------------------
     def rank(
         self, finders: Sequence[str], scorers: Sequence[str], within: Sequence[str] | None = None

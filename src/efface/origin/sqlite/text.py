@@ -195,13 +195,13 @@ class SQLiteText:
         with self._post_mu:
             self._post, self._post_queue, self._post_later = None, None, False
 
-    def _change(self, tenant_tokens: list[str], old: dict[int, str], new: dict[int, str]) -> Change:
-        """The change a transaction makes to the postings: ``old`` records' entries go, ``new``
-        ones come (folded texts)."""
+    def _change(self, tenant_tokens: list[str], old: dict[int, list[str]], new: dict[int, str]) -> Change:
+        """The change a transaction makes to the postings: ``old`` records' entries go (their
+        terms), ``new`` ones come (folded texts)."""
         ch = Change()
         tenant = Counter(tenant_tokens)
-        for rid, text in old.items():
-            ch.removed[rid] = (set(self._token_list(text)), tenant)
+        for rid, terms in old.items():
+            ch.removed[rid] = (set(terms), tenant)
         for rid, text in new.items():
             ch.added[rid] = counts_of(self._token_list(text), tenant, len(tenant_tokens))
         return ch
@@ -244,6 +244,8 @@ class SQLiteText:
         extra: tuple[str, ...] = (tenant,) if self.scoped else ()
         cols, marks = ("text, tenant", "?,?") if self.scoped else ("text", "?")
         folded = {rid: index_text(tx.old_texts[rid]) for rid in (*puts, *drops) if rid in tx.old_texts}
+        # each old text's terms, read once: for the separators, verify's memo and the postings
+        old_terms = {rid: self._token_list(text) for rid, text in folded.items()} if self._tok is not None else {}
         olds = [(rid, text, *extra) for rid, text in folded.items()]
         fresh = {rid: index_text(texts[rid]) for rid in puts}
         news = [(rid, fresh[rid], *extra) for rid in puts]
@@ -256,7 +258,7 @@ class SQLiteText:
             c.executemany(f"INSERT INTO fts(fts, rowid, {cols}) VALUES('delete', ?, {marks})", olds)
             clean = False
             if self._tok is not None:
-                words = {rid: self._tokens([text]) for rid, text in folded.items()}
+                words = {rid: set(terms) for rid, terms in old_terms.items()}
                 erased_terms = set().union(*(words[rid] for rid in drops if rid in words))
                 if self.secure:
                     clean = rewrite_stale(c, self._tokens(extra) | set().union(*words.values()))
@@ -269,7 +271,7 @@ class SQLiteText:
         if news:
             c.executemany(f"INSERT INTO fts(rowid, {cols}) VALUES(?, {marks})", news)
         if self._tok is not None:  # for the postings in memory, applied once this commits
-            tx.text_changes.append(self._change(self._token_list(tenant) if self.scoped else [], folded, fresh))
+            tx.text_changes.append(self._change(self._token_list(tenant) if self.scoped else [], old_terms, fresh))
         # A running document count for the common-term cut-off (an estimate is enough).
         change = sum(1 for r in puts if r not in tx.old_texts) - sum(1 for r in drops if r in tx.old_texts)
         self._docs += change
