@@ -246,9 +246,12 @@ def test_a_write_that_rolls_back_leaves_the_postings_as_they_were(tmp_path, monk
         assert [h.key for h in store.recall("tea", tenant="t", purpose=PURPOSE)] == ["a"]
 
 
-def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwhile(tmp_path, monkeypatch):
+@pytest.mark.parametrize("read_first", [False, True], ids=["held-before-reading", "held-after-reading"])
+def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwhile(tmp_path, monkeypatch, read_first):
     """A store above LOAD_HERE loads its postings from its first full-text query on, in the
-    background: FTS5 ranks meanwhile, and what is committed during the load is applied after."""
+    background: FTS5 ranks meanwhile, and what is committed during the load is applied after
+    (``read_first``: the load has read the index before those commits, the erased record
+    with it, and must take it out of every list it read it into)."""
     path = tmp_path / "s"
     rng = random.Random(3)
     with efface.open(path, embedder="hashing", background=False) as store:
@@ -265,8 +268,9 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
 
     def slow(conn, scoped, stop=None):
         started.set()
+        got = real(conn, scoped, stop) if read_first else None
         assert go.wait(30)
-        return real(conn, scoped, stop)
+        return got if read_first else real(conn, scoped, stop)
 
     monkeypatch.setattr(sqlite_text, "load", slow)
     with efface.open(path, embedder="hashing", background=False) as store:
@@ -278,15 +282,29 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert text._post is None  # loading: FTS5 ranks meanwhile
         store.write("y", "yokohama trip", tenant="t", subject="yan", purpose=PURPOSE)
         store.write("k0", "a rewritten note about kyoto", tenant="t", subject="ann", purpose=PURPOSE)
+        zid = store._origin._r().execute("SELECT id FROM records WHERE key='z'").fetchone()[0]
         store.forget(tenant="t", subject="zed")
-        text.committed(list(text._post_queue or ()))  # a change queued twice is applied as once
+        # the erased text's terms do not wait in memory for the load: only its id is queued
+        queued = list(text._post_queue or ())
+        assert any(zid in ch.removed for ch in queued)
+        assert all(cols is None for ch in queued for cols in ch.removed.values())
+        text.committed(queued)  # a change queued twice is applied as once
+        # verify's question waits for the load (what it read so far may hold the erased record)
+        asked: list[list[int]] = []
+        waiting = threading.Thread(target=lambda: asked.append(text.held_in_memory([zid])))
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive() and not asked
         go.set()
+        waiting.join(30)
+        assert asked == [[]]
         deadline = time.time() + 30
         while text._post is None and time.time() < deadline:
             time.sleep(0.01)
         assert text._post is not None
         _same(store)
         assert not text._post.holds_term("zanzibar")
+        assert text._post.holds([zid], every_list=True) == []
         assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
         assert [h.key for h in store.recall("kyoto", tenant="t", purpose=PURPOSE)][:1] == ["k0"]
         assert [h.key for h in store.recall("xanadu", tenant="t", purpose=PURPOSE)][:1] == ["x"]

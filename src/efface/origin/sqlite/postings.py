@@ -58,8 +58,14 @@ class Change:
     (with the terms they had in each column), and the records added (each column's terms with
     their counts, and the record's length over all columns). An updated record is in both."""
 
-    removed: dict[int, tuple[Iterable[str], ...]] = field(default_factory=dict)
+    removed: dict[int, tuple[Iterable[str], ...] | None] = field(default_factory=dict)
+    """None for a record whose terms are not kept (a change queued while the postings load: an
+    erased text's terms do not wait in memory for it): it leaves every term's list."""
     added: dict[int, tuple[tuple[Counts, ...], int]] = field(default_factory=dict)
+
+    def without_terms(self) -> Change:
+        """This change, the removed records' terms left out (see :attr:`removed`)."""
+        return Change(dict.fromkeys(self.removed), self.added)
 
 
 class _Term:
@@ -189,11 +195,19 @@ class Postings:
         with self._mu:
             held = self._held
             gone: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
+            everywhere: list[int] = []
             for rid, cols in change.removed.items():
                 if held(rid):
+                    if cols is None:
+                        everywhere.append(rid)
+                        continue
                     for col, words in enumerate(cols):
                         for w in words:
                             gone[col].setdefault(w, []).append(rid)
+            if everywhere:
+                for col, terms in enumerate(self._cols):
+                    for term in terms:
+                        gone[col].setdefault(term, []).extend(everywhere)
             for rid, (counts, _n) in change.added.items():
                 if held(rid):  # rewritten, or applied already (a load saw it): out before in
                     for col, words in enumerate(counts):

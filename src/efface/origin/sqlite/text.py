@@ -136,7 +136,12 @@ class SQLiteText:
         """The index's postings in memory, for ranking (:mod:`.postings`), once loaded; a
         store without a stemming tokenizer (made before it) never loads them."""
         self._post_queue: list[Change] | None = None
-        """Changes committed while the postings load, applied once they have."""
+        """Changes committed while the postings load, applied once they have: without the
+        removed records' terms (:meth:`.Change.without_terms`), so an erased text's words do
+        not wait in memory for the load; its id leaves every term's list then."""
+        self._post_loaded = threading.Event()
+        """Set whenever no load is under way (:meth:`held_in_memory` waits for one)."""
+        self._post_loaded.set()
         self._post_mu = threading.Lock()
         self._post_stop = threading.Event()
         self._post_later = False
@@ -152,6 +157,7 @@ class SQLiteText:
         if self._docs <= LOAD_HERE:
             with self._post_mu:
                 self._post_queue = []
+                self._post_loaded.clear()
             self._load_postings()
         else:
             self._post_later = True
@@ -164,11 +170,18 @@ class SQLiteText:
                 start, self._post_later = self._post_later, False
                 if start:
                     self._post_queue = []
+                    self._post_loaded.clear()
             if start:
                 threading.Thread(target=self._load_postings, name="efface-postings", daemon=True).start()
         return post
 
     def _load_postings(self) -> None:
+        try:
+            self._load_postings_now()
+        finally:
+            self._post_loaded.set()
+
+    def _load_postings_now(self) -> None:
         try:
             conn = apsw.Connection(self._o.path, flags=apsw.SQLITE_OPEN_READONLY)
             try:
@@ -221,11 +234,14 @@ class SQLiteText:
                     )
                     self._post, self._post_queue = None, None
             elif self._post_queue is not None:
-                self._post_queue.extend(changes)
+                self._post_queue.extend(ch.without_terms() for ch in changes)
 
     def held_in_memory(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the postings in memory still hold (verify: none once erased), after
-        taking out what erasures left in long arrays for later (:data:`.postings.DROP_NOW`)."""
+        taking out what erasures left in long arrays for later (:data:`.postings.DROP_NOW`).
+        A load under way is waited for: what it has read so far may hold them, until it
+        applies the changes committed meanwhile."""
+        self._post_loaded.wait()
         post = self._post
         if post is None:
             return []
