@@ -266,11 +266,11 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
     go, started = threading.Event(), threading.Event()
     real = sqlite_text.load
 
-    def slow(conn, scoped, stop=None):
+    def slow(conn, scoped, stop=None, between=None):
         started.set()
-        got = real(conn, scoped, stop) if read_first else None
+        got = real(conn, scoped, stop, between) if read_first else None
         assert go.wait(30)
-        return got if read_first else real(conn, scoped, stop)
+        return got if read_first else real(conn, scoped, stop, between)
 
     monkeypatch.setattr(sqlite_text, "load", slow)
     with efface.open(path, embedder="hashing", background=False) as store:
@@ -308,6 +308,69 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert [h.key for h in store.recall("yokohama", tenant="t", purpose=PURPOSE)][:1] == ["y"]
         assert [h.key for h in store.recall("kyoto", tenant="t", purpose=PURPOSE)][:1] == ["k0"]
         assert [h.key for h in store.recall("xanadu", tenant="t", purpose=PURPOSE)][:1] == ["x"]
+
+
+def test_an_erasure_during_a_load_leaves_what_it_read_at_its_next_chunk(tmp_path, monkeypatch):
+    """A forget while a large store's postings load: the load takes the erased record out of
+    what it has read so far after the chunk it is reading, and verify's question waits for
+    that, not for the whole load."""
+    path = tmp_path / "s"
+    rng = random.Random(5)
+    with efface.open(path, embedder="hashing", background=False) as store:
+        store.write("z", "zanzibar alice trip", tenant="t", subject="zed", purpose=PURPOSE)
+        store.write_many(
+            [{"key": f"k{i}", "text": x} for i, x in enumerate(_texts(rng, 300))],
+            tenant="t",
+            subject="ann",
+            purpose=PURPOSE,
+        )
+    monkeypatch.setattr(sqlite_text, "LOAD_HERE", 10)
+    monkeypatch.setattr("efface.origin.sqlite.postings.LOAD_CHUNK", 60)  # many chunks
+    paused, resume, later, finish = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    seen: list[list] = []
+    real = sqlite_text.load
+
+    def paused_load(conn, scoped, stop=None, between=None):
+        calls = 0
+
+        def step(out):
+            nonlocal calls
+            between(out)
+            seen.append([key for key, a, _c in out if zid in a.tolist()])
+            calls += 1
+            if calls == 3:  # a few chunks read, the erased record among them
+                paused.set()
+                assert resume.wait(30)
+            if calls == 5:
+                later.set()
+                assert finish.wait(30)
+
+        return real(conn, scoped, stop, step)
+
+    monkeypatch.setattr(sqlite_text, "load", paused_load)
+    with efface.open(path, embedder="hashing", background=False) as store:
+        text = store._origin.text
+        zid = store._origin._r().execute("SELECT id FROM records WHERE key='z'").fetchone()[0]
+        store.recall("alice", tenant="t", purpose=PURPOSE)  # starts the load
+        assert paused.wait(30)
+        assert seen[-1]  # the load has read some of the record's terms
+        store.forget(tenant="t", subject="zed")
+        asked: list[list[int]] = []
+        waiting = threading.Thread(target=lambda: asked.append(text.held_in_memory([zid])))
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive()  # the chunk under way has not taken it out yet
+        resume.set()
+        assert later.wait(30)  # two chunks on, the load is not over
+        waiting.join(30)
+        assert asked == [[]] and text._post is None
+        assert not any(seen[3:])  # out of what was read from the next chunk on
+        finish.set()
+        deadline = time.time() + 30
+        while text._post is None and time.time() < deadline:
+            time.sleep(0.01)
+        _same(store)
+        assert text._post.holds([zid], every_list=True) == []
 
 
 def test_postings_that_fail_to_follow_a_commit_are_dropped_not_the_write(tmp_path, monkeypatch):

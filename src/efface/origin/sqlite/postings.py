@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -352,10 +352,19 @@ LOAD_CHUNK = 200_000
 a load never holds one snapshot long enough to keep the WAL from being checkpointed."""
 
 
-def load(conn, scoped: bool, stop: threading.Event | None = None) -> list[tuple[Key, np.ndarray, np.ndarray]] | None:
+Loaded: TypeAlias = list[tuple[Key, np.ndarray, np.ndarray]]
+
+
+def load(
+    conn,
+    scoped: bool,
+    stop: threading.Event | None = None,
+    between: Callable[[Loaded], None] | None = None,
+) -> Loaded | None:
     """Every term's postings, read from the index's ``fts5vocab`` tables on ``conn`` in
     chunks of terms (a change committed meanwhile must be applied after: :meth:`Postings.apply`
-    is idempotent). None if ``stop`` was set meanwhile."""
+    is idempotent). ``between`` is given what was read so far after each chunk (to take out
+    records erased meanwhile: :func:`sweep`). None if ``stop`` was set meanwhile."""
     chunks: list[list[str]] = []
     run = 0
     for term, docs in conn.execute("SELECT term, doc FROM fts_vocab"):
@@ -366,7 +375,9 @@ def load(conn, scoped: bool, stop: threading.Event | None = None) -> list[tuple[
         if run >= LOAD_CHUNK:
             run = 0
     cols = {"text": TEXT, "tenant": TENANT} if scoped else {"text": TEXT}
-    out: list[tuple[Key, np.ndarray, np.ndarray]] = []
+    out: Loaded = []
+    if between is not None:
+        between(out)
     for lo, hi in chunks:
         if stop is not None and stop.is_set():
             return None
@@ -383,4 +394,22 @@ def load(conn, scoped: bool, stop: threading.Event | None = None) -> list[tuple[
                 order = np.argsort(a, kind="stable")
                 a, c = a[order], c[order]
             out.append(((cols[col], term), a, c))
+        if between is not None:
+            between(out)
     return out
+
+
+def sweep(loaded: Loaded, ids: Iterable[int]) -> None:
+    """Take ``ids`` out of every list of ``loaded`` (in place; a list left empty goes)."""
+    gone = np.asarray(sorted(set(ids)), dtype=np.int64)
+    if not len(gone):
+        return
+    kept: Loaded = []
+    for key, a, c in loaded:
+        at = np.minimum(np.searchsorted(a, gone), len(a) - 1)
+        hit = at[a[at] == gone]
+        if len(hit):
+            a, c = np.delete(a, hit), np.delete(c, hit)
+        if len(a):
+            kept.append((key, a, c))
+    loaded[:] = kept

@@ -33,7 +33,7 @@ from ...model import probe_sample
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
-from .postings import Change, Postings, counts_of, load
+from .postings import Change, Loaded, Postings, counts_of, load, sweep
 from .separators import rewrite_stale, still_held
 from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
 
@@ -89,6 +89,10 @@ LOAD_HERE = 20_000
 """A store of at most this many records loads its postings (:mod:`.postings`) as it opens;
 a larger one in the background from its first full-text query on (about 40 us a record),
 its queries ranked by FTS5 meanwhile."""
+SWEEP_WAIT_S = 60.0
+"""How long verify's question waits, at most, for a load under way to take an erased record
+out of what it has read (one chunk of :data:`.postings.LOAD_CHUNK` postings: well under a
+second); past it, the record counts as held."""
 log = logging.getLogger("efface.origin")
 _UNKNOWN = object()
 
@@ -139,8 +143,12 @@ class SQLiteText:
         """Changes committed while the postings load, applied once they have: without the
         removed records' terms (:meth:`.Change.without_terms`), so an erased text's words do
         not wait in memory for the load; its id leaves every term's list then."""
+        self._post_sweep: set[int] = set()
+        """Records erased while the postings load, not yet taken out of what the load has read
+        so far (it does so after each chunk it reads: :func:`.postings.sweep`)."""
+        self._post_swept = threading.Condition(threading.Lock())
         self._post_loaded = threading.Event()
-        """Set whenever no load is under way (:meth:`held_in_memory` waits for one)."""
+        """Set whenever no load is under way."""
         self._post_loaded.set()
         self._post_mu = threading.Lock()
         self._post_stop = threading.Event()
@@ -179,13 +187,25 @@ class SQLiteText:
         try:
             self._load_postings_now()
         finally:
-            self._post_loaded.set()
+            with self._post_swept:
+                self._post_sweep.clear()  # the queue applied (or dropped) with what was read
+                self._post_loaded.set()
+                self._post_swept.notify_all()
+
+    def _sweep_loaded(self, loaded: Loaded) -> None:
+        """Between two chunks of a load: records erased since take leave of what it read."""
+        with self._post_swept:
+            gone, self._post_sweep = self._post_sweep, set()
+        if gone:
+            sweep(loaded, gone)
+        with self._post_swept:
+            self._post_swept.notify_all()
 
     def _load_postings_now(self) -> None:
         try:
             conn = apsw.Connection(self._o.path, flags=apsw.SQLITE_OPEN_READONLY)
             try:
-                got = load(conn, self.scoped, self._post_stop)
+                got = load(conn, self.scoped, self._post_stop, self._sweep_loaded)
             finally:
                 conn.close()
         except apsw.Error as exc:  # the store closed, or the file went: FTS5 ranks from then on
@@ -235,13 +255,21 @@ class SQLiteText:
                     self._post, self._post_queue = None, None
             elif self._post_queue is not None:
                 self._post_queue.extend(ch.without_terms() for ch in changes)
+                with self._post_swept:
+                    self._post_sweep.update(rid for ch in changes for rid in ch.removed)
 
     def held_in_memory(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the postings in memory still hold (verify: none once erased), after
         taking out what erasures left in long arrays for later (:data:`.postings.DROP_NOW`).
-        A load under way is waited for: what it has read so far may hold them, until it
-        applies the changes committed meanwhile."""
-        self._post_loaded.wait()
+        During a load, what it has read so far is asked: it takes a record erased meanwhile
+        out after the chunk it is reading (a fraction of a second), which is waited for."""
+        wanted = set(ids)
+        with self._post_swept:
+            self._post_swept.wait_for(
+                lambda: self._post_loaded.is_set() or not (wanted & self._post_sweep), timeout=SWEEP_WAIT_S
+            )
+            if not self._post_loaded.is_set() and wanted & self._post_sweep:
+                return sorted(wanted & self._post_sweep)  # not yet out of what the load read
         post = self._post
         if post is None:
             return []
