@@ -21,11 +21,10 @@ candidates the leg had, and the scores summed:
   text leg: two memories matched "alice" and "to", one "alice") put "Alice moved to a new
   apartment" above "Alice prefers green tea" (cosine 0.38 against 0.67). As a share, those
   matches are worth 2% of what the query could score, and the cosine decides;
-- then each voting leg's own best ``k // 2`` are kept in the top ``k``: a record one leg
-  ranks at its very top is not pushed out by records both legs find middling (LanceDB's
-  hybrid, rank fusion of two ``k``-deep lists, keeps them the same way). They take the places
-  of the lowest fused records that no leg ranks that high, and every record keeps its fused
-  score and place.
+- then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a
+  record one leg ranks at its very top is not pushed out by records both legs find middling.
+  It takes the place of the lowest fused record that no leg ranks first, and every record
+  keeps its fused score and place.
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
@@ -79,6 +78,13 @@ SPREAD = 3.0
 (DBSF's convention: nearly all of a leg's scores fall inside), the range a text leg's share
 spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
 measured and neither was better on both corpora (docs/benchmarks.md)."""
+
+KEEP_BEST = 1
+"""Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
+``k // 2`` (chosen on 10,000 Debian documents when the text leg scored only a query's rarer
+words, where it lifted recall@10 from 0.932 to 0.948); with every query word scoring, keeping
+five of each leg's cost recall@10 on both corpora (all of Debian, MiniLM: 0.843 with five,
+0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks.md."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -211,7 +217,7 @@ def _hybrid(
         union = sorted(via)
         scores: dict[int, float] = {}
         tie: dict[int, float] = {}
-        best_of: set[int] = set()  # each voting leg's own best k // 2
+        best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs):
             vote = not (lexical and getattr(p, "size", None) is not None)
             scaled = _scaled(p, judged, ceilings.get(p.name))
@@ -222,7 +228,7 @@ def _hybrid(
                     tie[rid] = scaled.get(rid, 0.0)
                     scores.setdefault(rid, 0.0)
             if vote:
-                best_of.update(heapq.nsmallest(k // 2, judged, key=lambda r: (-judged[r], r)))
+                best_of.update(heapq.nsmallest(KEEP_BEST, judged, key=lambda r: (-judged[r], r)))
         fused = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))
         best = _keeping(fused, best_of, k)
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
