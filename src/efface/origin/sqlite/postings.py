@@ -68,6 +68,14 @@ class Change:
         return Change(dict.fromkeys(self.removed), self.added)
 
 
+def _found(arr: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Where in ``arr`` (sorted) each of ``ids`` that it holds lies."""
+    if not len(arr) or not len(ids):
+        return np.empty(0, dtype=np.intp)
+    at = np.minimum(np.searchsorted(arr, ids), len(arr) - 1)
+    return at[arr[at] == ids]
+
+
 class _Term:
     """One term's postings: an array sorted by id, and a tail of the ones added since it was
     last rebuilt (a record is in one or the other, never both). Ids dropped from a long array
@@ -123,10 +131,7 @@ class _Term:
                 self._tail_view = None
         if not len(self.ids):
             return
-        gone = np.asarray(ids, dtype=np.int64)
-        at = np.searchsorted(self.ids, gone)
-        at = at[at < len(self.ids)]
-        at = at[np.isin(self.ids[at], gone)]
+        at = _found(self.ids, np.asarray(ids, dtype=np.int64))
         if not len(at):
             return
         if now:
@@ -283,9 +288,7 @@ class Postings:
                         held.update(i for i in ids if i in t.dead)
                     if every_list and len(wanted):
                         for arr, _tf in t.parts():
-                            if len(arr):
-                                at = np.minimum(np.searchsorted(arr, wanted), len(arr) - 1)
-                                held.update(wanted[arr[at] == wanted].tolist())
+                            held.update(arr[_found(arr, wanted)].tolist())
             return sorted(held)
 
     def holds_term(self, term: str) -> bool:
@@ -406,8 +409,7 @@ def sweep(loaded: Loaded, ids: Iterable[int]) -> None:
         return
     kept: Loaded = []
     for key, a, c in loaded:
-        at = np.minimum(np.searchsorted(a, gone), len(a) - 1)
-        hit = at[a[at] == gone]
+        hit = _found(a, gone)
         if len(hit):
             a, c = np.delete(a, hit), np.delete(c, hit)
         if len(a):
