@@ -13,8 +13,10 @@ Two figures per system:
     ``Store.recall`` with an embedder that looks the query's precomputed vector up, so
     everything else recall does (validation, the FTS leg, the ANN leg, the origin's live
     check, hydration, the gate) is in.
-  * ``end_to_end``: the query text encoded with all-MiniLM-L6-v2 first (onnxruntime, the
-    default; torch for efface as well, the fallback) and then searched.
+  * ``end_to_end``: the query text encoded with all-MiniLM-L6-v2 first and then searched:
+    with the encoder ``Store.recall`` uses by default (onnxruntime's int8 query model, see
+    ``efface.embed.minilm_onnx``), for the peers too; for efface also with the same export
+    at full precision and with torch (the fallback).
 
 Record vectors: the bench's agent-memory corpus (bench_store.Corpus) encoded with MiniLM.
 Encoding 100k texts takes long on two shared cores, so ``--encode`` texts are encoded (all
@@ -118,6 +120,13 @@ class BenchEmbedder:
             return np.stack([self.table[t] for t in texts])
         return self.live.embed(texts)
 
+    def embed_query(self, text):
+        """What Store.recall asks: the live embedder's query model (the ONNX one: int8)."""
+        if self.mode == "lookup":
+            return self.table[text]
+        one = getattr(self.live, "embed_query", None)
+        return one(text) if one is not None else self.live.embed([text])[0]
+
 
 def build_efface(path: Path, corpus: Corpus, vecs: np.ndarray, table: dict) -> tuple[object, BenchEmbedder, dict]:
     import efface
@@ -191,6 +200,9 @@ def run(
     warm, qs = qs[:20], qs[20:]
     vecs, provenance = record_vectors(corpus, encode, seed)
     onnx = encoder()
+    from efface.embed.minilm_onnx import OnnxMiniLMEmbedder
+
+    onnx32 = OnnxMiniLMEmbedder(quantized=False)  # the same export, queries at full precision
     torch_emb = MiniLMEmbedder()
     log(f"encoding {len(qs) + len(warm)} queries")
     qvec = onnx.embed(warm + qs)
@@ -222,7 +234,11 @@ def run(
             return go
 
         systems["efface"] = {"search": efface_search, "end_to_end": efface_e2e(onnx)}
+        systems["efface (float32 query encoder)"] = {"end_to_end": efface_e2e(onnx32)}
         systems["efface (torch encoder)"] = {"end_to_end": efface_e2e(torch_emb)}
+        # The peers' end to end encodes with efface's own query model (int8 when the ONNX
+        # runtime is the default): the same encode for every system.
+        query_vector = getattr(onnx, "embed_query", lambda text: onnx.embed([text])[0])
         try:
             if "chroma" not in peers:
                 raise _NotAsked("chroma")
@@ -230,7 +246,7 @@ def run(
             _client, col, out["builds"]["chroma"] = build_chroma(tmp / "chroma", corpus, vecs)
             systems["chroma"] = {
                 "search": lambda i: col.query(query_embeddings=[qvec[20 + i]], n_results=10),
-                "end_to_end": lambda i: col.query(query_embeddings=[onnx.embed([qs[i]])[0]], n_results=10),
+                "end_to_end": lambda i: col.query(query_embeddings=[query_vector(qs[i])], n_results=10),
             }
         except ImportError as exc:
             out["builds"]["chroma"] = {"skipped": f"not importable: {exc.name}"}
@@ -243,12 +259,12 @@ def run(
             lt, out["builds"]["lancedb"] = build_lancedb(tmp / "lancedb", corpus, vecs)
             systems["lancedb vector"] = {
                 "search": lambda i: lt.search(qvec[20 + i]).limit(10).to_list(),
-                "end_to_end": lambda i: lt.search(onnx.embed([qs[i]])[0]).limit(10).to_list(),
+                "end_to_end": lambda i: lt.search(query_vector(qs[i])).limit(10).to_list(),
             }
             systems["lancedb hybrid"] = {
                 "search": lambda i: lt.search(query_type="hybrid").vector(qvec[20 + i]).text(qs[i]).limit(10).to_list(),
                 "end_to_end": lambda i: (
-                    lt.search(query_type="hybrid").vector(onnx.embed([qs[i]])[0]).text(qs[i]).limit(10).to_list()
+                    lt.search(query_type="hybrid").vector(query_vector(qs[i])).text(qs[i]).limit(10).to_list()
                 ),
             }
         except ImportError as exc:
@@ -256,7 +272,11 @@ def run(
         except _NotAsked:
             out["builds"]["lancedb"] = {"skipped": "not in --kinds (an exact scan: seconds a query at 1M)"}
 
-        encoders = {"onnx": lambda i: onnx.embed([qs[i]]), "torch": lambda i: torch_emb.embed([qs[i]])}
+        encoders = {
+            "onnx": lambda i: query_vector(qs[i]),
+            "onnx float32": lambda i: onnx32.embed([qs[i]]),
+            "torch": lambda i: torch_emb.embed([qs[i]]),
+        }
         calls = [(f"{name}|{mode}", fn) for name, modes in systems.items() for mode, fn in modes.items()]
         calls += [(f"encode only|{name}", fn) for name, fn in encoders.items()]
         for _label, fn in calls:  # warm every path and lazy load

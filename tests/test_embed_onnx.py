@@ -144,3 +144,79 @@ def test_a_damaged_cached_export_is_made_again(exported, tmp_path, monkeypatch, 
     got = mo.OnnxMiniLMEmbedder().embed(SENTENCES[:2])
     assert np.min(np.sum(got * torch_vectors[:2], axis=1)) >= mo.MIN_COSINE
     assert damaged.read_bytes() != exported.read_bytes()[:4096]
+
+
+def test_queries_run_an_int8_copy_close_to_the_full_model(exported, torch_vectors):
+    """Recall's query encode runs an int8 copy (made once, beside the export); what a store
+    stores is still the full model's vector."""
+    e = mo.OnnxMiniLMEmbedder(path=exported, quantized=True)
+    got = np.stack([e.embed_query(s) for s in SENTENCES])
+    assert got.shape == (len(SENTENCES), 384) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
+    cos = np.sum(got * torch_vectors, axis=1)
+    assert np.min(cos) >= mo.MIN_QUERY_COSINE
+    assert np.max(cos) < 0.9999  # really another model, not the full one again
+    copy = mo.query_model_file(exported)
+    assert copy.is_file() and copy.stat().st_size < exported.stat().st_size / 3
+    assert np.min(np.sum(e.embed(SENTENCES) * torch_vectors, axis=1)) >= 0.9999  # documents: untouched
+    # Each sentence still finds itself first among the others' full-precision vectors.
+    assert list(np.argmax(got @ torch_vectors.T, axis=1)) == list(range(len(SENTENCES)))
+
+
+def test_full_precision_queries_by_choice(exported, monkeypatch):
+    monkeypatch.setenv("EFFACE_MINILM_QUERIES", "float32")
+    monkeypatch.setenv("EFFACE_CACHE_DIR", str(exported.parent))
+    e = mo.OnnxMiniLMEmbedder()
+    for s in SENTENCES[:3]:
+        assert np.array_equal(e.embed_query(s), e.embed([s])[0])
+    monkeypatch.setenv("EFFACE_MINILM_QUERIES", "fp8")
+    with pytest.raises(efface.InvalidInput, match="'int8' or 'float32'"):
+        mo.OnnxMiniLMEmbedder()
+
+
+def test_a_damaged_int8_copy_falls_back_and_is_made_again(exported, tmp_path, caplog):
+    """The int8 copy is only a cache: a damaged one makes queries run full precision (with a
+    warning), and is removed so the next embedder quantizes again."""
+    model = tmp_path / exported.name
+    model.write_bytes(exported.read_bytes())
+    copy = mo.query_model_file(model)
+    copy.write_bytes(b"\x08\x01" * 100)
+    e = mo.OnnxMiniLMEmbedder(path=model, quantized=True)
+    with caplog.at_level("WARNING", logger="efface.embed.minilm_onnx"):
+        v = e.embed_query(SENTENCES[0])
+    assert np.array_equal(v, e.embed([SENTENCES[0]])[0])
+    assert "full-precision" in caplog.text and not copy.exists()
+    again = mo.OnnxMiniLMEmbedder(path=model, quantized=True).embed_query(SENTENCES[0])
+    assert copy.is_file() and not np.array_equal(again, v) and float(again @ v) >= mo.MIN_QUERY_COSINE
+
+
+def test_a_quantized_copy_that_differs_too_much_is_refused(exported, tmp_path, monkeypatch):
+    monkeypatch.setattr(mo, "MIN_QUERY_COSINE", 1.01)
+    target = tmp_path / "refused-int8.onnx"
+    with pytest.raises(RuntimeError, match="int8 model differs"):
+        mo.quantize(exported, target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_recalls_with_the_int8_query_model(exported, open_store, tmp_path):
+    """Store.recall encodes the query with embed_query: the same top hits as torch's vectors."""
+    from efface.embed.minilm import MiniLMEmbedder
+
+    class Counted(mo.OnnxMiniLMEmbedder):
+        def __init__(self) -> None:
+            super().__init__(path=exported, quantized=True)
+            self.queries: list[str] = []
+
+        def embed_query(self, text: str) -> np.ndarray:
+            self.queries.append(text)
+            return super().embed_query(text)
+
+    items = [{"key": f"m{i}", "text": t} for i, t in enumerate(SENTENCES)]
+    queries = ["When does my sister arrive?", "which room is the budget meeting in", "peanut allergy dinner booking"]
+    tops = []
+    for n, embedder in enumerate((MiniLMEmbedder(), Counted())):
+        store = open_store(tmp_path / f"store-{n}", embedder=embedder)
+        store.write_many(items, tenant="acme", subject="u", purpose="support")
+        tops.append([store.recall(q, tenant="acme", purpose="support", k=2)[0].key for q in queries])
+    assert embedder.queries == queries
+    assert tops[0] == tops[1] == ["m0", "m2", "m7"]

@@ -115,3 +115,39 @@ def test_the_ledger_is_chained(origin):
         assert e["hash"] == chain_hash(prev, e["seq"], e["at"], e["kind"], e["handle"], e["body"])
         prev = e["hash"]
     assert [e["seq"] for e in origin.ledger()] == [1, 2]
+
+
+def test_live_embeddings_is_live_ids_with_their_vectors(origin):
+    """Recall's one-read gate: exactly the ids live_ids passes, each with its stored vector
+    (an empty one for a record without), across tenants, purposes, subjects, expiry and
+    quarantine."""
+    ids: dict[str, int] = {}
+    with origin.transaction("write", "acme", 1.0) as tx:
+        for key, tenant, subject, purpose, expires, vec in (
+            ("plain", "acme", "alice", "support", None, b"\1" * 16),
+            ("bob", "acme", "bob", "support", None, b"\2" * 16),
+            ("sales", "acme", "alice", "sales", None, b"\3" * 16),
+            ("expired", "acme", "alice", "support", 5.0, b"\4" * 16),
+            ("later", "acme", "alice", "support", 50.0, b"\5" * 16),
+            ("novec", "acme", "alice", "support", None, b""),
+            ("held", "acme", "alice", "support", None, b"\6" * 16),
+            ("other", "globex", "alice", "support", None, b"\7" * 16),
+        ):
+            r = NewRecord(key, f"text of {key}", "{}", (), vec, subject, purpose, "consent", expires)
+            ids[key] = tx.upsert(tenant, r, 1.0)
+            tx.register_purpose(tenant, purpose)
+        tx.quarantine(ids["held"], "acme", "a test", "h1", 1.0)
+    asked = [*ids.values(), 999_999]
+    for subject in (None, "alice", "bob"):
+        live = origin.live_ids(asked, "acme", "support", subject, 10.0)
+        got = origin.live_embeddings(asked, "acme", "support", subject, 10.0)
+        assert set(got) == live
+        vectors = origin.embeddings(sorted(live))
+        assert got == {i: vectors.get(i, b"") for i in live}
+    got = origin.live_embeddings(asked, "acme", "support", None, 10.0)
+    assert {k for k, i in ids.items() if i in got} == {"plain", "bob", "later", "novec"}
+    assert got[ids["novec"]] == b"" and got[ids["later"]] == b"\5" * 16
+    assert origin.live_embeddings([], "acme", "support", None, 10.0) == {}
+    # more ids than one statement binds
+    many = origin.live_embeddings(list(range(1, 5000)), "acme", "support", None, 10.0)
+    assert many == got

@@ -371,7 +371,9 @@ class Store:
         known_purpose(self._origin, tenant, purpose)
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
-            got = self.embedder.embed([query])[0]
+            # An embedder may encode queries its own way (the ONNX MiniLM: an int8 copy).
+            one = getattr(self.embedder, "embed_query", None)
+            got = one(query) if one is not None else self.embedder.embed([query])[0]
             self._check_open()
             absorb_new_content(self._origin, self._paths, lambda: self._compactor.running)
             return got

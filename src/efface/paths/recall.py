@@ -179,11 +179,20 @@ def _hybrid(
 
         checked: set[int] = set()
         live: set[int] = set()
+        # With a vector path every live candidate's vector is judged (exact cosine over the
+        # union): read with its live check, one look-up per row.
+        vectors = any(getattr(p, "size", None) is not None for p in paths)
+        blobs: dict[int, bytes] = {}
 
         def check_new() -> None:
             new = list({i for ids in ranked.values() for i in ids if i not in checked})
             checked.update(new)
-            live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
+            if vectors:
+                got = snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
+                blobs.update(got)
+                live.update(got)
+            else:
+                live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
 
         for p in paths:
             if p.name not in early:
@@ -204,7 +213,6 @@ def _hybrid(
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
                 check_new()
-        blobs = snap.embeddings(sorted(live)) if early and any(hasattr(p, "size") for p in paths) else {}
         for p in paths:
             if p.name in early:
                 take(p)

@@ -167,6 +167,12 @@ class MemoryOrigin:
         """The ids among ``ids`` that are live for this tenant and purpose (and subject)."""
         return _live_ids(self._st(), ids, tenant, purpose, subject, now)
 
+    def live_embeddings(
+        self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None, now: float
+    ) -> dict[int, bytes]:
+        s = self._st()
+        return {i: s.records[i].embedding or b"" for i in _live_ids(s, ids, tenant, purpose, subject, now)}
+
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         s = self._st()
         return {i: s.records[i].row() for i in ids if i in s.records}
