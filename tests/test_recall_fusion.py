@@ -111,3 +111,28 @@ def test_each_legs_best_stays_in_the_top_k():
     assert _keeping(fused, {2, 6, 7}, 3) == [2, 6, 7]
     assert _keeping(fused, {1}, 3) == [1, 2, 3]
     assert _keeping(fused, {5, 6, 7}, 2) == [5, 6]  # never more than k
+
+
+@pytest.mark.parametrize("embedder", ["hashing", "minilm"])
+def test_the_text_legs_best_matches_of_another_purpose_do_not_crowd_out_this_ones(open_store, embedder, request):
+    """The full-text leg ranks every match and recall checks them live best first, in chunks:
+    when the best few hundred belong to another purpose (or to a forgotten subject), the
+    leg still brings this purpose's matches, the best of them first."""
+    store = open_store(embedder=request.getfixturevalue("minilm") if embedder == "minilm" else "hashing")
+    store.write_many(
+        [{"key": f"sales-{i}", "text": f"invoice invoice invoice quarterly invoice run {i}"} for i in range(300)],
+        tenant=TENANT,
+        purpose="sales",
+        subject="s",
+    )
+    support = {f"support-{i}": f"an invoice the customer {i} disputes, refund asked" for i in range(30)}
+    store.write_many(
+        [{"key": k, "text": t, "subject": f"customer-{i % 3}"} for i, (k, t) in enumerate(support.items())],
+        tenant=TENANT,
+        purpose=PURPOSE,
+    )
+    store.forget(tenant=TENANT, subject="customer-0")
+    hits = store.recall("invoice", tenant=TENANT, purpose=PURPOSE, k=10)
+    assert len(hits) == 10
+    assert all(h.key.startswith("support-") and int(h.key.split("-")[1]) % 3 != 0 for h in hits)
+    assert all("fts" in h.via for h in hits)

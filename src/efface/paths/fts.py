@@ -18,6 +18,8 @@ import json
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from .. import foreground
 from ..model import Check, probe_sample
 from ..origin.base import WordIndex
@@ -142,6 +144,22 @@ class FullTextIndex:
             if len(found) >= n or m >= MAX_FTS_CANDIDATES or seen < m:
                 return found, ceiling
             m = min(m * 4, MAX_FTS_CANDIDATES)
+
+    def ranked_within(self, query: Query) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Every record the query's words find, best first, with its BM25 score over all of
+        them, **not checked live**, and :meth:`ceiling`; for recall, which checks them best
+        first in its own snapshot (with the other leg's candidates, each row looked up once).
+        None when the index cannot rank without checking (then :meth:`scored_within`)."""
+        unchecked = getattr(self._text, "ranked_unchecked", None)
+        if unchecked is None:
+            return None
+        every = query_words(query.text)
+        words, dfs, narrow = self._plan(every, query.tenant)
+        ceiling = self._text.bm25_ceiling(dfs)
+        if not words:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), ceiling
+        got = unchecked(words, query.tenant, narrow=narrow, scoring=every)
+        return None if got is None else (got[0], got[1], ceiling)
 
     def ceiling(self, query: Query) -> float:
         """The most BM25 a record could score for all of the query's words: a record's score

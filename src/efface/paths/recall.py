@@ -61,7 +61,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -102,7 +102,7 @@ _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="efface-recal
 _free = threading.BoundedSemaphore(WORKERS)
 
 
-def _beside(fn: Callable[[], tuple[list[tuple[int, float]], float | None]]) -> Future:
+def _beside(fn: Callable[[], _Leg]) -> Future:
     """Run ``fn`` on a free worker, or here and now when none is free."""
     if not _free.acquire(blocking=False):
         done: Future = Future()
@@ -169,11 +169,16 @@ def _hybrid(
         # for only then, and only its new candidates are checked and read after.
         def take(p) -> None:
             if hasattr(p, "scored"):
-                got, ceiling = early[p.name].result() if p.name in early else _text_leg(p, q, n)
+                leg = early[p.name].result() if p.name in early else _text_leg(p, q, n)
+                got = (
+                    leg.found
+                    if leg.ids is None or leg.scores is None
+                    else _live_first(leg.ids, leg.scores, n, check, live)
+                )
                 scored[p.name] = dict(got)
                 ranked[p.name] = [rid for rid, _ in got]
-                if ceiling is not None:
-                    ceilings[p.name] = ceiling
+                if leg.ceiling is not None:
+                    ceilings[p.name] = leg.ceiling
             else:
                 ranked[p.name] = p.candidates(q, n)
 
@@ -184,8 +189,8 @@ def _hybrid(
         vectors = any(getattr(p, "size", None) is not None for p in paths)
         blobs: dict[int, bytes] = {}
 
-        def check_new() -> None:
-            new = list({i for ids in ranked.values() for i in ids if i not in checked})
+        def check(ids: list[int]) -> None:
+            new = [i for i in dict.fromkeys(ids) if i not in checked]
             checked.update(new)
             if vectors:
                 got = snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
@@ -193,6 +198,9 @@ def _hybrid(
                 live.update(got)
             else:
                 live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
+
+        def check_new() -> None:
+            check([i for ids in ranked.values() for i in ids])
 
         for p in paths:
             if p.name not in early:
@@ -271,13 +279,45 @@ def _judgements(
     return out
 
 
-def _text_leg(p, q: Query, n: int) -> tuple[list[tuple[int, float]], float | None]:
-    """A scoring path's candidates with their scores, and the most a record could score for
-    the query (None for a path that cannot say)."""
+@dataclass(frozen=True)
+class _Leg:
+    """What a scoring path's leg found: its live candidates with their scores (``found``),
+    or, from a path that can rank without checking, every match best first (``ids``,
+    ``scores``) for recall to check in its own snapshot; and the most a record could score
+    for the query (None for a path that cannot say)."""
+
+    found: list[tuple[int, float]]
+    ceiling: float | None
+    ids: np.ndarray | None = None
+    scores: np.ndarray | None = None
+
+
+def _text_leg(p, q: Query, n: int) -> _Leg:
+    if hasattr(p, "ranked_within"):
+        unchecked = p.ranked_within(q)
+        if unchecked is not None:
+            ids, scores, ceiling = unchecked
+            return _Leg([], ceiling, ids, scores)
     if hasattr(p, "scored_within"):
         got, ceiling = p.scored_within(q, n)
-        return got, ceiling
-    return p.scored(q, n), None
+        return _Leg(got, ceiling)
+    return _Leg(p.scored(q, n), None)
+
+
+def _live_first(
+    ids: np.ndarray, scores: np.ndarray, n: int, check: Callable[[list[int]], None], live: set[int]
+) -> list[tuple[int, float]]:
+    """The first ``n`` live ids of a ranked list with their scores, checked best first in
+    chunks (``n``, then four times more each time) so that a list whose best matches are
+    not live (another purpose, a pending erasure) still yields ``n`` when it has them."""
+    found: list[tuple[int, float]] = []
+    at, step = 0, max(n, 1)
+    while len(found) < n and at < len(ids):
+        chunk = ids[at : at + step].tolist()
+        check(chunk)
+        found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
+        at, step = at + step, step * 4
+    return found[:n]
 
 
 def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, float]:

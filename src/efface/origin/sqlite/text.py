@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import apsw
+import numpy as np
 
 from ...model import probe_sample
 from ...text import index_text
@@ -576,10 +577,7 @@ class SQLiteText:
         over ``scoring``'s words too, checked live best first in chunks until ``limit`` are
         (every match is ranked at once: all of them are checked if need be), and how many
         matched (at most ``depth``), as FTS5's ranking counts them."""
-        finders = [t for t in self.index_terms(words) if t is not None]
-        scorers = [t for t in self.index_terms(scoring) if t is not None]
-        within = self._token_list(tenant) if narrow and self.scoped else None
-        ids, scores = post.rank(finders, scorers, within)
+        ids, scores = self._rank(post, words, scoring, tenant, narrow)
         found: list[tuple[int, float]] = []
         at, step = 0, max(limit, 1)
         while len(found) < limit and at < len(ids):
@@ -588,6 +586,26 @@ class SQLiteText:
             found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
             at, step = at + step, step * 4
         return found[:limit], min(len(ids), depth)
+
+    def _rank(
+        self, post: Postings, words: Sequence[str], scoring: Sequence[str], tenant: str, narrow: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        finders = [t for t in self.index_terms(words) if t is not None]
+        scorers = [t for t in self.index_terms(scoring) if t is not None]
+        within = self._token_list(tenant) if narrow and self.scoped else None
+        return post.rank(finders, scorers, within)
+
+    def ranked_unchecked(
+        self, words: Sequence[str], tenant: str, *, narrow: bool = True, scoring: Sequence[str] = ()
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every record ``words`` find, best first, with its score over ``scoring``'s words
+        too, as :meth:`ranked_seen` ranks them, but **not checked live**: for a caller that
+        checks them itself, best first, in its own snapshot (recall). None while the
+        postings are not in memory (then :meth:`ranked_seen`, which checks)."""
+        post = self._postings()
+        if post is None:
+            return None
+        return self._rank(post, words, scoring, tenant, narrow)
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
