@@ -136,3 +136,57 @@ def test_the_text_legs_best_matches_of_another_purpose_do_not_crowd_out_this_one
     assert len(hits) == 10
     assert all(h.key.startswith("support-") and int(h.key.split("-")[1]) % 3 != 0 for h in hits)
     assert all("fts" in h.via for h in hits)
+
+
+def test_a_text_leg_checked_before_a_forget_is_checked_again(open_store, backend, monkeypatch):
+    """The full-text leg checks its matches live on its worker, in a snapshot of its own;
+    recall takes that check as it is only when its own snapshot is of the same epoch. A
+    forget committed in between (here: right after the leg's check, before the query's
+    vector is ready) makes recall check the leg's matches again: nothing forgotten comes back."""
+    import threading
+
+    import numpy as np
+
+    from efface.embed.hashing import HashingEmbedder
+    from efface.paths import recall as R
+
+    done = threading.Event()
+
+    class Slow:
+        """A non-lexical embedder (so the text leg runs beside the encode) whose query vector
+        is ready only once the forget below has committed."""
+
+        name, dim = "slow-hashing", 384
+
+        def __init__(self) -> None:
+            self._h = HashingEmbedder()
+
+        def embed(self, texts):
+            if len(texts) == 1 and texts[0].startswith("invoice"):
+                assert done.wait(30)
+            return self._h.embed(texts)
+
+    store = open_store(embedder=Slow())
+    store.write_many(
+        [{"key": f"k{i}", "text": f"invoice {i} for the order", "subject": ("alice", "bob")[i % 2]} for i in range(40)],
+        tenant=TENANT,
+        purpose=PURPOSE,
+    )
+    legs = []
+    real = R._text_leg_beside
+
+    def then_forget(*args):
+        leg = real(*args)
+        legs.append(leg)
+        store.forget(tenant=TENANT, subject="alice")
+        done.set()
+        return leg
+
+    monkeypatch.setattr(R, "_text_leg_beside", then_forget)
+    hits = store.recall("invoice order", tenant=TENANT, purpose=PURPOSE, k=10)
+    assert len(legs) == 1 and done.is_set()
+    if backend == "sqlite":  # the SQLite origin hands the leg its ranking unchecked: checked on the worker
+        assert legs[0].epoch is not None and len(legs[0].live) == 40  # alice's were live then
+    assert len(hits) == 10
+    assert all(int(h.key[1:]) % 2 == 1 for h in hits), [h.key for h in hits]
+    assert np.all([("fts" in h.via) for h in hits])

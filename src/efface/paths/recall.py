@@ -61,7 +61,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -146,12 +146,15 @@ def _hybrid(
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
+    # With a vector path every live candidate's vector is judged (exact cosine over the
+    # union): read with its live check, one look-up per row.
+    vectors = any(getattr(p, "size", None) is not None for p in paths)
     # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
     # takes microseconds, and handing the leg to a worker and waking this thread again costs
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
         if hasattr(p, "scored") and getattr(p, "size", None) is None:
-            early[p.name] = _beside(functools.partial(_text_leg, p, q, n))
+            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors))
     try:
         if vector is not None:
             q = replace(q, vector=vector())
@@ -170,11 +173,16 @@ def _hybrid(
         def take(p) -> None:
             if hasattr(p, "scored"):
                 leg = early[p.name].result() if p.name in early else _text_leg(p, q, n)
-                got = (
-                    leg.found
-                    if leg.ids is None or leg.scores is None
-                    else _live_first(leg.ids, leg.scores, n, check, live)
-                )
+                if leg.epoch is not None and leg.epoch == snap.current_epoch():
+                    # checked on its worker in a snapshot of this same state: not again
+                    checked.update(leg.checked)
+                    live.update(leg.live)
+                    blobs.update(leg.blobs)
+                    got = leg.found
+                elif leg.ids is not None and leg.scores is not None:
+                    got = _live_first(leg.ids, leg.scores, n, check, live)
+                else:
+                    got = leg.found  # checked by the index in its own statement: again below
                 scored[p.name] = dict(got)
                 ranked[p.name] = [rid for rid, _ in got]
                 if leg.ceiling is not None:
@@ -184,9 +192,6 @@ def _hybrid(
 
         checked: set[int] = set()
         live: set[int] = set()
-        # With a vector path every live candidate's vector is judged (exact cosine over the
-        # union): read with its live check, one look-up per row.
-        vectors = any(getattr(p, "size", None) is not None for p in paths)
         blobs: dict[int, bytes] = {}
 
         def check(ids: list[int]) -> None:
@@ -284,12 +289,20 @@ class _Leg:
     """What a scoring path's leg found: its live candidates with their scores (``found``),
     or, from a path that can rank without checking, every match best first (``ids``,
     ``scores``) for recall to check in its own snapshot; and the most a record could score
-    for the query (None for a path that cannot say)."""
+    for the query (None for a path that cannot say). A leg run on a worker checks its
+    matches there, in a snapshot of its own: ``epoch`` is that snapshot's, and ``checked``,
+    ``live`` and ``blobs`` (live ids' vectors) what it found; recall takes them as they are
+    when its own snapshot is of the same epoch (nothing written in between), and checks
+    ``ids`` again itself otherwise."""
 
     found: list[tuple[int, float]]
     ceiling: float | None
     ids: np.ndarray | None = None
     scores: np.ndarray | None = None
+    epoch: int | None = None
+    checked: frozenset[int] = frozenset()
+    live: frozenset[int] = frozenset()
+    blobs: dict[int, bytes] = field(default_factory=dict)
 
 
 def _text_leg(p, q: Query, n: int) -> _Leg:
@@ -302,6 +315,33 @@ def _text_leg(p, q: Query, n: int) -> _Leg:
         got, ceiling = p.scored_within(q, n)
         return _Leg(got, ceiling)
     return _Leg(p.scored(q, n), None)
+
+
+def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool) -> _Leg:
+    """:func:`_text_leg` on a worker, its matches checked live there (with their vectors),
+    in a snapshot whose epoch it notes: while the query is encoded, or beside the ANN leg."""
+    leg = _text_leg(p, q, n)
+    if leg.ids is None or leg.scores is None:
+        return leg
+    ids, scores = leg.ids, leg.scores
+    with origin.snapshot() as snap:
+        epoch = snap.current_epoch()
+        checked: set[int] = set()
+        live: set[int] = set()
+        blobs: dict[int, bytes] = {}
+
+        def check(chunk: list[int]) -> None:
+            new = [i for i in chunk if i not in checked]
+            checked.update(new)
+            if vectors:
+                got = snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
+                blobs.update(got)
+                live.update(got)
+            else:
+                live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
+
+        found = _live_first(ids, scores, n, check, live)
+    return replace(leg, found=found, epoch=epoch, checked=frozenset(checked), live=frozenset(live), blobs=blobs)
 
 
 def _live_first(
