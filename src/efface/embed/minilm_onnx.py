@@ -198,14 +198,16 @@ def quantize(source: Path, target: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".quantize-", suffix=".onnx", dir=target.parent)
     os.close(fd)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # its advice to run a pre-processing step first is logged, not warned
-            logging.getLogger().disabled, was = True, logging.getLogger().disabled
-            try:
+        root = logging.getLogger()
+        was = root.disabled
+        # it advises a pre-processing step through the root logger; nothing a user can act on
+        root.disabled = True
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 quantize_dynamic(str(source), tmp, weight_type=QuantType.QInt8, per_channel=True)
-            finally:
-                logging.getLogger().disabled = was
+        finally:
+            root.disabled = was
         texts = list(REFERENCE)
         got = OnnxMiniLMEmbedder(path=Path(tmp), quantized=False).embed(texts)
         want = OnnxMiniLMEmbedder(path=source, quantized=False).embed(texts)

@@ -190,19 +190,8 @@ def _hybrid(
             else:
                 ranked[p.name] = p.candidates(q, n)
 
-        checked: set[int] = set()
-        live: set[int] = set()
-        blobs: dict[int, bytes] = {}
-
-        def check(ids: list[int]) -> None:
-            new = [i for i in dict.fromkeys(ids) if i not in checked]
-            checked.update(new)
-            if vectors:
-                got = snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
-                blobs.update(got)
-                live.update(got)
-            else:
-                live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
+        seen = _Checks(snap, q, vectors)
+        checked, live, blobs, check = seen.checked, seen.live, seen.blobs, seen.check
 
         def check_new() -> None:
             check([i for ids in ranked.values() for i in ids])
@@ -323,25 +312,36 @@ def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool) -> _Leg:
     leg = _text_leg(p, q, n)
     if leg.ids is None or leg.scores is None:
         return leg
-    ids, scores = leg.ids, leg.scores
     with origin.snapshot() as snap:
         epoch = snap.current_epoch()
-        checked: set[int] = set()
-        live: set[int] = set()
-        blobs: dict[int, bytes] = {}
+        seen = _Checks(snap, q, vectors)
+        found = _live_first(leg.ids, leg.scores, n, seen.check, seen.live)
+    return replace(
+        leg, found=found, epoch=epoch, checked=frozenset(seen.checked), live=frozenset(seen.live), blobs=seen.blobs
+    )
 
-        def check(chunk: list[int]) -> None:
-            new = [i for i in chunk if i not in checked]
-            checked.update(new)
-            if vectors:
-                got = snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
-                blobs.update(got)
-                live.update(got)
-            else:
-                live.update(snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
 
-        found = _live_first(ids, scores, n, check, live)
-    return replace(leg, found=found, epoch=epoch, checked=frozenset(checked), live=frozenset(live), blobs=blobs)
+class _Checks:
+    """Candidates checked live in one snapshot, each once: which were asked, which are live,
+    and (``vectors``: a vector path judges them) each live one's vector, read in the same
+    look-up."""
+
+    def __init__(self, snap, q: Query, vectors: bool) -> None:
+        self._snap, self._q, self._vectors = snap, q, vectors
+        self.checked: set[int] = set()
+        self.live: set[int] = set()
+        self.blobs: dict[int, bytes] = {}
+
+    def check(self, ids: list[int]) -> None:
+        new = [i for i in dict.fromkeys(ids) if i not in self.checked]
+        self.checked.update(new)
+        q = self._q
+        if self._vectors:
+            got = self._snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
+            self.blobs.update(got)
+            self.live.update(got)
+        else:
+            self.live.update(self._snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
 
 
 def _live_first(
