@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy as np
+from recall_pairs import open_kept
 
 
 def main() -> None:
@@ -29,24 +30,8 @@ def main() -> None:
     import efface
     from efface.embed.minilm_onnx import OnnxMiniLMEmbedder
 
-    path = args.path
-    with open(path + ".qs.json") as f:
-        qs = json.load(f)
-    table = dict(zip(qs, np.load(path + ".qvec.npy"), strict=True))
-
-    class Lookup:
-        name, dim = "minilm", 384
-
-        def embed(self, texts):
-            return np.stack([table[t] for t in texts])
-
-    store = efface.open(path, embedder=Lookup())
-    text = store._origin.text
-    t0 = time.time()
-    store.recall(qs[0], tenant="acme", purpose="assistant", k=10)  # a large store's load starts here
-    while getattr(text, "_post", "x") is None and getattr(text, "_post_queue", None) is not None:
-        time.sleep(0.1)
-    out: dict = {"postings_loaded_s": round(time.time() - t0, 1)}
+    store, qs, Lookup, loaded = open_kept(args.path)
+    out: dict = {"postings_loaded_s": loaded}
     onnx = OnnxMiniLMEmbedder()
     (getattr(onnx, "embed_query", None) or (lambda t: onnx.embed([t])))("warm up")  # an older efface has no embed_query
     for label, emb in (("search", Lookup()), ("e2e", onnx), ("search", Lookup()), ("e2e", onnx)):

@@ -26,6 +26,30 @@ BENCH = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCH))
 
 
+def open_kept(path: str):
+    """The kept store opened with an embedder that looks each query's vector up (the
+    encode excluded), once its postings have loaded: (store, queries, a factory of such
+    embedders, seconds the load took)."""
+    import efface
+
+    qs = json.loads(Path(path + ".qs.json").read_text())
+    table = dict(zip(qs, np.load(path + ".qvec.npy"), strict=True))
+
+    class Lookup:
+        name, dim = "minilm", 384
+
+        def embed(self, texts):
+            return np.stack([table[t] for t in texts])
+
+    store = efface.open(path, embedder=Lookup())
+    text = store._origin.text
+    t0 = time.time()
+    store.recall(qs[0], tenant="acme", purpose="assistant", k=10)  # a large store's load starts here
+    while getattr(text, "_post", "x") is None and getattr(text, "_post_queue", None) is not None:
+        time.sleep(0.1)
+    return store, qs, Lookup, round(time.time() - t0, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path")
@@ -49,22 +73,7 @@ def main() -> None:
         Path(path + ".qs.json").write_text(json.dumps(qs))
         store, _emb, _b = rl.build_efface(Path(path), corpus, vecs, dict(zip(qs, qvec, strict=True)))
         store.close()
-    qs = json.loads(Path(path + ".qs.json").read_text())
-    table = dict(zip(qs, np.load(path + ".qvec.npy"), strict=True))
-
-    class Lookup:
-        name, dim = "minilm", 384
-
-        def embed(self, texts):
-            return np.stack([table[t] for t in texts])
-
-    store = efface.open(path, embedder=Lookup())
-    text = store._origin.text
-    t0 = time.time()
-    store.recall(qs[0], tenant="acme", purpose="assistant", k=10)  # a large store's load starts here
-    while getattr(text, "_post", "x") is None and getattr(text, "_post_queue", None) is not None:
-        time.sleep(0.1)
-    loaded = round(time.time() - t0, 1)
+    store, qs, _lookup, loaded = open_kept(path)
     leg: list[float] = []
     real = R._text_leg
 
