@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,20 @@ def backend(request) -> str:
 def backend_options(backend: str) -> dict:
     """The efface.open options a backend needs beside its location."""
     return {"origin": "memory"} if backend == "memory" else {}
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def scan_kernel(request, monkeypatch) -> Iterator[str]:
+    """Runs a test with the byte scan's numpy passes, then with its compiled prefilter
+    (efface.erasure.prefilter): both must find the same bytes."""
+    from efface.erasure import prefilter
+
+    monkeypatch.setenv(prefilter.KERNEL_ENV, request.param)
+    prefilter.reset()
+    # the compiled loop is chosen up front, so that even a small test's scan runs it
+    assert (prefilter.kernels() is not None) == (request.param == "compiled"), "numba should load and compile"
+    yield request.param
+    prefilter.reset()
 
 
 @pytest.fixture

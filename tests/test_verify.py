@@ -105,7 +105,7 @@ def test_right_after_forget_it_is_unreadable_not_erased_and_says_why(store):
     assert not [h for h in store.recall(alice_text(1), tenant=TENANT, purpose="support") if h.key.startswith("alice")]
 
 
-def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store):
+def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store, scan_kernel):
     fill(store)
     r = store.forget(tenant=TENANT, subject="alice")
     store.wait(r.handle, timeout=30)
@@ -127,7 +127,7 @@ def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store):
 
 
 @pytest.mark.parametrize("text", ["Alice likes tea", "Zoe 4411", "Alice Smith, nurse, Lyon"])
-def test_short_texts_are_found_at_any_alignment(tmp_path, text):
+def test_short_texts_are_found_at_any_alignment(tmp_path, text, scan_kernel):
     fpr = Fingerprinter(os.urandom(32))
     fp = Fingerprints()
     fpr.add(fp, "text", text.encode())
@@ -145,7 +145,7 @@ def test_short_texts_are_found_at_any_alignment(tmp_path, text):
     assert fpr.scan([str(noise)], fp)[0] == []
 
 
-def test_a_large_erasure_uses_a_larger_bitmap_and_still_finds_every_copy(tmp_path):
+def test_a_large_erasure_uses_a_larger_bitmap_and_still_finds_every_copy(tmp_path, scan_kernel):
     """The fingerprints of thousands of items get a larger prefilter bitmap (fewer windows
     pass it to the exact look-up); copies of items of every width are found at every
     alignment all the same, and noise matches nothing."""
@@ -200,7 +200,7 @@ def test_too_short_to_fingerprint_is_cannot_verify_not_a_pass(store):
     assert v.receipt_level == "unreadable"
 
 
-def test_a_live_duplicate_is_told_apart_from_residue(store):
+def test_a_live_duplicate_is_told_apart_from_residue(store, scan_kernel):
     fill(store, 5)
     store.write("copy", alice_text(2), tenant=TENANT, subject="bob", purpose="support")  # bob keeps a copy
     r = store.forget(tenant=TENANT, subject="alice")

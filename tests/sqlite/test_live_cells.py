@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import efface
-from efface.erasure import fingerprint, residue
+from efface.erasure import fingerprint, prefilter, residue
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints, _mix, _unmix
 
 pytestmark = pytest.mark.sqlite_only("raw bytes of the store's files")
@@ -145,15 +145,17 @@ def test_the_mix_is_inverted_exactly():
 
 
 @pytest.mark.parametrize("shift", range(8))
-def test_a_copy_across_a_chunk_seam_is_found_at_every_alignment(tmp_path, shift):
-    """Files are hashed in chunks of ``CHUNK`` bytes; a copy lying across the seam between two
-    chunks is met at each of the eight alignments, as anywhere else."""
+def test_a_copy_across_a_chunk_seam_is_found_at_every_alignment(tmp_path, shift, scan_kernel):
+    """Files are hashed in chunks (of ``CHUNK`` or ``COMPILED_CHUNK`` bytes); a copy lying
+    across the seam between two chunks is met at each of the eight alignments, as anywhere
+    else."""
     f = Fingerprinter(b"s" * 32)
     fp = Fingerprints()
     item = bytes(np.random.default_rng(shift).integers(33, 127, size=90, dtype=np.uint8))
     f.add_many(fp, "text", [item])
-    data = bytearray(os.urandom(2 * fingerprint.CHUNK))
-    at = fingerprint.CHUNK - 40 + shift
+    step = fingerprint.chunk_size(prefilter.kernels())
+    data = bytearray(os.urandom(2 * step))
+    at = step - 40 + shift
     data[at : at + len(item)] = item
     path = tmp_path / "file"
     path.write_bytes(bytes(data))

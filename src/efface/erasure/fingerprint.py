@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from .. import foreground
+from . import prefilter
 from .hits import Hit, Hits
 
 REGION = 64
@@ -73,8 +74,12 @@ VECTOR_REGION = 256
 """Embeddings are longer and uniform: sparser sampling still finds a whole copy."""
 MIN_BYTES = 8
 CHUNK = 1 << 20
-"""Bytes hashed per step: the hash's temporaries of a 1 MB chunk stay in the cache, where
-16 MB chunks made every pass a trip to memory (scan about 1.5-2x faster, measured)."""
+"""Bytes hashed per step by the numpy passes: the hash's temporaries of a 1 MB chunk stay in
+the cache, where 16 MB chunks made every pass a trip to memory (scan about 1.5-2x faster)."""
+COMPILED_CHUNK = 1 << 22
+"""Bytes per step for the compiled prefilter (:mod:`.prefilter`), which keeps no temporaries:
+a chunk's fixed cost (the look-ups of the few windows that pass, a pause for recalls) was a
+fifth of a 1 MB step's time and is a twentieth of a 4 MB one's."""
 SHRINKING = ("-wal", "-shm", "-journal")
 """Files another thread may truncate while they are scanned (SQLite's WAL after a checkpoint)."""
 _MIN_DISTINCT = 5
@@ -83,6 +88,7 @@ _MIN_DISTINCT_GAP = 3
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_ZERO = np.uint64(0)
 BITMAP_BITS, BITMAP_BITS_MAX, BITMAP_FILL = 20, 22, 0.02
 """A window hash's top bits index the scan's prefilter bitmap: 2**20 bits (1 MB: it stays in
 cache, where a 16 MB one made every word a cache miss), more when the fingerprints would fill
@@ -98,7 +104,7 @@ def _buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """This thread's scratch arrays for one chunk's words (the scan's hot loop reuses them)."""
     got = getattr(_local, "buffers", None)
     if got is None:
-        n = CHUNK // 8 + 1
+        n = max(CHUNK, COMPILED_CHUNK) // 8 + 1
         got = _local.buffers = (
             np.empty(n, np.uint64),
             np.empty(n, np.uint64),
@@ -106,6 +112,11 @@ def _buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             np.empty(n, bool),
         )
     return got
+
+
+def chunk_size(compiled: Any) -> int:
+    """Bytes a scan hashes per step: larger with the compiled prefilter."""
+    return CHUNK if compiled is None else COMPILED_CHUNK
 
 
 def _keys(secret: bytes) -> np.ndarray:
@@ -473,13 +484,15 @@ class Fingerprinter:
                     buffers.append((name, mm, size))
                     limits.append(ranges)
             names = [name for name, _buf, _size in buffers]
+            compiled = prefilter.for_scan(scanned)
+            step = chunk_size(compiled)
             tasks = []
             for i, ((_n, buf, size), limit) in enumerate(zip(buffers, limits, strict=True)):
                 for lo, hi in limit if limit is not None else [(0, size)]:
                     hi = min(hi, size)
-                    for start in range(lo - lo % 8, hi, CHUNK):
-                        tasks.append((i, buf, start, min(hi, start + CHUNK), size))
-            return self._gather(names, tables, self._map_chunks(tasks, tables)), scanned
+                    for start in range(lo - lo % 8, hi, step):
+                        tasks.append((i, buf, start, min(hi, start + step), size))
+            return self._gather(names, tables, self._map_chunks(tasks, tables, compiled)), scanned
         finally:
             for mm in maps:
                 mm.close()
@@ -495,12 +508,14 @@ class Fingerprinter:
             return Hits(names, kinds, empty, empty, empty, empty, np.empty(0, np.uint64))
         return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
-    def _map_chunks(self, tasks: list[tuple[int, Any, int, int, int]], tables: dict) -> list[tuple[np.ndarray, ...]]:
+    def _map_chunks(
+        self, tasks: list[tuple[int, Any, int, int, int]], tables: dict, compiled: Any
+    ) -> list[tuple[np.ndarray, ...]]:
         def one(task: tuple[int, Any, int, int, int]) -> tuple[np.ndarray, ...]:
             file, buf, start, end, size = task
             foreground.give_way()  # verify and wait scan beside reads: recalls first
             # chunks overlap by one word so a 16-byte window across the seam is seen
-            return self._scan_chunk(buf, start, min(size, end + 8), tables, file, (end - start + 7) // 8)
+            return self._scan_chunk(buf, start, min(size, end + 8), tables, file, (end - start + 7) // 8, compiled)
 
         if WORKERS == 1 or len(tasks) < 2:
             return [one(t) for t in tasks]
@@ -527,12 +542,16 @@ class Fingerprinter:
         return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
+        compiled = prefilter.for_scan(size)
+        step = chunk_size(compiled)
         found = self._map_chunks(
-            [(0, buf, start, min(size, start + CHUNK), size) for start in range(0, size, CHUNK)], tables
+            [(0, buf, start, min(size, start + step), size) for start in range(0, size, step)], tables, compiled
         )
         return self._gather([name], tables, found).objects()
 
-    def _scan_chunk(self, mm, start: int, end: int, tables, file: int, starts: int) -> tuple[np.ndarray, ...]:
+    def _scan_chunk(
+        self, mm, start: int, end: int, tables, file: int, starts: int, compiled: Any = None
+    ) -> tuple[np.ndarray, ...]:
         """The hits in ``[start, end)``: arrays of file, offset, width, kind (index into the
         kinds of every table, in order) and hash."""
         offs: list[np.ndarray] = []
@@ -556,25 +575,35 @@ class Fingerprinter:
                     w = np.frombuffer(mm, dtype="<u8", count=n, offset=start + r)
                 else:
                     w = words
-                # Into this thread's buffers, and the bitmap indexed by an int64 view: a fresh
-                # array per step and numpy's cast of uint64 indices made this loop ~6x slower.
                 u, tmp, idx, hit = _buffers()
-                if width == 16:
-                    m = max(0, min(limit, w.size - 1))
-                    u, tmp, idx, hit = u[:m], tmp[:m], idx[:m], hit[:m]
-                    np.multiply(w[:m], self._k1, out=u)
-                    np.multiply(w[1 : m + 1], self._k2, out=tmp)
-                    np.add(u, tmp, out=u)
+                shift = np.uint64(65 - bitmap.size.bit_length())
+                m = max(0, min(limit, w.size - 1)) if width == 16 else min(limit, w.size)
+                if compiled is not None:
+                    # One compiled pass: the windows that pass the bitmap, with their sums.
+                    ka, kb = (self._k1, self._k2) if width == 16 else (self._k0, _ZERO)
+                    cand, sums = prefilter.run(
+                        compiled[1 if width == 8 else 0], w, m, ka, kb, shift, bitmap, idx.view(np.int64), tmp
+                    )
+                    if cand.size == 0:
+                        continue
+                    hc = _mix(sums, self._k3, self._k4)
                 else:
-                    m = min(limit, w.size)
-                    u, idx, hit = u[:m], idx[:m], hit[:m]
-                    np.multiply(w[:m], self._k0, out=u)
-                np.right_shift(u, np.uint64(65 - bitmap.size.bit_length()), out=idx)
-                np.take(bitmap, idx.view(np.int64), out=hit)
-                cand = np.flatnonzero(hit)
-                if cand.size == 0:
-                    continue
-                hc = _mix(u[cand], self._k3, self._k4)
+                    # Into this thread's buffers, and the bitmap indexed by an int64 view: a fresh
+                    # array per step and numpy's cast of uint64 indices made this loop ~6x slower.
+                    if width == 16:
+                        u, tmp, idx, hit = u[:m], tmp[:m], idx[:m], hit[:m]
+                        np.multiply(w[:m], self._k1, out=u)
+                        np.multiply(w[1 : m + 1], self._k2, out=tmp)
+                        np.add(u, tmp, out=u)
+                    else:
+                        u, idx, hit = u[:m], idx[:m], hit[:m]
+                        np.multiply(w[:m], self._k0, out=u)
+                    np.right_shift(u, shift, out=idx)
+                    np.take(bitmap, idx.view(np.int64), out=hit)
+                    cand = np.flatnonzero(hit)
+                    if cand.size == 0:
+                        continue
+                    hc = _mix(u[cand], self._k3, self._k4)
                 pos = np.searchsorted(values, hc)
                 pos[pos >= values.size] = values.size - 1
                 found = values[pos] == hc

@@ -1,0 +1,128 @@
+"""The byte scan's compiled prefilter (efface.erasure.prefilter) against its numpy passes.
+
+The compiled loop must find exactly what the numpy passes find: the same windows, the same
+offsets, kinds and hashes, at every alignment and across chunk seams. Where numba is missing
+or refused, the scan falls back to the numpy passes and still finds every copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from efface.erasure import fingerprint, prefilter
+from efface.erasure.fingerprint import Fingerprinter, Fingerprints
+
+
+@pytest.fixture(autouse=True)
+def fresh_choice():
+    prefilter.reset()
+    yield
+    prefilter.reset()
+
+
+def _scan(fpr: Fingerprinter, fp: Fingerprints, paths: list[str], kind: str, monkeypatch) -> list[tuple]:
+    monkeypatch.setenv(prefilter.KERNEL_ENV, kind)
+    prefilter.reset()
+    assert (prefilter.kernels() is None) == (kind == "numpy")
+    hits, _ = fpr.scan_arrays(paths, fp)
+    return sorted(zip(hits.file.tolist(), hits.offset.tolist(), hits.width.tolist(), hits.hash.tolist(), strict=True))
+
+
+items = st.lists(st.binary(min_size=8, max_size=120), min_size=1, max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(items=items, seed=st.integers(0, 2**32 - 1), vector=st.booleans())
+def test_compiled_and_numpy_scans_find_the_same_windows(tmp_path_factory, monkeypatch_session, items, seed, vector):
+    """Random items planted at random offsets (some across the seam between two chunks) in
+    random bytes: both scans report the same hits, and every planted copy is among them."""
+    monkeypatch = monkeypatch_session
+    # small chunks, so that a few kilobytes cross several seams in both modes
+    monkeypatch.setattr(fingerprint, "CHUNK", 4096)
+    monkeypatch.setattr(fingerprint, "COMPILED_CHUNK", 8192)
+    rng = np.random.default_rng(seed)
+    fpr = Fingerprinter(rng.bytes(32))
+    fp = Fingerprints()
+    fpr.add_many(fp, "text", items, uniform=True)
+    if vector:
+        fpr.add(fp, "embedding", rng.standard_normal(384).astype(np.float16).tobytes(), fingerprint.VECTOR_REGION)
+    data = bytearray(rng.bytes(40_000))
+    planted = []
+    for item in items:
+        at = int(rng.integers(0, len(data) - len(item)))
+        data[at : at + len(item)] = item
+        planted.append((at, item))
+    path = tmp_path_factory.mktemp("scan") / "f.bin"
+    path.write_bytes(bytes(data))
+    numpy_hits = _scan(fpr, fp, [str(path)], "numpy", monkeypatch)
+    compiled_hits = _scan(fpr, fp, [str(path)], "compiled", monkeypatch)
+    assert compiled_hits == numpy_hits
+    for at, item in planted:
+        alone = Fingerprints()
+        fpr.add_many(alone, "text", [item], uniform=True)
+        if alone.too_short:
+            continue  # an item that cannot be fingerprinted (too short, zeros) is counted, not searched for
+        # a later plant may have overwritten part of this one: look only where it is intact
+        if bytes(data[at : at + len(item)]) != item:
+            continue
+        assert any(at <= off and off + width <= at + len(item) for _f, off, width, _h in compiled_hits), (at, item)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_session():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_a_missing_numba_falls_back_to_numpy_and_says_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    with caplog.at_level(logging.WARNING, logger="efface.erasure.prefilter"):
+        assert prefilter.kernels() is None
+    assert "numba unavailable" in caplog.text
+    fpr = Fingerprinter(os.urandom(32))
+    fp = Fingerprints()
+    text = b"Alice Smith told the nurse about Lyon"
+    fpr.add(fp, "text", text)
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(5000) + text + os.urandom(5000))
+    hits, scanned = fpr.scan([str(path)], fp)
+    assert scanned == 10_000 + len(text) and hits and all(5000 <= h.offset < 5000 + len(text) for h in hits)
+
+
+def test_small_scans_keep_numpy_until_the_loop_is_compiled(monkeypatch):
+    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
+    assert prefilter.for_scan(prefilter.COMPILE_AT - 1) is None  # not compiled for a small store
+    assert not prefilter._tried
+    assert prefilter.for_scan(prefilter.COMPILE_AT) is not None  # a large one compiles
+    assert prefilter.for_scan(100) is not None  # and then every scan uses it
+
+
+def test_a_large_store_compiles_in_the_background_when_opened(tmp_path, monkeypatch):
+    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
+    (tmp_path / "small.db").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(prefilter, "COMPILE_AT", 10_000)
+    prefilter.warm(str(tmp_path))
+    time.sleep(0.2)
+    assert not prefilter._tried  # under the threshold: nothing compiled
+    (tmp_path / "big.db").write_bytes(b"x" * 10_000)
+    prefilter.warm(str(tmp_path))
+    deadline = time.monotonic() + 60
+    while not prefilter._tried and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert prefilter._kernels is not None
+    prefilter.warm(str(tmp_path / "missing"))  # already chosen: nothing to do, no error
+
+
+def test_warm_on_a_missing_directory_does_nothing(tmp_path, monkeypatch):
+    prefilter.warm(str(tmp_path / "missing"))
+    assert not prefilter._tried
