@@ -16,7 +16,7 @@ import pytest
 import efface
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
-from conftest import behind, record_id_of, set_ledger_body
+from conftest import behind, in_memory, raw_db, record_id_of, set_ledger_body
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -343,3 +343,38 @@ def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     # and the kept records are still found by meaning
     hits = store.recall("kept memory number 0007 about the harbour", tenant=TENANT, purpose="support")
     assert hits and all(h.key.startswith("keep:") for h in hits)
+
+
+def test_an_erased_vector_the_index_still_proposes_fails_the_neighbour_probe(store):
+    """The nearest-neighbour probe can fail: when the erased records' rows come back in the
+    origin and their vectors in the ANN index (damage a bug or a restored file could do), the
+    live neighbours kept at forget time, used as queries, meet them and the probe says so."""
+    if in_memory(store) or behind(store) is not store:
+        pytest.skip("damages the SQLite origin's file and the in-process index directly")
+    # bob keeps notes like alice's: the erased vectors' live neighbours are close to them
+    others = [{"key": f"o:{i}", "text": alice_text(100 + i)} for i in range(150)]
+    store.write_many(others, tenant=TENANT, subject="bob", purpose="support")
+    fill(store, 10)
+    ids = [record_id_of(store, TENANT, f"alice:{i}") for i in range(10)]
+    db = raw_db(store)
+    marks = ",".join("?" * len(ids))
+    cur = db.execute(f"SELECT * FROM records WHERE id IN ({marks})", ids)
+    columns = [d[0] for d in cur.getdescription()]
+    rows = cur.fetchall()
+    ann = behind(store)._ann
+    tenant = behind(store)._tenant(TENANT)
+    vectors = ann._index(tenant).get(np.asarray(ids, dtype=np.uint64), dtype="f32")
+    r = store.forget(tenant=TENANT, subject="alice")
+    store.wait(r.handle, timeout=30)
+    clean = store.verify(r.handle)
+    assert outcome(clean, "ann.by_neighbours") == "pass"
+    assert "live neighbours of the erased vectors used as queries" in next(
+        c.detail for c in clean.checks if c.name == "ann.by_neighbours"
+    )
+    # the damage: the rows back in the origin, the vectors back in the index under their ids
+    with db:
+        db.executemany(f"INSERT INTO records({','.join(columns)}) VALUES ({','.join('?' * len(columns))})", rows)
+    ann._index(tenant).add(np.asarray(ids, dtype=np.uint64), np.asarray(vectors, dtype=np.float32))
+    damaged = store.verify(r.handle)
+    assert outcome(damaged, "ann.by_neighbours") == "fail"
+    assert damaged.level == "intent"
