@@ -105,16 +105,16 @@ def backend_options(backend: str) -> dict:
 
 @pytest.fixture(params=["numpy", "compiled"])
 def scan_kernel(request, monkeypatch) -> Iterator[str]:
-    """Runs a test with the byte scan's numpy passes, then with its compiled prefilter
-    (efface.erasure.prefilter): both must find the same bytes."""
-    from efface.erasure import prefilter
+    """Runs a test with the byte scan's numpy versions, then with its compiled loops
+    (efface.compiled): both must find and judge the same bytes."""
+    from efface import compiled
 
-    monkeypatch.setenv(prefilter.KERNEL_ENV, request.param)
-    prefilter.reset()
-    # the compiled loop is chosen up front, so that even a small test's scan runs it
-    assert (prefilter.kernels() is not None) == (request.param == "compiled"), "numba should load and compile"
+    monkeypatch.setenv(compiled.KERNEL_ENV, request.param)
+    compiled.reset()
+    # the compiled loops are chosen up front, so that even a small test's scan runs them
+    assert compiled.on() == (request.param == "compiled"), "numba should load and compile"
     yield request.param
-    prefilter.reset()
+    compiled.reset()
 
 
 @pytest.fixture

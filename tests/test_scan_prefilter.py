@@ -1,4 +1,4 @@
-"""The byte scan's compiled prefilter (efface.erasure.prefilter) against its numpy passes.
+"""The byte scan's compiled loops (efface.compiled, efface.erasure.prefilter) against numpy.
 
 The compiled loop must find exactly what the numpy passes find: the same windows, the same
 offsets, kinds and hashes, at every alignment and across chunk seams. Where numba is missing
@@ -17,21 +17,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from efface.erasure import fingerprint, prefilter
+from efface import compiled
+from efface.erasure import fingerprint
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 
 @pytest.fixture(autouse=True)
 def fresh_choice():
-    prefilter.reset()
+    compiled.reset()
     yield
-    prefilter.reset()
+    compiled.reset()
 
 
 def _scan(fpr: Fingerprinter, fp: Fingerprints, paths: list[str], kind: str, monkeypatch) -> list[tuple]:
-    monkeypatch.setenv(prefilter.KERNEL_ENV, kind)
-    prefilter.reset()
-    assert (prefilter.kernels() is None) == (kind == "numpy")
+    monkeypatch.setenv(compiled.KERNEL_ENV, kind)
+    compiled.reset()
+    assert compiled.on() == (kind != "numpy")
     hits, _ = fpr.scan_arrays(paths, fp)
     return sorted(zip(hits.file.tolist(), hits.offset.tolist(), hits.width.tolist(), hits.hash.tolist(), strict=True))
 
@@ -84,10 +85,10 @@ def monkeypatch_session():
 
 
 def test_a_missing_numba_falls_back_to_numpy_and_says_so(tmp_path, monkeypatch, caplog):
-    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    with caplog.at_level(logging.WARNING, logger="efface.erasure.prefilter"):
-        assert prefilter.kernels() is None
+    with caplog.at_level(logging.WARNING, logger="efface.compiled"):
+        assert not compiled.on()
     assert "numba unavailable" in caplog.text
     fpr = Fingerprinter(os.urandom(32))
     fp = Fingerprints()
@@ -99,30 +100,30 @@ def test_a_missing_numba_falls_back_to_numpy_and_says_so(tmp_path, monkeypatch, 
     assert scanned == 10_000 + len(text) and hits and all(5000 <= h.offset < 5000 + len(text) for h in hits)
 
 
-def test_small_scans_keep_numpy_until_the_loop_is_compiled(monkeypatch):
-    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
-    assert prefilter.for_scan(prefilter.COMPILE_AT - 1) is None  # not compiled for a small store
-    assert not prefilter._tried
-    assert prefilter.for_scan(prefilter.COMPILE_AT) is not None  # a large one compiles
-    assert prefilter.for_scan(100) is not None  # and then every scan uses it
+def test_small_scans_keep_numpy_until_the_loops_are_compiled(monkeypatch):
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+    assert not compiled.for_scan(compiled.COMPILE_AT - 1)  # not compiled for a small store
+    assert not compiled.ready()
+    assert compiled.for_scan(compiled.COMPILE_AT)  # a large one compiles
+    assert compiled.ready() and compiled.for_scan(100)  # and then every scan uses them
 
 
 def test_a_large_store_compiles_in_the_background_when_opened(tmp_path, monkeypatch):
-    monkeypatch.delenv(prefilter.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
     (tmp_path / "small.db").write_bytes(b"x" * 1000)
-    monkeypatch.setattr(prefilter, "COMPILE_AT", 10_000)
-    prefilter.warm(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILE_AT", 10_000)
+    compiled.warm(str(tmp_path))
     time.sleep(0.2)
-    assert not prefilter._tried  # under the threshold: nothing compiled
+    assert not compiled.ready()  # under the threshold: nothing compiled
     (tmp_path / "big.db").write_bytes(b"x" * 10_000)
-    prefilter.warm(str(tmp_path))
+    compiled.warm(str(tmp_path))
     deadline = time.monotonic() + 60
-    while not prefilter._tried and time.monotonic() < deadline:
+    while not compiled.ready() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert prefilter._kernels is not None
-    prefilter.warm(str(tmp_path / "missing"))  # already chosen: nothing to do, no error
+    assert compiled.ready()
+    compiled.warm(str(tmp_path / "missing"))  # already chosen: nothing to do, no error
 
 
-def test_warm_on_a_missing_directory_does_nothing(tmp_path, monkeypatch):
-    prefilter.warm(str(tmp_path / "missing"))
-    assert not prefilter._tried
+def test_warm_on_a_missing_directory_does_nothing(tmp_path):
+    compiled.warm(str(tmp_path / "missing"))
+    assert not compiled.ready()

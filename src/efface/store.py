@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from . import forgetting, vectors, writing
+from . import compiled, forgetting, vectors, writing
 from . import validate as v
 from .backups import format as backup_format
 from .backups.backup import write_backup
@@ -54,7 +54,6 @@ from .backups.restore import restore_backup
 from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
 from .derivations import Derivations, quarantine, validate_policy
 from .embed import Embedder, for_store
-from .erasure import prefilter
 from .erasure.compactor import Compactor
 from .erasure.evidence import Evidence
 from .erasure.fingerprint import Fingerprinter
@@ -148,7 +147,7 @@ class Store:
         if background:
             self._ann.yielding = True  # recall searches the un-absorbed delta exactly meanwhile
             self._compactor.start()
-        prefilter.warm(self.path)  # a large store's first erasure should not wait for the scan's compile
+        compiled.warm(self.path)  # a large store's first erasure should not wait for the scan's compile
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import efface
-from efface.erasure import fingerprint, prefilter, residue
+from efface import compiled
+from efface.erasure import fingerprint, residue
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints, _mix, _unmix
 
 pytestmark = pytest.mark.sqlite_only("raw bytes of the store's files")
@@ -58,7 +59,7 @@ def _judged(monkeypatch) -> list[int]:
     return seen
 
 
-def test_hits_in_live_cells_do_not_reach_the_per_hit_judge(open_raw, monkeypatch):
+def test_hits_in_live_cells_do_not_reach_the_per_hit_judge(open_raw, monkeypatch, scan_kernel):
     """Every live record shares the prefix of the erased text and of its metadata: hundreds of
     hits, judged live without a Python step each. On the code before, all of them went
     through the per-hit judge."""
@@ -103,7 +104,7 @@ def _freeblock(db: str, table: str = "records") -> tuple[int, int]:
     return best
 
 
-def test_an_erased_text_in_a_freeblock_of_a_live_page_is_residue(open_raw):
+def test_an_erased_text_in_a_freeblock_of_a_live_page_is_residue(open_raw, scan_kernel):
     """A freeblock lies inside a page's cell content area but holds no live cell (with
     secure_delete its bytes are zeros): bytes found there are not a live row's, even where
     every window of them is shared with live records."""
@@ -136,6 +137,46 @@ def test_an_erased_text_in_a_freeblock_of_a_live_page_is_residue(open_raw):
     assert store.verify(receipt.handle).level == "erased"
 
 
+def test_the_compiled_live_cell_test_decides_as_the_numpy_one(open_raw, monkeypatch):
+    """Every 8-aligned window of a real database file, pages with freeblocks among them, and
+    a page whose freeblock chain is damaged: the compiled pass (efface.compiled) says
+    inside/outside and reads the same words as LiveCells.inside and LiveCells.words."""
+    store = open_raw()
+    _many(store, 300)
+    for i in range(0, 300, 4):
+        store.forget(tenant="t", key=f"bob-{i:05d}")  # freeblocks in live pages
+    store.compact()
+    db = os.path.join(store.path, "origin.db")
+    at, size = _freeblock(db)
+    assert size, "no freeblock"
+    monkeypatch.setenv(compiled.KERNEL_ENV, "compiled")
+    compiled.reset()
+    try:
+        assert compiled.on()
+        physical = store._origin.physical
+        with physical.live_cells(store.path) as cells:
+            assert cells is not None and cells.pages() > 0
+            n = os.path.getsize(db)
+            offsets = np.arange(0, n + 16, 8, dtype=np.int64)  # a few past the end too
+            for width in (8, 16):
+                widths = np.full(offsets.size, width, dtype=np.int64)
+                inside, a, b = cells.inside_words(offsets, widths)
+                assert (inside == cells.inside(offsets, widths)).all()
+                wa, wb = cells.words(offsets)
+                assert (a == wa).all() and (b == wb).all()
+                assert inside.any() and not inside.all()
+            # a damaged chain: the freeblock's link points past its page (both fail closed)
+            page_base = at - at % cells._ps
+            data = np.array(cells._data)  # a writable copy of the file's bytes
+            data[at : at + 2] = [0xFF, 0xF0]
+            damaged = type(cells)(cells.name, data, cells._ps, cells._usable, cells._pages)
+            near = np.arange(page_base, page_base + cells._ps, 8, dtype=np.int64)
+            widths = np.full(near.size, 8, dtype=np.int64)
+            assert (damaged.inside_words(near, widths)[0] == damaged.inside(near, widths)).all()
+    finally:
+        compiled.reset()
+
+
 def test_the_mix_is_inverted_exactly():
     """The scan's prefilter indexes the window's keyed sum before the mix, found from each
     fingerprint by inverting the mix: a wrong inverse would lose hits."""
@@ -153,7 +194,7 @@ def test_a_copy_across_a_chunk_seam_is_found_at_every_alignment(tmp_path, shift,
     fp = Fingerprints()
     item = bytes(np.random.default_rng(shift).integers(33, 127, size=90, dtype=np.uint8))
     f.add_many(fp, "text", [item])
-    step = fingerprint.chunk_size(prefilter.kernels())
+    step = fingerprint.chunk_size(compiled.on())
     data = bytearray(os.urandom(2 * step))
     at = step - 40 + shift
     data[at : at + len(item)] = item

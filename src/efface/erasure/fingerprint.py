@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import compiled as jit
 from .. import foreground
 from . import prefilter
 from .hits import Hit, Hits
@@ -114,9 +115,9 @@ def _buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return got
 
 
-def chunk_size(compiled: Any) -> int:
+def chunk_size(compiled: bool) -> int:
     """Bytes a scan hashes per step: larger with the compiled prefilter."""
-    return CHUNK if compiled is None else COMPILED_CHUNK
+    return COMPILED_CHUNK if compiled else CHUNK
 
 
 def _keys(secret: bytes) -> np.ndarray:
@@ -484,7 +485,7 @@ class Fingerprinter:
                     buffers.append((name, mm, size))
                     limits.append(ranges)
             names = [name for name, _buf, _size in buffers]
-            compiled = prefilter.for_scan(scanned)
+            compiled = jit.for_scan(scanned)
             step = chunk_size(compiled)
             tasks = []
             for i, ((_n, buf, size), limit) in enumerate(zip(buffers, limits, strict=True)):
@@ -509,7 +510,7 @@ class Fingerprinter:
         return Hits(names, kinds, *(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
     def _map_chunks(
-        self, tasks: list[tuple[int, Any, int, int, int]], tables: dict, compiled: Any
+        self, tasks: list[tuple[int, Any, int, int, int]], tables: dict, compiled: bool
     ) -> list[tuple[np.ndarray, ...]]:
         def one(task: tuple[int, Any, int, int, int]) -> tuple[np.ndarray, ...]:
             file, buf, start, end, size = task
@@ -542,7 +543,7 @@ class Fingerprinter:
         return tables
 
     def _scan_all(self, buf: Any, size: int, tables: dict, name: str) -> list[Hit]:
-        compiled = prefilter.for_scan(size)
+        compiled = jit.for_scan(size)
         step = chunk_size(compiled)
         found = self._map_chunks(
             [(0, buf, start, min(size, start + step), size) for start in range(0, size, step)], tables, compiled
@@ -550,7 +551,7 @@ class Fingerprinter:
         return self._gather([name], tables, found).objects()
 
     def _scan_chunk(
-        self, mm, start: int, end: int, tables, file: int, starts: int, compiled: Any = None
+        self, mm, start: int, end: int, tables, file: int, starts: int, compiled: bool = False
     ) -> tuple[np.ndarray, ...]:
         """The hits in ``[start, end)``: arrays of file, offset, width, kind (index into the
         kinds of every table, in order) and hash."""
@@ -578,12 +579,10 @@ class Fingerprinter:
                 u, tmp, idx, hit = _buffers()
                 shift = np.uint64(65 - bitmap.size.bit_length())
                 m = max(0, min(limit, w.size - 1)) if width == 16 else min(limit, w.size)
-                if compiled is not None:
+                if compiled:
                     # One compiled pass: the windows that pass the bitmap, with their sums.
                     ka, kb = (self._k1, self._k2) if width == 16 else (self._k0, _ZERO)
-                    cand, sums = prefilter.run(
-                        compiled[1 if width == 8 else 0], w, m, ka, kb, shift, bitmap, idx.view(np.int64), tmp
-                    )
+                    cand, sums = prefilter.run(width, w, m, ka, kb, shift, bitmap, idx.view(np.int64), tmp)
                     if cand.size == 0:
                         continue
                     hc = _mix(sums, self._k3, self._k4)

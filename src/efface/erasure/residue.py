@@ -185,9 +185,13 @@ def in_live_cells(fpr: Fingerprinter, hits: Hits, cells: Any) -> np.ndarray:
     if cand.size == 0:
         return out
     offsets, widths = hits.offset[cand], hits.width[cand]
-    inside = cells.inside(offsets, widths)
-    a, b = cells.words(offsets)
-    again = np.where(widths == 16, fpr.hash_words(a, b), fpr.hash_words(a, None))
+    inside, a, b = cells.inside_words(offsets, widths)
+    # the windows' hashes again, only where they lie in live cells, by width
+    again = np.zeros(cand.size, dtype=np.uint64)
+    for width in (8, 16):
+        at = np.flatnonzero(inside & (widths == width))
+        if at.size:
+            again[at] = fpr.hash_words(a[at], b[at] if width == 16 else None)
     out[cand] = inside & (again == hits.hash[cand])
     return out
 

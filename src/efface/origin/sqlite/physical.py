@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import foreground
+from ... import compiled, foreground
 from .edge import guarded, savepoint
 from .gaps import PageLog, Scrubbed, scrub
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
@@ -177,6 +177,22 @@ class LiveCells:
         """How many pages' content areas count (for the check's detail)."""
         return int(np.count_nonzero(self._pages))
 
+    def inside_words(self, offsets: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`inside` and :meth:`words` of the same (8-aligned) windows: in one compiled
+        pass when the scan's loops are compiled (:mod:`efface.compiled`: a million hits'
+        gathers from a 1.7 GB file were a quarter of a second in numpy), else both."""
+        if not compiled.ready() or _inside_words.compiled is None:
+            return (self.inside(offsets, widths), *self.words(offsets))
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        widths = np.ascontiguousarray(widths, dtype=np.int64)
+        out = np.zeros(offsets.size, dtype=np.bool_)
+        first = np.zeros(offsets.size, dtype=np.uint64)
+        second = np.zeros(offsets.size, dtype=np.uint64)
+        data = self._data
+        words = data[: data.size // 8 * 8].view("<u8")
+        _inside_words.compiled(data, words, self._ps, self._usable, self._pages, offsets, widths, out, first, second)
+        return out, first, second
+
     def inside(self, offsets: np.ndarray, widths: np.ndarray) -> np.ndarray:
         """For each window ``[offset, offset + width)`` of the file, whether it lies in the
         bytes of a live cell (see the class docstring)."""
@@ -211,6 +227,59 @@ class LiveCells:
             at = int(data[base + at]) * 256 + int(data[base + at + 1])
             seen += 1
         return False
+
+
+def _warm_inside(f) -> None:
+    data = np.frombuffer(np.zeros(1024, np.uint8).tobytes(), np.uint8)  # read-only, as a mapped file
+    ints = np.zeros(2, np.int64)
+    out = np.zeros(2, np.bool_)
+    f(data, data.view("<u8"), 512, 512, np.zeros(3, np.bool_), ints, ints + 8, out, *np.zeros((2, 2), np.uint64))
+
+
+@compiled.loop(_warm_inside)
+def _inside_words(data, words, ps, usable, pages, offsets, widths, out, first, second):  # pragma: no cover
+    """:meth:`LiveCells.inside` and :meth:`LiveCells.words` in one pass over the windows, the
+    same decisions byte for byte (tests compare them): a window counts when it lies on a page
+    of a live b-tree (``pages``) whose kind holds values, inside the cell content area and the
+    usable bytes, and in no freeblock (a damaged freeblock chain counts as a freeblock)."""
+    n = data.size
+    nw = words.size
+    for i in range(offsets.size):
+        off = offsets[i]
+        w = widths[i]
+        at = off // 8
+        if at < nw:
+            first[i] = words[at]
+        if at + 1 < nw:
+            second[i] = words[at + 1]
+        page = off // ps + 1
+        if page >= pages.size or off + w > n or not pages[page]:
+            continue
+        base = (page - 1) * ps
+        head = base + (100 if page == 1 else 0)
+        kind = data[head]
+        if kind != 0x0D and kind != 0x0A and kind != 0x02:
+            continue
+        start = np.int64(data[head + 5]) * 256 + np.int64(data[head + 6])
+        if start == 0:
+            start = np.int64(65536)
+        local = off - base
+        if local < start or local + w > usable:
+            continue
+        free = np.int64(data[head + 1]) * 256 + np.int64(data[head + 2])
+        inside = True
+        seen = 0
+        while free != 0 and seen < ps // 4:
+            if free + 4 > ps:
+                inside = False  # a damaged chain: fail closed
+                break
+            size = np.int64(data[base + free + 2]) * 256 + np.int64(data[base + free + 3])
+            if local < free + size and free < local + w:
+                inside = False
+                break
+            free = np.int64(data[base + free]) * 256 + np.int64(data[base + free + 1])
+            seen += 1
+        out[i] = inside
 
 
 def _children(data: np.ndarray, ps: int, base: np.ndarray, head: np.ndarray) -> np.ndarray:
