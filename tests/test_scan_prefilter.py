@@ -127,3 +127,36 @@ def test_a_large_store_compiles_in_the_background_when_opened(tmp_path, monkeypa
 def test_warm_on_a_missing_directory_does_nothing(tmp_path):
     compiled.warm(str(tmp_path / "missing"))
     assert not compiled.ready()
+
+
+def test_a_loop_numba_cannot_compile_leaves_every_loop_in_numpy(monkeypatch, caplog):
+    """A numba that imports but fails on one loop: no loop is half compiled, a warning says
+    so, and the scans run their numpy versions."""
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+
+    def refuse(f):
+        raise RuntimeError("no")
+
+    bad = compiled.Loop(lambda x: x, refuse)
+    monkeypatch.setattr(compiled, "_loops", [*compiled._loops, bad])
+    with caplog.at_level(logging.WARNING, logger="efface.compiled"):
+        assert not compiled.on()
+    assert "could not compile" in caplog.text
+    assert all(one.compiled is None for one in compiled._loops)
+    assert not compiled.for_scan(compiled.COMPILE_AT)  # chosen: numpy, whatever the size
+
+
+def test_a_loop_registered_after_the_choice_is_compiled_too(monkeypatch):
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+    assert compiled.on()
+    monkeypatch.setattr(compiled, "_loops", list(compiled._loops))
+    seen = []
+
+    @compiled.loop(lambda f: seen.append(f(np.arange(3, dtype=np.int64))))
+    def total(a):  # pragma: no cover - run compiled
+        s = 0
+        for x in a:
+            s += x
+        return s
+
+    assert total.compiled is not None and seen == [3]
