@@ -160,3 +160,15 @@ def test_a_loop_registered_after_the_choice_is_compiled_too(monkeypatch):
         return s
 
     assert total.compiled is not None and seen == [3]
+
+
+def test_a_late_loop_that_fails_to_compile_turns_every_loop_off(monkeypatch):
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+    assert compiled.on()
+    monkeypatch.setattr(compiled, "_loops", list(compiled._loops))
+
+    def refuse(f):
+        raise RuntimeError("no")
+
+    compiled.loop(refuse)(lambda x: x)
+    assert not compiled.on() and all(one.compiled is None for one in compiled._loops)

@@ -54,11 +54,14 @@ def loop(warm: Callable[[Callable[..., Any]], None]) -> Callable[[Callable[..., 
     """Register the decorated function as a loop to compile (see :class:`Loop`)."""
 
     def register(fn: Callable[..., Any]) -> Loop:
+        global _on
         got = Loop(fn, warm)
         with _lock:
             _loops.append(got)
-            if _on:  # chosen and compiled already: this one too
-                _compile_all([got])
+            if _on and not _compile_all([got]):  # chosen and compiled already: this one too
+                _on = False  # all or none: a caller checks on(), never a loop of its own
+                for one in _loops:
+                    one.compiled = None
         return got
 
     return register
