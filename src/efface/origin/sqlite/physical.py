@@ -258,7 +258,7 @@ def _inside_words(data, words, ps, usable, pages, offsets, widths, out, first, s
         base = (page - 1) * ps
         head = base + (100 if page == 1 else 0)
         kind = data[head]
-        if kind != 0x0D and kind != 0x0A and kind != 0x02:
+        if kind != TABLE_LEAF and kind != INDEX_LEAF and kind != INDEX_INTERIOR:  # CELL_PAGES
             continue
         start = np.int64(data[head + 5]) * 256 + np.int64(data[head + 6])
         if start == 0:
