@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import foreground
-from ..model import Hit
+from ..model import Hit, live_first
 from ..vectors import read_many as read_vectors
 from .base import Query, ReadPath
 
@@ -180,7 +180,7 @@ def _hybrid(
                     blobs.update(leg.blobs)
                     got = leg.found
                 elif leg.ids is not None and leg.scores is not None:
-                    got = _live_first(leg.ids, leg.scores, n, check, live)
+                    got = live_first(leg.ids, leg.scores, n, seen.live_of)
                 else:
                     got = leg.found  # checked by the index in its own statement: again below
                 scored[p.name] = dict(got)
@@ -315,7 +315,7 @@ def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool) -> _Leg:
     with origin.snapshot() as snap:
         epoch = snap.current_epoch()
         seen = _Checks(snap, q, vectors)
-        found = _live_first(leg.ids, leg.scores, n, seen.check, seen.live)
+        found = live_first(leg.ids, leg.scores, n, seen.live_of)
     return replace(
         leg, found=found, epoch=epoch, checked=frozenset(seen.checked), live=frozenset(seen.live), blobs=seen.blobs
     )
@@ -343,21 +343,10 @@ class _Checks:
         else:
             self.live.update(self._snap.live_ids(new, q.tenant, q.purpose, q.subject, q.now))
 
-
-def _live_first(
-    ids: np.ndarray, scores: np.ndarray, n: int, check: Callable[[list[int]], None], live: set[int]
-) -> list[tuple[int, float]]:
-    """The first ``n`` live ids of a ranked list with their scores, checked best first in
-    chunks (``n``, then four times more each time) so that a list whose best matches are
-    not live (another purpose, a pending erasure) still yields ``n`` when it has them."""
-    found: list[tuple[int, float]] = []
-    at, step = 0, max(n, 1)
-    while len(found) < n and at < len(ids):
-        chunk = ids[at : at + step].tolist()
-        check(chunk)
-        found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
-        at, step = at + step, step * 4
-    return found[:n]
+    def live_of(self, ids: list[int]) -> set[int]:
+        """Check ``ids`` (those not checked yet) and answer which are live."""
+        self.check(ids)
+        return self.live
 
 
 def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, float]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import apsw
 import numpy as np
 
-from ...model import probe_sample
+from ...model import live_first, probe_sample
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
@@ -578,14 +578,8 @@ class SQLiteText:
         (every match is ranked at once: all of them are checked if need be), and how many
         matched (at most ``depth``), as FTS5's ranking counts them."""
         ids, scores = self._rank(post, words, scoring, tenant, narrow)
-        found: list[tuple[int, float]] = []
-        at, step = 0, max(limit, 1)
-        while len(found) < limit and at < len(ids):
-            chunk = ids[at : at + step].tolist()
-            live = self._o.live_ids(chunk, tenant, purpose, subject, now)
-            found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
-            at, step = at + step, step * 4
-        return found[:limit], min(len(ids), depth)
+        found = live_first(ids, scores, limit, lambda chunk: self._o.live_ids(chunk, tenant, purpose, subject, now))
+        return found, min(len(ids), depth)
 
     def _rank(
         self, post: Postings, words: Sequence[str], scoring: Sequence[str], tenant: str, narrow: bool
