@@ -1,9 +1,13 @@
 """Hybrid recall: candidates from every read path, resolved in the origin, fused by rank.
 
 Every candidate id, from any path, is checked against the origin's live claims for the
-tenant and purpose (and subject) inside one read snapshot, and text is read from the origin,
-in that same snapshot, for the final ``k`` only (invariant 1: nothing erased is served,
-whatever an index still proposes). The ANN list is widened while filters thin it below
+tenant and purpose (and subject), and text is read from the origin, in one read snapshot,
+for the final ``k`` only, each of them checked live in that snapshot as it is read
+(invariant 1: nothing erased is served, whatever an index still proposes). Where the origin
+keeps a copy of which records are live in memory (the SQLite origin: its ``liveness``), the
+candidates are checked against the copy and their vectors read from it, and only the final
+``k`` in the snapshot; a record the copy still counted live (a forget committed during the
+recall) is dropped there and the next one takes its place (:func:`_confirmed`). The ANN list is widened while filters thin it below
 ``k``; records too rare for that are still found by their words.
 
 Fusion is by score, each leg's score put on a scale that does not depend on how many
@@ -37,7 +41,7 @@ evidence BM25 already weighs, so with it the cosine does not vote: it orders rec
 scores tie on, and the records the words did not find at all (misspellings), after them.
 
 The vector scores are exact: the union of every path's candidates scored by cosine to the
-query over the origin's float32 vectors (not the index's i8 copies), so a record the words
+query over the origin's vectors, half precision as stored (not the index's i8 copies), so a record the words
 found is also judged by its meaning, and the index's quantisation costs a record its place
 only when it kept it out of the list altogether. The text scores are the full-text path's
 own BM25: over every query word, where the word index holds its postings in memory (the
@@ -146,6 +150,10 @@ def _hybrid(
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
+    # Which candidates are live: from the origin's copy in memory when it has one (checked
+    # again in the snapshot, for the records returned only: _confirmed), else in the snapshot.
+    liveness = getattr(origin, "liveness", None)
+    memo = liveness if liveness is not None and liveness.usable(q.subject) else None
     # With a vector path every live candidate's vector is judged (exact cosine over the
     # union): read with its live check, one look-up per row.
     vectors = any(getattr(p, "size", None) is not None for p in paths)
@@ -154,7 +162,7 @@ def _hybrid(
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
         if hasattr(p, "scored") and getattr(p, "size", None) is None:
-            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors))
+            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None))
     try:
         if vector is not None:
             q = replace(q, vector=vector())
@@ -190,7 +198,7 @@ def _hybrid(
             else:
                 ranked[p.name] = p.candidates(q, n)
 
-        seen = _Checks(snap, q, vectors)
+        seen = _Checks(snap, q, vectors, memo)
         checked, live, blobs, check = seen.checked, seen.live, seen.blobs, seen.check
 
         def check_new() -> None:
@@ -228,7 +236,7 @@ def _hybrid(
         scores: dict[int, float] = {}
         tie: dict[int, float] = {}
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
-        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs):
+        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs, memo):
             vote = not (lexical and getattr(p, "size", None) is not None)
             scaled = _scaled(p, judged, ceilings.get(p.name))
             for rid in union:
@@ -240,9 +248,12 @@ def _hybrid(
             if vote:
                 best_of.update(heapq.nsmallest(KEEP_BEST, judged, key=lambda r: (-judged[r], r)))
         fused = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))
-        best = _keeping(fused, best_of, k)
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
-        rows = snap.records_by_id(best)
+        if memo is not None:
+            best, rows = _confirmed(snap, q, fused, best_of, k)
+        else:
+            best = _keeping(fused, best_of, k)
+            rows = snap.records_by_id(best)
     return [
         Hit(
             key=rows[r].key,
@@ -255,8 +266,28 @@ def _hybrid(
     ]
 
 
+def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> tuple[list[int], dict]:
+    """The top ``k`` (:func:`_keeping`) of the records that the in-memory copy of liveness
+    chose, each checked live again in the recall's snapshot as its row is read: a record the
+    copy still counts live (a forget committed while this recall ran) leaves, and the next
+    one takes its place. The ids, and their rows."""
+    fused, best_of = list(fused), set(best_of)
+    rows: dict = {}
+    while True:
+        best = _keeping(fused, best_of, k)
+        ask = [r for r in best if r not in rows]
+        if not ask:
+            return best, rows
+        got = snap.live_records_by_id(ask, q.tenant, q.purpose, q.subject, q.now)
+        rows.update(got)
+        gone = {r for r in ask if r not in got}
+        if gone:
+            fused = [r for r in fused if r not in gone]
+            best_of -= gone
+
+
 def _judgements(
-    snap, paths, q: Query, union: list[int], ranked, scored, live, blobs: dict[int, bytes]
+    snap, paths, q: Query, union: list[int], ranked, scored, live, blobs: dict[int, bytes], memo=None
 ) -> list[tuple[ReadPath, dict[int, float]]]:
     """One set of scores per path: exact cosine over the whole union for a vector path (one
     with ``size``), the path's own scores of its live candidates for one that gives them, and
@@ -264,7 +295,7 @@ def _judgements(
     out: list[tuple[ReadPath, dict[int, float]]] = []
     for p in sorted(paths, key=lambda p: p.name):
         if getattr(p, "size", None) is not None:
-            out.append((p, _cosine(snap, q, union, blobs) if union else {}))
+            out.append((p, _cosine(snap, q, union, blobs, memo) if union else {}))
         elif p.name in scored:
             out.append((p, {rid: x for rid, x in scored[p.name].items() if rid in live}))
         else:
@@ -306,12 +337,12 @@ def _text_leg(p, q: Query, n: int) -> _Leg:
     return _Leg(p.scored(q, n), None)
 
 
-def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool) -> _Leg:
+def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool, check: bool = True) -> _Leg:
     """:func:`_text_leg` on a worker, its matches checked live there (with their vectors),
     in a snapshot whose epoch it notes: while the query is encoded, or beside the ANN leg."""
     leg = _text_leg(p, q, n)
-    if leg.ids is None or leg.scores is None:
-        return leg
+    if leg.ids is None or leg.scores is None or not check:
+        return leg  # a copy of liveness in memory: recall checks them, faster than a snapshot here
     with origin.snapshot() as snap:
         epoch = snap.current_epoch()
         seen = _Checks(snap, q, vectors)
@@ -326,8 +357,8 @@ class _Checks:
     and (``vectors``: a vector path judges them) each live one's vector, read in the same
     look-up."""
 
-    def __init__(self, snap, q: Query, vectors: bool) -> None:
-        self._snap, self._q, self._vectors = snap, q, vectors
+    def __init__(self, snap, q: Query, vectors: bool, memo=None) -> None:
+        self._snap, self._q, self._vectors, self._memo = snap, q, vectors, memo
         self.checked: set[int] = set()
         self.live: set[int] = set()
         self.blobs: dict[int, bytes] = {}
@@ -336,7 +367,9 @@ class _Checks:
         new = [i for i in dict.fromkeys(ids) if i not in self.checked]
         self.checked.update(new)
         q = self._q
-        if self._vectors:
+        if self._memo is not None:  # the copy in memory (the vectors are read after)
+            self.live.update(self._memo.live(new, q.tenant, q.purpose, q.now))
+        elif self._vectors:
             got = self._snap.live_embeddings(new, q.tenant, q.purpose, q.subject, q.now)
             self.blobs.update(got)
             self.live.update(got)
@@ -385,16 +418,26 @@ def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
     return [r for r in fused if r in chosen]
 
 
-def _cosine(snap, q: Query, ids: list[int], known: dict[int, bytes]) -> dict[int, float]:
+def _cosine(snap, q: Query, ids: list[int], known: dict[int, bytes], memo=None) -> dict[int, float]:
     """Exact cosine of the query to the origin's vectors of ``ids`` (unit length, stored in
-    half precision: :mod:`efface.vectors`); ``known``: those read already in this snapshot."""
+    half precision: :mod:`efface.vectors`); ``known``: those read already in this snapshot;
+    ``memo``: the origin's copy of the live records' vectors in memory, where it holds them."""
+    query = np.asarray(q.vector, dtype=np.float32)
+    sims: dict[int, float] = {}
+    asked = ids
+    if memo is not None:
+        held, m = memo.vectors(ids)
+        if held:
+            sims = dict(zip(held, (m @ query).tolist(), strict=True))
+        ids = [i for i in ids if i not in sims]
+        if not ids:
+            return {i: sims[i] for i in asked}
     blobs = {i: known[i] for i in ids if i in known}
     missing = [i for i in ids if i not in known]
     if missing:
         blobs.update(snap.embeddings(missing))
     have = [i for i in ids if blobs.get(i)]
-    if not have:
-        return {}
-    m = read_vectors([blobs[i] for i in have])
-    sims = m @ np.asarray(q.vector, dtype=np.float32)
-    return dict(zip(have, sims.tolist(), strict=True))
+    if have:
+        m = read_vectors([blobs[i] for i in have])
+        sims.update(zip(have, (m @ query).tolist(), strict=True))
+    return {i: sims[i] for i in asked if i in sims}  # in the order asked, as the scaling sums them

@@ -101,6 +101,10 @@ class SQLiteOrigin:
         # 100k, 32-64 MiB took the records and claims inserts from ~42 to ~18 ms of CPU per
         # 1000 records. Only the writer's: readers keep the default.
         self._c.execute("PRAGMA cache_size=-32768")
+        # Whatever SQLite would put in a temporary file (a large sort, VACUUM's copy) stays in
+        # memory: no temporary file holds a record. Set once, before the TEMP triggers of
+        # .liveness: changing it later would drop them.
+        self._c.execute("PRAGMA temp_store=MEMORY")
         with savepoint(self._c):
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)
@@ -132,6 +136,11 @@ class SQLiteOrigin:
         """The full-text word index (FTS5 in this file): see :mod:`.text`."""
         self.text.fold_index()
         self.text.start_postings()
+        from .liveness import Liveness
+
+        (top,) = self._r().execute("SELECT coalesce(max(id), 0) FROM records").fetchone()
+        self.liveness = Liveness(path, self._c, self.write_lock, top)
+        """Which records are live, in memory: recall's first check (:mod:`.liveness`)."""
 
     # -- connections --------------------------------------------------------------------
     @property
@@ -180,9 +189,11 @@ class SQLiteOrigin:
                 yield tx
             except BaseException:
                 self._c.execute("ROLLBACK")
+                self.liveness.rolled_back()
                 raise
             self._c.execute("COMMIT")
             self.text.committed(tx.text_changes)
+            self.liveness.committed()
 
     @contextlib.contextmanager
     def group(self) -> Iterator[Callable[[str, str | None, float], AbstractContextManager[SQLiteTx]]]:
@@ -202,9 +213,11 @@ class SQLiteOrigin:
             except BaseException:
                 if self._c.in_transaction:
                     self._c.execute("ROLLBACK")
+                self.liveness.rolled_back()
                 raise
             self._c.execute("COMMIT")
             self.text.committed([ch for tx in self._members for ch in tx.text_changes])
+            self.liveness.committed()
 
     @contextlib.contextmanager
     def _member(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:
@@ -283,6 +296,8 @@ class SQLiteOrigin:
         self._closed = True
         if hasattr(self, "text"):
             self.text.stop_postings()
+        if hasattr(self, "liveness"):
+            self.liveness.stop()
         with self._readers_mu:
             readers, self._readers = self._readers, []
         for c in readers:
@@ -370,6 +385,28 @@ class SQLiteOrigin:
             self._r()
             .execute(
                 f"SELECT json_group_array(json_array({REC_COLS})) FROM records r WHERE r.id IN ({marks})", list(ids)
+            )
+            .fetchone()
+        )  # one row (see the module's docstring); every column is text or a number
+        return {r[0]: record_row(tuple(r)) for r in json.loads(got)}
+
+    def live_records_by_id(
+        self, ids: Sequence[int], tenant: str, purpose: str, subject: str | None, now: float
+    ) -> dict[int, RecordRow]:
+        """:meth:`live_ids` and :meth:`records_by_id` in one statement: the rows of those of
+        ``ids`` that are live (recall's last check of what the copy in memory chose)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        sub = " AND c.subject=?" if subject is not None else ""
+        args: list[Any] = [*ids, tenant, purpose, now] + ([subject] if subject is not None else [])
+        (got,) = (
+            self._r()
+            .execute(
+                f"SELECT json_group_array(json_array({REC_COLS})) FROM records r WHERE r.id IN ({marks})"
+                f" AND +r.tenant=? AND {NOT_QUARANTINED}"
+                f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})",
+                args,
             )
             .fetchone()
         )  # one row (see the module's docstring); every column is text or a number

@@ -1,0 +1,347 @@
+"""Which records are live, and their vectors, held in memory: recall's check of its candidates.
+
+A recall at 100k records asks about two hundred candidates (a hundred from each leg) whether
+they are live for the tenant and purpose, and reads their vectors for the exact cosine: in
+SQLite that is three look-ups a candidate for the check (the record, its quarantine, its
+claims) and one for the vector, about a millisecond per leg, the largest share of a search
+(docs/benchmarks.md). Here it is a few array reads.
+
+What is kept, per record id (ids are never reused): the tenant id of a record that is live
+for some purpose (-1 for one that is gone, quarantined, or without claims); the set of
+purposes its claims that never expire hold, as a small code; for a record with claims that
+expire, their (purpose, expiry) pairs, judged against the recall's ``now``; and the vector of
+every record it counts live, in half precision as the origin stores it (768 bytes a record at
+384 dimensions: 77 MB at 100k records). No text, no subject, no key.
+
+The vectors are a copy of the records' content, so they follow the erasure contract: a
+record that stops being live (forgotten, expired and swept, quarantined) has its row zeroed
+here before the forget or write that did it returns, and a quarantined record's comes back
+only when it is released. ``tests/sqlite/test_liveness.py`` checks after every step of a
+state machine that the copy holds exactly the live records' vectors, and zeros elsewhere.
+
+It is a copy, and the origin stays the truth. Recall trusts it to choose and rank, never to
+serve: the records it is about to return are checked live again in SQLite, in the recall's
+snapshot, as their rows are read (:func:`efface.paths.recall.hybrid`), so a copy that lags or
+is wrong can cost a result, never leak one. It is kept up as the postings are: triggers on
+the writer connection (TEMP triggers: not part of the file) note the record ids every
+statement on records, claims or quarantine touched, and after each commit those ids are read
+again from the origin and put here, before the write or forget returns. A recall that starts
+after a forget was acknowledged finds the erased records gone here too.
+
+A store of at most :data:`LOAD_HERE` records loads the copy as it opens; a larger one in the
+background from its first recall (about 1 s at 100k records), and recalls check in SQLite
+meanwhile. A subject-scoped recall always checks in SQLite (subjects are not kept here).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apsw
+import numpy as np
+
+from ...vectors import read as read_vector
+from .tx import in_chunks
+
+LOAD_HERE = 20_000
+"""A store of at most this many records loads the copy as it opens."""
+LOAD_CHUNK = 50_000
+"""Record ids read per statement while loading."""
+BLOCK_BITS = 16
+BLOCK = 1 << BLOCK_BITS
+"""Record ids per block of vectors (a block is allocated when its first live record comes)."""
+_RECORDS = (
+    "SELECT r.id, r.tenant, EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id), r.embedding FROM records r"
+)
+log = logging.getLogger("efface.origin")
+
+TRIGGERS = [
+    ("records", "INSERT", "NEW.id"),
+    ("records", "DELETE", "OLD.id"),
+    ("records", "UPDATE OF id, tenant, embedding", "OLD.id"),
+    ("records", "UPDATE OF id, tenant, embedding", "NEW.id"),
+    ("claims", "INSERT", "NEW.record_id"),
+    ("claims", "DELETE", "OLD.record_id"),
+    ("claims", "UPDATE", "OLD.record_id"),
+    ("claims", "UPDATE", "NEW.record_id"),
+    ("quarantine", "INSERT", "NEW.record_id"),
+    ("quarantine", "DELETE", "OLD.record_id"),
+    ("quarantine", "UPDATE", "OLD.record_id"),
+    ("quarantine", "UPDATE", "NEW.record_id"),
+]
+"""(table, event, the record id it names): every change that can make a record live or not."""
+
+
+class Liveness:
+    """The in-memory copy of which records are live (see the module docstring)."""
+
+    def __init__(self, path: str, writer: Any, lock: Any, count: int):
+        self._path = path
+        self._w = writer
+        self._lock = lock
+        """The writer's lock: held for every use of ``writer``."""
+        self._mu = threading.Lock()
+        """Held while the arrays change (the writer, after a commit; a load as it installs)."""
+        self._touched: list[int] = []
+        """Record ids the writer's statements touched since the last commit was applied here."""
+        self._tenant = np.full(0, -1, dtype=np.int32)
+        self._sig = np.zeros(0, dtype=np.int32)
+        self._expiring: dict[int, tuple[tuple[str, float], ...]] = {}
+        self._has = np.zeros(0, dtype=bool)
+        """Per record id: whether its vector is held (in ``_blocks``)."""
+        self._blocks: list[np.ndarray | None] = []
+        """The live records' vectors, half precision as stored, :data:`BLOCK` ids a block."""
+        self._dim: int | None = None
+        self._tenants: dict[str, int] = {}
+        self._sigs: list[frozenset[str]] = [frozenset()]
+        self._sig_codes: dict[frozenset[str], int] = {frozenset(): 0}
+        self._by_purpose: dict[str, np.ndarray] = {}
+        self._ready = False
+        self._pending: set[int] | None = None
+        """While a load runs: ids committed meanwhile, read again once it ends."""
+        self._later = False
+        self._stop = threading.Event()
+        writer.create_scalar_function("efface_touched", self._touched.append, 1)
+        for n, (table, event, col) in enumerate(TRIGGERS):
+            writer.execute(
+                f"CREATE TEMP TRIGGER IF NOT EXISTS efface_live_{n} AFTER {event} ON main.{table}"
+                f" BEGIN SELECT efface_touched({col}); END"
+            )
+        if count <= LOAD_HERE:
+            self._pending = set()
+            self._load()
+        else:
+            self._later = True
+
+    # -- reads --------------------------------------------------------------------------
+    def usable(self, subject: str | None) -> bool:
+        """Whether a recall (for ``subject``: None) can check here; the first ask of a large
+        store starts its load in the background."""
+        if self._later:
+            self._start()
+        return self._ready and subject is None
+
+    def live(self, ids: Sequence[int], tenant: str, purpose: str, now: float) -> list[int]:
+        """Those of ``ids`` live for ``tenant`` and ``purpose`` at ``now``, as far as this copy
+        knows (in the order given)."""
+        code = self._tenants.get(tenant)
+        if code is None or not len(ids):
+            return []
+        tenant_of, sig_of = self._tenant, self._sig  # one read of each: a commit may swap them
+        arr = np.asarray(ids, dtype=np.int64)
+        inside = (arr >= 0) & (arr < min(len(tenant_of), len(sig_of)))
+        mine = np.zeros(len(arr), dtype=bool)
+        mine[inside] = tenant_of[arr[inside]] == code
+        ok = np.zeros(len(arr), dtype=bool)
+        held = self._purpose_table(purpose)
+        sigs = sig_of[arr[mine]]
+        ok[mine] = held[np.minimum(sigs, len(held) - 1)] & (sigs < len(held))
+        out = arr[ok].tolist()
+        if self._expiring:
+            for rid in arr[mine & ~ok].tolist():
+                if any(p == purpose and exp > now for p, exp in self._expiring.get(rid, ())):
+                    out.append(rid)
+            if len(out) > int(ok.sum()):
+                keep = set(out)
+                out = [i for i in arr.tolist() if i in keep]
+        return out
+
+    def _purpose_table(self, purpose: str) -> np.ndarray:
+        """For each purpose-set code: whether it holds ``purpose``."""
+        got = self._by_purpose.get(purpose)
+        sigs = self._sigs
+        if got is None or len(got) != len(sigs):
+            got = np.fromiter((purpose in s for s in sigs), dtype=bool, count=len(sigs))
+            self._by_purpose[purpose] = got
+        return got
+
+    # -- kept up with the writer ----------------------------------------------------------
+    def committed(self) -> None:
+        """After a commit (the write lock held): read the touched records again."""
+        touched, self._touched[:] = set(self._touched), []
+        if not touched:
+            return
+        if self._pending is not None:
+            self._pending |= touched
+            return
+        if not self._ready:
+            return
+        try:
+            self._refresh(self._w, touched)
+        except apsw.Error as exc:  # committed already: the copy goes, recall checks in SQLite
+            log.warning("live-record copy dropped (%s): recalls check in SQLite", type(exc).__name__)
+            self._ready = False
+
+    def rolled_back(self) -> None:
+        """After a rollback: what its statements touched is as it was."""
+        self._touched[:] = []
+
+    def _refresh(self, conn: Any, ids: Iterable[int]) -> None:
+        ids = sorted(ids)
+        recs: list[tuple[int, str, int, bytes]] = []
+        claims: list[tuple[int, str, float | None]] = []
+        for chunk, marks in in_chunks(ids):
+            recs += conn.execute(f"{_RECORDS} WHERE r.id IN ({marks})", chunk).fetchall()
+            claims += conn.execute(
+                f"SELECT record_id, purpose, expires_at FROM claims WHERE record_id IN ({marks})", chunk
+            ).fetchall()
+        with self._mu:
+            self._put(ids, recs, claims)
+
+    def _put(
+        self,
+        ids: Sequence[int],
+        recs: Sequence[tuple[int, str, int, bytes]],
+        claims: Sequence[tuple[int, str, float | None]],
+    ) -> None:
+        """Set these records' entries from their rows (``ids`` without a row: gone). Each
+        record's new entry is written in an order that a recall reading meanwhile can only
+        take for "not live yet" or "not live any more": a record that stays live stays so."""
+        forever: dict[int, set[str]] = {}
+        expiring: dict[int, list[tuple[str, float]]] = {}
+        for rid, purpose, expires in claims:
+            if expires is None:
+                forever.setdefault(rid, set()).add(purpose)
+            else:
+                expiring.setdefault(rid, []).append((purpose, float(expires)))
+        top = max(ids, default=0)
+        if top >= len(self._tenant):
+            self._grow(top + 1)
+        rows = {r[0]: r for r in recs}
+        for rid in ids:
+            row = rows.get(rid)
+            held, later = forever.get(rid), expiring.get(rid)
+            if row is None or row[2] or not (held or later):  # gone, quarantined, or no claim
+                self._tenant[rid] = -1
+                self._expiring.pop(rid, None)
+                self._drop_vector(rid)
+                continue
+            code = self._tenants.get(row[1])
+            if code is None:
+                code = self._tenants[row[1]] = len(self._tenants)
+            if self._tenant[rid] != code:
+                self._tenant[rid] = -1  # not live while its entry changes
+            self._put_vector(rid, row[3])
+            self._sig[rid] = self._sig_code(frozenset(held or ()))
+            if later:
+                self._expiring[rid] = tuple(later)
+            else:
+                self._expiring.pop(rid, None)
+            self._tenant[rid] = code
+
+    # -- vectors -------------------------------------------------------------------------------
+    def vectors(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        """Those of ``ids`` whose vector is held here (records counted live), and their
+        vectors as rows of float32."""
+        blocks, has = self._blocks, self._has
+        arr = np.asarray(ids, dtype=np.int64)
+        inside = (arr >= 0) & (arr < len(has))
+        ok = np.zeros(len(arr), dtype=bool)
+        ok[inside] = has[arr[inside]]
+        got = arr[ok]
+        if not len(got) or self._dim is None:
+            return [], np.empty((0, 0), dtype=np.float32)
+        out = np.empty((len(got), self._dim), dtype=np.float32)
+        block_of, row_of = got >> BLOCK_BITS, got & (BLOCK - 1)
+        for b in np.unique(block_of).tolist():
+            at = block_of == b
+            out[at] = blocks[b][row_of[at]]
+        return got.tolist(), out
+
+    def _put_vector(self, rid: int, blob: bytes) -> None:
+        vec = read_vector(blob) if blob else None
+        if vec is None or not len(vec):
+            self._drop_vector(rid)
+            return
+        if self._dim is None:
+            self._dim = len(vec)
+        if len(vec) != self._dim:  # a store of mixed dimensions: not held, read from the origin
+            self._drop_vector(rid)
+            return
+        b = rid >> BLOCK_BITS
+        while len(self._blocks) <= b:
+            self._blocks = [*self._blocks, None]
+        block = self._blocks[b]
+        if block is None:
+            block = np.zeros((BLOCK, self._dim), dtype=np.float16)
+            self._blocks[b] = block
+        block[rid & (BLOCK - 1)] = vec
+        self._has[rid] = True
+
+    def _drop_vector(self, rid: int) -> None:
+        """The record is not live (or its vector not held): its row goes, zeroed."""
+        if rid < len(self._has):
+            self._has[rid] = False
+        b = rid >> BLOCK_BITS
+        block = self._blocks[b] if b < len(self._blocks) else None
+        if block is not None:
+            block[rid & (BLOCK - 1)] = 0
+
+    def _sig_code(self, purposes: frozenset[str]) -> int:
+        code = self._sig_codes.get(purposes)
+        if code is None:
+            code = self._sig_codes[purposes] = len(self._sigs)
+            self._sigs = [*self._sigs, purposes]
+        return code
+
+    def _grow(self, size: int) -> None:
+        size = max(size, 2 * len(self._tenant), 1024)
+        tenant_of = np.full(size, -1, dtype=np.int32)
+        tenant_of[: len(self._tenant)] = self._tenant
+        sig_of = np.zeros(size, dtype=np.int32)
+        sig_of[: len(self._sig)] = self._sig
+        has = np.zeros(size, dtype=bool)
+        has[: len(self._has)] = self._has
+        self._sig, self._has = sig_of, has
+        self._tenant = tenant_of
+
+    # -- loading ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        with self._mu:
+            start, self._later = self._later, False
+            if start:
+                self._pending = set()
+        if start:
+            threading.Thread(target=self._load, name="efface-liveness", daemon=True).start()
+
+    def _load(self) -> None:
+        """Read every record's liveness and vector, :data:`LOAD_CHUNK` ids a statement (short
+        reads: a load holds no snapshot that keeps the WAL from being checkpointed); then,
+        under the write lock, the records committed meanwhile again (each commit since the
+        load began noted them), and from then on keep up after each commit."""
+        try:
+            conn: Any = apsw.Connection(self._path, flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM records").fetchone()
+                for lo in range(0, top + 1, LOAD_CHUNK):
+                    if self._stop.is_set():
+                        return
+                    hi = lo + LOAD_CHUNK
+                    conn.execute("BEGIN")
+                    recs = conn.execute(f"{_RECORDS} WHERE r.id >= ? AND r.id < ?", (lo, hi)).fetchall()
+                    claims = conn.execute(
+                        "SELECT record_id, purpose, expires_at FROM claims WHERE record_id >= ? AND record_id < ?",
+                        (lo, hi),
+                    ).fetchall()
+                    conn.execute("COMMIT")
+                    with self._mu:
+                        self._put([r[0] for r in recs], recs, claims)
+            finally:
+                conn.close()
+            with self._lock:
+                pending, self._pending = self._pending, None
+                if pending is None or self._stop.is_set():
+                    return
+                self._refresh(self._w, pending)
+                self._ready = True
+        except apsw.Error as exc:  # the store closed, or the file went: recalls check in SQLite
+            log.warning("live-record copy not loaded (%s): recalls check in SQLite", type(exc).__name__)
+            self._pending = None
+
+    def stop(self) -> None:
+        """The store closes: recalls check in SQLite from now on, and a load under way ends."""
+        self._stop.set()
+        self._ready, self._later, self._pending = False, False, None
