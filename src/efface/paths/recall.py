@@ -7,8 +7,9 @@ for the final ``k`` only, each of them checked live in that snapshot as it is re
 keeps a copy of which records are live in memory (the SQLite origin: its ``liveness``), the
 candidates are checked against the copy and their vectors read from it, and only the final
 ``k`` in the snapshot; a record the copy still counted live (a forget committed during the
-recall) is dropped there and the next one takes its place (:func:`_confirmed`). The ANN list is widened while filters thin it below
-``k``; records too rare for that are still found by their words.
+recall) is dropped there and the next one takes its place (:func:`_confirmed`). The ANN list
+is widened while filters thin it below ``k``; records too rare for that are still found by
+their words.
 
 Fusion is by score, each leg's score put on a scale that does not depend on how many
 candidates the leg had, and the scores summed:
@@ -60,7 +61,6 @@ hand-off to a worker and back costs two waits for the GIL on a busy server.
 from __future__ import annotations
 
 import functools
-import heapq
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -233,21 +233,29 @@ def _hybrid(
                 if rid in live:
                     via.setdefault(rid, []).append(p.name)
         union = sorted(via)
-        scores: dict[int, float] = {}
-        tie: dict[int, float] = {}
+        at = {rid: i for i, rid in enumerate(union)}
+        # every judged id is in the union (a live candidate of its own leg); a leg that did not
+        # judge a record adds 0 to its score
+        total = np.zeros(len(union), dtype=np.float64)
+        tie = np.zeros(len(union), dtype=np.float64)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs, memo):
+            if not judged:
+                continue
             vote = not (lexical and getattr(p, "size", None) is not None)
             scaled = _scaled(p, judged, ceilings.get(p.name))
-            for rid in union:
-                if vote:
-                    scores[rid] = scores.get(rid, 0.0) + scaled.get(rid, 0.0)
-                else:
-                    tie[rid] = scaled.get(rid, 0.0)
-                    scores.setdefault(rid, 0.0)
+            where = np.fromiter((at[r] for r in scaled), dtype=np.intp, count=len(scaled))
+            values = np.fromiter(scaled.values(), dtype=np.float64, count=len(scaled))
             if vote:
-                best_of.update(heapq.nsmallest(KEEP_BEST, judged, key=lambda r: (-judged[r], r)))
-        fused = sorted(scores, key=lambda r: (-scores[r], -tie.get(r, 0.0), r))
+                total[where] += values
+                ids = np.fromiter(judged, dtype=np.int64, count=len(judged))
+                raw = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+                best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
+            else:
+                tie[where] = values
+        # best first; then the tie-break (a lexical embedder's cosine); then by id
+        ids_of = np.asarray(union, dtype=np.int64)
+        fused = ids_of[np.lexsort((ids_of, -tie, -total))].tolist()
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
             best, rows = _confirmed(snap, q, fused, best_of, k)
@@ -258,7 +266,7 @@ def _hybrid(
         Hit(
             key=rows[r].key,
             text=rows[r].text,
-            score=round(scores[r], 6),
+            score=round(float(total[at[r]]), 6),
             via=tuple(via[r]),
             metadata=json.loads(rows[r].metadata),
         )
@@ -396,9 +404,10 @@ def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, flo
             return dict.fromkeys(judged, 0.5)
         # no floor above: a cosine far above the rest is the strongest evidence there is; below,
         # 3 sd under the mean is no evidence at all (and a fused score stays >= 0)
-        return {rid: max(0.0, (x - mu) / (2 * SPREAD * sd) + 0.5) for rid, x in judged.items()}
+        return dict(zip(judged, np.maximum(0.0, (v - mu) / (2 * SPREAD * sd) + 0.5).tolist(), strict=True))
     if ceiling:
-        return {rid: x / ceiling for rid, x in judged.items()}
+        v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+        return dict(zip(judged, (v / ceiling).tolist(), strict=True))
     order = sorted(judged, key=lambda r: (-judged[r], r))
     return {rid: (RRF_K + 1) / (RRF_K + i + 1) for i, rid in enumerate(order)}
 

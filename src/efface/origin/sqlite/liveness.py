@@ -44,6 +44,7 @@ import apsw
 import numpy as np
 
 from ...vectors import read as read_vector
+from ...vectors import widen
 from .tx import in_chunks
 
 LOAD_HERE = 20_000
@@ -244,12 +245,17 @@ class Liveness:
         got = arr[ok]
         if not len(got) or self._dim is None:
             return [], np.empty((0, 0), dtype=np.float32)
-        out = np.empty((len(got), self._dim), dtype=np.float32)
         block_of, row_of = got >> BLOCK_BITS, got & (BLOCK - 1)
-        for b in np.unique(block_of).tolist():
-            at = block_of == b
-            out[at] = blocks[b][row_of[at]]
-        return got.tolist(), out
+        first = int(block_of[0])
+        only = blocks[first]
+        if only is not None and bool((block_of == first).all()):
+            half = only[row_of]
+        else:
+            half = np.empty((len(got), self._dim), dtype=np.float16)
+            for b in np.unique(block_of).tolist():
+                at = block_of == b
+                half[at] = blocks[b][row_of[at]]
+        return got.tolist(), widen(half)
 
     def _put_vector(self, rid: int, blob: bytes) -> None:
         vec = read_vector(blob) if blob else None

@@ -334,12 +334,22 @@ class Postings:
             idf = max(1e-6, math.log((rows - df + 0.5) / (df + 0.5)))
             f = np.zeros(len(cands), dtype=np.float64)
             for ids, tf in parts:
-                if len(ids):
+                if not len(ids):
+                    continue
+                # the shorter list is searched for in the longer (a record is in one part of a
+                # term's postings at most, so each candidate gets one count, or none)
+                if len(ids) < len(cands):
+                    at = np.searchsorted(cands, ids)
+                    hit = at < len(cands)
+                    hit[hit] = cands[at[hit]] == ids[hit]
+                    f[at[hit]] = tf[hit]
+                else:
                     at = np.searchsorted(ids, cands)
                     at[at >= len(ids)] = 0
                     f += np.where(ids[at] == cands, tf[at], 0.0)
             total += idf * (f * (K1 + 1.0)) / (f + norm)
-        order = np.lexsort((cands, -total))
+        # best first, ties by id: the candidates are in id order, and a stable sort keeps it
+        order = np.argsort(-total, kind="stable")
         return cands[order], total[order]
 
 
