@@ -244,3 +244,28 @@ def test_a_rolled_back_write_leaves_the_copy_as_it_was(tmp_path):
         assert store._origin.liveness._touched == []
     finally:
         store.close()
+
+
+def test_verify_fails_while_memory_still_holds_an_erased_record(tmp_path, monkeypatch):
+    """The copy's vectors are content: verify's origin.by_id check asks it about every erased
+    id, and fails when one is still counted live or its vector row is not zero."""
+    store = efface.open(tmp_path / "s", embedder="hashing", background=False)
+    try:
+        store.write_many(
+            [{"key": f"k{i}", "text": f"note {i}", "subject": ("alice", "bob")[i % 2]} for i in range(10)],
+            tenant="acme",
+            purpose="support",
+        )
+        receipt = store.forget(tenant="acme", subject="alice")
+        store.compact()
+        by_id = next(c for c in store.verify(receipt.handle).checks if c.name == "origin.by_id")
+        assert by_id.outcome == "pass" and "in memory" in by_id.detail
+
+        copy = store._origin.liveness
+        monkeypatch.setattr(copy, "committed", lambda: None)  # the copy left behind by the next forget
+        receipt = store.forget(tenant="acme", subject="bob")
+        store.compact()
+        by_id = next(c for c in store.verify(receipt.handle).checks if c.name == "origin.by_id")
+        assert by_id.outcome == "fail" and "in memory: 5" in by_id.detail
+    finally:
+        store.close()

@@ -171,19 +171,17 @@ class Verifier:
         o = self._origin
         t0 = time.time()
         rows = o.residual_rows(erased)
-        out = [
-            check(
-                "origin.by_id",
-                "unreadable",
-                "fail" if rows else "pass",
-                (
-                    f"rows still name erased records: {', '.join(f'{t}: {n}' for t, n in rows.items())}"
-                    if rows
-                    else f"{len(erased)} erased record ids: no row in records, claims, lineage, mentions or quarantine"
-                ),
-                t0,
-            )
-        ]
+        # the origin's copy of liveness and vectors in memory (.origin.sqlite.liveness), if any
+        liveness = getattr(o, "liveness", None)
+        in_memory = liveness.holding(erased) if liveness is not None else 0
+        if rows or in_memory:
+            found = [f"{t}: {n}" for t, n in rows.items()] + ([f"in memory: {in_memory}"] if in_memory else [])
+            detail = f"rows still name erased records: {', '.join(found)}"
+        else:
+            detail = f"{len(erased)} erased record ids: no row in records, claims, lineage, mentions or quarantine"
+            if liveness is not None:
+                detail += ", none counted live or held as a vector in memory"
+        out = [check("origin.by_id", "unreadable", "fail" if rows or in_memory else "pass", detail, t0)]
         t0 = time.time()
         held = o.still_quarantined(quarantined)
         out.append(

@@ -257,6 +257,19 @@ class Liveness:
                 half[at] = blocks[b][row_of[at]]
         return got.tolist(), widen(half)
 
+    def holding(self, ids: Sequence[int]) -> int:
+        """How many of ``ids`` this copy still counts live or holds a vector of (a row not
+        zeroed): verify's check that erased records left memory with the forget."""
+        with self._mu:
+            n = 0
+            for rid in ids:
+                b = rid >> BLOCK_BITS
+                block = self._blocks[b] if 0 <= b < len(self._blocks) else None
+                counted = 0 <= rid < len(self._tenant) and (self._tenant[rid] != -1 or self._has[rid])
+                if counted or (block is not None and block[rid & (BLOCK - 1)].any()):
+                    n += 1
+            return n
+
     def _put_vector(self, rid: int, blob: bytes) -> None:
         vec = read_vector(blob) if blob else None
         if vec is None or not len(vec):
