@@ -22,10 +22,11 @@ state machine that the copy holds exactly the live records' vectors, and zeros e
 It is a copy, and the origin stays the truth. Recall trusts it to choose and rank, never to
 serve: the records it is about to return are checked live again in SQLite, in the recall's
 snapshot, as their rows are read (:func:`efface.paths.recall.hybrid`), so a copy that lags or
-is wrong can cost a result, never leak one. It is kept up as the postings are: triggers on
-the writer connection (TEMP triggers: not part of the file) note the record ids every
-statement on records, claims or quarantine touched, and after each commit those ids are read
-again from the origin and put here, before the write or forget returns. A recall that starts
+is wrong can cost a result, never leak one. It is kept up as the postings are: a write
+transaction notes the records it writes or claims (``SQLiteTx.touched``), TEMP triggers on
+the writer connection note every deletion of a record or claim and every change of
+quarantine (into a TEMP table: neither is part of the file), and after each commit those
+records are read again from the origin and put here, before the write or forget returns. A recall that starts
 after a forget was acknowledged finds the erased records gone here too.
 
 A store of at most :data:`LOAD_HERE` records loads the copy as it opens; a larger one in the
@@ -35,6 +36,7 @@ meanwhile. A subject-scoped recall always checks in SQLite (subjects are not kep
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -43,8 +45,8 @@ from typing import Any
 import apsw
 import numpy as np
 
+from ...vectors import F16, widen
 from ...vectors import read as read_vector
-from ...vectors import widen
 from .tx import in_chunks
 
 LOAD_HERE = 20_000
@@ -60,20 +62,22 @@ _RECORDS = (
 log = logging.getLogger("efface.origin")
 
 TRIGGERS = [
-    ("records", "INSERT", "NEW.id"),
     ("records", "DELETE", "OLD.id"),
-    ("records", "UPDATE OF id, tenant, embedding", "OLD.id"),
-    ("records", "UPDATE OF id, tenant, embedding", "NEW.id"),
-    ("claims", "INSERT", "NEW.record_id"),
+    ("records", "UPDATE OF id, tenant", "OLD.id"),
+    ("records", "UPDATE OF id, tenant", "NEW.id"),
     ("claims", "DELETE", "OLD.record_id"),
-    ("claims", "UPDATE", "OLD.record_id"),
-    ("claims", "UPDATE", "NEW.record_id"),
+    ("claims", "UPDATE OF record_id", "OLD.record_id"),
     ("quarantine", "INSERT", "NEW.record_id"),
     ("quarantine", "DELETE", "OLD.record_id"),
     ("quarantine", "UPDATE", "OLD.record_id"),
     ("quarantine", "UPDATE", "NEW.record_id"),
 ]
-"""(table, event, the record id it names): every change that can make a record live or not."""
+"""(table, event, the record id it names): the changes that can make a record not live, or
+live again, other than the writes and claims a transaction notes itself (``SQLiteTx.touched``:
+a record's upsert, a claim's insert or restatement, a text replaced). Those run by the
+thousand in an import, and a trigger on them cost more than the write (SQLite journals each
+row's statement once a trigger can fire: an import ran 4.2k records/s with them, 7.3k
+without); a delete, an update of an id or tenant (none is made) and quarantine are rare."""
 
 
 class Liveness:
@@ -86,8 +90,6 @@ class Liveness:
         """The writer's lock: held for every use of ``writer``."""
         self._mu = threading.Lock()
         """Held while the arrays change (the writer, after a commit; a load as it installs)."""
-        self._touched: list[int] = []
-        """Record ids the writer's statements touched since the last commit was applied here."""
         self._tenant = np.full(0, -1, dtype=np.int32)
         self._sig = np.zeros(0, dtype=np.int32)
         self._expiring: dict[int, tuple[tuple[str, float], ...]] = {}
@@ -105,17 +107,27 @@ class Liveness:
         """While a load runs: ids committed meanwhile, read again once it ends."""
         self._later = False
         self._stop = threading.Event()
-        writer.create_scalar_function("efface_touched", self._touched.append, 1)
-        for n, (table, event, col) in enumerate(TRIGGERS):
-            writer.execute(
-                f"CREATE TEMP TRIGGER IF NOT EXISTS efface_live_{n} AFTER {event} ON main.{table}"
-                f" BEGIN SELECT efface_touched({col}); END"
-            )
+        self.install()
         if count <= LOAD_HERE:
             self._pending = set()
             self._load()
         else:
             self._later = True
+
+    def install(self) -> None:
+        """The TEMP table and triggers on the writer connection (again after a change of its
+        ``temp_store``, which drops them: see ``SQLitePhysical.rewrite``). The triggers write
+        to the table in SQL: a Python function called from a trigger takes the GIL back for
+        every row, and beside a busy thread (the compactor) each wait is up to a switch
+        interval. The table is part of the writer's transaction: what a statement that rolls
+        back noted goes with it."""
+        w = self._w
+        w.execute("CREATE TEMP TABLE IF NOT EXISTS efface_touched(id INTEGER)")
+        for n, (table, event, col) in enumerate(TRIGGERS):
+            w.execute(
+                f"CREATE TEMP TRIGGER IF NOT EXISTS efface_live_{n} AFTER {event} ON main.{table}"
+                f" BEGIN INSERT INTO temp.efface_touched(id) VALUES({col}); END"
+            )
 
     # -- reads --------------------------------------------------------------------------
     def usable(self, subject: str | None) -> bool:
@@ -160,9 +172,10 @@ class Liveness:
         return got
 
     # -- kept up with the writer ----------------------------------------------------------
-    def committed(self) -> None:
-        """After a commit (the write lock held): read the touched records again."""
-        touched, self._touched[:] = set(self._touched), []
+    def committed(self, noted: Iterable[int] = ()) -> None:
+        """After a commit (the write lock held): read the records it touched again, those the
+        triggers noted and ``noted`` (the transactions' own notes, ``SQLiteTx.touched``)."""
+        touched = self._take_touched() | set(noted)
         if not touched:
             return
         if self._pending is not None:
@@ -177,8 +190,17 @@ class Liveness:
             self._ready = False
 
     def rolled_back(self) -> None:
-        """After a rollback: what its statements touched is as it was."""
-        self._touched[:] = []
+        """After a rollback: what its statements noted went with it (a TEMP table is part of
+        the transaction); nothing to do."""
+
+    def _take_touched(self) -> set[int]:
+        """The record ids noted since the last commit was applied here, taken out."""
+        w = self._w
+        (got,) = w.execute("SELECT json_group_array(DISTINCT id) FROM temp.efface_touched").fetchone()
+        touched = set(json.loads(got))
+        if touched:
+            w.execute("DELETE FROM temp.efface_touched")
+        return touched
 
     def _refresh(self, conn: Any, ids: Iterable[int]) -> None:
         ids = sorted(ids)
@@ -212,26 +234,43 @@ class Liveness:
         if top >= len(self._tenant):
             self._grow(top + 1)
         rows = {r[0]: r for r in recs}
+        dead: list[int] = []
+        live: list[int] = []
+        codes: list[int] = []
+        sigs: list[int] = []
+        blobs: list[bytes] = []
         for rid in ids:
             row = rows.get(rid)
             held, later = forever.get(rid), expiring.get(rid)
             if row is None or row[2] or not (held or later):  # gone, quarantined, or no claim
-                self._tenant[rid] = -1
-                self._expiring.pop(rid, None)
-                self._drop_vector(rid)
+                dead.append(rid)
                 continue
             code = self._tenants.get(row[1])
             if code is None:
                 code = self._tenants[row[1]] = len(self._tenants)
-            if self._tenant[rid] != code:
-                self._tenant[rid] = -1  # not live while its entry changes
-            self._put_vector(rid, row[3])
-            self._sig[rid] = self._sig_code(frozenset(held or ()))
-            if later:
-                self._expiring[rid] = tuple(later)
-            else:
+            live.append(rid)
+            codes.append(code)
+            sigs.append(self._sig_code(frozenset(held or ())))
+            blobs.append(row[3])
+        if dead:
+            gone = np.asarray(dead, dtype=np.int64)
+            self._tenant[gone] = -1
+            for rid in dead:
                 self._expiring.pop(rid, None)
-            self._tenant[rid] = code
+                self._drop_vector(rid)
+        if live:
+            now = np.asarray(live, dtype=np.int64)
+            code_of = np.asarray(codes, dtype=np.int32)
+            self._tenant[now[self._tenant[now] != code_of]] = -1  # not live while its entry changes
+            self._put_vectors(now, blobs)
+            self._sig[now] = sigs
+            for rid in live:
+                later = expiring.get(rid)
+                if later:
+                    self._expiring[rid] = tuple(later)
+                else:
+                    self._expiring.pop(rid, None)
+            self._tenant[now] = code_of
 
     # -- vectors -------------------------------------------------------------------------------
     def vectors(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
@@ -270,8 +309,46 @@ class Liveness:
                     n += 1
             return n
 
+    def _put_vectors(self, ids: np.ndarray, blobs: list[bytes]) -> None:
+        """The vectors of these live records, as stored: half-precision rows of the store's
+        dimension copied as they are, in one operation per block; any other (a float32 row of
+        a store written before half precision) one by one."""
+        if self._dim is None:
+            for rid, blob in zip(ids.tolist(), blobs, strict=True):
+                self._put_vector(rid, blob)  # the first usable one sets the dimension
+            return
+        size = 1 + 2 * self._dim
+        fast = np.fromiter((len(b) == size and b[:1] == F16 for b in blobs), dtype=bool, count=len(blobs))
+        for i in np.flatnonzero(~fast).tolist():
+            self._put_vector(int(ids[i]), blobs[i])
+        if not fast.any():
+            return
+        got = ids[fast]
+        raw = np.frombuffer(b"".join(b for b, ok in zip(blobs, fast.tolist(), strict=True) if ok), dtype=np.uint8)
+        half = np.ascontiguousarray(raw.reshape(len(got), size)[:, 1:]).view(np.float16)
+        block_of = got >> BLOCK_BITS
+        for b in np.unique(block_of).tolist():
+            at = block_of == b
+            self._block(b)[got[at] & (BLOCK - 1)] = half[at]
+        self._has[got] = True
+
+    def _block(self, b: int) -> np.ndarray:
+        """Block ``b`` of the vectors, allocated (zeros) when it is first needed."""
+        assert self._dim is not None
+        while len(self._blocks) <= b:
+            self._blocks = [*self._blocks, None]
+        block = self._blocks[b]
+        if block is None:
+            block = np.zeros((BLOCK, self._dim), dtype=np.float16)
+            self._blocks[b] = block
+        return block
+
     def _put_vector(self, rid: int, blob: bytes) -> None:
-        vec = read_vector(blob) if blob else None
+        vec: np.ndarray | None
+        if self._dim is not None and len(blob) == 1 + 2 * self._dim and blob[:1] == F16:
+            vec = np.frombuffer(blob, dtype=np.float16, offset=1)  # as stored: no conversion
+        else:
+            vec = read_vector(blob) if blob else None
         if vec is None or not len(vec):
             self._drop_vector(rid)
             return
@@ -280,14 +357,7 @@ class Liveness:
         if len(vec) != self._dim:  # a store of mixed dimensions: not held, read from the origin
             self._drop_vector(rid)
             return
-        b = rid >> BLOCK_BITS
-        while len(self._blocks) <= b:
-            self._blocks = [*self._blocks, None]
-        block = self._blocks[b]
-        if block is None:
-            block = np.zeros((BLOCK, self._dim), dtype=np.float16)
-            self._blocks[b] = block
-        block[rid & (BLOCK - 1)] = vec
+        self._block(rid >> BLOCK_BITS)[rid & (BLOCK - 1)] = vec
         self._has[rid] = True
 
     def _drop_vector(self, rid: int) -> None:

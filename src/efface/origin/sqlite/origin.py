@@ -101,10 +101,6 @@ class SQLiteOrigin:
         # 100k, 32-64 MiB took the records and claims inserts from ~42 to ~18 ms of CPU per
         # 1000 records. Only the writer's: readers keep the default.
         self._c.execute("PRAGMA cache_size=-32768")
-        # Whatever SQLite would put in a temporary file (a large sort, VACUUM's copy) stays in
-        # memory: no temporary file holds a record. Set once, before the TEMP triggers of
-        # .liveness: changing it later would drop them.
-        self._c.execute("PRAGMA temp_store=MEMORY")
         with savepoint(self._c):
             self._c.execute(_SCHEMA)
             self._c.execute(FTS_SCHEMA)
@@ -193,7 +189,7 @@ class SQLiteOrigin:
                 raise
             self._c.execute("COMMIT")
             self.text.committed(tx.text_changes)
-            self.liveness.committed()
+            self.liveness.committed(tx.touched)
 
     @contextlib.contextmanager
     def group(self) -> Iterator[Callable[[str, str | None, float], AbstractContextManager[SQLiteTx]]]:
@@ -217,7 +213,7 @@ class SQLiteOrigin:
                 raise
             self._c.execute("COMMIT")
             self.text.committed([ch for tx in self._members for ch in tx.text_changes])
-            self.liveness.committed()
+            self.liveness.committed([rid for tx in self._members for rid in tx.touched])
 
     @contextlib.contextmanager
     def _member(self, kind: str, tenant: str | None, now: float) -> Iterator[SQLiteTx]:

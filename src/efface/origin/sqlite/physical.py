@@ -394,6 +394,9 @@ class SQLitePhysical:
                 o.writer.execute("VACUUM")
             finally:
                 o.writer.execute(f"PRAGMA temp_store={int(before)}")
+                # a change of temp_store drops the connection's TEMP objects: the triggers
+                # that keep the copy of liveness up (VACUUM changed no row meanwhile)
+                o.liveness.install()
             return self.checkpoint()
 
     def _scrub(self) -> bool:

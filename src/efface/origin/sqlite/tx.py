@@ -58,6 +58,10 @@ class SQLiteTx:
         self.text_changes: list[Any] = []
         """What this transaction changed in the word index, for its postings in memory
         (``text.Change``), applied once it commits."""
+        self.touched: list[int] = []
+        """Records this transaction wrote or claimed (their liveness or vector may have changed),
+        for the origin's copy of liveness in memory (:mod:`.liveness`), read again once it
+        commits. Deletions and quarantine are noted by that module's triggers instead."""
 
     def _remember(self, record_id: int | None = None, tenant: str | None = None, key: str | None = None) -> None:
         if record_id is None:
@@ -77,6 +81,7 @@ class SQLiteTx:
         (rid,) = self._c.execute(
             _UPSERT, (tenant, rec.key, rec.text, rec.metadata, _sources_json(rec.sources), rec.embedding, now, now)
         ).fetchone()
+        self.touched.append(rid)
         self._c.execute("DELETE FROM lineage WHERE record_id=?", (rid,))
         self._c.executemany(
             "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
@@ -113,6 +118,7 @@ class SQLiteTx:
                 [(tenant, r.key, r.text, r.metadata, _sources_json(r.sources), r.embedding, now, now) for r in recs],
             )
         ]
+        self.touched += rids
         # Ids are never reused (AUTOINCREMENT): only a record that existed can have lineage rows.
         self._c.executemany("DELETE FROM lineage WHERE record_id=?", [(rid,) for rid in rids if rid in existing])
         self._c.executemany(
@@ -129,6 +135,7 @@ class SQLiteTx:
         self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
     ) -> None:
         self._c.execute(_CLAIM, (record_id, subject, purpose, basis, expires_at, now))
+        self.touched.append(record_id)
 
     def record_id(self, tenant: str, key: str) -> int | None:
         row = self._c.execute("SELECT id FROM records WHERE tenant=? AND key=?", (tenant, key)).fetchone()
@@ -282,6 +289,7 @@ class SQLiteTx:
         self._c.execute(
             "UPDATE records SET text=?, embedding=?, updated_at=? WHERE id=?", (text, embedding, now, record_id)
         )
+        self.touched.append(record_id)
 
     def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
         self._c.execute("UPDATE records SET sources=? WHERE id=?", (json.dumps(list(sources)), record_id))
