@@ -289,3 +289,24 @@ def test_the_copy_keeps_up_after_the_file_is_rewritten(tmp_path):
         assert "k2" not in {h.key for h in store.recall("note", tenant="acme", purpose="support", k=10)}
     finally:
         store.close()
+
+
+def test_a_copy_that_cannot_keep_up_goes_and_the_write_stands(tmp_path, monkeypatch):
+    """A failure while the copy reads a commit back never fails the write that committed:
+    the copy goes, and recalls check in SQLite from then on."""
+    store = efface.open(tmp_path / "s", embedder="hashing", background=False)
+    try:
+        store.write("k1", "a note about tea", tenant="acme", subject="alice", purpose="support")
+        copy = store._origin.liveness
+
+        def broken(conn, ids):
+            raise MemoryError
+
+        monkeypatch.setattr(copy, "_refresh", broken)
+        store.write("k2", "another note about tea", tenant="acme", subject="bob", purpose="support")
+        assert not copy.usable(None)
+        assert {h.key for h in store.recall("tea", tenant="acme", purpose="support", k=5)} == {"k1", "k2"}
+        store.forget(tenant="acme", subject="alice")
+        assert {h.key for h in store.recall("tea", tenant="acme", purpose="support", k=5)} == {"k2"}
+    finally:
+        store.close()

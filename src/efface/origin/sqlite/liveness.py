@@ -175,19 +175,18 @@ class Liveness:
     def committed(self, noted: Iterable[int] = ()) -> None:
         """After a commit (the write lock held): read the records it touched again, those the
         triggers noted and ``noted`` (the transactions' own notes, ``SQLiteTx.touched``)."""
-        touched = self._take_touched() | set(noted)
-        if not touched:
-            return
-        if self._pending is not None:
-            self._pending |= touched
-            return
-        if not self._ready:
-            return
         try:
-            self._refresh(self._w, touched)
-        except apsw.Error as exc:  # committed already: the copy goes, recall checks in SQLite
+            touched = self._take_touched() | set(noted)
+            if not touched:
+                return
+            if self._pending is not None:
+                self._pending |= touched
+                return
+            if self._ready:
+                self._refresh(self._w, touched)
+        except Exception as exc:  # committed already: the copy goes (not the write), recall checks in SQLite
             log.warning("live-record copy dropped (%s): recalls check in SQLite", type(exc).__name__)
-            self._ready = False
+            self._ready, self._pending = False, None
 
     def rolled_back(self) -> None:
         """After a rollback: what its statements noted went with it (a TEMP table is part of
@@ -426,7 +425,7 @@ class Liveness:
                     return
                 self._refresh(self._w, pending)
                 self._ready = True
-        except apsw.Error as exc:  # the store closed, or the file went: recalls check in SQLite
+        except Exception as exc:  # the store closed, the file went, no memory: recalls check in SQLite
             log.warning("live-record copy not loaded (%s): recalls check in SQLite", type(exc).__name__)
             self._pending = None
 
