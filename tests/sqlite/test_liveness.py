@@ -222,7 +222,7 @@ def test_recall_never_serves_what_only_a_stale_copy_counts_live(tmp_path, monkey
             purpose="support",
         )
         copy = store._origin.liveness
-        monkeypatch.setattr(copy, "committed", lambda noted=(): None)
+        monkeypatch.setattr(copy, "committed", lambda noted=(), fresh=None: None)
         store.forget(tenant="acme", subject="alice")
         (tenant,) = store._origin._r().execute("SELECT DISTINCT tenant FROM records").fetchone()
         assert len(copy.live(list(range(1, 61)), tenant, "support", time.time())) == 60  # stale: alice's too
@@ -264,7 +264,9 @@ def test_verify_fails_while_memory_still_holds_an_erased_record(tmp_path, monkey
         assert by_id.outcome == "pass" and "in memory" in by_id.detail
 
         copy = store._origin.liveness
-        monkeypatch.setattr(copy, "committed", lambda noted=(): None)  # the copy left behind by the next forget
+        monkeypatch.setattr(
+            copy, "committed", lambda noted=(), fresh=None: None
+        )  # the copy left behind by the next forget
         receipt = store.forget(tenant="acme", subject="bob")
         store.compact()
         by_id = next(c for c in store.verify(receipt.handle).checks if c.name == "origin.by_id")
@@ -299,14 +301,51 @@ def test_a_copy_that_cannot_keep_up_goes_and_the_write_stands(tmp_path, monkeypa
         store.write("k1", "a note about tea", tenant="acme", subject="alice", purpose="support")
         copy = store._origin.liveness
 
-        def broken(conn, ids):
+        def broken(*_args):
             raise MemoryError
 
-        monkeypatch.setattr(copy, "_refresh", broken)
+        monkeypatch.setattr(copy, "_put", broken)  # a new record's entry, or one read back
         store.write("k2", "another note about tea", tenant="acme", subject="bob", purpose="support")
         assert not copy.usable(None)
         assert {h.key for h in store.recall("tea", tenant="acme", purpose="support", k=5)} == {"k1", "k2"}
         store.forget(tenant="acme", subject="alice")
         assert {h.key for h in store.recall("tea", tenant="acme", purpose="support", k=5)} == {"k2"}
+    finally:
+        store.close()
+
+
+def test_records_made_and_changed_in_one_group_commit_are_read_back(tmp_path):
+    """A commit's new records are put in the copy as written, without reading them back,
+    unless a later member of the same group commit changed them (a claim added, one
+    released, the text replaced, the record deleted); a member rolled back leaves nothing."""
+    from efface.origin.base import NewRecord
+    from efface.vectors import stored
+
+    store = efface.open(tmp_path / "s", embedder="hashing", background=False)
+    try:
+        store.write("seed", "a note", tenant="acme", subject="alice", purpose="support")
+        o, tenant = store._origin, store._tenant("acme")
+        vecs = stored(store.embedder.embed([f"note {i}" for i in range(6)]))
+        recs = [
+            NewRecord(f"n{i}", f"note {i}", "{}", (), vecs[i], "alice", "support", "consent", None) for i in range(6)
+        ]
+        now = time.time()
+        with o.group() as member:
+            with member("write", tenant, now) as tx:
+                rids = tx.upsert_many(tenant, recs[:4], now)
+            with member("retain", tenant, now) as tx:
+                tx.add_claim(rids[0], "bob", "billing", "consent", None, now)
+            with member("release", tenant, now) as tx:
+                (claim,) = [c for c in tx.remaining_claims([rids[1]])[rids[1]]]
+                tx.release([claim.id])
+            with member("replace", tenant, now) as tx:
+                tx.replace_text(rids[2], "note two again", vecs[5], now)
+            with pytest.raises(RuntimeError), member("write", tenant, now) as tx:
+                tx.upsert_many(tenant, recs[4:], now)
+                raise RuntimeError("rolled back")
+        assert o.liveness.live(rids, tenant, "billing", now) == [rids[0]]
+        assert o.liveness.live(rids, tenant, "support", now) == [rids[0], rids[2], rids[3]]
+        assert disagreements(store, now) == []
+        assert vector_disagreements(store) == []
     finally:
         store.close()

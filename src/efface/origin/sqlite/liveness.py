@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apsw
@@ -47,7 +47,7 @@ import numpy as np
 
 from ...vectors import F16, widen
 from ...vectors import read as read_vector
-from .tx import in_chunks
+from .tx import Fresh, in_chunks
 
 LOAD_HERE = 20_000
 """A store of at most this many records loads the copy as it opens."""
@@ -172,18 +172,29 @@ class Liveness:
         return got
 
     # -- kept up with the writer ----------------------------------------------------------
-    def committed(self, noted: Iterable[int] = ()) -> None:
+    def committed(self, noted: Iterable[int] = (), fresh: Mapping[int, Fresh] | None = None) -> None:
         """After a commit (the write lock held): read the records it touched again, those the
-        triggers noted and ``noted`` (the transactions' own notes, ``SQLiteTx.touched``)."""
+        triggers noted and ``noted`` (the transactions' own notes, ``SQLiteTx.touched``);
+        ``fresh`` (``SQLiteTx.fresh``: records the commit created, as written) are taken as
+        they are, unless noted too."""
         try:
             touched = self._take_touched() | set(noted)
-            if not touched:
+            made = {rid: row for rid, row in (fresh or {}).items() if rid not in touched}
+            if not touched and not made:
                 return
             if self._pending is not None:
-                self._pending |= touched
+                self._pending |= touched | made.keys()
                 return
             if self._ready:
-                self._refresh(self._w, touched)
+                if touched:
+                    self._refresh(self._w, touched)
+                if made:
+                    with self._mu:
+                        self._put(
+                            sorted(made),
+                            [(rid, tenant, 0, blob) for rid, (tenant, _p, _e, blob) in made.items()],
+                            [(rid, purpose, expires) for rid, (_t, purpose, expires, _b) in made.items()],
+                        )
         except Exception as exc:  # committed already: the copy goes (not the write), recall checks in SQLite
             log.warning("live-record copy dropped (%s): recalls check in SQLite", type(exc).__name__)
             self._ready, self._pending = False, None

@@ -213,11 +213,10 @@ class Postings:
                 for col, terms in enumerate(self._cols):
                     for term in terms:
                         gone[col].setdefault(term, []).extend(everywhere)
-            for rid, (counts, _n) in change.added.items():
-                if held(rid):  # rewritten, or applied already (a load saw it): out before in
-                    for col, words in enumerate(counts):
-                        for w in words:
-                            gone[col].setdefault(w, []).append(rid)
+            for rid in self._held_of(change.added):  # rewritten, or applied already (a load saw it): out before in
+                for col, words in enumerate(change.added[rid][0]):
+                    for w in words:
+                        gone[col].setdefault(w, []).append(rid)
             for col, drops in enumerate(gone):
                 terms = self._cols[col]
                 for term, ids in drops.items():
@@ -229,17 +228,19 @@ class Postings:
                         if not t.count():
                             del terms[term]
                             self._dirty.discard((col, term))
-            for rid in (*change.removed, *change.added):
-                if held(rid):
-                    self._rows -= 1
-                    self._tokens -= float(self._len[rid])
-                    self._here[rid], self._len[rid] = False, 0.0
+            for rid in self._held_of([*change.removed, *change.added]):
+                self._rows -= 1
+                self._tokens -= float(self._len[rid])
+                self._here[rid], self._len[rid] = False, 0.0
             adds: tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]] = ({}, {})
-            for rid, (counts, n) in change.added.items():
-                self._room(rid)
-                self._here[rid], self._len[rid] = True, float(n)
-                self._rows += 1
-                self._tokens += n
+            if change.added:
+                rids = np.fromiter(change.added, dtype=np.int64, count=len(change.added))
+                sizes = np.fromiter((n for _c, n in change.added.values()), dtype=np.float64, count=len(rids))
+                self._room(int(rids.max()))
+                self._here[rids], self._len[rids] = True, sizes
+                self._rows += len(rids)
+                self._tokens += float(sizes.sum())
+            for rid, (counts, _n) in change.added.items():
                 for col, col_counts in enumerate(counts):
                     into = adds[col]
                     for term, c in col_counts.items():
@@ -272,6 +273,13 @@ class Postings:
 
     def _held(self, rid: int) -> bool:
         return rid < len(self._here) and bool(self._here[rid])
+
+    def _held_of(self, ids: Iterable[int]) -> list[int]:
+        """Those of ``ids`` held here (a length), in the order given, each once: one array
+        look-up for a whole import's batch."""
+        arr = np.fromiter(dict.fromkeys(ids), dtype=np.int64)
+        inside = arr[(arr >= 0) & (arr < len(self._here))]
+        return inside[self._here[inside]].tolist()
 
     def holds(self, ids: Sequence[int], *, every_list: bool = False) -> list[int]:
         """Which of ``ids`` the postings still hold: a length, or a place waiting for the purge

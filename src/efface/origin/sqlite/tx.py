@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import apsw
 
@@ -41,6 +41,11 @@ _CLAIM = (
 )
 
 
+Fresh: TypeAlias = tuple[str, str, float | None, bytes]
+"""A record created in a transaction, as written: tenant, its claim's purpose and expiry, and
+its stored vector."""
+
+
 def _sources_json(sources: Sequence[str]) -> str:
     return json.dumps(list(sources)) if sources else "[]"
 
@@ -62,6 +67,11 @@ class SQLiteTx:
         """Records this transaction wrote or claimed (their liveness or vector may have changed),
         for the origin's copy of liveness in memory (:mod:`.liveness`), read again once it
         commits. Deletions and quarantine are noted by that module's triggers instead."""
+        self.fresh: dict[int, Fresh] = {}
+        """Records this transaction created, as it wrote them (tenant, the one claim's purpose
+        and expiry, the stored vector): the copy of liveness takes these as they are instead of
+        reading them back, unless something else in the transaction touched them too (then
+        they are in :attr:`touched` or noted by a trigger, and read back)."""
 
     def _remember(self, record_id: int | None = None, tenant: str | None = None, key: str | None = None) -> None:
         if record_id is None:
@@ -81,14 +91,24 @@ class SQLiteTx:
         (rid,) = self._c.execute(
             _UPSERT, (tenant, rec.key, rec.text, rec.metadata, _sources_json(rec.sources), rec.embedding, now, now)
         ).fetchone()
-        self.touched.append(rid)
         self._c.execute("DELETE FROM lineage WHERE record_id=?", (rid,))
         self._c.executemany(
             "INSERT INTO lineage(record_id, tenant, source_key) VALUES(?,?,?)",
             [(rid, tenant, s) for s in rec.sources],
         )
-        self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
+        self._c.execute(_CLAIM, (rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now))
+        self._noted(tenant, [rid], [rec], self.old_texts)
         return rid
+
+    def _noted(self, tenant: str, rids: Sequence[int], recs: Sequence[NewRecord], existed: Container[int]) -> None:
+        """Note upserted records for the copy of liveness: the brand-new ones (not in
+        ``existed``: ids are never reused) with their rows as written, the others to be read
+        back."""
+        for rid, r in zip(rids, recs, strict=True):
+            if rid in existed:
+                self.touched.append(rid)
+            else:
+                self.fresh[rid] = (tenant, r.purpose, r.expires_at, r.embedding)
 
     def upsert_many(
         self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
@@ -118,7 +138,7 @@ class SQLiteTx:
                 [(tenant, r.key, r.text, r.metadata, _sources_json(r.sources), r.embedding, now, now) for r in recs],
             )
         ]
-        self.touched += rids
+        self._noted(tenant, rids, recs, existing)
         # Ids are never reused (AUTOINCREMENT): only a record that existed can have lineage rows.
         self._c.executemany("DELETE FROM lineage WHERE record_id=?", [(rid,) for rid in rids if rid in existing])
         self._c.executemany(
