@@ -58,9 +58,9 @@ class Groups:
         self.real = getattr(origin, "group", None)
         self.opened = 0
 
-    def counting(self):
+    def counting(self, *args):
         self.opened += 1
-        return self.real()
+        return self.real(*args)
 
     def check(self, expected: int) -> None:
         if self.real is not None:
@@ -121,6 +121,34 @@ def test_a_refused_write_in_a_group_fails_alone_and_leaves_nothing(store, groups
     assert store.read("b", tenant="t", purpose="p").text == "beta text"
     assert store.read("held", tenant="t", purpose="p").text == "bob's own text"
     assert out[2][1] == out[0][1] + 1  # the refused write's savepoint took its epoch back with it
+
+
+def test_a_lone_write_that_fails_after_its_rows_are_written_leaves_nothing(store, monkeypatch):
+    """A mutation alone in its group runs without a savepoint (SQLite): when its body raises
+    after some of its rows are in, the whole transaction goes, and the next write takes the
+    epoch it would have had."""
+    first = store.write("seed", "the first memory", tenant="t", subject="s", purpose="p")
+    seen = []
+    real = store._derivations.on_write
+
+    def failing(tx, tenant, rid, text):
+        seen.append(rid)
+        if len(seen) == 30:
+            raise RuntimeError("the body failed half way")
+        return real(tx, tenant, rid, text)
+
+    monkeypatch.setattr(store._derivations, "on_write", failing)
+    items = [{"key": f"k{i}", "text": f"memory number {i} about tea"} for i in range(50)]
+    with pytest.raises(RuntimeError):
+        store.write_many(items, tenant="t", subject="s", purpose="p")
+    monkeypatch.setattr(store._derivations, "on_write", real)
+    assert len(seen) == 30  # its rows were upserted before the body failed
+    assert store.read("k0", tenant="t", purpose="p") is None
+    assert store.scan(tenant="t", purpose="p", limit=100) == [store.read("seed", tenant="t", purpose="p")]
+    assert [h.key for h in store.recall("memory about tea", tenant="t", purpose="p", k=5)] == ["seed"]
+    assert store.write_many(items[:3], tenant="t", subject="s", purpose="p") == first + 1
+    got = {h.key for h in store.recall("memory about tea", tenant="t", purpose="p", k=5)}
+    assert got == {"seed", "k0", "k1", "k2"}
 
 
 def test_a_write_queued_behind_a_registration_sees_the_subject(store):
