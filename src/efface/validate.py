@@ -111,7 +111,8 @@ def metadata(value: Any) -> str:
         return "{}"
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
-    _shallow(value)
+    if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
+        _shallow(value)
     try:
         encoded = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
         raw = _utf8(encoded, "metadata")
@@ -122,6 +123,10 @@ def metadata(value: Any) -> str:
     if len(raw) > MAX_METADATA_BYTES:
         raise InvalidInput(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     return encoded
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Value types with nothing nested inside (exact types: a subclass may be anything)."""
 
 
 def _shallow(value: dict) -> None:
@@ -212,12 +217,14 @@ def items(values: Any, *, defaults: Mapping[str, Any]) -> list[tuple]:
             checked[memo] = out = check(value, *args)
             return out
 
+    d_subject, d_purpose, d_basis, d_ttl = (defaults.get(f) for f in ("subject", "purpose", "basis", "ttl"))
     for item in given:
         if not isinstance(item, Mapping):
             raise InvalidInput("each item must be a mapping with 'key' and 'text'")
         if not ITEM_FIELDS.issuperset(item):
             raise InvalidInput(f"unknown item fields: {', '.join(sorted(set(item) - ITEM_FIELDS))}")
-        s, p, b, t = (item.get(f, defaults.get(f)) for f in ("subject", "purpose", "basis", "ttl"))
+        get = item.get
+        s, p, b, t = get("subject", d_subject), get("purpose", d_purpose), get("basis", d_basis), get("ttl", d_ttl)
         if s is None or p is None:
             raise InvalidInput("every record needs a subject and a purpose (a claim)")
         prepared.append(
