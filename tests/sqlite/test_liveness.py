@@ -304,7 +304,8 @@ def test_a_copy_that_cannot_keep_up_goes_and_the_write_stands(tmp_path, monkeypa
         def broken(*_args):
             raise MemoryError
 
-        monkeypatch.setattr(copy, "_put", broken)  # a new record's entry, or one read back
+        monkeypatch.setattr(copy, "_put", broken)  # an entry read back
+        monkeypatch.setattr(copy, "_put_made", broken)  # a new record's entry
         store.write("k2", "another note about tea", tenant="acme", subject="bob", purpose="support")
         assert not copy.usable(None)
         assert {h.key for h in store.recall("tea", tenant="acme", purpose="support", k=5)} == {"k1", "k2"}

@@ -190,11 +190,7 @@ class Liveness:
                     self._refresh(self._w, touched)
                 if made:
                     with self._mu:
-                        self._put(
-                            sorted(made),
-                            [(rid, tenant, 0, blob) for rid, (tenant, _p, _e, blob) in made.items()],
-                            [(rid, purpose, expires) for rid, (_t, purpose, expires, _b) in made.items()],
-                        )
+                        self._put_made(made)
         except Exception as exc:  # committed already: the copy goes (not the write), recall checks in SQLite
             log.warning("live-record copy dropped (%s): recalls check in SQLite", type(exc).__name__)
             self._ready, self._pending = False, None
@@ -281,6 +277,31 @@ class Liveness:
                 else:
                     self._expiring.pop(rid, None)
             self._tenant[now] = code_of
+
+    def _put_made(self, made: Mapping[int, Fresh]) -> None:
+        """Records just created, as written (``SQLiteTx.fresh``): each live with its one claim,
+        not quarantined; in array steps (an import's batch), in :meth:`_put`'s order."""
+        ids = np.fromiter(made, dtype=np.int64, count=len(made))
+        rows = list(made.values())
+        top = int(ids.max())
+        if top >= len(self._tenant):
+            self._grow(top + 1)
+        for tenant in dict.fromkeys(r[0] for r in rows):
+            if tenant not in self._tenants:
+                self._tenants[tenant] = len(self._tenants)
+        # a claim without expiry is in the record's purpose set; one with an expiry is kept aside
+        sig = {key: self._sig_code(frozenset(key)) for key in {(r[1],) if r[2] is None else () for r in rows}}
+        codes = np.fromiter((self._tenants[r[0]] for r in rows), dtype=np.int32, count=len(rows))
+        sigs = np.fromiter((sig[(r[1],) if r[2] is None else ()] for r in rows), dtype=np.int32, count=len(rows))
+        self._tenant[ids[self._tenant[ids] != codes]] = -1  # not live while its entry changes
+        self._put_vectors(ids, [r[3] for r in rows])
+        self._sig[ids] = sigs
+        for rid, (_t, purpose, expires, _b) in made.items():
+            if expires is not None:
+                self._expiring[rid] = ((purpose, float(expires)),)
+            elif self._expiring:
+                self._expiring.pop(rid, None)
+        self._tenant[ids] = codes
 
     # -- vectors -------------------------------------------------------------------------------
     def vectors(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
