@@ -193,7 +193,7 @@ def test_a_text_leg_checked_before_a_forget_is_checked_again(open_store, backend
     hits = store.recall("invoice order", tenant=TENANT, purpose=PURPOSE, k=10)
     assert len(legs) == 1 and done.is_set()
     if in_memory:  # checked by recall against the copy, after the forget
-        assert legs[0].epoch is None and legs[0].ids is not None and not legs[0].live
+        assert legs[0].epoch is None and legs[0].ranking is not None and not legs[0].live
     elif backend == "sqlite":  # the SQLite origin hands the leg its ranking unchecked: checked on the worker
         assert legs[0].epoch is not None and len(legs[0].live) == 40  # alice's were live then
     assert len(hits) == 10

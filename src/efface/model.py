@@ -5,11 +5,9 @@ Every type has a ``to_dict()`` that gives the JSON shape the CLI prints.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import numpy as np
 
 LEVELS = ("intent", "unreadable", "erased")
 """The evidence ladder, lowest first (DESIGN §3)."""
@@ -342,20 +340,3 @@ def probe_sample(ids: Sequence[int]) -> tuple[int, ...]:
     """The erased records (``ids`` sorted, as the evidence keeps them) whose words and
     neighbours are kept for probes: the same ones at forget time and at every verify."""
     return tuple(ids[:: max(1, len(ids) // PROBE_SAMPLE)][:PROBE_SAMPLE])
-
-
-def live_first(
-    ids: np.ndarray, scores: np.ndarray, n: int, live_of: Callable[[list[int]], Container[int]]
-) -> list[tuple[int, float]]:
-    """The first ``n`` live ids of a ranked list (best first) with their scores, checked in
-    chunks (``n``, then four times more each time; ``live_of(chunk)`` says which are live)
-    so that a list whose best matches are not live (another purpose, a pending erasure)
-    still yields ``n`` when it has them, and a list that has them checks few."""
-    found: list[tuple[int, float]] = []
-    at, step = 0, max(n, 1)
-    while len(found) < n and at < len(ids):
-        chunk = ids[at : at + step].tolist()
-        live = live_of(chunk)
-        found += [(i, s) for i, s in zip(chunk, scores[at : at + step].tolist(), strict=True) if i in live]
-        at, step = at + step, step * 4
-    return found[:n]

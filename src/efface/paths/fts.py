@@ -18,11 +18,10 @@ import json
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from .. import foreground
 from ..model import Check, probe_sample
 from ..origin.base import WordIndex
+from ..ranking import Ranking
 from ..text import query_words
 from .base import Erased, Held, Query, check
 
@@ -145,7 +144,7 @@ class FullTextIndex:
                 return found, ceiling
             m = min(m * 4, MAX_FTS_CANDIDATES)
 
-    def ranked_within(self, query: Query) -> tuple[np.ndarray, np.ndarray, float] | None:
+    def ranked_within(self, query: Query) -> tuple[Ranking, float] | None:
         """Every record the query's words find, best first, with its BM25 score over all of
         them, **not checked live**, and :meth:`ceiling`; for recall, which checks them best
         first in its own snapshot (with the other leg's candidates, each row looked up once).
@@ -157,9 +156,9 @@ class FullTextIndex:
         words, dfs, narrow = self._plan(every, query.tenant)
         ceiling = self._text.bm25_ceiling(dfs)
         if not words:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), ceiling
+            return Ranking.empty(), ceiling
         got = unchecked(words, query.tenant, narrow=narrow, scoring=every)
-        return None if got is None else (got[0], got[1], ceiling)
+        return None if got is None else (got, ceiling)
 
     def ceiling(self, query: Query) -> float:
         """The most BM25 a record could score for all of the query's words: a record's score

@@ -70,7 +70,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import foreground
-from ..model import Hit, live_first
+from ..model import Hit
+from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from .base import Query, ReadPath
 
@@ -187,8 +188,8 @@ def _hybrid(
                     live.update(leg.live)
                     blobs.update(leg.blobs)
                     got = leg.found
-                elif leg.ids is not None and leg.scores is not None:
-                    got = live_first(leg.ids, leg.scores, n, seen.live_of)
+                elif leg.ranking is not None:
+                    got = live_first(leg.ranking, n, seen.live_of)
                 else:
                     got = leg.found  # checked by the index in its own statement: again below
                 scored[p.name] = dict(got)
@@ -315,18 +316,17 @@ def _judgements(
 @dataclass(frozen=True)
 class _Leg:
     """What a scoring path's leg found: its live candidates with their scores (``found``),
-    or, from a path that can rank without checking, every match best first (``ids``,
-    ``scores``) for recall to check in its own snapshot; and the most a record could score
+    or, from a path that can rank without checking, every match best first (``ranking``)
+    for recall to check in its own snapshot; and the most a record could score
     for the query (None for a path that cannot say). A leg run on a worker checks its
     matches there, in a snapshot of its own: ``epoch`` is that snapshot's, and ``checked``,
     ``live`` and ``blobs`` (live ids' vectors) what it found; recall takes them as they are
     when its own snapshot is of the same epoch (nothing written in between), and checks
-    ``ids`` again itself otherwise."""
+    ``ranking`` again itself otherwise."""
 
     found: list[tuple[int, float]]
     ceiling: float | None
-    ids: np.ndarray | None = None
-    scores: np.ndarray | None = None
+    ranking: Ranking | None = None
     epoch: int | None = None
     checked: frozenset[int] = frozenset()
     live: frozenset[int] = frozenset()
@@ -337,8 +337,8 @@ def _text_leg(p, q: Query, n: int) -> _Leg:
     if hasattr(p, "ranked_within"):
         unchecked = p.ranked_within(q)
         if unchecked is not None:
-            ids, scores, ceiling = unchecked
-            return _Leg([], ceiling, ids, scores)
+            ranking, ceiling = unchecked
+            return _Leg([], ceiling, ranking)
     if hasattr(p, "scored_within"):
         got, ceiling = p.scored_within(q, n)
         return _Leg(got, ceiling)
@@ -349,12 +349,12 @@ def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool, check: bool = T
     """:func:`_text_leg` on a worker, its matches checked live there (with their vectors),
     in a snapshot whose epoch it notes: while the query is encoded, or beside the ANN leg."""
     leg = _text_leg(p, q, n)
-    if leg.ids is None or leg.scores is None or not check:
+    if leg.ranking is None or not check:
         return leg  # a copy of liveness in memory: recall checks them, faster than a snapshot here
     with origin.snapshot() as snap:
         epoch = snap.current_epoch()
         seen = _Checks(snap, q, vectors)
-        found = live_first(leg.ids, leg.scores, n, seen.live_of)
+        found = live_first(leg.ranking, n, seen.live_of)
     return replace(
         leg, found=found, epoch=epoch, checked=frozenset(seen.checked), live=frozenset(seen.live), blobs=seen.blobs
     )

@@ -34,6 +34,8 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ...ranking import Ranking
+
 K1, B = 1.2, 0.75
 """FTS5's bm25() defaults, which efface keeps."""
 TAIL = 4096
@@ -308,12 +310,11 @@ class Postings:
             return {t: self._terms[t].count() for t in terms if t in self._terms}
 
     # -- ranking ----------------------------------------------------------------------------
-    def rank(
-        self, finders: Sequence[str], scorers: Sequence[str], within: Sequence[str] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def rank(self, finders: Sequence[str], scorers: Sequence[str], within: Sequence[str] | None = None) -> Ranking:
         """Records holding any of ``finders``' terms (and, if ``within`` is given, every token
         of it in the tenant column), best first, with FTS5's BM25 over ``finders`` and
-        ``scorers`` together (distinct terms; higher is better; ties by id)."""
+        ``scorers`` together (distinct terms; higher is better; ties by id), ordered as far
+        as they are read (:class:`~efface.ranking.Ranking`)."""
         with self._mu:
             rows, tokens, lengths, here = self._rows, self._tokens, self._len, self._here
             terms, tenants = self._cols
@@ -322,7 +323,7 @@ class Postings:
             scope = None
             if within is not None:
                 scope = [tenants[t].parts() if t in tenants else None for t in within]
-        empty = (np.empty(0, np.int64), np.empty(0, np.float64))
+        empty = Ranking.empty()
         if not find or rows <= 0:
             return empty
         cands = np.sort(np.concatenate([ids for ids, _ in find]))
@@ -356,9 +357,7 @@ class Postings:
                     at[at >= len(ids)] = 0
                     f += np.where(ids[at] == cands, tf[at], 0.0)
             total += idf * (f * (K1 + 1.0)) / (f + norm)
-        # best first, ties by id: the candidates are in id order, and a stable sort keeps it
-        order = np.argsort(-total, kind="stable")
-        return cands[order], total[order]
+        return Ranking(cands, total)  # the candidates in id order, as it needs them
 
 
 def counts_of(text: Sequence[str], tenant: Counts, tenant_tokens: int) -> tuple[tuple[Counts, ...], int]:

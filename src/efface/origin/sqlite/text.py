@@ -28,9 +28,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import apsw
-import numpy as np
 
-from ...model import live_first, probe_sample
+from ...model import probe_sample
+from ...ranking import Ranking, live_first
 from ...text import index_text
 from ...text import words as text_words
 from .edge import guarded, savepoint
@@ -577,13 +577,11 @@ class SQLiteText:
         over ``scoring``'s words too, checked live best first in chunks until ``limit`` are
         (every match is ranked at once: all of them are checked if need be), and how many
         matched (at most ``depth``), as FTS5's ranking counts them."""
-        ids, scores = self._rank(post, words, scoring, tenant, narrow)
-        found = live_first(ids, scores, limit, lambda chunk: self._o.live_ids(chunk, tenant, purpose, subject, now))
-        return found, min(len(ids), depth)
+        ranking = self._rank(post, words, scoring, tenant, narrow)
+        found = live_first(ranking, limit, lambda chunk: self._o.live_ids(chunk, tenant, purpose, subject, now))
+        return found, min(len(ranking), depth)
 
-    def _rank(
-        self, post: Postings, words: Sequence[str], scoring: Sequence[str], tenant: str, narrow: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _rank(self, post: Postings, words: Sequence[str], scoring: Sequence[str], tenant: str, narrow: bool) -> Ranking:
         finders = [t for t in self.index_terms(words) if t is not None]
         scorers = [t for t in self.index_terms(scoring) if t is not None]
         within = self._token_list(tenant) if narrow and self.scoped else None
@@ -591,7 +589,7 @@ class SQLiteText:
 
     def ranked_unchecked(
         self, words: Sequence[str], tenant: str, *, narrow: bool = True, scoring: Sequence[str] = ()
-    ) -> tuple[np.ndarray, np.ndarray] | None:
+    ) -> Ranking | None:
         """Every record ``words`` find, best first, with its score over ``scoring``'s words
         too, as :meth:`ranked_seen` ranks them, but **not checked live**: for a caller that
         checks them itself, best first, in its own snapshot (recall). None while the
