@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import apsw
+import numpy as np
 import pytest
 
 from efface.paths.base import Query
@@ -110,18 +111,27 @@ def test_fusion_scales_ignore_how_many_candidates_a_leg_had():
     """A text score counts as its share of the query's ceiling: a near tie on a three-record
     list weighs what it weighs on a hundred-record list (a spread normalisation over the text
     scores made it a fixed, large gap)."""
-    assert _scaled(_TextLeg(), {}, 10.0) == {}
-    short = _scaled(_TextLeg(), {7: 2.01, 8: 2.0, 9: 1.6}, 10.0)
+    assert len(_scaled(_TextLeg(), *_judged({}), 10.0)) == 0
+    short = _as_dict({7: 2.01, 8: 2.0, 9: 1.6}, _TextLeg(), 10.0)
     assert short[7] - short[8] == pytest.approx(0.001)
-    long = _scaled(_TextLeg(), {7: 2.01, 8: 2.0, **{i: 0.01 * i for i in range(10, 110)}}, 10.0)
+    long = _as_dict({7: 2.01, 8: 2.0, **{i: 0.01 * i for i in range(10, 110)}}, _TextLeg(), 10.0)
     assert long[7] == short[7] and long[8] == short[8]
     # a leg that cannot say its ceiling counts by rank, its first as 1
-    ranked = _scaled(_TextLeg(), {3: 1.0, 1: 1.0, 2: 0.5}, None)
+    ranked = _as_dict({3: 1.0, 1: 1.0, 2: 0.5}, _TextLeg(), None)
     assert ranked[1] == 1.0 and ranked[3] < 1.0 and ranked[2] < ranked[3]  # ties by id: a stable order
     # cosines: standard scores over the union, a spread of zero puts all at the middle
-    assert _scaled(_VectorLeg(), {1: 0.3, 2: 0.3}, None) == {1: 0.5, 2: 0.5}
-    cos = _scaled(_VectorLeg(), {1: 0.9, 2: 0.1, 3: 0.5}, None)
+    assert _as_dict({1: 0.3, 2: 0.3}, _VectorLeg(), None) == {1: 0.5, 2: 0.5}
+    cos = _as_dict({1: 0.9, 2: 0.1, 3: 0.5}, _VectorLeg(), None)
     assert cos[1] > cos[3] > cos[2] >= 0.0
+
+
+def _judged(scores: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(list(scores), dtype=np.int64), np.asarray(list(scores.values()), dtype=np.float64)
+
+
+def _as_dict(scores: dict[int, float], leg, ceiling) -> dict[int, float]:
+    ids, values = _judged(scores)
+    return dict(zip(ids.tolist(), _scaled(leg, ids, values, ceiling).tolist(), strict=True))
 
 
 def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):

@@ -60,9 +60,9 @@ def vector_disagreements(store) -> list[int]:
     for rid in range(1, top + 1):
         counted = rid < len(copy._tenant) and copy._tenant[rid] != -1
         held, m = copy.vectors([rid])
-        if counted != bool(held) or (held and not np.array_equal(m[0], read_vector(stored[rid]))):
+        if counted != bool(len(held)) or (len(held) and not np.array_equal(m[0], read_vector(stored[rid]))):
             bad.append(rid)
-        elif not held:
+        elif not len(held):
             b = rid >> liveness_mod.BLOCK_BITS
             if (
                 b < len(copy._blocks)

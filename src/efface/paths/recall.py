@@ -233,30 +233,24 @@ def _hybrid(
             for rid in ranked[p.name]:
                 if rid in live:
                     via.setdefault(rid, []).append(p.name)
-        union = sorted(via)
-        at = {rid: i for i, rid in enumerate(union)}
+        union = np.asarray(sorted(via), dtype=np.int64)
         # every judged id is in the union (a live candidate of its own leg); a leg that did not
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
-        for p, judged in _judgements(snap, paths, q, union, ranked, scored, live, blobs, memo):
-            if not judged:
+        for p, ids, raw in _judgements(snap, paths, q, union, ranked, scored, live, blobs, memo):
+            if not len(ids):
                 continue
             vote = not (lexical and getattr(p, "size", None) is not None)
-            scaled = _scaled(p, judged, ceilings.get(p.name))
-            where = np.fromiter((at[r] for r in scaled), dtype=np.intp, count=len(scaled))
-            values = np.fromiter(scaled.values(), dtype=np.float64, count=len(scaled))
+            where = np.searchsorted(union, ids)
             if vote:
-                total[where] += values
-                ids = np.fromiter(judged, dtype=np.int64, count=len(judged))
-                raw = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+                total[where] += _scaled(p, ids, raw, ceilings.get(p.name))
                 best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
-                tie[where] = values
+                tie[where] = _scaled(p, ids, raw, ceilings.get(p.name))
         # best first; then the tie-break (a lexical embedder's cosine); then by id
-        ids_of = np.asarray(union, dtype=np.int64)
-        fused = ids_of[np.lexsort((ids_of, -tie, -total))].tolist()
+        fused = union[np.lexsort((union, -tie, -total))].tolist()
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
             best, rows = _confirmed(snap, q, fused, best_of, k)
@@ -267,7 +261,7 @@ def _hybrid(
         Hit(
             key=rows[r].key,
             text=rows[r].text,
-            score=round(float(total[at[r]]), 6),
+            score=round(float(total[np.searchsorted(union, r)]), 6),
             via=tuple(via[r]),
             metadata=json.loads(rows[r].metadata),
         )
@@ -296,20 +290,22 @@ def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> t
 
 
 def _judgements(
-    snap, paths, q: Query, union: list[int], ranked, scored, live, blobs: dict[int, bytes], memo=None
-) -> list[tuple[ReadPath, dict[int, float]]]:
-    """One set of scores per path: exact cosine over the whole union for a vector path (one
-    with ``size``), the path's own scores of its live candidates for one that gives them, and
-    reciprocal rank for a path that gives only an order."""
-    out: list[tuple[ReadPath, dict[int, float]]] = []
+    snap, paths, q: Query, union: np.ndarray, ranked, scored, live, blobs: dict[int, bytes], memo=None
+) -> list[tuple[ReadPath, np.ndarray, np.ndarray]]:
+    """One set of scores per path, as ids and their scores: exact cosine over the whole union
+    (in its order) for a vector path (one with ``size``), the path's own scores of its live
+    candidates for one that gives them, and reciprocal rank for a path that gives only an order."""
+    out: list[tuple[ReadPath, np.ndarray, np.ndarray]] = []
     for p in sorted(paths, key=lambda p: p.name):
         if getattr(p, "size", None) is not None:
-            out.append((p, _cosine(snap, q, union, blobs, memo) if union else {}))
-        elif p.name in scored:
-            out.append((p, {rid: x for rid, x in scored[p.name].items() if rid in live}))
+            out.append((p, *_cosine(snap, q, union, blobs, memo)))
+            continue
+        if p.name in scored:
+            mine = [(rid, x) for rid, x in scored[p.name].items() if rid in live]
         else:
-            mine = [i for i in ranked[p.name] if i in live]
-            out.append((p, {rid: 1.0 / (RRF_K + r + 1) for r, rid in enumerate(mine)}))
+            mine = [(rid, 1.0 / (RRF_K + r + 1)) for r, rid in enumerate(i for i in ranked[p.name] if i in live)]
+        ids = np.fromiter((rid for rid, _ in mine), dtype=np.int64, count=len(mine))
+        out.append((p, ids, np.fromiter((x for _, x in mine), dtype=np.float64, count=len(mine))))
     return out
 
 
@@ -390,26 +386,25 @@ class _Checks:
         return self.live
 
 
-def _scaled(p, judged: dict[int, float], ceiling: float | None) -> dict[int, float]:
-    """A leg's scores on a scale that does not depend on its candidate list's length: standard
-    scores of cosines over the union for a vector path, a share of the query's best possible
-    score for a scoring path that knows it, and reciprocal rank (scaled so the first is 1) for
-    one that gives only an order or no ceiling."""
-    if not judged:
-        return {}
+def _scaled(p, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
+    """A leg's scores ``v`` (of ``ids``) on a scale that does not depend on its candidate
+    list's length: standard scores of cosines over the union for a vector path, a share of
+    the query's best possible score for a scoring path that knows it, and reciprocal rank
+    (scaled so the first is 1; ties by id) for one that gives only an order or no ceiling."""
+    if not len(v):
+        return np.empty(0, dtype=np.float64)
     if getattr(p, "size", None) is not None:
-        v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
         mu, sd = float(v.mean()), float(v.std())
         if sd == 0.0:
-            return dict.fromkeys(judged, 0.5)
+            return np.full(len(v), 0.5)
         # no floor above: a cosine far above the rest is the strongest evidence there is; below,
         # 3 sd under the mean is no evidence at all (and a fused score stays >= 0)
-        return dict(zip(judged, np.maximum(0.0, (v - mu) / (2 * SPREAD * sd) + 0.5).tolist(), strict=True))
+        return np.maximum(0.0, (v - mu) / (2 * SPREAD * sd) + 0.5)
     if ceiling:
-        v = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
-        return dict(zip(judged, (v / ceiling).tolist(), strict=True))
-    order = sorted(judged, key=lambda r: (-judged[r], r))
-    return {rid: (RRF_K + 1) / (RRF_K + i + 1) for i, rid in enumerate(order)}
+        return v / ceiling
+    out = np.empty(len(v), dtype=np.float64)
+    out[np.lexsort((ids, -v))] = (RRF_K + 1) / (RRF_K + np.arange(len(v), dtype=np.float64) + 1)
+    return out
 
 
 def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
@@ -427,26 +422,27 @@ def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
     return [r for r in fused if r in chosen]
 
 
-def _cosine(snap, q: Query, ids: list[int], known: dict[int, bytes], memo=None) -> dict[int, float]:
+def _cosine(snap, q: Query, ids: np.ndarray, known: dict[int, bytes], memo=None) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine of the query to the origin's vectors of ``ids`` (unit length, stored in
-    half precision: :mod:`efface.vectors`); ``known``: those read already in this snapshot;
-    ``memo``: the origin's copy of the live records' vectors in memory, where it holds them."""
+    half precision: :mod:`efface.vectors`): those of ``ids`` that have a vector, in the order
+    asked, and their cosines. ``known``: vectors read already in this snapshot; ``memo``: the
+    origin's copy of the live records' vectors in memory, where it holds them."""
     query = np.asarray(q.vector, dtype=np.float32)
     sims: dict[int, float] = {}
-    asked = ids
-    if memo is not None:
+    rest = ids.tolist()
+    if memo is not None and len(ids):
         held, m = memo.vectors(ids)
-        if held:
-            sims = dict(zip(held, (m @ query).tolist(), strict=True))
-        ids = [i for i in ids if i not in sims]
-        if not ids:
-            return {i: sims[i] for i in asked}
-    blobs = {i: known[i] for i in ids if i in known}
-    missing = [i for i in ids if i not in known]
+        if len(held) == len(ids):  # every one (the usual case): in the order asked already
+            return held, (m @ query).astype(np.float64)
+        sims = dict(zip(held.tolist(), (m @ query).tolist(), strict=True))
+        rest = [i for i in rest if i not in sims]
+    blobs = {i: known[i] for i in rest if i in known}
+    missing = [i for i in rest if i not in known]
     if missing:
         blobs.update(snap.embeddings(missing))
-    have = [i for i in ids if blobs.get(i)]
+    have = [i for i in rest if blobs.get(i)]
     if have:
         m = read_vectors([blobs[i] for i in have])
         sims.update(zip(have, (m @ query).tolist(), strict=True))
-    return {i: sims[i] for i in asked if i in sims}  # in the order asked, as the scaling sums them
+    got = [i for i in ids.tolist() if i in sims]  # in the order asked, as the scaling sums them
+    return np.asarray(got, dtype=np.int64), np.fromiter((sims[i] for i in got), dtype=np.float64, count=len(got))

@@ -304,9 +304,9 @@ class Liveness:
         self._tenant[ids] = codes
 
     # -- vectors -------------------------------------------------------------------------------
-    def vectors(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
-        """Those of ``ids`` whose vector is held here (records counted live), and their
-        vectors as rows of float32."""
+    def vectors(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Those of ``ids`` whose vector is held here (records counted live), in the order
+        given, and their vectors as rows of float32."""
         blocks, has = self._blocks, self._has
         arr = np.asarray(ids, dtype=np.int64)
         inside = (arr >= 0) & (arr < len(has))
@@ -314,7 +314,7 @@ class Liveness:
         ok[inside] = has[arr[inside]]
         got = arr[ok]
         if not len(got) or self._dim is None:
-            return [], np.empty((0, 0), dtype=np.float32)
+            return got[:0], np.empty((0, 0), dtype=np.float32)
         block_of, row_of = got >> BLOCK_BITS, got & (BLOCK - 1)
         first = int(block_of[0])
         only = blocks[first]
@@ -325,7 +325,7 @@ class Liveness:
             for b in np.unique(block_of).tolist():
                 at = block_of == b
                 half[at] = blocks[b][row_of[at]]
-        return got.tolist(), widen(half)
+        return got, widen(half)
 
     def holding(self, ids: Sequence[int]) -> int:
         """How many of ``ids`` this copy still counts live or holds a vector of (a row not
