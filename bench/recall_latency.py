@@ -44,7 +44,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_store import Corpus  # noqa: E402
+from bench_store import Corpus, background_loaded  # noqa: E402
 
 TENANT, PURPOSE = "acme", "assistant"
 CACHE = Path(os.environ.get("EFFACE_BENCH_CACHE", Path.home() / ".cache" / "efface-bench")) / "latency"
@@ -282,6 +282,8 @@ def run(
         for _label, fn in calls:  # warm every path and lazy load
             for i in range(5):
                 fn(i)
+        # a large store loads its postings and its copy of liveness from its first recall
+        out["builds"]["efface"]["background_loads_waited_s"] = background_loaded(store)
         log(f"measuring {len(calls)} calls x {len(qs)} queries, interleaved")
         load_before = os.getloadavg()
         lat: dict[str, list[float]] = {label: [] for label, _ in calls}
