@@ -447,9 +447,8 @@ def run_size(args) -> dict[str, Any]:
         warm = corpus.queries(20, seed=args.seed + 2)
         for _, q in warm:
             store.recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
-        loads_s = background_loaded(
-            store
-        )  # a large store's postings and copy of liveness, loading since its first recall
+        # a large store's postings and copy of liveness, loading since its first recall
+        loads_s = background_loaded(store)
         log(f"[{n}] recall: {len(queries)} queries, k=10 (background loads done {loads_s} s after the warm-up)")
         qemb_ms = []
         for _, q in queries:

@@ -243,12 +243,12 @@ def _hybrid(
             if not len(ids):
                 continue
             vote = not (lexical and getattr(p, "size", None) is not None)
-            where = np.searchsorted(union, ids)
+            where, scaled = np.searchsorted(union, ids), _scaled(p, ids, raw, ceilings.get(p.name))
             if vote:
-                total[where] += _scaled(p, ids, raw, ceilings.get(p.name))
+                total[where] += scaled
                 best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
-                tie[where] = _scaled(p, ids, raw, ceilings.get(p.name))
+                tie[where] = scaled
         # best first; then the tie-break (a lexical embedder's cosine); then by id
         fused = union[np.lexsort((union, -tie, -total))].tolist()
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
