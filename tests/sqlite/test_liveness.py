@@ -350,3 +350,29 @@ def test_records_made_and_changed_in_one_group_commit_are_read_back(tmp_path):
         assert vector_disagreements(store) == []
     finally:
         store.close()
+
+
+def test_vectors_asked_across_many_blocks_come_back_in_the_order_asked(tmp_path, monkeypatch):
+    """The copy keeps vectors in blocks of ids; a recall asks for ids from many blocks at once
+    (blocks of 4 ids here instead of 65,536), in any order and with ids it does not hold:
+    those it holds come back in the order asked, each with the origin's vector."""
+    monkeypatch.setattr(liveness_mod, "BLOCK_BITS", 2)
+    monkeypatch.setattr(liveness_mod, "BLOCK", 4)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        store.write_many(
+            [{"key": f"k{i}", "text": f"note {i} about topic {i % 7}"} for i in range(40)],
+            tenant="acme",
+            subject="alice",
+            purpose="support",
+        )
+        store.forget(tenant="acme", key="k7")
+        o = store._origin
+        stored = dict(o._r().execute("SELECT id, embedding FROM records").fetchall())
+        rng = np.random.default_rng(3)
+        for _ in range(20):
+            ask = rng.permutation(np.arange(-2, 50))[: rng.integers(1, 52)]
+            held, m = o.liveness.vectors(ask)
+            assert held.tolist() == [i for i in ask.tolist() if i in stored]
+            assert len(o.liveness._blocks) > 5
+            for rid, row in zip(held.tolist(), m, strict=True):
+                assert np.array_equal(row, read_vector(stored[rid]))

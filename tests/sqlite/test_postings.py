@@ -12,8 +12,12 @@ import time
 import apsw
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import efface
+from efface import compiled
+from efface.origin.sqlite import postings as postings_mod
 from efface.origin.sqlite import text as sqlite_text
 from efface.origin.sqlite.postings import TEXT, Postings, load
 
@@ -85,7 +89,8 @@ def _same(store) -> None:
     assert _state(live) == _state(_fresh(store))
 
 
-def test_scores_are_fts5s_own_bm25(tmp_path):
+def test_scores_are_fts5s_own_bm25(tmp_path, scan_kernel):
+    """In numpy and in the compiled walk (efface.compiled) alike."""
     rng = random.Random(7)
     with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
         for t, tenant in enumerate(("a", "b")):
@@ -387,3 +392,28 @@ def test_postings_that_fail_to_follow_a_commit_are_dropped_not_the_write(tmp_pat
         store.write("b", "bob drinks tea", tenant="t", subject="bob", purpose=PURPOSE)
         assert store._origin.text._post is None
         assert {h.key for h in store.recall("tea", tenant="t", purpose=PURPOSE)} == {"a", "b"}
+
+
+_sorted_ids = st.lists(st.integers(0, 3000), max_size=400, unique=True).map(lambda v: np.asarray(sorted(v), np.int64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cands=_sorted_ids, ids=_sorted_ids, seed=st.integers(0, 2**32 - 1))
+def test_a_terms_counts_land_on_the_candidates_that_hold_it_in_numpy_and_compiled(cands, ids, seed):
+    """_counts_into adds each candidate's count from a term's part, whichever list is longer,
+    and the compiled walk (galloping through the longer list) adds exactly what numpy's
+    searches add: the same bits in the same places."""
+    assert compiled.on(), "numba should load and compile"
+    tf = np.random.default_rng(seed).integers(1, 9, len(ids)).astype(np.float32)
+    start = np.random.default_rng(seed + 1).random(len(cands))
+    count = dict(zip(ids.tolist(), tf.tolist(), strict=True))
+    want = start + np.array([count.get(c, 0.0) for c in cands.tolist()])
+    by_numpy, by_loop = start.copy(), start.copy()
+    ready = compiled.ready
+    try:
+        compiled.ready = lambda: False  # the numpy path, in this process where the loops are compiled
+        postings_mod._counts_into(cands, ids, tf, by_numpy)
+    finally:
+        compiled.ready = ready
+    postings_mod._counts_into(cands, ids, tf, by_loop)
+    assert np.array_equal(by_numpy, want) and np.array_equal(by_loop, want)

@@ -17,14 +17,22 @@ from efface.errors import InvalidInput
 TENANT, PURPOSE = "acme", "assistant"
 
 
-def test_widen_gives_every_finite_half_exactly_as_numpy_does():
-    """vectors.widen moves a half's bits into a float's place: every one of the 63,488 finite
-    halves (subnormals and both zeros among them) comes out bit for bit as numpy's own
-    conversion gives it."""
+def test_widen_gives_every_finite_half_exactly_as_numpy_does(scan_kernel):
+    """vectors.widen moves a half's bits into a float's place, in numpy's integer passes and
+    in its compiled loop: every one of the 63,488 finite halves (subnormals and both zeros
+    among them) comes out bit for bit as numpy's own conversion gives it, in any shape, from a
+    view that is not contiguous, and past WIDEN_MAX."""
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     finite = bits[(bits & 0x7C00) != 0x7C00]
-    half = finite.view(np.float16).reshape(-1, 62)
-    assert np.array_equal(vectors.widen(half).view(np.uint32), half.astype(np.float32).view(np.uint32))
+    for half in (
+        finite.view(np.float16).reshape(-1, 62),
+        finite.view(np.float16)[::3],
+        np.tile(finite.view(np.float16), 5),
+    ):
+        got = vectors.widen(half)
+        assert got.shape == half.shape and got.dtype == np.float32
+        assert np.array_equal(got.view(np.uint32), half.astype(np.float32).view(np.uint32))
+    assert (vectors._moved.compiled is not None) == (scan_kernel == "compiled")
 
 
 def test_the_stored_form_is_half_precision_at_unit_length():

@@ -406,7 +406,7 @@ class VectorIndex:
             # Scrub noise never names a record; usearch pads a short answer with its missing-key
             # label (2**64 - 1), which a search beside removals can return.
             keep = keys < np.uint64(SENTINEL_BASE)
-            found = [int(k) for k in keys[keep]]
+            found = keys[keep].astype(np.int64).tolist()
             dists = np.asarray(got.distances, dtype=np.float64).reshape(-1)[keep].tolist()
         extra, distance = self._delta.search(query.tenant, query.vector, n)
         if extra.size == 0:

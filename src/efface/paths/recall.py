@@ -257,15 +257,16 @@ def _hybrid(
         else:
             best = _keeping(fused, best_of, k)
             rows = snap.records_by_id(best)
+    scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [
         Hit(
             key=rows[r].key,
             text=rows[r].text,
-            score=round(float(total[np.searchsorted(union, r)]), 6),
+            score=round(x, 6),
             via=tuple(via[r]),
             metadata=json.loads(rows[r].metadata),
         )
-        for r in best
+        for r, x in zip(best, scores, strict=True)
     ]
 
 

@@ -320,11 +320,14 @@ class Liveness:
         only = blocks[first]
         if only is not None and bool((block_of == first).all()):
             half = only[row_of]
-        else:
+        else:  # grouped by block: one slice of the order per block, not a mask over all ids
             half = np.empty((len(got), self._dim), dtype=np.float16)
-            for b in np.unique(block_of).tolist():
-                at = block_of == b
-                half[at] = blocks[b][row_of[at]]
+            order = np.argsort(block_of, kind="stable")
+            by_block = block_of[order]
+            starts = np.flatnonzero(np.concatenate(([True], by_block[1:] != by_block[:-1])))
+            for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(order)], strict=True):
+                at = order[lo:hi]
+                half[at] = blocks[int(by_block[lo])][row_of[at]]
         return got, widen(half)
 
     def holding(self, ids: Sequence[int]) -> int:

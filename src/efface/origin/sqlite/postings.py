@@ -34,6 +34,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ... import compiled
 from ...ranking import Ranking
 
 K1, B = 1.2, 0.75
@@ -68,6 +69,87 @@ class Change:
     def without_terms(self) -> Change:
         """This change, the removed records' terms left out (see :attr:`removed`)."""
         return Change(dict.fromkeys(self.removed), self.added)
+
+
+def _counts_into(cands: np.ndarray, ids: np.ndarray, tf: np.ndarray, f: np.ndarray) -> None:
+    """Add to ``f[j]`` the count ``tf[i]`` of each candidate ``cands[j]`` that a term's part
+    holds (``ids[i] == cands[j]``; both sorted, each distinct). Compiled (:func:`_merged`,
+    once :mod:`efface.compiled` has its loops): one walk, without the GIL. Else numpy: the
+    shorter list searched for in the longer. Both add the same counts to the same places,
+    so the scores are the same to the last bit."""
+    loop = _merged.compiled if compiled.ready() else None
+    if loop is not None:
+        loop(cands, ids, tf, f)
+    elif len(ids) < len(cands):
+        at = np.searchsorted(cands, ids)
+        hit = at < len(cands)
+        hit[hit] = cands[at[hit]] == ids[hit]
+        f[at[hit]] += tf[hit]
+    else:
+        at = np.searchsorted(ids, cands)
+        at[at >= len(ids)] = 0
+        f += np.where(ids[at] == cands, tf[at], 0.0)
+
+
+def _warm_merged(f) -> None:
+    """The layouts :func:`_counts_into` passes: ids as int64, counts as float32, into float64;
+    each of the two walks."""
+    few, many = np.array([3], np.int64), np.array([1, 3, 5], np.int64)
+    f(many, few, np.ones(1, np.float32), np.zeros(3))
+    f(few, many, np.ones(3, np.float32), np.zeros(1))
+
+
+@compiled.loop(_warm_merged)
+def _merged(cands, ids, tf, f):  # pragma: no cover - run compiled, not traced
+    """:func:`_counts_into`'s walk: the shorter list in order, each one's place in the longer
+    found by galloping on from the last place (doubling steps, then halving), so a common
+    term's long list is touched near the candidates only."""
+    if len(ids) < len(cands):
+        n = len(cands)
+        lo = 0
+        for i in range(len(ids)):
+            v = ids[i]
+            if lo >= n:
+                break
+            if cands[lo] < v:
+                prev, step, hi = lo, 1, lo + 1
+                while hi < n and cands[hi] < v:
+                    prev = hi
+                    step <<= 1
+                    hi = prev + step
+                hi = min(hi, n)
+                lo = prev + 1
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if cands[mid] < v:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+            if lo < n and cands[lo] == v:
+                f[lo] += tf[i]
+    else:
+        n = len(ids)
+        lo = 0
+        for j in range(len(cands)):
+            v = cands[j]
+            if lo >= n:
+                break
+            if ids[lo] < v:
+                prev, step, hi = lo, 1, lo + 1
+                while hi < n and ids[hi] < v:
+                    prev = hi
+                    step <<= 1
+                    hi = prev + step
+                hi = min(hi, n)
+                lo = prev + 1
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if ids[mid] < v:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+            if lo < n and ids[lo] == v:
+                f[j] += tf[lo]
 
 
 def _found(arr: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -343,19 +425,8 @@ class Postings:
             idf = max(1e-6, math.log((rows - df + 0.5) / (df + 0.5)))
             f = np.zeros(len(cands), dtype=np.float64)
             for ids, tf in parts:
-                if not len(ids):
-                    continue
-                # the shorter list is searched for in the longer (a record is in one part of a
-                # term's postings at most, so each candidate gets one count, or none)
-                if len(ids) < len(cands):
-                    at = np.searchsorted(cands, ids)
-                    hit = at < len(cands)
-                    hit[hit] = cands[at[hit]] == ids[hit]
-                    f[at[hit]] = tf[hit]
-                else:
-                    at = np.searchsorted(ids, cands)
-                    at[at >= len(ids)] = 0
-                    f += np.where(ids[at] == cands, tf[at], 0.0)
+                if len(ids):  # a record is in one part of a term's postings at most: one count
+                    _counts_into(cands, ids, tf, f)
             total += idf * (f * (K1 + 1.0)) / (f + norm)
         return Ranking(cands, total)  # the candidates in id order, as it needs them
 
