@@ -346,8 +346,11 @@ def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool, check: bool = T
     """:func:`_text_leg` on a worker, its matches checked live there (with their vectors),
     in a snapshot whose epoch it notes: while the query is encoded, or beside the ANN leg."""
     leg = _text_leg(p, q, n)
-    if leg.ranking is None or not check:
-        return leg  # a copy of liveness in memory: recall checks them, faster than a snapshot here
+    if leg.ranking is None:
+        return leg
+    if not check:  # a copy of liveness in memory: recall checks them, faster than a snapshot here
+        leg.ranking.head(n)  # ordered here, beside the ANN search (numpy lets the GIL go meanwhile)
+        return leg
     with origin.snapshot() as snap:
         epoch = snap.current_epoch()
         seen = _Checks(snap, q, vectors)

@@ -320,14 +320,19 @@ class Liveness:
         only = blocks[first]
         if only is not None and bool((block_of == first).all()):
             half = only[row_of]
-        else:  # grouped by block: one slice of the order per block, not a mask over all ids
+        else:  # grouped by block: one slice per block, not a mask over all ids
             half = np.empty((len(got), self._dim), dtype=np.float16)
-            order = np.argsort(block_of, kind="stable")
-            by_block = block_of[order]
+            ascending = bool((block_of[1:] >= block_of[:-1]).all())  # recall asks in id order
+            order = None if ascending else np.argsort(block_of, kind="stable")
+            by_block = block_of if order is None else block_of[order]
             starts = np.flatnonzero(np.concatenate(([True], by_block[1:] != by_block[:-1])))
-            for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(order)], strict=True):
-                at = order[lo:hi]
-                half[at] = blocks[int(by_block[lo])][row_of[at]]
+            for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(got)], strict=True):
+                block = blocks[int(by_block[lo])]
+                if order is None:
+                    half[lo:hi] = block[row_of[lo:hi]]
+                else:
+                    at = order[lo:hi]
+                    half[at] = block[row_of[at]]
         return got, widen(half)
 
     def holding(self, ids: Sequence[int]) -> int:
