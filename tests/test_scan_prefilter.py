@@ -124,6 +124,42 @@ def test_a_large_store_compiles_in_the_background_when_opened(tmp_path, monkeypa
     compiled.warm(str(tmp_path / "missing"))  # already chosen: nothing to do, no error
 
 
+def test_a_store_that_grows_past_the_size_compiles_its_loops_for_recall(tmp_path, monkeypatch):
+    """A store opened small and written to past COMPILE_AT starts the compile after the
+    write that took it there (once), so its recalls get the compiled loops without a
+    reopen; its recalls meanwhile answer the same as they do after."""
+    import efface
+
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+    started: list[str] = []
+    real_thread = compiled.threading.Thread
+
+    def counting(*a, **kw):
+        started.append(kw.get("name", ""))
+        return real_thread(*a, **kw)
+
+    monkeypatch.setattr(compiled.threading, "Thread", counting)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        size = sum(f.stat().st_size for f in (tmp_path / "s").iterdir() if f.is_file())
+        monkeypatch.setattr(compiled, "COMPILE_AT", size + 200_000)
+        store.write_many([{"key": "k0", "text": "tea in the morning"}], tenant="acme", subject="ann", purpose="support")
+        assert not compiled.ready() and started == []  # still under the size
+        before = store.recall("morning tea", tenant="acme", purpose="support", k=5)
+        for b in range(6):
+            store.write_many(
+                [{"key": f"k{b}-{i}", "text": f"note {i} of batch {b} " + "filler words " * 20} for i in range(200)],
+                tenant="acme",
+                subject="ann",
+                purpose="support",
+            )
+        deadline = time.monotonic() + 60
+        while not compiled.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert compiled.ready() and started.count("efface-compile") == 1
+        after = store.recall("morning tea", tenant="acme", purpose="support", k=5)
+        assert [h.key for h in after][:1] == [h.key for h in before][:1] == ["k0"]
+
+
 def test_warm_on_a_missing_directory_does_nothing(tmp_path):
     compiled.warm(str(tmp_path / "missing"))
     assert not compiled.ready()

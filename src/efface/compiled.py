@@ -7,11 +7,17 @@ each step is several passes over large arrays; a loop that keeps a value in a re
 it in one. The loops are written here as plain Python functions beside the code they belong
 to (:mod:`efface.erasure.prefilter`, :mod:`efface.origin.sqlite.physical`) and registered with
 :func:`loop`; numba compiles them with the GIL released, so the scan's threads add up.
+Recall has two: the half-precision vectors it scores widened to float32 in one pass
+(:mod:`efface.vectors`), and each query word's postings walked against the candidates the
+words found (:mod:`efface.origin.sqlite.postings`), which at a million records took a binary
+search per candidate through a common word's list of hundreds of thousands; the word leg
+runs them on its worker thread without the GIL, beside the ANN search.
 
 Every caller keeps its numpy version, which is what runs when the loops are not compiled:
 numba missing or failing on a platform (a warning says why), ``EFFACE_SCAN_KERNEL=numpy``, or
 a small store (a scan of less than :data:`COMPILE_AT` bytes takes less time than loading
-numba, about a second). Tests run both and compare them. numba caches the compiled code on
+numba, about a second; recall never waits for the compile, and uses the loops once they are
+ready). Tests run both and compare them. numba caches the compiled code on
 disk (beside the module, or in its user cache when that is not writable): code only, no data.
 """
 
@@ -34,6 +40,8 @@ _lock = threading.Lock()
 _loops: list[Loop] = []
 _on: bool | None = None
 """None until chosen; then whether the loops are compiled."""
+_warming = False
+"""Whether :func:`warm` has started the compile on a thread already."""
 
 
 class Loop:
@@ -111,23 +119,27 @@ def ready() -> bool:
 
 def warm(root: str) -> None:
     """For a store of at least :data:`COMPILE_AT` bytes, compile the loops on a background
-    thread, so that its first erasure does not wait for numba (about a second: numba's
-    import and its cache, more on a machine's first run)."""
-    if _on is not None:
+    thread (once per process), so that its first erasure does not wait for numba (about a
+    second: numba's import and its cache, more on a machine's first run), and its recalls
+    use the compiled loops (:mod:`efface.vectors`, :mod:`efface.origin.sqlite.postings`),
+    which use them once they are ready and never wait for them."""
+    global _warming
+    if _on is not None or _warming:
         return
     try:
         size = sum(e.stat().st_size for e in os.scandir(root) if e.is_file())
     except OSError:
         return  # nothing to size yet: the first large scan compiles instead
     if size >= COMPILE_AT:
+        _warming = True
         threading.Thread(target=on, name="efface-compile", daemon=True).start()
 
 
 def reset() -> None:
     """Forget the choice made (tests, and benchmarks that compare the two): the next scan
     chooses again, reading ``EFFACE_SCAN_KERNEL``."""
-    global _on
+    global _on, _warming
     with _lock:
-        _on = None
+        _on, _warming = None, False
         for one in _loops:
             one.compiled = None

@@ -147,7 +147,9 @@ class Store:
         if background:
             self._ann.yielding = True  # recall searches the un-absorbed delta exactly meanwhile
             self._compactor.start()
-        compiled.warm(self.path)  # a large store's first erasure should not wait for the scan's compile
+        # a large store's first erasure should not wait for the scan's compile, nor its recalls run
+        # their numpy loops (efface.compiled); a store that grows to that size compiles them then
+        compiled.warm(self.path)
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -292,6 +294,7 @@ class Store:
         epoch, outcome = self._mutate("write", tenant, body, after=self._erasures.drop_mentions if replace else None)
         if outcome is not None:
             self._erasures.notify(self._erasures.receipt(epoch, outcome, name))
+        compiled.warm(self.path)  # a store grown past the size at which recall's loops pay: compile them
         return epoch
 
     def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
@@ -539,7 +542,9 @@ class Store:
     def compact(self) -> int:
         """Bring every derived artifact up to the newest epoch and save it. Returns that epoch."""
         self._check_open()
-        return self._compactor.run(persist=True)
+        epoch = self._compactor.run(persist=True)
+        compiled.warm(self.path)
+        return epoch
 
     # -- introspection ---------------------------------------------------------------------------
     def stats(self, *, tenant: str | None = None) -> dict:

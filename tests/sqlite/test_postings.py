@@ -398,22 +398,31 @@ _sorted_ids = st.lists(st.integers(0, 3000), max_size=400, unique=True).map(lamb
 
 
 @settings(max_examples=300, deadline=None)
-@given(cands=_sorted_ids, ids=_sorted_ids, seed=st.integers(0, 2**32 - 1))
-def test_a_terms_counts_land_on_the_candidates_that_hold_it_in_numpy_and_compiled(cands, ids, seed):
-    """_counts_into adds each candidate's count from a term's part, whichever list is longer,
-    and the compiled walk (galloping through the longer list) adds exactly what numpy's
-    searches add: the same bits in the same places."""
+@given(cands=_sorted_ids, ids=_sorted_ids, split=st.integers(0, 400), seed=st.integers(0, 2**32 - 1))
+def test_a_terms_bm25_lands_on_the_candidates_that_hold_it_in_numpy_and_compiled(cands, ids, split, seed):
+    """_term_into adds one term's BM25 to each candidate that holds it, from a term's parts
+    (its sorted array and its tail: disjoint), whichever list is longer; the compiled walk
+    (galloping through the longer list) gives exactly numpy's totals, bit for bit, and both
+    the formula's."""
     assert compiled.on(), "numba should load and compile"
-    tf = np.random.default_rng(seed).integers(1, 9, len(ids)).astype(np.float32)
-    start = np.random.default_rng(seed + 1).random(len(cands))
+    rng = np.random.default_rng(seed)
+    tf = rng.integers(1, 9, len(ids)).astype(np.float32)
+    mine = rng.random(len(ids)) < split / 400  # which ids the tail holds
+    parts = [(ids[~mine], tf[~mine]), (ids[mine], tf[mine])]
+    norm, start, idf = rng.random(len(cands)) * 2 + 0.1, rng.random(len(cands)), float(rng.random() * 5)
     count = dict(zip(ids.tolist(), tf.tolist(), strict=True))
-    want = start + np.array([count.get(c, 0.0) for c in cands.tolist()])
+    want = np.array(
+        [
+            s + (idf * (count.get(c, 0.0) * (postings_mod.K1 + 1.0))) / (count.get(c, 0.0) + m)
+            for c, s, m in zip(cands.tolist(), start.tolist(), norm.tolist(), strict=True)
+        ]
+    )
     by_numpy, by_loop = start.copy(), start.copy()
     ready = compiled.ready
     try:
         compiled.ready = lambda: False  # the numpy path, in this process where the loops are compiled
-        postings_mod._counts_into(cands, ids, tf, by_numpy)
+        postings_mod._term_into(cands, parts, norm, idf, by_numpy)
     finally:
         compiled.ready = ready
-    postings_mod._counts_into(cands, ids, tf, by_loop)
+    postings_mod._term_into(cands, parts, norm, idf, by_loop)
     assert np.array_equal(by_numpy, want) and np.array_equal(by_loop, want)

@@ -71,39 +71,53 @@ class Change:
         return Change(dict.fromkeys(self.removed), self.added)
 
 
-def _counts_into(cands: np.ndarray, ids: np.ndarray, tf: np.ndarray, f: np.ndarray) -> None:
-    """Add to ``f[j]`` the count ``tf[i]`` of each candidate ``cands[j]`` that a term's part
-    holds (``ids[i] == cands[j]``; both sorted, each distinct). Compiled (:func:`_merged`,
-    once :mod:`efface.compiled` has its loops): one walk, without the GIL. Else numpy: the
-    shorter list searched for in the longer. Both add the same counts to the same places,
-    so the scores are the same to the last bit."""
+def _term_into(
+    cands: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray]], norm: np.ndarray, idf: float, total: np.ndarray
+) -> None:
+    """Add one term's BM25 to the total of each candidate (``cands``, sorted) that holds it:
+    ``idf * tf * (K1 + 1) / (tf + norm)``, its count ``tf`` read from the term's parts (ids
+    sorted and distinct; a record is in one part at most). Compiled (:func:`_merged`, once
+    :mod:`efface.compiled` has its loops): one walk per part, without the GIL, adding where
+    a candidate holds the term. Else numpy: the shorter list searched for in the longer, the
+    counts gathered, then the formula over every candidate (0 where it holds none). Both
+    make the same float operations in the same order, so the totals are the same to the
+    last bit."""
     loop = _merged.compiled if compiled.ready() else None
     if loop is not None:
-        loop(cands, ids, tf, f)
-    elif len(ids) < len(cands):
-        at = np.searchsorted(cands, ids)
-        hit = at < len(cands)
-        hit[hit] = cands[at[hit]] == ids[hit]
-        f[at[hit]] += tf[hit]
-    else:
-        at = np.searchsorted(ids, cands)
-        at[at >= len(ids)] = 0
-        f += np.where(ids[at] == cands, tf[at], 0.0)
+        for ids, tf in parts:
+            if len(ids):
+                loop(cands, ids, tf, norm, idf, K1 + 1.0, total)
+        return
+    f = np.zeros(len(cands), dtype=np.float64)
+    for ids, tf in parts:
+        if not len(ids):
+            continue
+        if len(ids) < len(cands):
+            at = np.searchsorted(cands, ids)
+            hit = at < len(cands)
+            hit[hit] = cands[at[hit]] == ids[hit]
+            f[at[hit]] = tf[hit]
+        else:
+            at = np.searchsorted(ids, cands)
+            at[at >= len(ids)] = 0
+            f += np.where(ids[at] == cands, tf[at], 0.0)
+    total += idf * (f * (K1 + 1.0)) / (f + norm)
 
 
 def _warm_merged(f) -> None:
-    """The layouts :func:`_counts_into` passes: ids as int64, counts as float32, into float64;
+    """The layouts :func:`_term_into` passes: ids as int64, counts as float32, the rest float64;
     each of the two walks."""
     few, many = np.array([3], np.int64), np.array([1, 3, 5], np.int64)
-    f(many, few, np.ones(1, np.float32), np.zeros(3))
-    f(few, many, np.ones(3, np.float32), np.zeros(1))
+    f(many, few, np.ones(1, np.float32), np.ones(3), 1.5, 2.2, np.zeros(3))
+    f(few, many, np.ones(3, np.float32), np.ones(1), 1.5, 2.2, np.zeros(1))
 
 
 @compiled.loop(_warm_merged)
-def _merged(cands, ids, tf, f):  # pragma: no cover - run compiled, not traced
-    """:func:`_counts_into`'s walk: the shorter list in order, each one's place in the longer
+def _merged(cands, ids, tf, norm, idf, k1p, total):  # pragma: no cover - run compiled, not traced
+    """:func:`_term_into`'s walk: the shorter list in order, each one's place in the longer
     found by galloping on from the last place (doubling steps, then halving), so a common
-    term's long list is touched near the candidates only."""
+    term's long list is touched near the candidates only; where a candidate holds the term,
+    its BM25 added to its total."""
     if len(ids) < len(cands):
         n = len(cands)
         lo = 0
@@ -126,7 +140,8 @@ def _merged(cands, ids, tf, f):  # pragma: no cover - run compiled, not traced
                     else:
                         hi = mid
             if lo < n and cands[lo] == v:
-                f[lo] += tf[i]
+                t = np.float64(tf[i])
+                total[lo] += (idf * (t * k1p)) / (t + norm[lo])
     else:
         n = len(ids)
         lo = 0
@@ -149,7 +164,8 @@ def _merged(cands, ids, tf, f):  # pragma: no cover - run compiled, not traced
                     else:
                         hi = mid
             if lo < n and ids[lo] == v:
-                f[j] += tf[lo]
+                t = np.float64(tf[lo])
+                total[j] += (idf * (t * k1p)) / (t + norm[j])
 
 
 def _found(arr: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -423,11 +439,7 @@ class Postings:
         total = np.zeros(len(cands), dtype=np.float64)
         for df, parts in score:
             idf = max(1e-6, math.log((rows - df + 0.5) / (df + 0.5)))
-            f = np.zeros(len(cands), dtype=np.float64)
-            for ids, tf in parts:
-                if len(ids):  # a record is in one part of a term's postings at most: one count
-                    _counts_into(cands, ids, tf, f)
-            total += idf * (f * (K1 + 1.0)) / (f + norm)
+            _term_into(cands, parts, norm, idf, total)
         return Ranking(cands, total)  # the candidates in id order, as it needs them
 
 
