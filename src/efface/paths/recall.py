@@ -51,8 +51,10 @@ budget included, which score the records the rarer ones found without finding an
 words within the budget where FTS5 ranks (a store still loading them).
 
 The full-text leg runs on a worker thread while the caller's thread encodes the query and
-searches the ANN index: SQLite (apsw) and onnxruntime release the GIL, so on two cores a
-recall costs about the longest of the three instead of their sum. Its candidates, read in the
+searches the ANN index: SQLite (apsw), onnxruntime and the leg's compiled walk of the
+postings (efface.compiled) release the GIL, so on two cores a recall costs about the longest
+of the three instead of their sum (usearch holds the GIL while it searches: the leg's Python
+waits for it, its compiled and numpy steps do not). Its candidates, read in the
 worker's own snapshot, are resolved in the recall's snapshot like any other path's. With a
 lexical embedder the encode takes microseconds, and the leg runs in the caller's thread: the
 hand-off to a worker and back costs two waits for the GIL on a busy server.
