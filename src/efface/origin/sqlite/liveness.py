@@ -328,6 +328,7 @@ class Liveness:
             starts = np.flatnonzero(np.concatenate(([True], by_block[1:] != by_block[:-1])))
             for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(got)], strict=True):
                 block = blocks[int(by_block[lo])]
+                assert block is not None  # an id held here has its block
                 if order is None:
                     half[lo:hi] = block[row_of[lo:hi]]
                 else:
