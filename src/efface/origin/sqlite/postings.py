@@ -118,54 +118,32 @@ def _merged(cands, ids, tf, norm, idf, k1p, total):  # pragma: no cover - run co
     found by galloping on from the last place (doubling steps, then halving), so a common
     term's long list is touched near the candidates only; where a candidate holds the term,
     its BM25 added to its total."""
-    if len(ids) < len(cands):
-        n = len(cands)
-        lo = 0
-        for i in range(len(ids)):
-            v = ids[i]
-            if lo >= n:
-                break
-            if cands[lo] < v:
-                prev, step, hi = lo, 1, lo + 1
-                while hi < n and cands[hi] < v:
-                    prev = hi
-                    step <<= 1
-                    hi = prev + step
-                hi = min(hi, n)
-                lo = prev + 1
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if cands[mid] < v:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-            if lo < n and cands[lo] == v:
-                t = np.float64(tf[i])
-                total[lo] += (idf * (t * k1p)) / (t + norm[lo])
-    else:
-        n = len(ids)
-        lo = 0
-        for j in range(len(cands)):
-            v = cands[j]
-            if lo >= n:
-                break
-            if ids[lo] < v:
-                prev, step, hi = lo, 1, lo + 1
-                while hi < n and ids[hi] < v:
-                    prev = hi
-                    step <<= 1
-                    hi = prev + step
-                hi = min(hi, n)
-                lo = prev + 1
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if ids[mid] < v:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-            if lo < n and ids[lo] == v:
-                t = np.float64(tf[lo])
-                total[j] += (idf * (t * k1p)) / (t + norm[j])
+    by_ids = len(ids) < len(cands)
+    walk, search = (ids, cands) if by_ids else (cands, ids)
+    n = len(search)
+    lo = 0
+    for x in range(len(walk)):
+        v = walk[x]
+        if lo >= n:
+            break
+        if search[lo] < v:
+            prev, step, hi = lo, 1, lo + 1
+            while hi < n and search[hi] < v:
+                prev = hi
+                step <<= 1
+                hi = prev + step
+            hi = min(hi, n)
+            lo = prev + 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if search[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        if lo < n and search[lo] == v:
+            i, j = (x, lo) if by_ids else (lo, x)
+            t = np.float64(tf[i])
+            total[j] += (idf * (t * k1p)) / (t + norm[j])
 
 
 def _found(arr: np.ndarray, ids: np.ndarray) -> np.ndarray:
