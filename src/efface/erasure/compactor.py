@@ -6,7 +6,9 @@ background on its own thread or be driven by a caller (``compact()``, ``wait()``
 thread). One round: honour due expiries, let every asynchronous path absorb the change log,
 and when it is due (an erasure waiting for its bytes to go, or periodically) persist the
 paths that live in the origin's file, rebuild its key indexes and checkpoint its WAL, then
-save the other paths' files and prune the change log.
+save the other paths' files and prune the change log. Once the store is idle (no mutation
+for ``IDLE_S``, no erasure owed), it tidies: the word index's segments merged into one, in
+short steps that give way to the next mutation (:mod:`efface.origin.sqlite.segments`).
 
 Reads never wait for it: it takes the origin's write lock only for the origin's own
 maintenance writes, and the paths let searches run beside their absorption.
@@ -27,6 +29,11 @@ PERSIST_EVERY_S = 30.0
 ERASE_PERSIST_S = 0.5
 """After an erasure, the compactor erases its bytes from every artifact's files at most this
 long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``)."""
+IDLE_S = 2.0
+"""No mutation for this long and nothing owed: the store is idle, and the compactor tidies
+(:meth:`Compactor.tidy`)."""
+TIDY_S = 1.0
+"""How long one round tidies at most before it looks for new work."""
 
 log = logging.getLogger("efface")
 
@@ -57,6 +64,7 @@ class Compactor:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._rounds = 0
+        self._seen_epoch, self._seen_at, self._tidy_done = -1, time.monotonic(), False
         self._round_done = threading.Condition()
         """Notified after each round, so a waiter sleeps until something may have changed."""
 
@@ -146,6 +154,27 @@ class Compactor:
         self._step()
         return applied
 
+    def tidy(self, *, idle_s: float | None = None, budget_s: float | None = None) -> bool:
+        """Once no mutation has committed for ``idle_s`` and no erasure is owed, merge the
+        word index's segments (``merge_segments`` of the origin's physical side, where it has
+        one), in steps, for ``budget_s`` at most, stopping at the next mutation. A forget then
+        deletes from one segment instead of a dozen. Returns True when it is done until the
+        next mutation."""
+        merge = getattr(getattr(self._origin, "physical", None), "merge_segments", None)
+        if merge is None:
+            return True
+        idle_s = IDLE_S if idle_s is None else idle_s
+        now = time.monotonic()
+        epoch = self._origin.current_epoch()
+        if epoch != self._seen_epoch:
+            self._seen_epoch, self._seen_at, self._tidy_done = epoch, now, False
+        if self._tidy_done or now - self._seen_at < idle_s or self.erasure_unsaved or self._checkpoint_owed:
+            return self._tidy_done
+        until = now + (TIDY_S if budget_s is None else budget_s)
+        woken = self._wake.is_set if self.running else lambda: False  # driven by a caller: no wake-ups
+        self._tidy_done = bool(merge(lambda: woken() or self._stop.is_set() or time.monotonic() > until))
+        return self._tidy_done
+
     def _step(self) -> None:
         """A round, or a step of one that a waiter may act on, has finished."""
         with self._round_done:
@@ -164,6 +193,8 @@ class Compactor:
                 periodic = now - self._last_persist > PERSIST_EVERY_S
                 hurry = self.erasure_unsaved and now - self._last_erase > ERASE_PERSIST_S
                 self.run(persist=periodic or hurry, whole=periodic)
+                if not self._wake.is_set():
+                    self.tidy()
             except Exception:  # keep the worker alive; the next round retries
                 if self._stop.is_set():
                     return

@@ -21,6 +21,7 @@ from ... import compiled, foreground
 from .edge import guarded, savepoint
 from .gaps import PageLog, Scrubbed, scrub
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
+from .segments import consolidate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .origin import SQLiteOrigin
@@ -377,6 +378,11 @@ class SQLitePhysical:
                 o.writer.execute(f"REINDEX {index}")
             o.writer.execute("UPDATE meta SET v='0' WHERE k=?", (REINDEX,))
         return True
+
+    def merge_segments(self, stop: Callable[[], bool] | None = None, *, always: bool = False) -> bool:
+        """Merge the word index's segments into one, in short steps (:mod:`.segments`): an
+        idle store's forgets then delete from one segment. Returns True when none is left."""
+        return consolidate(self._o, stop, always=always)
 
     def rewrite(self) -> bool:
         """Rebuild the whole database file (VACUUM) and checkpoint it; True once the WAL is
