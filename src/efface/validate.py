@@ -114,7 +114,7 @@ def metadata(value: Any) -> str:
     if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
         _shallow(value)
     try:
-        encoded = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        encoded = _canonical(value)
         raw = _utf8(encoded, "metadata")
     except (TypeError, ValueError) as exc:
         if isinstance(exc, InvalidInput):
@@ -124,6 +124,9 @@ def metadata(value: Any) -> str:
         raise InvalidInput(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     return encoded
 
+
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False).encode
+"""``json.dumps`` with these options, without building an encoder per call (~1 us an item)."""
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Value types with nothing nested inside (exact types: a subclass may be anything)."""
