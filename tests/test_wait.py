@@ -3,6 +3,8 @@ too, not leave their bytes to the next periodic save (30 s away)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from efface.erasure import compactor
@@ -94,3 +96,33 @@ def test_wait_scans_the_origin_while_the_ann_file_is_saved(open_store, no_period
     assert store.wait(receipt.handle, timeout=20, tenant="t").erased
     assert scanned_before_erase_ended == [True]
     assert store.verify(receipt.handle, tenant="t").level == "erased"
+
+
+def test_a_waited_on_erasure_is_not_held_back_by_the_last_ones(open_store, no_periodic_save, monkeypatch):
+    """Erasures nobody waits on are erased in batches (at most every ERASE_PERSIST_S); one a
+    caller waits on is erased at once. With the batching interval made endless, only the
+    waiter's hurry can bring the second of two back-to-back erasures to `erased`."""
+    monkeypatch.setattr(compactor, "ERASE_PERSIST_S", 1e9)
+    store = open_store(background=True, compact_interval=0.05)
+    for s in ("a", "b"):
+        store.write_many(
+            [{"key": f"{s}{i}", "text": f"note {i} about {s}"} for i in range(5)], tenant="t", subject=s, purpose="p"
+        )
+    first = store.forget(subject="a", tenant="t")
+    assert store.wait(first.handle, timeout=20, tenant="t").erased
+    second = store.forget(subject="b", tenant="t")  # right after the first's save
+    assert store.wait(second.handle, timeout=20, tenant="t").erased
+    assert store.verify(second.handle, tenant="t").level == "erased"
+
+
+def test_without_a_waiter_erasures_wait_for_the_batch(open_store, no_periodic_save, monkeypatch):
+    """The other side: with nobody waiting and the interval endless, the bytes stay (so the
+    test above passes because of the waiter, not by chance)."""
+    monkeypatch.setattr(compactor, "ERASE_PERSIST_S", 1e9)
+    store = open_store(background=True, compact_interval=0.05)
+    store.write("k", "a note about b", tenant="t", subject="b", purpose="p")
+    receipt = store.forget(subject="b", tenant="t")
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert not store.status(receipt.handle, tenant="t").erased
+        time.sleep(0.05)

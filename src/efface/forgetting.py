@@ -204,7 +204,7 @@ class Erasures:
             if not self.compactor.running:
                 time.sleep(0.005)  # this loop is the compactor: run it again soon
                 continue
-            self.compactor.wake()
+            self.compactor.wake(urgent=until == "erased")  # a waiter: no batching delay
             # Sleep until the compactor finishes a round (it moves the paths along), not in a
             # busy poll: many waiters on a served store would otherwise spin on status reads.
             # A read's own catch-up can also move a path, hence the bound.

@@ -28,7 +28,9 @@ from .propagation import Propagation
 PERSIST_EVERY_S = 30.0
 ERASE_PERSIST_S = 0.5
 """After an erasure, the compactor erases its bytes from every artifact's files at most this
-long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``)."""
+long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``),
+unless someone waits for them (:meth:`Compactor.wake` with ``urgent``): a stream of forgets
+that nobody waits on is erased in batches, a waited-on one at once."""
 IDLE_S = 2.0
 """No mutation for this long and nothing owed: the store is idle, and the compactor tidies
 (:meth:`Compactor.tidy`)."""
@@ -59,6 +61,8 @@ class Compactor:
         self._last_persist = self._last_erase = time.monotonic()
         # An erasure may be waiting for its bytes to go since before a restart: save soon.
         self.erasure_unsaved = True
+        self._urgent = False
+        """A caller waits for an erasure's bytes to go: erase them this round."""
         self._checkpoint_owed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -83,10 +87,14 @@ class Compactor:
         if self._thread is not None:
             self._thread.join()
 
-    def wake(self, erased: bool = False) -> None:
-        """A mutation committed: absorb it promptly (and, after an erasure, erase its bytes)."""
+    def wake(self, erased: bool = False, urgent: bool = False) -> None:
+        """A mutation committed: absorb it promptly (and, after an erasure, erase its bytes).
+        ``urgent``: a caller waits for an erasure to be erased; its bytes go this round,
+        not ``ERASE_PERSIST_S`` after the last erasure's."""
         if erased:
             self.erasure_unsaved = True
+        if urgent:
+            self._urgent = True
         self._wake.set()
 
     @property
@@ -191,7 +199,8 @@ class Compactor:
                 self._expire()
                 now = time.monotonic()
                 periodic = now - self._last_persist > PERSIST_EVERY_S
-                hurry = self.erasure_unsaved and now - self._last_erase > ERASE_PERSIST_S
+                urgent, self._urgent = self._urgent, False
+                hurry = self.erasure_unsaved and (urgent or now - self._last_erase > ERASE_PERSIST_S)
                 self.run(persist=periodic or hurry, whole=periodic)
                 if not self._wake.is_set():
                     self.tidy()
