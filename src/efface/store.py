@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -147,12 +147,9 @@ class Store:
         if background:
             self._ann.yielding = True  # recall searches the un-absorbed delta exactly meanwhile
             self._compactor.start()
-        # a large store's first erasure should not wait for the scan's compile, nor its recalls run
-        # their numpy loops (efface.compiled); a store that grows to that size compiles them then
+        # a large store's erasures and recalls use compiled loops at once (efface.compiled); a growing one, later
         compiled.warm(self.path)
-        files: Sequence[str] = getattr(getattr(self._origin, "physical", None), "files", tuple)()
-        self._grows = tuple(f for f in files if not f.endswith("-shm"))
-        """The files a write makes larger (sized after each write, for compiled.warm)."""
+        self._grows: tuple[str, ...] = getattr(getattr(self._origin, "physical", None), "growing", tuple)()
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -297,8 +294,7 @@ class Store:
         epoch, outcome = self._mutate("write", tenant, body, after=self._erasures.drop_mentions if replace else None)
         if outcome is not None:
             self._erasures.notify(self._erasures.receipt(epoch, outcome, name))
-        # a store grown past the size at which recall's loops pay: compile them
-        compiled.warm(self.path, self._grows)
+        compiled.warm(self.path, self._grows)  # a store grown past the size at which recall's loops pay
         return epoch
 
     def retain(self, key: str, *, tenant: str, subject: str, purpose: str, basis: str, ttl: Any = None) -> int:
@@ -544,14 +540,9 @@ class Store:
 
     # -- compaction ----------------------------------------------------------------------------
     def compact(self) -> int:
-        """Bring every derived artifact up to the newest epoch and save it, and merge the word
-        index's segments into one (so that forgets delete from one). Returns that epoch."""
+        """Bring every derived artifact up to the newest epoch, save it, merge the word index. Returns that epoch."""
         self._check_open()
-        epoch = self._compactor.run(persist=True)
-        # the word index in one segment: a forget's deletes then look in one (see .segments)
-        merge = getattr(getattr(self._origin, "physical", None), "merge_segments", None)
-        if merge is not None:
-            merge(always=True)
+        epoch = self._compactor.run(persist=True, merge=True)
         compiled.warm(self.path)
         return epoch
 

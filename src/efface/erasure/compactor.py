@@ -115,12 +115,14 @@ class Compactor:
             p.catch_up(upto)
         self._propagation.measure("absorb", before, self._propagation.applied_epochs())
 
-    def run(self, persist: bool, whole: bool = True) -> int:
+    def run(self, persist: bool, whole: bool = True, merge: bool = False) -> int:
         """One round; returns the oldest applied epoch among the paths. With ``persist``,
         the paths' bytes of absorbed erasures go from their files: with ``whole``, every
         path saves its files whole; without, the asynchronous paths only take the erased
         bytes out of their files (:meth:`ReadPath.erase`, cheap where a path can), and the
-        next whole save comes with the periodic one."""
+        next whole save comes with the periodic one. With ``merge``, the word index's segments
+        are then merged into one, whatever it costs (``Store.compact``: :mod:`.segments` of
+        the SQLite origin)."""
         physical = getattr(self._origin, "physical", None)
         with self._mu:
             self.absorb()
@@ -159,6 +161,8 @@ class Compactor:
                 self._checkpoint_owed = not physical.checkpoint()
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             applied = min(p.applied_epoch() for p in self._paths)
+        if merge and (merging := self._merge()) is not None:
+            merging(always=True)
         self._step()
         return applied
 
@@ -168,7 +172,7 @@ class Compactor:
         one), in steps, for ``budget_s`` at most, stopping at the next mutation. A forget then
         deletes from one segment instead of a dozen. Returns True when it is done until the
         next mutation."""
-        merge = getattr(getattr(self._origin, "physical", None), "merge_segments", None)
+        merge = self._merge()
         if merge is None:
             return True
         idle_s = IDLE_S if idle_s is None else idle_s
@@ -182,6 +186,10 @@ class Compactor:
         woken = self._wake.is_set if self.running else lambda: False  # driven by a caller: no wake-ups
         self._tidy_done = bool(merge(lambda: woken() or self._stop.is_set() or time.monotonic() > until))
         return self._tidy_done
+
+    def _merge(self) -> Callable[..., bool] | None:
+        """The origin's merge of its word index's segments, where it has one."""
+        return getattr(getattr(self._origin, "physical", None), "merge_segments", None)
 
     def _step(self) -> None:
         """A round, or a step of one that a waiter may act on, has finished."""

@@ -340,6 +340,10 @@ class SQLitePhysical:
         """The origin's files (absolute paths)."""
         return [self._o.path + suffix for suffix in ("", "-wal", "-shm")]
 
+    def growing(self) -> tuple[str, ...]:
+        """The files a write makes larger: the database and its WAL."""
+        return (self._o.path, self._o.path + "-wal")
+
     def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
         image (with secure_delete, the only place deleted bytes can linger) stays in the WAL.
