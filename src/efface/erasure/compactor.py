@@ -31,7 +31,7 @@ ERASE_PERSIST_S = 0.5
 long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``),
 unless someone waits for them (:meth:`Compactor.wake` with ``urgent``): a stream of forgets
 that nobody waits on is erased in batches, a waited-on one at once."""
-IDLE_S = 2.0
+IDLE_S = 5.0
 """No mutation for this long and nothing owed: the store is idle, and the compactor tidies
 (:meth:`Compactor.tidy`)."""
 TIDY_S = 1.0
