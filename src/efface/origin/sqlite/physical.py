@@ -341,8 +341,8 @@ class SQLitePhysical:
         return [self._o.path + suffix for suffix in ("", "-wal", "-shm")]
 
     def growing(self) -> tuple[str, ...]:
-        """The files a write makes larger: the database and its WAL."""
-        return (self._o.path, self._o.path + "-wal")
+        """The files a write makes larger: the database and its WAL (not the WAL's index)."""
+        return tuple(f for f in self.files() if not f.endswith("-shm"))
 
     def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
