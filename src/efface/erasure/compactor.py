@@ -26,6 +26,15 @@ from ..paths.base import ReadPath
 from .propagation import Propagation
 
 PERSIST_EVERY_S = 30.0
+"""How often the asynchronous paths save their files whole while they change (what a reopen
+then need not absorb again from the change log)."""
+QUIET_S = 10.0
+"""A periodic whole save waits until no erasure has been acknowledged for this long: at a
+million records it holds the GIL for about a second (usearch serialises the index), and an
+erasure's ``wait`` and ``verify`` that ran into it took 2.4 s instead of 0.8-1.1. The
+erased bytes do not wait for it: they go in place (:meth:`ReadPath.erase`)."""
+PERSIST_LATEST_S = 300.0
+"""A stream of erasures defers a whole save this long at most."""
 ERASE_PERSIST_S = 0.5
 """After an erasure, the compactor erases its bytes from every artifact's files at most this
 long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``),
@@ -58,7 +67,7 @@ class Compactor:
         self._interval = interval
         self._mu = threading.Lock()
         """One round at a time (the background thread, compact() and wait() may race)."""
-        self._last_persist = self._last_erase = time.monotonic()
+        self._last_persist = self._last_erase = self._erased_at = time.monotonic()
         # An erasure may be waiting for its bytes to go since before a restart: save soon.
         self.erasure_unsaved = True
         self._urgent = False
@@ -93,6 +102,7 @@ class Compactor:
         not ``ERASE_PERSIST_S`` after the last erasure's."""
         if erased:
             self.erasure_unsaved = True
+            self._erased_at = time.monotonic()
         if urgent:
             self._urgent = True
         self._wake.set()
@@ -107,6 +117,16 @@ class Compactor:
         """Sleep until a round (or step) after the ``seen``-th has finished, or ``timeout`` seconds."""
         with self._round_done:
             self._round_done.wait_for(lambda: self._rounds > seen, timeout)
+
+    def save_due(self, now: float, urgent: bool = False) -> bool:
+        """Whether this round saves the paths' files whole: every ``PERSIST_EVERY_S``, but
+        not while erasures come (one in the last ``QUIET_S``, or one waited for), unless
+        the last whole save is ``PERSIST_LATEST_S`` old."""
+        since = now - self._last_persist
+        if since > PERSIST_LATEST_S:
+            return True
+        quiet = not urgent and now - self._erased_at > QUIET_S
+        return since > PERSIST_EVERY_S and quiet
 
     def absorb(self, upto: int | None = None) -> None:
         """Bring the asynchronous paths up to ``upto`` (default: everything)."""
@@ -206,8 +226,8 @@ class Compactor:
             try:
                 self._expire()
                 now = time.monotonic()
-                periodic = now - self._last_persist > PERSIST_EVERY_S
                 urgent, self._urgent = self._urgent, False
+                periodic = self.save_due(now, urgent)
                 hurry = self.erasure_unsaved and (urgent or now - self._last_erase > ERASE_PERSIST_S)
                 self.run(persist=periodic or hurry, whole=periodic)
                 if not self._wake.is_set():
