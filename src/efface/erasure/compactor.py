@@ -37,7 +37,8 @@ PERSIST_LATEST_S = 300.0
 """A stream of erasures defers a whole save this long at most."""
 ERASE_PERSIST_S = 0.5
 """After an erasure, the compactor erases its bytes from every artifact's files at most this
-long after it last did (the ANN file in place; a whole save comes every ``PERSIST_EVERY_S``),
+long after it last did (the ANN file in place; a whole save comes with the periodic one, see
+``QUIET_S``),
 unless someone waits for them (:meth:`Compactor.wake` with ``urgent``): a stream of forgets
 that nobody waits on is erased in batches, a waited-on one at once."""
 IDLE_S = 5.0

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ... import compiled
+from .gaps import INDEX_INTERIOR, INDEX_LEAF, TABLE_LEAF
 
 CONTENT, NAME, TERM = "content", "name", "term"
 ALLOWED = {CONTENT: frozenset({CONTENT, NAME}), NAME: frozenset({NAME}), TERM: frozenset({TERM})}
@@ -69,7 +70,6 @@ class LiveRegions:
         return b is not None and CONTENT in b[2] and offset + width <= b[1]
 
 
-TABLE_INTERIOR, TABLE_LEAF, INDEX_INTERIOR, INDEX_LEAF = 0x05, 0x0D, 0x02, 0x0A
 CELL_PAGES = (TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR)
 """B-tree pages whose cells hold values (a table's interior pages hold child pointers and
 rowids only)."""

@@ -23,9 +23,7 @@ from .cells import (
     CELL_PAGES,
     CONTENT,
     FRAME_HEADER,
-    INDEX_INTERIOR,
     NAME,
-    TABLE_INTERIOR,
     TERM,
     WAL_HEADER,
     LiveCells,
@@ -34,7 +32,7 @@ from .cells import (
     close_map,
 )
 from .edge import guarded, savepoint
-from .gaps import PageLog, Scrubbed, scrub
+from .gaps import INDEX_INTERIOR, TABLE_INTERIOR, PageLog, Scrubbed, scrub
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
 from .segments import consolidate
 
