@@ -131,10 +131,13 @@ def test_the_idle_compactor_merges_and_a_busy_one_does_not(tmp_path, monkeypatch
     assert comp.tidy(idle_s=3600) is False
     assert len(_segments(store)) == many
     # an erasure waiting for its bytes: not idle either
-    comp.erasure_unsaved = True
+    store.forget(tenant="t", key="k0-0")
+    many = len(_segments(store))
+    assert comp.erasure_unsaved
     assert comp.tidy(idle_s=0) is False
     assert len(_segments(store)) == many
-    comp.erasure_unsaved = False
+    comp.run(persist=True, whole=False)
+    assert not comp.erasure_unsaved
     assert comp.tidy(idle_s=0) is True
     assert len(_segments(store)) == 1
     store.close()

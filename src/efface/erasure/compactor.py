@@ -69,8 +69,13 @@ class Compactor:
         self._mu = threading.Lock()
         """One round at a time (the background thread, compact() and wait() may race)."""
         self._last_persist = self._last_erase = self._erased_at = time.monotonic()
-        # An erasure may be waiting for its bytes to go since before a restart: save soon.
-        self.erasure_unsaved = True
+        # An erasure may be waiting for its bytes to go since before a restart: erase soon.
+        self._owed = origin.current_epoch()
+        """The newest epoch that may carry an erasure whose bytes the paths' files must lose.
+        What is owed is read from the paths' erased epochs against it, never from a flag a
+        round clears: a flag cleared by a round that had absorbed before the erasure
+        committed lost that erasure for good (issue #33: a waited-on forget never reached
+        ``erased``), and so did a round that failed half way."""
         self._urgent = False
         """A caller waits for an erasure's bytes to go: erase them this round."""
         self._checkpoint_owed = False
@@ -102,11 +107,20 @@ class Compactor:
         ``urgent``: a caller waits for an erasure to be erased; its bytes go this round,
         not ``ERASE_PERSIST_S`` after the last erasure's."""
         if erased:
-            self.erasure_unsaved = True
+            # Called after the commit, so the current epoch covers the erasure.
+            self._owed = max(self._owed, self._origin.current_epoch())
             self._erased_at = time.monotonic()
         if urgent:
             self._urgent = True
         self._wake.set()
+
+    @property
+    def erasure_unsaved(self) -> bool:
+        """Whether an erasure's bytes may still be in a path's files: a path's erased epoch
+        is behind the newest erasure woken for. The asynchronous paths erase last in a
+        saving round, with the epoch they absorbed at its start, so one behind means the
+        round began before that erasure committed (or failed): the next round owes it."""
+        return any(p.erased_epoch() < self._owed for p in self._async or self._paths)
 
     @property
     def rounds(self) -> int:
@@ -149,7 +163,6 @@ class Compactor:
             self.absorb()
             if persist:
                 erased = self._propagation.erased_epochs()
-                self.erasure_unsaved = False
                 # The origin's files first (the paths that live in them, its indexes, its
                 # WAL): a waiter can then scan them while the other paths save their own
                 # files (at a million records the ANN file takes about a second).
