@@ -56,7 +56,8 @@ CONTEXT = {
 LADDER = (
     "**intent**: a read path still returns forgotten content (the acknowledgement proves only intent); "
     "**unreadable**: no read path returns it, but its bytes remain in the store's files (or could not be "
-    "checked); **erased**: no read path returns it and no file holds its text or vector. See DESIGN §3."
+    "checked); **erased**: no read path returns it and no file holds its text or vector. See "
+    "[concepts.md §3](concepts.md#3-the-evidence-ladder)."
 )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """One forget -> erased chain timed step by step, wall and CPU, on a copy of a built store:
-what bench/results/erasure-pagelog/ab-*.jsonl holds (docs/benchmarks.md, "the page log").
+what bench/results/erasure-pagelog/ab-*.jsonl holds (docs/benchmarks-history.md, "the page log").
 
     PYTHONPATH=<src of one code version> python bench/bench_erasure_ab.py TEMPLATE_STORE SIZE K FIRST
 

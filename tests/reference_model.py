@@ -1,4 +1,4 @@
-"""A plain in-memory model of efface's contract (DESIGN §2, §4, §7), for property tests.
+"""A plain in-memory model of efface's contract (docs/concepts.md §2, §4, §7), for property tests.
 
 It knows nothing of indexes, epochs or files: records per (tenant, key) with their text and
 claims, the union rule, forget by selector, TTL expiry. The property and crash tests drive
@@ -20,7 +20,7 @@ What it models, precisely:
   no claim left is erased; every other claim of a matched record is listed as retained.
 * Reads, recalls and forgets that name a purpose the tenant never wrote under fail with
   :class:`ModelUnknownPurpose`; such a forget changes nothing (not even expiry).
-* A subject's registered identifiers go with its last claim in the tenant (DESIGN §8),
+* A subject's registered identifiers go with its last claim in the tenant (docs/concepts.md §8),
   whatever released it: a forget by any selector or an expiry. A forget that names a
   subject with no claim left erases its registration too.
 * A write to a key whose record another subject holds a claim on fails with

@@ -130,7 +130,7 @@ def test_chroma_scope_must_be_a_valid_collection_name(tmp_path):
 
 
 def test_the_gate_classifies_every_peer_ack_as_intent(tool, tmp_path):
-    """A bare count or status is intent (DESIGN §5), and the gate then refuses recall."""
+    """A bare count or status is intent (docs/concepts.md §5), and the gate then refuses recall."""
     try:
         from efface.gate import Gate, classify
     except ImportError:

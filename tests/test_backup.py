@@ -1,4 +1,4 @@
-"""Backups with crypto-shredding (DESIGN §3 rung 3 for backups, §4 invariant 6).
+"""Backups with crypto-shredding (docs/concepts.md §3 rung 3 for backups, §4 invariant 6).
 
 Real files, real AES-GCM. A "restore scenario" here is the one a backup is for: records lost
 outside the forget path (a bug, a bad migration, an operator's DELETE), simulated by deleting
@@ -331,7 +331,7 @@ def test_a_subject_released_earlier_keeps_the_backup_readable_so_the_receipt_say
 
 
 def test_verify_counts_backups_on_the_erased_rung(store, tmp_path):
-    """Rung 3 for backups is crypto-shredding (DESIGN §3): a forget that destroyed the keys
+    """Rung 3 for backups is crypto-shredding (docs/concepts.md §3): a forget that destroyed the keys
     can be proven erased, with the key bytes themselves among the fingerprints the byte scan
     looks for; one that left the content under living keys cannot, and says why."""
     world(store)

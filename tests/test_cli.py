@@ -488,6 +488,14 @@ def test_every_command_is_documented_in_the_readme(path):
     assert re.search(rf"`efface {re.escape(path)}[ `]", cli_section), f"efface {path} is not in README's CLI section"
 
 
+def test_help_points_at_the_concepts_the_repository_holds(runner):
+    """`efface --help` names docs/concepts.md (what efface promises), a file every clone has."""
+    out = " ".join(runner.invoke(cli, ["--help"]).stdout.split())
+    assert "docs/concepts.md" in out and "intent -> unreadable -> erased" in out
+    assert (README.parent / "docs" / "concepts.md").is_file()
+    assert "DESIGN" not in out
+
+
 def test_python_dash_m_efface_help():
     result = subprocess.run([sys.executable, "-m", "efface", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

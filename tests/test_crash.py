@@ -1,5 +1,5 @@
 """Crash test: kill -9 a process in the middle of writes, forgets and compactions, reopen
-the store, and hold it to invariant 6 (DESIGN §4): no acknowledged write is lost, no
+the store, and hold it to invariant 6 (docs/concepts.md §4): no acknowledged write is lost, no
 acknowledged erasure is resurrected, the ledger is whole.
 
 ``crash_worker.py`` runs a seeded random sequence of operations on a store (background

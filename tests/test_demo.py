@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -52,6 +53,14 @@ def incidents(findings) -> dict:
 
 def _probes(findings):
     return [p for inc in findings["incidents"] for p in inc["probes"]]
+
+
+def test_the_demo_points_at_documents_the_repository_holds(findings):
+    """It cites docs/concepts.md (the incidents, the ladder), not a file a clone does not have."""
+    root = Path(__file__).resolve().parent.parent
+    assert findings["docs"] == {"concepts": "docs/concepts.md", "benchmarks": "docs/benchmarks.md"}
+    assert all((root / doc).is_file() for doc in findings["docs"].values())
+    assert "docs/concepts.md §1" in findings["demo"]
 
 
 def test_every_probe_leaks_in_the_naive_store_and_not_in_efface(findings):
@@ -194,6 +203,7 @@ def test_human_demo_and_keep(tmp_path, monkeypatch):
         "pending",
         "absorbed",
         "store kept at",
+        "docs/concepts.md",
     ):
         assert needle in out
     assert "the naive store served forbidden content in 7, efface in 0" in out

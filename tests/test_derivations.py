@@ -1,4 +1,4 @@
-"""Cross-subject derivations (DESIGN invariant 4, Incident A's second half; issue 4).
+"""Cross-subject derivations (docs/concepts.md §4, invariant 4, Incident A's second half; issue 4).
 
 A forget enumerates every record *derived* from what it erased and treats it by the
 tenant's policy, and the receipt says so:
@@ -337,7 +337,7 @@ def test_lineage_transitive_and_partial(store, clock):
     items = {i.key: i for i in store.quarantined(tenant=T)}
     assert sorted(items) == sorted(affected)
     assert all(i.handle == receipt.handle and i.why == "lineage" and i.since == clock() for i in items.values())
-    # The erased source's key is gone from the lineage; the erasure's handle stands in for it (DESIGN §8).
+    # The erased source's key is gone from the lineage; the erasure's handle stands in for it (docs/concepts.md §8).
     assert items["partial"].sources == ("b", "erased:" + receipt.handle)
     assert items["partial"].surviving_sources == ("b",)
     assert items["chain:0"].surviving_sources == ()
@@ -497,7 +497,7 @@ def test_release_needs_a_reason_and_lifts(digests):
     assert store.read("digest:zq", tenant=T, purpose="analytics").text == DIGEST
     assert "digest:zq" in keys(recall(store, DIGEST, "support"))
     entry = store.ledger()[-1]
-    # The ledger commits to the reason's keyed hash, never its text (DESIGN §8).
+    # The ledger commits to the reason's keyed hash, never its text (docs/concepts.md §8).
     assert entry["kind"] == "release" and "reviewed by the DPO" not in entry["body"]
     assert json.loads(entry["body"])["reason_h"]
     assert "digest:zq" not in entry["body"]
@@ -706,7 +706,7 @@ def test_policy_keep_needs_a_reason_and_the_receipt_says_kept(store):
     for k, text in mentions.items():
         assert store.read(k, tenant=T, purpose="analytics").text == text
     assert store.read("d", tenant=T, purpose="analytics") is not None
-    # The ledger records the policy with its reason's keyed hash (never the text, DESIGN §8)
+    # The ledger records the policy with its reason's keyed hash (never the text, docs/concepts.md §8)
     # and the forget's decision.
     policy_entries = [e for e in store.ledger() if e["kind"] == "policy"]
     assert reason not in policy_entries[-1]["body"] and '"policy":"keep"' in policy_entries[-1]["body"]
@@ -865,12 +865,12 @@ class Model:
         }
         for k in why:
             live[k].quarantined = True
-        # DESIGN §8: a surviving record's lineage keeps the erasure's handle, not the erased key.
+        # docs/concepts.md §8: a surviving record's lineage keeps the erasure's handle, not the erased key.
         gone = set(erased)
         for r in live.values():
             if gone & set(r.sources):
                 r.sources = tuple(dict.fromkeys("erased:" if s in gone else s for s in r.sources))
-        # DESIGN §8: identifiers go with the subject's last claim in the tenant, whatever
+        # docs/concepts.md §8: identifiers go with the subject's last claim in the tenant, whatever
         # selector released it (the forgotten subject, or any subject this forget left bare).
         ids_erased = False
         for s in released | ({subject} if subject is not None else set()):

@@ -472,3 +472,36 @@ def test_raises_claims_and_opt_out(tmp_path):
     path.write_text("text\n<!-- no-test: needs a server -->\n\n```python\nimport efface  # 1\n```\n", encoding="utf-8")
     (only,) = _blocks(path, "x.md")
     assert (only.no_test, only.claims) == ("needs a server", [])
+
+
+# -- the repository is enough ----------------------------------------------------------------
+_OUTSIDE = re.compile(r"DESIGN(?:\.md| §| invariant)|shared folder", re.IGNORECASE)
+_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def _shipped_text_files() -> list[Path]:
+    files = [*DOC_FILES, *sorted((ROOT / "src" / "efface").rglob("*.py"))]
+    return [*files, *sorted((ROOT / "bench").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
+
+
+def test_nothing_cites_a_document_outside_the_repository():
+    """A user with a clone has docs/concepts.md, not the brief it was written from (issue #33)."""
+    here = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in _shipped_text_files()
+        if path != here
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
+    assert not found, "cite docs/concepts.md instead:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[p.relative_to(ROOT).as_posix() for p in DOC_FILES])
+def test_relative_links_resolve(path):
+    missing = [
+        target
+        for target in _LINK.findall(path.read_text(encoding="utf-8"))
+        if "://" not in target and not target.startswith("mailto:") and not (path.parent / target).exists()
+    ]
+    assert not missing, f"{path.relative_to(ROOT)} links to files that are not in the repository: {missing}"

@@ -1,4 +1,4 @@
-"""The agent-side gate (DESIGN §5): classify, assert_deleted, Gate, and EffaceTool.
+"""The agent-side gate (docs/concepts.md §5): classify, assert_deleted, Gate, and EffaceTool.
 
 The gate is tested against in-process tools written here, each replaying one failure of a
 real system: Incident A (stale ANN candidates served for a window after forget), Incident B

@@ -1,4 +1,4 @@
-"""The two incidents of DESIGN §1, replayed against efface.
+"""The two incidents of docs/concepts.md §1, replayed against efface.
 
 Incident A: forget(subject) acknowledged while the vector index still held the subject's
 vectors, and recall served them. In efface the acknowledgement is read-safe at once.

@@ -1,5 +1,5 @@
 """A subject's identifiers go with its last claim in the tenant, whatever removed it
-(DESIGN §8), and free-text reasons never sit in the append-only ledger in clear.
+(docs/concepts.md §8), and free-text reasons never sit in the append-only ledger in clear.
 
 * A forget by key, prefix or purpose, or a TTL expiry (an explicit ``sweep``, the sweep
   every mutation does first, or the background compactor's), that leaves a subject with no

@@ -18,7 +18,7 @@ whose keys share prefixes. After every step:
   ``released`` and ``retained`` the claims it released and kept;
 * after a reopen every earlier receipt is still found by ``status()`` with the same counts,
   and the hash-chained ledger verifies and holds one entry per receipt;
-* identifiers go with the last claim (DESIGN §8): subjects are registered with distinctive
+* identifiers go with the last claim (docs/concepts.md §8): subjects are registered with distinctive
   identifiers, and forgets by key, prefix and purpose aimed at a subject's last claim, and
   expiries of it, must erase them (``subjects_erased`` matches the model); after every
   wait and verify a raw byte scan of every file of the store directory must agree with
@@ -543,7 +543,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert check.ok, check.problems
         assert check.entries == self.model.ledger_entries
 
-    # -- identifiers go with the last claim (DESIGN §8) ------------------------------------
+    # -- identifiers go with the last claim (docs/concepts.md §8) ------------------------------------
     @rule(data=st.data(), tenant=tenants, subject=subjects)
     def register(self, data, tenant, subject):
         ids = data.draw(st.lists(st.sampled_from(IDENTIFIERS[subject]), min_size=1, unique=True), label="ids")

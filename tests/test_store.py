@@ -1,4 +1,4 @@
-"""The store's contract (DESIGN §2, §4, §7): write, read, recall, retain, forget, TTL,
+"""The store's contract (docs/concepts.md §2, §4, §7): write, read, recall, retain, forget, TTL,
 receipts, epochs, locking. Every test runs on every backend through the ``store`` fixture."""
 
 from __future__ import annotations

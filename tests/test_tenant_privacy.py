@@ -1,4 +1,4 @@
-"""Tenant names are personal data, and keyed hashes encode their fields unambiguously (DESIGN §8).
+"""Tenant names are personal data, and keyed hashes encode their fields unambiguously (docs/concepts.md §8).
 
 A per-user tenant is often named by an e-mail: efface keeps the name in one place only (the
 origin's tenant table), stands a keyed hash in for it everywhere else, and erases the name

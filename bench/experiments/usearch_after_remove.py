@@ -7,7 +7,7 @@ Loads a saved ANN file (an efface store's, at 1M records: 509 MiB), removes keys
 next add and search. On the AMD EPYC 2-core host, at 1M: whichever of add or search comes first
 after any removal (even of one key) took 34-38 ms, the next one 1-2.5 ms; len() and contains()
 do not pay it. usearch's Python binding holds the GIL through both calls, so a recall issued
-right after a forget waits for the compactor's first scrub add (docs/benchmarks.md, session 22).
+right after a forget waits for the compactor's first scrub add (docs/benchmarks-history.md, session 22).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Print the Markdown tables of docs/benchmarks.md from a bench_store.py result.
+"""Print the Markdown tables of docs/benchmarks-history.md from a bench_store.py result.
 
 python bench/tables/table.py bench/results/results-store.json
 """

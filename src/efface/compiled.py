@@ -1,6 +1,6 @@
 """Loops compiled by numba, for the few places where numpy passes over an array many times.
 
-Proving an erasure reads every byte of the store once (DESIGN §3: ``erased`` is checked by
+Proving an erasure reads every byte of the store once (docs/concepts.md §3: ``erased`` is checked by
 scanning the bytes) and then judges every place a fingerprint matched (a window shared with
 every live record is met once per record: a million places at a million records). In numpy
 each step is several passes over large arrays; a loop that keeps a value in a register does

@@ -5,7 +5,7 @@ One interpreter runs everything a served store does: recalls, writes, the compac
 for a moment (every SQLite step does) waits for it to come back until the holder blocks or its
 switch interval (5 ms by default) runs out. So one busy background thread makes every recall
 wait a few intervals: measured in one process, a 250-record recall went from 2.6 to 14.4 ms
-p50 (16.7 to 95.7 ms p99) beside one thread running Python (docs/benchmarks.md).
+p50 (16.7 to 95.7 ms p99) beside one thread running Python (docs/benchmarks-history.md).
 
 Recalls say when they run (:func:`reading`); background loops call :func:`give_way` between
 their steps, which waits while any recall is in flight, for at most ``MAX_PAUSE_S`` per call,

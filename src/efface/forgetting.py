@@ -1,7 +1,7 @@
 """The forget side of the store, below its facade: a forget's selector; releasing the
 claims a forget or a TTL expiry names, through the store's chokepoint; then what follows an
 erasure's commit: the receipt as returned, where it stands now, waiting for it to settle, and
-verifying it (DESIGN §3).
+verifying it (docs/concepts.md §3).
 
 The release rules themselves are :mod:`efface.erasure.release`'s, the path states
 :mod:`~efface.erasure.propagation`'s, the checks of the ladder :mod:`~efface.erasure.verify`'s;

@@ -1,7 +1,7 @@
 """Keyed hashes standing in for personal values (keys, subjects, tenants, paths).
 
 One encoding for every keyed hash the store and the gate make: each part is written as its
-UTF-8 length in 8 bytes big-endian, then its bytes (DESIGN §8). A separator would not do:
+UTF-8 length in 8 bytes big-endian, then its bytes (docs/concepts.md §8). A separator would not do:
 the parts are caller-chosen strings that may contain it, so tenant ``a\\x1fb`` with key ``c``
 would hash like tenant ``a`` with key ``b\\x1fc``, and a restore could skip a record never
 erased, or the ledger conflate two records. With lengths in front no two different tuples

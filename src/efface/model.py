@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 LEVELS = ("intent", "unreadable", "erased")
-"""The evidence ladder, lowest first (DESIGN §3)."""
+"""The evidence ladder, lowest first (docs/concepts.md §3)."""
 
 LEGAL_BASES = frozenset({"legal_hold", "legal_obligation"})
-"""Bases a forget releases only when it names the claim's purpose (DESIGN §7)."""
+"""Bases a forget releases only when it names the claim's purpose (docs/concepts.md §2)."""
 
 BASES = frozenset(
     {
@@ -212,7 +212,7 @@ class Receipt:
     subjects_erased: tuple[str, ...] = ()
     """The subjects whose registered identifiers this erasure erased, their last claim gone."""
     tenant_erased: bool = False
-    """True when nothing of the tenant was left, so its name was erased too (DESIGN §8)."""
+    """True when nothing of the tenant was left, so its name was erased too (docs/concepts.md §8)."""
     ledger_seq: int = 0
     """Where this erasure sits in the hash-chained ledger."""
     ledger_hash: str = ""
@@ -278,7 +278,7 @@ class Status:
 
 @dataclass(frozen=True)
 class Check:
-    """One recorded check of a verification (DESIGN §3)."""
+    """One recorded check of a verification (docs/concepts.md §3)."""
 
     name: str
     """What was checked, e.g. ``origin.by_id``, ``fts.by_text``, ``ann.by_neighbours``, ``bytes``."""

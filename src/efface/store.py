@@ -1,4 +1,4 @@
-"""The store: the public facade of DESIGN §7 over one origin and its read paths.
+"""The store: the public facade of docs/concepts.md §7 over one origin and its read paths.
 
 ``Store`` validates its arguments and delegates: the write side's transaction bodies to
 :mod:`efface.writing`; the read side's purpose check, memories and read-your-writes to
@@ -21,7 +21,7 @@ or epoch), and the compactor's maintenance
 (absorbing, saving, purging, checkpointing: it changes no content, only where erased bytes
 still sit).
 
-Tenant names are personal data (DESIGN §8: per-user tenants are often named by an e-mail).
+Tenant names are personal data (docs/concepts.md §8: per-user tenants are often named by an e-mail).
 Every public method turns the name it is given into the tenant's id, a keyed hash of the
 name (:meth:`Store._tenant`), and everything below the facade (origin rows, change log,
 receipts, ledger, ANN files, backups) sees only that id. The name is kept in one place, the
@@ -500,7 +500,7 @@ class Store:
         return self._erasures.wait(handle, tenant, until, deadline)
 
     def verify(self, handle: str, *, tenant: str | None = None) -> Verification:
-        """Climb the evidence ladder for this erasure with recorded checks (DESIGN §3):
+        """Climb the evidence ladder for this erasure with recorded checks (docs/concepts.md §3):
         probes through every read path for ``unreadable``; the artifacts' erased epochs and
         a scan of every file's bytes for ``erased``. The outcome is appended to the ledger;
         the receipt's level only moves up. Call ``wait`` first to give the compactor time

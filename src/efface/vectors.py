@@ -2,10 +2,10 @@
 
 A record row is mostly its vector: at 384 dimensions, float32 is 1,536 of a row's ~1,700
 bytes, so the origin, and every byte scan that proves an erasure, was mostly vectors (half
-precision took 28 % off ``origin.db`` at 1M records, docs/benchmarks.md). Half precision
+precision took 28 % off ``origin.db`` at 1M records, docs/benchmarks-history.md). Half precision
 keeps 11 significant bits: a unit vector's cosine to a query moves by about 1e-4, well under
 what separates two candidates (the ANN index holds the vectors as i8 anyway;
-docs/benchmarks.md measures recall on both forms). Vectors are normalised before they are
+docs/benchmarks-history.md measures recall on both forms). Vectors are normalised before they are
 stored, so a caller's precomputed embedding of any length is compared by its direction, as
 the ANN index compares it.
 

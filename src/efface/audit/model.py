@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 LEVELS = ("intent", "unreadable", "erased")
-"""The evidence ladder of DESIGN §3, weakest first."""
+"""The evidence ladder of docs/concepts.md §3, weakest first."""
 
 
 def weakest(levels: list[str]) -> str:

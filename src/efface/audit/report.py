@@ -103,7 +103,7 @@ def to_html(report: AuditReport) -> str:
         parts.append("</table>")
     parts += [f"<p>Note: {e(n)}</p>" for n in report.notes]
     parts.append(
-        "<p>Levels (DESIGN §3): <b>intent</b> — a read path still returns deleted content; "
+        "<p>Levels (docs/concepts.md §3): <b>intent</b> — a read path still returns deleted content; "
         "<b>unreadable</b> — no read path does, but bytes remain (or could not be checked); "
         "<b>erased</b> — no read path returns them and the bytes are gone from every file.</p>"
     )

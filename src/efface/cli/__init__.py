@@ -9,7 +9,7 @@
 * :mod:`.usage`: usage errors rewritten without the values that caused them;
 * :mod:`.serve`: ``efface serve`` (HTTP API) and ``efface keys`` (API keys);
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
-* :mod:`.demo`: ``efface demo``, the incidents of DESIGN.md replayed;
+* :mod:`.demo`: ``efface demo``, the incidents of docs/concepts.md §1 replayed;
 * :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`).
 
 Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``, ``usage``; ``demo`` imports

@@ -263,7 +263,7 @@ def policy(policy, reason) -> None:
 @click.option("--keep", is_flag=True, help="Keep the demo's temporary store and print where it is.")
 @_common_options(store=False)
 def demo(keep) -> None:
-    """Replay the two incidents of DESIGN.md against a naive store and against efface."""
+    """Replay the two incidents of docs/concepts.md §1 against a naive store and against efface."""
     from .demo import run
 
     run(keep=keep, as_json=_settings().json, out=console())

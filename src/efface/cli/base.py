@@ -219,4 +219,8 @@ def cli() -> None:
 
     Write memories, read and recall them, forget them by subject, purpose, key prefix or
     key, and follow each erasure through every read path with its receipt.
+
+    What efface promises (the incidents it answers, claims and selectors, the invariants,
+    the evidence ladder intent -> unreadable -> erased): docs/concepts.md in efface's
+    repository. What it measured: docs/benchmarks.md. `efface demo` replays the incidents.
     """

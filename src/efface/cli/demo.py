@@ -1,4 +1,4 @@
-"""``efface demo``: the two incidents of DESIGN.md §1, replayed side by side.
+"""``efface demo``: the two incidents of docs/concepts.md §1, replayed side by side.
 
 Each incident runs twice on the same data: once against :class:`NaiveStore`, a small
 in-process store built the way the incident systems were (it is the comparison, not part of
@@ -32,6 +32,11 @@ from efface.embed import HashingEmbedder
 
 from .naive import NaiveStore
 from .render import fmt_time, paths_table, render_receipt
+
+CONCEPTS = "docs/concepts.md"
+"""Where the repository states the incidents, the vocabulary, the invariants and the ladder."""
+BENCHMARKS = "docs/benchmarks.md"
+"""Where the repository keeps the figures that hold now."""
 
 TENANT = "acme"
 DAY = 86_400
@@ -427,7 +432,8 @@ def replay(directory: str) -> dict:
     personal = ["alice", "carol", TENANT, *ALICE, *ALICE.values(), DIGEST, KEY42, SECRET42, KEY43, TEXT43, "Baker"]
     probes = a["probes"] + b["probes"]
     return {
-        "demo": "DESIGN.md §1 incidents: a naive store versus efface",
+        "demo": "the incidents of docs/concepts.md §1: a naive store versus efface",
+        "docs": {"concepts": CONCEPTS, "benchmarks": BENCHMARKS},
         "embedder": embedder.name,
         "incidents": [a, b],
         "ledger": {**check.to_dict(), "personal_data_found": [p for p in personal if p in ledger_text]},
@@ -468,7 +474,7 @@ def _cell(served: list[dict], forbidden: dict, *, good: str) -> str:
 def render(out: Console, f: dict) -> None:
     out.print(
         Panel.fit(
-            "Two incidents from DESIGN.md §1, replayed against a [bold]naive store[/] (a small in-process "
+            "The two incidents of docs/concepts.md §1, replayed against a [bold]naive store[/] (a small in-process "
             "comparison class built the way the incident systems were; not efface) and against "
             "[bold]efface[/] (a real store, hashing embedder, compactor held back so the vector index is "
             "still [yellow]pending[/] while the probes run). A probe counts as served when a store hands "
@@ -545,6 +551,7 @@ def render(out: Console, f: dict) -> None:
         f"{s['probes']} probes: the naive store served forbidden content in [red]{s['naive_leaked']}[/], "
         f"efface in [green]{s['efface_leaked']}[/]. ({f['seconds']} s)"
     )
+    out.print(f"What efface promises, and why: {CONCEPTS}; what it measured: {BENCHMARKS} (in efface's repository).")
     if f.get("store"):
         out.print(f"store kept at {f['store']}")
 

@@ -163,7 +163,7 @@ class Derivations:
                 )
             out.append(Derivation(key, why, "quarantined", detail))
         if erased_keys:
-            # Lineage keeps the erasure's handle, never the erased key (DESIGN §8).
+            # Lineage keeps the erasure's handle, never the erased key (docs/concepts.md §8).
             tx.forget_sources(tenant, erased_keys, ERASED_SOURCE + handle)
         return out, puts, texts, sorted(written)
 

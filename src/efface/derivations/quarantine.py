@@ -13,7 +13,7 @@ Body = Callable[[Any, float], tuple[Any, list[int], list[int], dict[int, str]]]
 
 
 def reason_hash(hasher: Callable[..., str], tenant: str, reason: str | None) -> str | None:
-    """What the ledger keeps of a stated reason: a keyed hash (DESIGN §8). Equal reasons hash
+    """What the ledger keeps of a stated reason: a keyed hash (docs/concepts.md §8). Equal reasons hash
     alike in one store, so an auditor shown the text can check it; without the store's secret
     the hash says nothing of it."""
     return None if reason is None else hasher("reason", tenant, reason)

@@ -254,7 +254,7 @@ class OnnxMiniLMEmbedder:
     ``EFFACE_MINILM_QUERIES=float32``): a short query's encode reads every weight once, so a
     quarter of the bytes is about a quarter of the time (8 ms -> 2 ms here), for query vectors
     at cosine 0.97-0.99 to the full model's and the same retrieval quality on the benchmark
-    corpora (``docs/benchmarks.md``). Without onnx to make that copy, queries run full precision."""
+    corpora (``docs/benchmarks-history.md``). Without onnx to make that copy, queries run full precision."""
 
     name = "minilm"
     dim = 384

@@ -1,7 +1,7 @@
 """Keyed fingerprints of erased content, and the byte scanner that looks for them.
 
 ``verify`` must show that no byte of an erased record is left in any file of the store,
-without keeping the record to look for it (DESIGN §3). At forget time we keep only keyed
+without keeping the record to look for it (docs/concepts.md §3). At forget time we keep only keyed
 64-bit hashes of short windows of the erased bytes (text, key, embedding); a scan hashes
 the windows of every file the same way and looks for a match. The fingerprints are
 deleted once ``erased`` is proven.

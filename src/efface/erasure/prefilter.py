@@ -6,7 +6,7 @@ one in a hundred) are mixed and searched for. In numpy that is five passes over 
 (two multiplies, an add, a shift, a gather): the scan ran at 1.1-1.5 GB/s on two cores, and at
 1M records proving an erasure read 2.2 GB. Compiled (:mod:`efface.compiled`), the same
 prefilter keeps a word in a register, runs at about 3 GB/s on a core and releases the GIL, so
-the scan's threads add up (``docs/benchmarks.md``).
+the scan's threads add up (``docs/benchmarks-history.md``).
 
 The loops compute exactly what the numpy passes compute (the same sums, modulo 2**64, and the
 same bitmap bits), so a hit found one way is found the other: tests compare both on the same

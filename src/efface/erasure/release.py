@@ -1,7 +1,7 @@
 """The release rules: which claims a forget (or an expiry) releases, what is erased, what stays.
 
 A forget releases the claims its selector matches, per (subject, purpose) pair, never per
-key (DESIGN §2). Claims whose basis is ``legal_hold`` or ``legal_obligation`` stay unless the
+key (docs/concepts.md §2). Claims whose basis is ``legal_hold`` or ``legal_obligation`` stay unless the
 forget names their purpose. A record left with no claim is erased; a record with claims left
 is retained, and the receipt says under which basis and why. Everything here runs inside the
 caller's origin transaction, so the tombstones, the derived records' quarantine, the evidence
@@ -122,7 +122,7 @@ class Releaser:
                     identifiers.append(gone)
             out.identifiers_erased = bool(out.subjects_erased)
         # Once no record, registered subject or data key of the tenant is left, its name goes
-        # too (DESIGN §8), fingerprinted so verify proves it gone from every file.
+        # too (docs/concepts.md §8), fingerprinted so verify proves it gone from every file.
         # (not when a write replaces the tenant's last record: its new record keeps the name)
         tenant_name = None if kind == "replace" else tx.drop_tenant_name(selector.tenant)
         out.tenant_erased = tenant_name is not None
@@ -157,7 +157,7 @@ class Releaser:
 
     def _last_claims(self, tx: Tx, tenant: str, named: str | None, released: set[str], out: Outcome) -> list[str]:
         """A subject's identifiers go with its last claim in the tenant, whatever removed it
-        (DESIGN §8): a forget by subject, key, prefix or purpose, or an expiry. For each
+        (docs/concepts.md §8): a forget by subject, key, prefix or purpose, or an expiry. For each
         subject this erasure released a claim of (and the subject a forget names) that has no
         claim left, its registration and mention rows are deleted here, in the erasure's
         transaction; returns the names and identifiers verify must prove gone."""

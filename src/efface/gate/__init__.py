@@ -1,4 +1,4 @@
-"""The agent-side gate (DESIGN §5): trust no forget you cannot verify, in any store.
+"""The agent-side gate (docs/concepts.md §5): trust no forget you cannot verify, in any store.
 
     from efface.gate import Gate, assert_deleted, classify
     gate = Gate(tool, "gate.db")                 # any MemoryTool

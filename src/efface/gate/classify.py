@@ -1,4 +1,4 @@
-"""Is a forget acknowledgement intent or evidence? (DESIGN §5)
+"""Is a forget acknowledgement intent or evidence? (docs/concepts.md §5)
 
 An acknowledgement is **evidence** only when all five requirements hold:
 

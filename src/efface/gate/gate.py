@@ -1,9 +1,9 @@
-"""The gate an agent puts in front of any memory tool (DESIGN §5).
+"""The gate an agent puts in front of any memory tool (docs/concepts.md §5).
 
 ``Gate.forget`` records the erasure durably, calls the tool and classifies its
 acknowledgement. ``Gate.recall`` in a scope with an unsettled erasure answers only once the
 erasure is settled, and otherwise raises :class:`~efface.errors.ErasureNotSettled`. It never
-drops suspicious hits from a result and returns the rest (DESIGN invariant 2): it refuses.
+drops suspicious hits from a result and returns the rest (docs/concepts.md §4, invariant 2): it refuses.
 
 An erasure settles in one of three ways, tried in this order:
 

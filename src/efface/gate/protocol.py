@@ -1,7 +1,7 @@
 """The seam between an agent and any memory tool: what the gate needs to see.
 
 A memory tool is anything with ``write``, ``recall`` and ``forget``. What it *may* also
-offer is what turns a forget acknowledgement from intent into evidence (DESIGN §5):
+offer is what turns a forget acknowledgement from intent into evidence (docs/concepts.md §5):
 
 - ``read_epoch(scope)``: the erasure epoch its reads in ``scope`` reflect now;
 - an erasure epoch or a verification handle in the acknowledgement;

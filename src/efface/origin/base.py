@@ -12,7 +12,7 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 "physical", None)`` and, without it, treat the origin's erased epoch as its current one.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
-the store (DESIGN §8: tenant names are personal data). An origin keeps the name itself in
+the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
 one place only (``set_tenant_name``), and deletes it when the tenant's last record,
 registered subject and data key are gone (``drop_tenant_name``, in the erasure's
 transaction, which fingerprints it for ``verify``).
@@ -100,7 +100,7 @@ class Tx(Protocol):
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None: ...
     def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None: ...
     def forget_sources(self, tenant: str, keys: Sequence[str], marker: str) -> list[int]:
-        """Put ``marker`` in place of these erased keys in every lineage citing them (DESIGN §8)."""
+        """Put ``marker`` in place of these erased keys in every lineage citing them (docs/concepts.md §8)."""
         ...
 
     def set_metadata(self, record_id: int, metadata: str) -> None: ...
@@ -124,7 +124,7 @@ class Tx(Protocol):
     # -- purposes, subjects, policies
     def register_purpose(self, tenant: str, purpose: str) -> None: ...
     def set_tenant_name(self, tenant: str, name: str) -> None:
-        """Keep the name of tenant id ``tenant`` (the one place it is kept: DESIGN §8)."""
+        """Keep the name of tenant id ``tenant`` (the one place it is kept: docs/concepts.md §8)."""
         ...
 
     def drop_tenant_name(self, tenant: str) -> str | None:

@@ -45,7 +45,7 @@ EXPANSION_SEARCH = 128
 """The search width (HNSW's ef) of a query; recall asks for 100 candidates, so this is about
 the least that can return them. 256 was measured (Debian, 60k MiniLM documents, 1,000
 queries): the vector leg's recall@10 0.750 -> 0.757, recall's own 0.837 either way, at
-twice the leg's search time (docs/benchmarks.md), so the width stays."""
+twice the leg's search time (docs/benchmarks-history.md), so the width stays."""
 SENTINEL_BASE = 1 << 62
 """Labels at and above this are scrub sentinels, never record ids."""
 ADD_BATCH = 64
@@ -121,7 +121,7 @@ class VectorIndex:
     # -- state -------------------------------------------------------------------------
     def _new(self) -> Index:
         # i8 quantisation of unit vectors: a quarter of f32's memory and about twice its
-        # insert rate here, at a recall@10 within 0-4 points of f32 (docs/benchmarks.md).
+        # insert rate here, at a recall@10 within 0-4 points of f32 (docs/benchmarks-history.md).
         return Index(
             ndim=self._dim,
             metric="cos",

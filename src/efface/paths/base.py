@@ -56,7 +56,7 @@ class Held:
 
 
 class ReadPath(Protocol):
-    """A derived artifact that must absorb every erasure (DESIGN invariants 3 and 5)."""
+    """A derived artifact that must absorb every erasure (docs/concepts.md §4, invariants 3 and 5)."""
 
     name: str
     max_propagation_s: float

@@ -35,7 +35,7 @@ the ones BM25 weighs least. An earlier rule dropped every word found in more tha
 records: on Debian's package descriptions (60k) it kept a third of a query's words, left a
 quarter of the queries with one word and took BM25's MRR@10 from 0.65 to 0.43
 (bench/bench_quality.py); this budget keeps four fifths of the words and all of the
-quality there, at a bounded cost (docs/benchmarks.md, "Retrieval quality")."""
+quality there, at a bounded cost (docs/benchmarks-history.md, "Retrieval quality")."""
 
 
 NARROW = 0.5

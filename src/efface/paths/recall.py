@@ -33,7 +33,7 @@ candidates the leg had, and the scores summed:
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
-(``tests/test_recall_fusion.py``). Figures on both corpora are in docs/benchmarks.md
+(``tests/test_recall_fusion.py``). Figures on both corpora are in docs/benchmarks-history.md
 ("Retrieval quality").
 
 An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
@@ -84,14 +84,14 @@ SPREAD = 3.0
 """Standard deviations either side of the mean that map a vector leg's cosines to [0, 1]
 (DBSF's convention: nearly all of a leg's scores fall inside), the range a text leg's share
 spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
-measured and neither was better on both corpora (docs/benchmarks.md)."""
+measured and neither was better on both corpora (docs/benchmarks-history.md)."""
 
 KEEP_BEST = 1
 """Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
 ``k // 2`` (chosen on 10,000 Debian documents when the text leg scored only a query's rarer
 words, where it lifted recall@10 from 0.932 to 0.948); with every query word scoring, keeping
 five of each leg's cost recall@10 on both corpora (all of Debian, MiniLM: 0.843 with five,
-0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks.md."""
+0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""

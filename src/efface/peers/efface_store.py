@@ -127,7 +127,7 @@ class EffaceTool:
 
     def read_epoch(self, scope: str) -> int:
         """The origin's current epoch. efface resolves every recall candidate against the
-        origin's live claims when it is read (DESIGN invariant 1), so its reads reflect every
+        origin's live claims when it is read (docs/concepts.md §4, invariant 1), so its reads reflect every
         committed erasure, even while an index still holds the bytes (that lag is the
         receipt's propagation window, which :func:`efface.gate.classify` checks)."""
         self._scope(scope)
@@ -185,7 +185,7 @@ class EffaceDriver(BaseDriver):
 
     def _tenant_id(self) -> str | None:
         """The id every row of the tenant holds: the origin keeps the tenant's name only in
-        ``tenants`` (DESIGN §8), beside the keyed hash that stands in for it elsewhere."""
+        ``tenants`` (docs/concepts.md §8), beside the keyed hash that stands in for it elsewhere."""
         rows = self._sql("SELECT tenant FROM tenants WHERE name=?", (self.collection,))
         return rows[0][0] if rows else None
 

@@ -21,7 +21,7 @@ SWITCH_INTERVAL_S = 0.001
 A recall gives the GIL up at every SQLite step and, while another thread runs Python (the
 event loop, a forget, the compactor), waits up to one interval to get it back, several times
 per recall: 1 ms cut a recall's p99 beside one busy thread from 96 to 55 ms
-(docs/benchmarks.md, "Served recall's tail"). Set for the server process only; an embedding
+(docs/benchmarks-history.md, "Served recall's tail"). Set for the server process only; an embedding
 application keeps its own setting."""
 
 

@@ -4,7 +4,7 @@ A recall at 100k records asks about two hundred candidates (a hundred from each 
 they are live for the tenant and purpose, and reads their vectors for the exact cosine: in
 SQLite that is three look-ups a candidate for the check (the record, its quarantine, its
 claims) and one for the vector, about a millisecond per leg, the largest share of a search
-(docs/benchmarks.md). Here it is a few array reads.
+(docs/benchmarks-history.md). Here it is a few array reads.
 
 What is kept, per record id (ids are never reused): the tenant id of a record that is live
 for some purpose (-1 for one that is gone, quarantined, or without claims); the set of

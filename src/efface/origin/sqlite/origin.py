@@ -57,7 +57,7 @@ WAL_AUTOCHECKPOINT = 4096
 READ_MMAP = 1 << 40
 """A reader connection maps the database file (its first TiB) instead of copying each page
 it reads into its own cache with a read call: recall's live checks look up a few hundred
-scattered rows, and cost a quarter to a third less so (``docs/benchmarks.md``). Read-only:
+scattered rows, and cost a quarter to a third less so (``docs/benchmarks-history.md``). Read-only:
 writes still go through the writer's ``pwrite``, and a page the gap scrub zeroes is zero in
 every map at once. The mapped pages are the kernel's page cache, shared, so they count in
 the process's RSS as they are read."""

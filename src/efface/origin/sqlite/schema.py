@@ -2,7 +2,7 @@
 quarantine, the change log, receipts, evidence, the ledger, data keys and the FTS5 index.
 
 Every ``tenant`` column holds the tenant's id, a keyed hash of its name (the store computes
-it; DESIGN §8: tenant names are personal data). The name itself is kept in one place,
+it; docs/concepts.md §8: tenant names are personal data). The name itself is kept in one place,
 ``tenants``, while the tenant has anything left, and deleted with the tenant's last record,
 subject and data key."""
 

@@ -293,7 +293,7 @@ class SQLiteTx:
     def forget_sources(self, tenant: str, keys: Sequence[str], marker: str) -> list[int]:
         """In every record whose lineage names one of ``keys`` (erased), put ``marker`` in
         their place, in its lineage and its ``sources``: a kept key is personal data left
-        behind (DESIGN §8). Returns the ids of the records rewritten."""
+        behind (docs/concepts.md §8). Returns the ids of the records rewritten."""
         gone = set(keys)
         rewritten = sorted({rid for rid, _key in self.derived_from(tenant, keys)})
         for rid in rewritten:
