@@ -105,6 +105,7 @@ BAD_WRITES = {
     "bytes text": (_w(text=b"my secret diary"), efface.InvalidInput, b"my secret diary"),
     "None text": (_w(text=None), efface.InvalidInput, None),
     "lone surrogate text": (_w(text="diary \ud800 entry"), efface.InvalidInput, "diary \ud800 entry"),
+    "NUL in text": (_w(text="diary\x00entry of mine"), efface.InvalidInput, "diary\x00entry of mine"),
     # tenant / subject
     "empty tenant": (_w(tenant=""), efface.InvalidInput, ""),
     "blank subject": (_w(subject="   "), efface.InvalidInput, None),

@@ -18,6 +18,9 @@ MAX_TEXT_BYTES = 1 << 20
 MAX_NAME_BYTES = 256
 MAX_METADATA_BYTES = 64 << 10
 MAX_SOURCES = 1000
+MAX_IDENTIFIERS = 1000
+"""Identifiers one subject is registered with: its names, e-mails, phones and handles. More is
+no person's, and every one is matched in every text and fingerprinted at its forget."""
 
 MAX_METADATA_DEPTH = 64
 
@@ -56,6 +59,10 @@ def text(value: Any) -> str:
         raise InvalidInput("text must not be empty or blank: to remove a memory use forget()")
     if len(raw) > MAX_TEXT_BYTES:
         raise InvalidInput(f"text is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES}: split it into several memories")
+    if "\x00" in value:
+        # NUL is no character of text, and zero bytes fill every file's free space: an erased
+        # text of them could never be told apart from them, so its erasure could not be shown.
+        raise InvalidInput("text must not contain NUL characters: strip them, or store binary data elsewhere")
     return value
 
 

@@ -122,7 +122,14 @@ def identifiers(given: Any) -> list[str]:
         raise InvalidInput("identifiers must be a list of strings, not one string")
     if not isinstance(given, Iterable):
         raise InvalidInput("identifiers must be a list of strings")
-    names = [v.name(i, "each identifier") for i in given]
+    names = []
+    for i in given:
+        if len(names) == v.MAX_IDENTIFIERS:
+            raise InvalidInput(
+                f"a subject may be registered with at most {v.MAX_IDENTIFIERS} identifiers: "
+                "register its names, e-mails and phones, not a list of every word"
+            )
+        names.append(v.name(i, "each identifier"))
     check_identifiers(names)
     return sorted(set(names))
 

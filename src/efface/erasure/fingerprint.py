@@ -40,7 +40,9 @@ fingerprinted only when every alignment is covered: all eight windows (15 to 22 
 one unaligned window (8 to 14), or one whole run of eight offsets (23 and more). Where the
 strict windows leave a gap, the item's windows with at least three distinct bytes fill it
 (a copy of the item is what they meet; a false match only fails closed); an item still not
-covered counts in ``too_short``, so verify says it cannot check it rather than pass.
+covered, if it is a text, key, identifier or name, takes its uniform windows too (a chance
+match of one fails closed); an item still not covered (mostly zero bytes) counts in
+``too_short``, so verify says it cannot check it rather than pass.
 Embeddings (``VECTOR_REGION``) keep the looser rule: a sparse vector's text has fingerprints.
 
 Hash. For the words ``a, b`` of a window, ``h = a*K1 + b*K2 mod 2**64`` (``a*K0`` for an
@@ -382,6 +384,13 @@ class Fingerprinter:
             covered = _covered(owners, local, usable, group, region)
             loose = (distinct >= _MIN_DISTINCT_GAP) & sparse
             usable |= loose & ~np.isin(owners, covered)
+            if uniform:
+                # Still a gap ("lol hahahahahahahahaha ok": every 16-byte window at four of
+                # eight alignments is two letters): the item's uniform windows fill it. They
+                # meet more bytes by chance; a hit is judged like any other, so a chance
+                # match can only fail closed, and a copy of the item is never unseen.
+                covered = _covered(owners, local, usable, group, region)
+                usable |= sparse & ~np.isin(owners, covered)
             kept = int(_covered(owners, local, usable, group, region).size)
         else:
             kept = int(np.unique(owners[usable]).size)

@@ -157,7 +157,60 @@ class LiveValues:
                 for value, got in values.items():
                     if not got.isdisjoint(kinds) and inside == value[first - vstart : last - vstart]:
                         return True
+            if PREFIXED in kinds:
+                for n, values in by_len.items():
+                    end = start - j + n  # where the value ends, whatever part of it is left out
+                    for value, got in values.items():
+                        if PREFIXED in got and end <= hi and _tail_at(read, end, value, j, lo):
+                            return True
         return False
+
+
+PREFIXED = "term"
+"""Values of this kind may lie with their first part left out: a sorted term list (the leaf
+pages of a full-text index) writes each term as the bytes it shares with the term before it
+(a count), then its length past them as a varint, then those bytes. A long term's window then
+lies in its tail alone; the tail and the varint before it say which live term lies there."""
+TAIL_SLACK = 16
+"""How many bytes a tail may begin past the first point where the file stops matching the
+term backwards (the varint's own bytes may equal the term's bytes before its tail)."""
+
+
+def _tail_at(read: Callable[[int, int], bytes], end: int, value: bytes, j: int, lo: int) -> bool:
+    """Whether ``value[p:]`` for some ``p <= j`` (its tail, holding the needle found at ``j``)
+    ends at ``end``, preceded by its length as a varint, inside a page that begins at ``lo``."""
+    n = len(value)
+    span = min(n, end - lo)
+    if span <= 0:
+        return False
+    got = read(end - span, span)
+    if len(got) != span:
+        return False
+    # the longest tail of the value that the file holds before end: binary search, slices compared in C
+    a, b = 0, span
+    while a < b:
+        m = (a + b + 1) // 2
+        if got[span - m :] == value[n - m :]:
+            a = m
+        else:
+            b = m - 1
+    for p in range(n - a, min(j, n - a + TAIL_SLACK) + 1):
+        k = n - p
+        mark = _varint(k)
+        if end - k - len(mark) >= lo and read(end - k - len(mark), len(mark)) == mark:
+            return True
+    return False
+
+
+def _varint(v: int) -> bytes:
+    """The varint of ``v`` as the term lists write it (seven bits a byte, most significant first, the high bit
+    set on all but the last; ``v < 2**56``)."""
+    out = [v & 0x7F]
+    v >>= 7
+    while v:
+        out.append(0x80 | (v & 0x7F))
+        v >>= 7
+    return bytes(reversed(out))
 
 
 @dataclass

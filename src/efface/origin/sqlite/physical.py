@@ -90,9 +90,12 @@ NAME_VALUES = (
     "SELECT DISTINCT tenant FROM purposes",
     "SELECT DISTINCT purpose FROM purposes",
     "SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL",
+    "SELECT kind, handle, body, prev, hash FROM ledger",
+    "SELECT handle, kind, tenant_h, body FROM receipts",
 )
 """The tenant names in use (and their ids, which the other tables hold), the purpose names,
-and the schema's statements."""
+the schema's statements, and the ledger's entries and the receipts (keyed hashes, handles
+and counts: the first entry's ``prev`` is 64 zeros, which a text of zeros shares)."""
 
 TERM_VALUES = ("SELECT term FROM fts_vocab",)
 

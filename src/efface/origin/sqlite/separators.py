@@ -29,6 +29,10 @@ MAIN = b"0"
 SEGMENT_SHIFT = 37
 """A segment's leaf page ``p`` is row ``segid << 37 | p`` of ``fts_data`` (31 bits of page,
 5 of height, 1 for the doclist-index flag)."""
+HEAD_BYTES = 64
+"""Prefixes of a deleted term looked up one by one, up to this length (see :func:`_candidates`)."""
+BATCH_PREFIXES = 1 << 16
+"""About how many prefixes one pass over ``fts_idx`` looks up."""
 
 
 def rewrite_stale(c: Any, terms: Iterable[str]) -> bool:
@@ -37,24 +41,17 @@ def rewrite_stale(c: Any, terms: Iterable[str]) -> bool:
     in the transaction that deleted the rows, after the deletes. Returns whether every
     stale separator was rewritten (if not, the index must be merged: ``optimize``).
 
-    The separators that could be stale are found first, in one pass over ``fts_idx`` (a
-    few rows per thousand records), then each is looked up once: looking every deleted
-    term up instead cost 0.17 ms a term, most of a 100-record forget."""
-    wanted = set(terms)
-    prefixes = sorted({MAIN + t.encode("utf-8")[:k] for t in wanted for k in range(1, len(t.encode("utf-8")) + 1)})
-    if not prefixes:
+    The separators that could be stale are found first (:func:`_candidates`, a pass over
+    ``fts_idx`` per batch of terms, a few rows per thousand records), then each is looked
+    up once: looking every deleted term up instead cost 0.17 ms a term, most of a
+    100-record forget."""
+    wanted = sorted(set(terms))
+    if not wanted:
         return True
     # FTS5 keeps the transaction's changes in memory until a query of the index (or the
     # commit) writes them to the pages: one lookup, so the pages read below are the new ones.
-    c.execute("SELECT 1 FROM fts_inst WHERE term=? LIMIT 1", (min(wanted),)).fetchone()
-    found = [
-        (int(s), bytes(k), int(pg))
-        for s, k, pg in c.execute(
-            "SELECT segid, term, pgno FROM fts_idx WHERE term IN (SELECT unhex(value) FROM json_each(?))",
-            (json.dumps([p.hex() for p in prefixes]),),
-        )
-    ]
-    for segid, key, pgno in found:
+    c.execute("SELECT 1 FROM fts_inst WHERE term=? LIMIT 1", (wanted[0],)).fetchone()
+    for segid, key, pgno in _candidates(c, wanted):
         first = _first_term(c, segid, pgno >> 1)  # the column holds the page number << 1 | a flag
         if first is not None and first >= key:
             if not first.startswith(key):  # the page's first term went: it is the separator now
@@ -63,6 +60,50 @@ def rewrite_stale(c: Any, terms: Iterable[str]) -> bool:
         if not _rewrite_from_vocabulary(c, segid, key):
             return False
     return True
+
+
+def _candidates(c: Any, terms: list[str]) -> list[tuple[int, bytes, int]]:
+    """``(segid, separator, pgno)`` of every separator that is a prefix of one of ``terms``.
+
+    A term's prefixes are looked up by value up to :data:`HEAD_BYTES`; a longer separator
+    can only be a prefix of a term whose first ``HEAD_BYTES`` it shares, so those are found
+    by their head and checked against the terms that have it. Every prefix of every term
+    (as this once did) grows with the square of a word's length: a 64 KiB one-word text
+    (a token, a base64 attachment) built gigabytes of prefixes and its forget failed.
+    Terms go in batches of at most :data:`BATCH_PREFIXES` prefixes, so memory stays
+    bounded whatever the texts; each batch is one pass over ``fts_idx``."""
+    found: dict[tuple[int, bytes], int] = {}
+    batch: list[bytes] = []
+    size = 0
+    for term in terms:
+        raw = MAIN + term.encode("utf-8")
+        batch.append(raw)
+        size += min(len(raw), HEAD_BYTES + len(MAIN))
+        if size >= BATCH_PREFIXES:
+            _find(c, batch, found)
+            batch, size = [], 0
+    if batch:
+        _find(c, batch, found)
+    return [(segid, key, pgno) for (segid, key), pgno in sorted(found.items())]
+
+
+def _find(c: Any, batch: list[bytes], found: dict[tuple[int, bytes], int]) -> None:
+    head = HEAD_BYTES + len(MAIN)
+    prefixes = {raw[:k] for raw in batch for k in range(len(MAIN) + 1, min(len(raw), head) + 1)}
+    heads: dict[bytes, list[bytes]] = {}
+    for raw in batch:
+        if len(raw) > head:
+            heads.setdefault(raw[:head], []).append(raw)
+    rows = c.execute(
+        "SELECT segid, term, pgno FROM fts_idx WHERE term IN (SELECT unhex(value) FROM json_each(?1))"
+        " OR (length(term) > ?3 AND substr(term, 1, ?3) IN (SELECT unhex(value) FROM json_each(?2)))",
+        (json.dumps([p.hex() for p in prefixes]), json.dumps([h.hex() for h in heads]), head),
+    )
+    for segid, term, pgno in rows:
+        key = bytes(term)
+        if len(key) > head and not any(raw.startswith(key) for raw in heads.get(key[:head], ())):
+            continue
+        found[(int(segid), key)] = int(pgno)
 
 
 def _first_term(c: Any, segid: int, page: int) -> bytes | None:
