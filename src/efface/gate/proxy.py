@@ -138,7 +138,7 @@ class _Upstream:
             raw=call.result.structured_content if call.result.structured_content is not None else _texts(call.result),
             scope=scope,
             keys=tuple(keys or ()),
-            acknowledged_at=time.time(),
+            acknowledged_at=self.proxy.clock(),
             handle=receipt["handle"] if receipt else None,
             epoch=receipt["epoch"] if receipt and isinstance(receipt["epoch"], int) else None,
             max_propagation_s=bound if isinstance(bound, (int, float)) and not isinstance(bound, bool) else None,
@@ -176,7 +176,7 @@ class _Upstream:
         found = tuple(key for key, t in held.items() if any(found_in(t, v) for v in values))
         if not results:
             found = tuple(keys)
-        return VerificationRead(routed_to="unknown", found=found, checked_at=time.time())
+        return VerificationRead(routed_to="unknown", found=found, checked_at=self.proxy.clock())
 
 
 class GateProxy:
