@@ -71,7 +71,9 @@ def proxy(state, settle, map_file, upstream_url, headers, command) -> None:
     from efface.gate.upstream import load_mapping
 
     if bool(command) == bool(upstream_url):
-        raise click.UsageError("give the upstream as -- COMMAND [ARGS]... or as --upstream-url URL (one of them)")
+        raise click.UsageError(
+            "give the upstream as a command (after a double dash) or as --upstream-url URL, one of them"
+        )
     parsed = {}
     for header in headers:
         name, sep, value = header.partition(":")
