@@ -169,21 +169,38 @@ def test_reference_server_delete_is_intent_recall_refused_then_allowed_after_cle
 
 
 def test_a_target_that_comes_back_keeps_recall_refused(tmp_path, memory_server):
+    memory = tmp_path / "memory.jsonl"
+    stale = json.dumps({"type": "entity", "name": ALICE, "entityType": "person", "observations": []})
+
     async def body(client: Client):
         await ok(client, "create_entities", {"entities": [{"name": ALICE, "entityType": "person", "observations": []}]})
         gate = (await ok(client, "delete_entities", {"entityNames": [ALICE]}))["efface_gate"]
-        # Written again (as a replica or a lagging index would serve it): the probes must see it.
-        await ok(client, "create_entities", {"entities": [{"name": ALICE, "entityType": "person", "observations": []}]})
+        kept = memory.read_text()
+        # Served again behind the proxy (as a replica or a lagging index would): the probes must see it.
+        memory.write_text(kept + "\n" + stale if kept.strip() else stale)
         await until(gate["probes_from"])
         for name, args in RECALLS:
             error = refusal(await client.call_tool(name, args))
             assert "sentinel probe" in error["message"] and error["retry_after"] is None
         checked = await ok(client, "verify_erasure", {"handle": gate["handle"]})
         assert checked["level"] == "intent" and "not clean" in checked["checked"][0]
-        # Deleted for good: the next read's probes come back clean and settle both deletes.
-        again = (await ok(client, "delete_entities", {"entityNames": [ALICE]}))["efface_gate"]
-        await until(again["probes_from"])
+        memory.write_text(kept)  # caught up: the next read's probes come back clean
         assert names(await ok(client, "read_graph", {})) == []
+        assert (await ok(client, "forget_status", {"handle": gate["handle"]}))["level"] == "unreadable"
+
+    run(node_proxy(tmp_path, memory_server), body)
+
+
+def test_a_target_written_again_through_the_proxy_is_not_the_deleted_one(tmp_path, memory_server):
+    async def body(client: Client):
+        person = {"name": ALICE, "entityType": "person", "observations": [TEA]}
+        await ok(client, "create_entities", {"entities": [person]})
+        gate = (await ok(client, "delete_entities", {"entityNames": [ALICE]}))["efface_gate"]
+        # The agent changes its mind before the delete settled: a new Alice, written through the gate.
+        await ok(client, "create_entities", {"entities": [{**person, "observations": ["prefers coffee"]}]})
+        refusal(await client.call_tool("search_nodes", {"query": "Alice"}))  # still settling
+        await until(gate["probes_from"])
+        assert names(await ok(client, "open_nodes", {"names": [ALICE]})) == [ALICE]
         assert (await ok(client, "forget_status", {"handle": gate["handle"]}))["level"] == "unreadable"
 
     run(node_proxy(tmp_path, memory_server), body)

@@ -125,7 +125,7 @@ class _Upstream:
         self.proxy = proxy
 
     def write(self, key: str, text: str, *, scope: str, subject: str | None = None, metadata: Any = None) -> None:
-        raise NotImplementedError("the proxy forwards writes itself")  # pragma: no cover - the gate never calls it
+        """Nothing: the proxy has forwarded the write already; the gate only records it."""
 
     def forget(self, *, scope: str, subject: str | None = None, keys: Any = None) -> ForgetAck:
         call = self.proxy.current
@@ -170,7 +170,7 @@ class _Upstream:
     def verification_read(self, keys: Any, scope: str) -> VerificationRead:
         """Sentinel probes for the targets behind ``keys`` (held in memory): every read tool,
         called with their names and texts. No probe that answered: every key counts as found."""
-        held = {key: self.proxy.targets[key] for key in keys if key in self.proxy.targets}
+        held = {k: self.proxy.targets[k] for k in keys if k in self.proxy.targets and k not in self.proxy.rewritten}
         results = anyio.from_thread.run(self.proxy.probe_calls, probe_words(list(held.values())))
         values = [answer_values(r.structured_content, _texts(r)) for r in results]
         found = tuple(key for key, t in held.items() if any(found_in(t, v) for v in values))
@@ -206,6 +206,8 @@ class GateProxy:
         """target key -> target, for the probes of this process's deletes. Never persisted."""
         self.scopes: dict[str, str] = {self.gate.scope_tag(ONE_SCOPE): ONE_SCOPE}
         """scope tag -> scope name, for the scopes this process has seen. Never persisted."""
+        self.rewritten: set[str] = set()
+        """Target keys written again through the proxy since their delete. Never persisted."""
         self.held: set[int] = set()
         """Erasure ids whose targets this process holds (its own deletes)."""
         self.current = _Call("", {})
@@ -294,7 +296,28 @@ class GateProxy:
             return await self._delete(name, arguments, rule)
         if rule.kind == "read":
             return await self._read(name, arguments, rule)
+        if rule.kind == "write":
+            return await self._write(name, arguments, rule)
         return await self.forward(name, arguments)
+
+    async def _write(self, name: str, arguments: dict[str, Any], rule: ToolRule) -> types.CallToolResult:
+        """Forward a write; what it writes again of an unsettled delete's targets is recorded
+        (as keyed hashes, by :meth:`Gate.write`), so the probes do not take it for the old."""
+        result = await self.forward(name, arguments)
+        scope = self._scope_of(arguments, rule)
+        scopes = list(dict.fromkeys([scope or ONE_SCOPE, ONE_SCOPE]))
+        if result.is_error or not any(self.gate.unsettled(s) for s in scopes):
+            return result
+        written = hit_keys(answer_values({k: v for k, v in arguments.items() if k != rule.scope}, []))
+        self.rewritten.update(k for k in written if k in self.targets)
+
+        def record() -> None:
+            for s in scopes:
+                for key in dict.fromkeys(written):
+                    self.gate.write(key, "", scope=s)
+
+        await self._gated(_Call(name, arguments), record)
+        return result
 
     def _scope_of(self, arguments: dict[str, Any], rule: ToolRule) -> str | None:
         value = arguments.get(rule.scope) if rule.scope else None
@@ -311,6 +334,7 @@ class GateProxy:
         keys = [target_key(t) for t in found]
         for key, t in zip(keys, found, strict=True):
             self.targets[key] = t
+            self.rewritten.discard(key)  # deleted again: a copy that comes back is the deleted one
         call = _Call(name, arguments)
 
         def forget() -> Any:
