@@ -15,6 +15,8 @@ gate (:class:`~efface.gate.Gate`), with the SDK's low-level ``Server``:
   need no argument) and the read itself; when none returns a target, the erasure settles and
   the read is answered. A probe that answers with an error proves nothing; with no probe
   that answered, nothing settles (fail closed);
+- a **write** is forwarded; what it writes again of an unsettled delete's targets is recorded
+  (keyed hashes), so the new copy is not taken for the deleted one;
 - ``forget_status(handle)`` and ``verify_erasure(handle)`` say what is proven and what is
   not. The proxy never reports ``erased`` on its own: it cannot see the upstream's files. When
   the upstream is efface, its receipt passes through as evidence: ``verify_erasure`` calls the
