@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import click
 
@@ -67,7 +68,6 @@ def proxy(state, settle, map_file, upstream_url, headers, command) -> None:
     """
     import anyio
 
-    from efface.gate.proxy import serve_stdio, upstream_client
     from efface.gate.upstream import load_mapping
 
     if bool(command) == bool(upstream_url):
@@ -86,6 +86,46 @@ def proxy(state, settle, map_file, upstream_url, headers, command) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="efface gate proxy: %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     client = (
-        upstream_client(list(command), headers=parsed) if command else upstream_client(url=upstream_url, headers=parsed)
+        _upstream_client(list(command), headers=parsed)
+        if command
+        else _upstream_client(url=upstream_url, headers=parsed)
     )
-    anyio.run(lambda: serve_stdio(client, state, settle_s=settle, mapping=mapping))
+    anyio.run(lambda: _serve_stdio(client, state, settle_s=settle, mapping=mapping))
+
+
+def _upstream_client(
+    command: list[str] | None = None, *, url: str | None = None, headers: dict[str, str] | None = None
+) -> Any:
+    """The SDK client for an upstream: a command started over stdio (with this process's
+    environment, so an ``env`` given to the proxy reaches it), or a streamable HTTP URL. Its
+    response cache is off: a read answered from a cache would be a path the gate cannot see."""
+    if (command is None) == (url is None):
+        raise ValueError("give an upstream command or a URL, not both")
+    if url is not None:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300))
+        return Client(streamable_http_client(url, http_client=http), cache=None)
+    from mcp import Client, StdioServerParameters
+
+    assert command
+    return Client(StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ)), cache=None)
+
+
+async def _serve_stdio(upstream: Any, state_path: str, *, settle_s: float, mapping: dict | None) -> None:
+    """Connect to the upstream, list its tools, and serve the proxy over this process's stdio
+    until the client disconnects."""
+    from mcp.server.stdio import stdio_server
+
+    from efface.gate.proxy import GateProxy
+
+    async with upstream:
+        proxy = GateProxy(upstream, state_path, settle_s=settle_s, mapping=mapping)
+        try:
+            await proxy.load_tools()
+            async with stdio_server() as (read, write):
+                await proxy.server.run(read, write, proxy.server.create_initialization_options())
+        finally:
+            proxy.close()
