@@ -233,3 +233,20 @@ def test_in_front_of_efface_the_receipt_is_the_evidence(tmp_path, store):
                 proxy.close()
 
     asyncio.run(main())
+
+
+def test_a_failure_inside_the_proxy_is_answered_without_its_details(tmp_path, notes, monkeypatch, caplog):
+    from efface.gate import upstream
+
+    def broken(*_a, **_k):
+        raise KeyError("zq-secret")
+
+    monkeypatch.setattr("efface.gate.proxy.targets", broken)
+    assert upstream.targets is not broken
+
+    async def body(agent: Client):
+        result = await agent.call_tool("delete_note", {"user": "alice", "titles": ["zq-secret"]})
+        assert result.is_error and "InternalError" in result.content[0].text and "zq" not in result.content[0].text
+
+    with_proxy(tmp_path, notes, Clock(), body)
+    assert "KeyError" in caplog.text and "zq" not in caplog.text

@@ -44,7 +44,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.server.lowlevel import Server
 
-from ..errors import ErasureNotSettled
+from ..errors import EffaceError, ErasureNotSettled
 from .gate import Gate
 from .handles import HandleBook, ProxyHandle
 from .protocol import ForgetAck, ToolHit, VerificationRead
@@ -285,7 +285,15 @@ class GateProxy:
         return types.ListToolsResult(tools=tools + _own_tools())
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        name, arguments = params.name, dict(params.arguments or {})
+        try:
+            return await self._dispatch(params.name, dict(params.arguments or {}))
+        except EffaceError as exc:  # efface's messages never quote arguments
+            return _error(type(exc).__name__, str(exc))
+        except Exception as exc:  # a bug: logged by type only, as its message might quote an argument
+            log.error("gate proxy failed on %s: %s", params.name, type(exc).__name__)
+            return _error("InternalError", "the gate proxy failed on this call (its log names the exception type)")
+
+    async def _dispatch(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if name in OWN_TOOLS:
             handle = arguments.get("handle")
             if not isinstance(handle, str) or not handle:
