@@ -122,7 +122,7 @@ def identifiers(given: Any) -> list[str]:
         raise InvalidInput("identifiers must be a list of strings, not one string")
     if not isinstance(given, Iterable):
         raise InvalidInput("identifiers must be a list of strings")
-    names = []
+    names: list[str] = []
     for i in given:
         if len(names) == v.MAX_IDENTIFIERS:
             raise InvalidInput(

@@ -10,13 +10,15 @@
 * :mod:`.serve`: ``efface serve`` (HTTP API) and ``efface keys`` (API keys);
 * :mod:`.audit`: the ``efface audit`` command (the audit itself is :mod:`efface.audit`);
 * :mod:`.demo`: ``efface demo``, the incidents of docs/concepts.md §1 replayed;
-* :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`).
+* :mod:`.mcp`: ``efface mcp``, the MCP server (its tools are :mod:`efface.service.mcp`);
+* :mod:`.gate`: ``efface gate proxy``, the gate as an MCP proxy (:mod:`efface.gate.proxy`).
 
 Imports run one way: ``app``, ``admin`` -> ``base`` -> ``render``, ``usage``; ``demo`` imports
 ``render`` only. ``efface.cli:main`` is the console script's entry point.
 """
 
 from . import app as _app  # noqa: F401  (registers its commands on the group)
+from . import gate as _gate  # noqa: F401  (registers `efface gate proxy`)
 from . import mcp as _mcp  # noqa: F401  (registers `efface mcp`)
 from . import serve as _serve  # noqa: F401  (efface serve, efface keys)
 from .admin import main

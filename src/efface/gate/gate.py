@@ -57,6 +57,8 @@ class ForgetResult:
 
     ack: ForgetAck
     classification: Classification
+    erasure_id: int | None = None
+    """The erasure's id in the gate's state file (for :meth:`Gate.erasure`)."""
 
 
 class Gate:
@@ -178,7 +180,7 @@ class Gate:
             key_hs=[self._state.hash("key", scope, k) for k in ack.keys],
         )
         self._held[eid] = (probes, tuple(dict.fromkeys((*keys, *ack.keys))))
-        return ForgetResult(ack, c)
+        return ForgetResult(ack, c, eid)
 
     def recall(self, query: str, *, scope: str, k: int = 10) -> list[ToolHit]:
         """Recall through the tool, once every erasure in ``scope`` is settled; otherwise
@@ -224,8 +226,8 @@ class Gate:
                     "not evidence; policy 'refuse' keeps this scope closed (release it with "
                     "Gate.release once the erasure is verified some other way)",
                 )
-            elif now < acked + max(self.settle_s, e.window_s or 0.0):
-                left = acked + max(self.settle_s, e.window_s or 0.0) - now
+            elif now < self.probes_from(e):
+                left = self.probes_from(e) - now
                 raise self._not_settled(
                     scope,
                     f"an erasure there is settling and the tool reports no epoch; sentinel probes run "
@@ -282,6 +284,31 @@ class Gate:
     def pending(self, scope: str) -> int:
         """How many erasures in ``scope`` are not settled yet."""
         return len(self._state.unsettled(self._scope_h(scope)))
+
+    def unsettled(self, scope: str) -> list[Erasure]:
+        """The erasures in ``scope`` not settled yet, oldest first."""
+        return self._state.unsettled(self._scope_h(scope))
+
+    def unsettled_tags(self) -> set[str]:
+        """The :meth:`scope_tag` of every scope with an unsettled erasure (names are not kept)."""
+        return {"#" + e.scope_h[:8] for e in self._state.unsettled()}
+
+    def erasure(self, erasure_id: int) -> Erasure | None:
+        """One recorded erasure as the state file keeps it (hashes only), settled or not."""
+        return self._state.get(erasure_id)
+
+    def probes_from(self, erasure: Erasure) -> float:
+        """The earliest time sentinel probes may settle ``erasure`` (the settling interval, or
+        the tool's declared bound if longer, after its acknowledgement or its request)."""
+        acked = erasure.acknowledged_at if erasure.acknowledged_at is not None else erasure.requested_at
+        return acked + max(self.settle_s, erasure.window_s or 0.0)
+
+    def settle_verified(self, erasure_id: int) -> None:
+        """Mark one erasure settled on evidence the caller checked with the tool itself (a
+        store's own verification of its receipt), recorded as ``verified``."""
+        erasure = self._state.get(erasure_id)
+        if erasure is not None and erasure.settled_at is None:
+            self._settle([erasure], self._clock(), "verified")
 
     def release(self, scope: str) -> int:
         """Mark every unsettled erasure in ``scope`` settled by decision, not by proof

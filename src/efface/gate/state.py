@@ -62,6 +62,10 @@ class Erasure:
     evidence_but_window: bool
     """The acknowledgement met every requirement of evidence except the elapsed window."""
     key_hs: frozenset[str]
+    settled_at: float | None = None
+    """When it settled (None: not yet); only :meth:`GateState.get` fills it."""
+    settled_by: str | None = None
+    """How: ``epoch``, ``probe``, ``evidence``, ``verified`` or ``released``."""
 
 
 class GateState:
@@ -163,13 +167,26 @@ class GateState:
             Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), frozenset(keys.get(r[0], ()))) for r in rows
         ]
 
+    def get(self, eid: int) -> Erasure | None:
+        """One erasure by id, settled or not, with when and how it settled."""
+        with self._lock:
+            r = self._c.execute(
+                "SELECT id, scope_h, subject_h, requested_at, acknowledged_at, epoch, window_s, evidence_but_window,"
+                " settled_at, settled_by FROM erasures WHERE id=?",
+                (eid,),
+            ).fetchone()
+            if r is None:
+                return None
+            keys = frozenset(k for (k,) in self._c.execute("SELECT key_h FROM erased_keys WHERE erasure_id=?", (eid,)))
+        return Erasure(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), keys, r[8], r[9])
+
     def floor(self, scope_h: str) -> int | None:
         """The newest erasure epoch recorded in a scope, settled or not (None: no epoch)."""
         with self._lock:
             return self._c.execute("SELECT max(epoch) FROM erasures WHERE scope_h=?", (scope_h,)).fetchone()[0]
 
     def settle(self, ids: Iterable[int], now: float, by: str) -> None:
-        """Mark erasures settled (``by``: ``epoch``, ``probe``, ``evidence`` or ``released``)."""
+        """Mark erasures settled (``by``: ``epoch``, ``probe``, ``evidence``, ``verified`` or ``released``)."""
         ids = list(ids)
         if not ids:
             return
