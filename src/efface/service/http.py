@@ -183,10 +183,38 @@ def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error_response(exc.status_code, kind, message)
 
 
-def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+def _unexpected(exc: Exception) -> JSONResponse:
     # The type only: a message or a traceback could carry a text or a key.
     log.error("request failed with %s", type(exc).__name__)
     return _error_response(500, "InternalError", "the server failed on this request; nothing about it is logged")
+
+
+class QuietErrors:
+    """Answer an unexpected error with a 500 and log its type only. Starlette's own handler
+    for ``Exception`` answers too, but then raises the error again for the server to log, and
+    uvicorn logs it whole: a traceback whose message and frames can hold a text, a key or a
+    tenant. Here the error ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            response = _unexpected(exc)
+            if not started:  # else the client sees the answer cut short, as it would anyway
+                await response(scope, receive, send)
 
 
 class DropQuery(logging.Filter):
@@ -301,9 +329,9 @@ def create_app(
     app.add_exception_handler(EffaceError, _efface_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(BodyLimit, max_body=max_body)
-    app.add_middleware(ServerTiming)  # outermost: a 413 is timed too
+    app.add_middleware(QuietErrors)  # around everything of ours, /mcp included
+    app.add_middleware(ServerTiming)  # outermost: a 413 and a 500 are timed too
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
     lanes = Lanes()

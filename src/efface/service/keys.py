@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from .. import validate as v
 from ..errors import EffaceError, InvalidInput, NotFound
 
 PREFIX = "efk_"
@@ -137,8 +138,11 @@ class KeyRing:
         """A new key for ``tenant``: returns the key (shown only now) and its listing."""
         if not isinstance(tenant, str) or not tenant.strip():
             raise InvalidInput("tenant must be a non-empty string")
+        v.name(tenant, "tenant")  # as the store takes it: a key for a tenant it refuses is no use
         if label is not None and (not isinstance(label, str) or len(label) > 200):
             raise InvalidInput("label must be a string of at most 200 characters")
+        if label is not None:
+            v.reason(label, "label", blank=True)
         kid = secrets.token_hex(6)
         token = f"{PREFIX}{kid}_{secrets.token_urlsafe(32)}"
         now = time.time()
@@ -154,6 +158,7 @@ class KeyRing:
         sql = "SELECT id, tenant, label, created_at FROM api_keys"
         args: tuple = ()
         if tenant is not None:
+            v.name(tenant, "tenant")
             sql += " WHERE tenant = ?"
             args = (tenant,)
         with self._lock, _unless_busy():
