@@ -217,22 +217,45 @@ class QuietErrors:
                 await response(scope, receive, send)
 
 
+UNKNOWN_PATH = "<unknown path>"
+"""What the access log shows for a path no server in this process answers (a 404)."""
+UNKNOWN_METHOD = "<other method>"
+"""What it shows for a method outside HTTP's usual ones (h11 takes any token as a method)."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
 class DropQuery(logging.Filter):
-    """For ``uvicorn.access``: drop query strings from the logged path (routes take no query
-    parameters; a stray one must not reach the log)."""
+    """For ``uvicorn.access``: log method, path and status, and nothing a client chose. The
+    query string is dropped (routes take no query parameters); a path that is not one of the
+    apps' routes (:meth:`know`) is logged as :data:`UNKNOWN_PATH`, since a client can put
+    anything there (``POST /v1/memories/alice@example.org``), and an unusual method as
+    :data:`UNKNOWN_METHOD`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: set[str] = set()
+
+    def know(self, paths: set[str]) -> None:
+        self.paths |= paths
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-            record.args = (args[0], args[1], args[2].split("?", 1)[0], args[3], args[4])
+            path = args[2].split("?", 1)[0]
+            method = args[1] if args[1] in _METHODS else UNKNOWN_METHOD
+            record.args = (args[0], method, path if path in self.paths else UNKNOWN_PATH, args[3], args[4])
         return True
 
 
-def filter_access_log() -> None:
-    """Install :class:`DropQuery` on uvicorn's access logger (once)."""
+def filter_access_log(app: Any = None) -> None:
+    """Install :class:`DropQuery` on uvicorn's access logger (once), and let it show the paths
+    of ``app``'s routes (every app's given so far: tests run several in one process)."""
     logger = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, DropQuery) for f in logger.filters):
-        logger.addFilter(DropQuery())
+    found = [f for f in logger.filters if isinstance(f, DropQuery)]
+    drop = found[0] if found else DropQuery()
+    if not found:
+        logger.addFilter(drop)
+    drop.know({p for r in getattr(app, "routes", ()) if isinstance(p := getattr(r, "path", None), str)})
 
 
 # -- thread lanes ---------------------------------------------------------------------------------
