@@ -488,9 +488,18 @@ class SQLiteText:
         """The most BM25 any row could score for a query whose distinct terms are in ``dfs``
         rows each (FTS5's own idf over the rows it holds, its k1 = 1.2 and the term frequency
         saturated): what a row's score is a share of. A term in no row counts at the idf FTS5
-        gives such a term."""
+        gives such a term.
+
+        A term's rows can outnumber ``_docs``: the count moves when a write or an erasure is
+        staged, before it commits (and is not taken back on a rollback), while ``dfs`` come
+        from the index as a reader sees it, or from the postings, at another moment; a recall
+        beside a forget saw a df above the count and failed on the log of a negative number.
+        At any one moment a term is in at most every row, so a df above the count says there
+        were at least df rows when it was counted: that is the size used for it. Such a term
+        is in every row, and gets FTS5's floor idf, as FTS5 gives any term in most rows; the
+        ceiling only scales this one recall's word scores for the fusion."""
         n = max(self._docs, 1)
-        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) for df in dfs)
+        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((max(n, df) - df + 0.5) / (df + 0.5))) for df in dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
