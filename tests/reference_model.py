@@ -71,9 +71,10 @@ INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff\ufe0f"
 
 
 def model_fold(text: str) -> list[str]:
-    """The words of ``text`` as the model compares names: NFKC, lower case, the
-    :data:`INVISIBLE` characters dropped."""
-    t = unicodedata.normalize("NFKC", text).lower()
+    """The words of ``text`` as the model compares names: NFKC, lower case, a zero-width
+    space a word break (as Unicode's word segmentation has it), the other :data:`INVISIBLE`
+    characters dropped."""
+    t = unicodedata.normalize("NFKC", text).lower().replace("\u200b", " ")
     t = "".join(c for c in t if c not in INVISIBLE)
     return re.findall(r"[^\W_]+", t)
 

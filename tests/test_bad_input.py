@@ -178,3 +178,20 @@ def test_close_from_several_threads_at_once(open_store, backend):
 def test_a_store_location_that_is_not_a_path_is_refused(where, backend):
     with pytest.raises(InvalidInput, match="store location"):
         efface.open(where, embedder="hashing", background=False, origin=backend)
+
+
+def test_a_lone_surrogate_in_a_handle_or_a_reason_is_invalid_input(store):
+    """#33: it reached SQLite's binding and raised a raw UnicodeEncodeError."""
+    store.write("k1", "a note", tenant="t", subject="s", purpose="support")
+    for call in (
+        lambda: store.status("\ud800", tenant="t"),
+        lambda: store.wait("efr_\udcff", 0, tenant="t"),
+        lambda: store.verify("\ud800"),
+        lambda: store.certificate("\ud800", tenant="t"),
+        lambda: store.set_policy("t", "keep", reason="because \ud800"),
+        lambda: store.set_policy("t", "quarantine", reason="\ud800"),
+        lambda: store.release("k1", tenant="t", reason="\ud800"),
+    ):
+        with pytest.raises(InvalidInput) as err:
+            call()
+        assert "\ud800" not in str(err.value) and "\udcff" not in str(err.value)

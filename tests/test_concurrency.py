@@ -100,3 +100,62 @@ def test_nothing_erased_is_served_to_a_read_that_starts_after_forget(open_store,
     # The subjects not forgotten are all still there.
     for subject in SUBJECTS[8:]:
         assert store.read(f"{subject}:0", tenant="acme", purpose="support") is not None
+
+
+def test_no_recall_fails_beside_writers_and_a_forgetter(open_store):
+    """#33: a recall raised ``ValueError: math domain error`` beside writers. Every record
+    holds the word "note", so its document frequency is the whole store: a count of the rows
+    taken at another moment than the word's (a forget staged, not yet committed) put it above
+    the store's size. Counted, not timed: the recalls stop once the writers are done, or after
+    a fixed number each."""
+    store = open_store()
+    store.write_many(
+        [{"key": f"w0:{j}", "text": f"note {j} tea", "subject": "w0"} for j in range(20)],
+        tenant="acme",
+        purpose="support",
+    )
+    done = threading.Event()
+    errors: list[BaseException] = []
+    recalls = [0]
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(1, 16):
+                items = [{"key": f"w{w}-{i}:{j}", "text": f"note {j} river", "subject": f"w{w}-{i}"} for j in range(4)]
+                store.write_many(items, tenant="acme", purpose="support")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def forgetter() -> None:
+        try:
+            for i in range(1, 16):
+                for w in (1, 2):
+                    try:
+                        store.forget(tenant="acme", subject=f"w{w}-{i}")
+                    except Exception as exc:  # a subject not written yet: nothing to forget
+                        if type(exc).__name__ != "NotFound":
+                            raise
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(400):
+                if done.is_set():
+                    return
+                store.recall("note river", tenant="acme", purpose="support", k=5)
+                recalls[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(w,)) for w in (1, 2)] + [threading.Thread(target=forgetter)]
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for t in workers + readers:
+        t.start()
+    for t in workers:
+        t.join()
+    done.set()
+    for t in readers:
+        t.join()
+    assert not errors, [type(e).__name__ for e in errors]
+    assert recalls[0] > 0

@@ -260,7 +260,7 @@ def test_a_common_identifier_registered_before_the_rule_is_not_matched(open_stor
 NAME = "Quorra Vell"
 FORMS = {
     "soft-hyphen": "Quor\u00adra Vell",
-    "zero-width-space": "Quo\u200brra Vell",
+    "zero-width-space": "Quorra\u200bVell",  # where the space was (inside a word it breaks it)
     "zero-width-non-joiner": "Quorra Ve\u200cll",
     "zero-width-joiner": "Qu\u200dorra Vell",
     "word-joiner": "Quorra V\u2060ell",
@@ -329,7 +329,7 @@ def test_full_text_folds_queries_and_texts_alike(store):
     """A query in any form finds a text in any other form, through the full-text index."""
     write(store, "fw", "Ｑｕｏｒｒａ ordered tea")
     write(store, "sh", "Quor\u00adra ordered coffee")
-    for query in ("quorra", "QUORRA", "Ｑｕｏｒｒａ", "Quo\u200brra", "𝐐𝐮𝐨𝐫𝐫𝐚"):
+    for query in ("quorra", "QUORRA", "Ｑｕｏｒｒａ", "Quo\u2060rra", "𝐐𝐮𝐨𝐫𝐫𝐚"):
         hits = store.recall(query, tenant=T, purpose="ops", k=5)
         assert {h.key for h in hits if "fts" in h.via} == {"fw", "sh"}, query
     assert fts_ids(store, "quorra") and not fts_ids(store, "quor")
@@ -355,6 +355,33 @@ def test_an_older_index_is_refolded_on_open(open_store, store_path):
     receipt = s.forget(tenant=T, key="fw")
     s.wait(receipt.handle, timeout=30)
     assert s.verify(receipt.handle).level == "erased"
+
+
+@pytest.mark.sqlite_only(reason="reopens a store whose full-text index was built by older code")
+def test_an_index_with_zero_width_spaces_joined_is_respaced_on_open(open_store, store_path, monkeypatch):
+    """An older efface indexed "Alice\u200bMartin" as one word; a delete names the words as
+    folded now, so those records are re-indexed once on open, and an erasure still erases."""
+    import efface.text
+
+    with monkeypatch.context() as old:
+        old.setattr(efface.text, "spaced", lambda text: text)  # the older folding: U+200B removed
+        s = open_store()
+        write(s, "pasted", "Alice\u200bMartin called")
+        assert fts_ids(s, "alicemartin") and not fts_ids(s, "martin")
+        s.close()
+    import apsw
+
+    conn = apsw.Connection(os.path.join(store_path, "origin.db"))
+    with conn:
+        conn.execute("DELETE FROM meta WHERE k='fts.zwsp_spaced'")
+    conn.close()
+    s = open_store()
+    assert fts_ids(s, "martin") and not fts_ids(s, "alicemartin")
+    assert [h.key for h in s.recall("Alice Martin", tenant=T, purpose="ops") if "fts" in h.via] == ["pasted"]
+    receipt = s.forget(tenant=T, key="pasted")
+    s.wait(receipt.handle, timeout=30)
+    assert s.verify(receipt.handle).level == "erased"
+    assert not fts_ids(s, "martin") and not fts_ids(s, "alice")
 
 
 # -- 6. a write by another subject to an existing key ---------------------------------------------
@@ -481,3 +508,37 @@ def test_a_replacing_writer_keeps_its_registration(store):
     receipt = store.forget(tenant=T, subject="bob")
     assert "d1" in receipt.quarantined
     assert "k1" in receipt.erased
+
+
+@pytest.mark.parametrize("policy", ["quarantine", "redact"])
+@pytest.mark.parametrize("order", ["registered-before", "registered-after"])
+def test_a_zero_width_space_standing_for_a_space_separates_the_words_of_a_name(store, order, policy):
+    """#33: text pasted from chat apps carries U+200B where the space was; folding removed it
+    and joined "Alice" and "Martin" into one word, so the name was no mention of the subject."""
+    written = "Alice\u200bMartin called"
+    store.set_policy(T, policy)
+    if order == "registered-before":
+        store.register_subject("am", tenant=T, identifiers=["Alice Martin"])
+    write(store, "pasted", written)
+    write(store, "own", "her own note", subject="am")
+    if order == "registered-after":
+        store.register_subject("am", tenant=T, identifiers=["Alice Martin"])
+    assert any(h.key == "pasted" for h in store.recall("Alice Martin", tenant=T, purpose="ops", k=5))
+    receipt = store.forget(tenant=T, subject="am")
+    assert {d.key: d.why for d in receipt.derivations} == {"pasted": "mention"}
+    if policy == "quarantine":
+        assert receipt.quarantined == ("pasted",)
+        assert text_of(store, "pasted") is None
+        for query in ("Alice Martin", "Alice\u200bMartin", "alice", "martin called"):
+            assert not [h for h in store.recall(query, tenant=T, purpose="ops", k=5) if h.key == "pasted"], query
+    else:
+        assert fold(text_of(store, "pasted")) == "[redacted] called"
+
+
+def test_a_zero_width_space_between_letters_is_a_word_break_and_other_invisibles_join():
+    assert words("Alice\u200bMartin called") == ["alice", "martin", "called"]
+    assert words("Zoé\u200b\u00adMartin") == ["zoe", "martin"]
+    assert words("Ｑｕｏ\u200bｒｒａ") == ["quo", "rra"]  # as a space there would: two words
+    assert words("\u200bAlice \u200b Martin\u200b") == ["alice", "martin"]
+    for joined in ("Quor\u00adra", "Qu\u200dorra", "Quo\u200crra", "Quo\u2060rra", "Quo\ufeffrra"):
+        assert words(joined) == ["quorra"], joined

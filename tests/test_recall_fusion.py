@@ -102,6 +102,21 @@ def test_the_text_ceiling_bounds_every_score(store):
     assert store._fts.ceiling(q2) > store._fts.ceiling(q1)
 
 
+def test_the_text_ceiling_takes_a_document_frequency_above_the_store_size(store):
+    """#33: the count of rows and a term's document frequency come from different moments
+    (a writer or a forget between them), so a df can exceed the count; the SQLite index's
+    idf then took the log of a negative number (ValueError: math domain error). Such a term
+    is in every row: it counts as one, never fails, and never lowers the ceiling."""
+    _fill(store, {f"n{i}": f"note {i}" for i in range(5)})
+    text = store._origin.text
+    n = text.doc_count()
+    every = text.bm25_ceiling([n])
+    for df in (n + 1, n + 2, 10 * n + 7):
+        got = text.bm25_ceiling([df])
+        assert got == pytest.approx(text.bm25_ceiling([df, df]) / 2) and 0 < got <= every + 1e-9
+        assert text.bm25_ceiling([1, df]) > text.bm25_ceiling([1])
+
+
 def test_each_legs_best_stays_in_the_top_k():
     """A record one leg ranks first is kept in the top k even when its fused score is low; it
     displaces the lowest fused record no leg ranks that high, and the fused order stays."""

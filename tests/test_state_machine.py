@@ -89,7 +89,7 @@ FORMS = {
     "plain": lambda n: n,
     "upper": str.upper,
     "soft-hyphen": lambda n: n[:3] + "\u00ad" + n[3:],
-    "zero-width-space": lambda n: n[:2] + "\u200b" + n[2:],
+    "zero-width-space": lambda n: n.replace(" ", "\u200b", 1),  # where the space was: a word break
     "zero-width-joiner": lambda n: n.replace(" ", " \u200d", 1),
     "word-joiner": lambda n: n[:-2] + "\u2060" + n[-2:],
     "byte-order-mark": lambda n: "\ufeff" + n,

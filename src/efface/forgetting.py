@@ -156,8 +156,7 @@ class Erasures:
 
     def row(self, handle: str, tenant: str | None) -> dict:
         """The stored receipt for ``handle`` (checked against ``tenant`` when named)."""
-        if not isinstance(handle, str) or not handle:
-            raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+        handle = v.handle(handle)
         self.check_open()
         row = self.origin.receipt(handle)
         if row is None or (tenant is not None and row["tenant_h"] != self.tenant_id(tenant)):

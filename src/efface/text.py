@@ -8,6 +8,12 @@ on write, on registration and on search, whatever the order. It is Unicode's NFK
 (compatibility forms folded, case folded, Default_Ignorable_Code_Point removed) with accents
 stripped on top, which is what SQLite's ``unicode61 remove_diacritics 2`` does to a word.
 
+One invisible character is not simply removed: a zero-width space (U+200B) between two
+letters or digits separates them as a space would ("Alice\u200bMartin", as text pasted from a
+chat app carries it, is "alice martin"). Unicode's word segmentation (UAX #29) breaks words
+there too, while it keeps a soft hyphen, a joiner or a word joiner inside its word: those
+join, as before.
+
 Only matching folds: a record's text is stored and read back exactly as written.
 
 Words are runs of letters and digits (``_`` splits) of the folded text.
@@ -26,18 +32,30 @@ _IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}+")
 non-joiner, word joiner, byte-order mark, variation selectors, tag characters, ...), as the
 ``regex`` module's Unicode tables define it, so the set follows Unicode releases instead of
 a hand list."""
+_ZWSP_BETWEEN = regex.compile(
+    r"(?<=[\p{L}\p{N}][\p{M}\p{Default_Ignorable_Code_Point}]*)\u200b(?=\p{Default_Ignorable_Code_Point}*[\p{L}\p{N}])"
+)
+"""A zero-width space with a letter or digit on each side (past accents and other invisible
+characters): a word break, as a space."""
 MAX_QUERY_TERMS = 32
+
+
+def spaced(text: str) -> str:
+    """``text`` with each zero-width space between letters made a space (one character for
+    one, so positions in it are positions in ``text``)."""
+    return _ZWSP_BETWEEN.sub(" ", text) if "\u200b" in text else text
 
 
 def fold(text: str) -> str:
     """Case, accents, compatibility forms and invisible characters folded, so 'Zoë',
-    'zoe', its full-width form and 'Zo\\u00ade' share features."""
+    'zoe', its full-width form and 'Zo\\u00ade' share features (a zero-width space between
+    letters: a space, see :func:`spaced`)."""
     if text.isascii():  # the common case, without a per-character Python loop
         return text.lower()
     # NFKC first (full-width and other compatibility forms, so casefold sees real letters),
     # then casefold, then decompose to strip accents; NFC puts back what is not an accent
     # (Hangul syllables), so folding twice changes nothing.
-    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).casefold())
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", spaced(text)).casefold())
     kept = _IGNORABLE.sub("", "".join(c for c in decomposed if not unicodedata.combining(c)))
     return unicodedata.normalize("NFC", kept)
 

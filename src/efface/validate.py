@@ -23,6 +23,8 @@ MAX_IDENTIFIERS = 1000
 no person's, and every one is matched in every text and fingerprinted at its forget."""
 
 MAX_METADATA_DEPTH = 64
+MAX_HANDLE_BYTES = 256
+MAX_REASON_CHARS = 500
 
 # fullmatch, never `$`: `$` also matches before a final newline, so "support\n" got in
 _PURPOSE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
@@ -73,6 +75,28 @@ def name(value: Any, what: str) -> str:
         raise InvalidInput(f"{what} must not be empty")
     if len(raw) > MAX_NAME_BYTES:
         raise InvalidInput(f"{what} is {len(raw)} bytes; the limit is {MAX_NAME_BYTES}")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    return value
+
+
+def handle(value: Any) -> str:
+    """An erasure's handle as a caller gives it back: a string (its shape is the store's
+    business: one it never issued is NotFound, not bad input)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+    raw = _utf8(value, "handle")
+    if len(raw) > MAX_HANDLE_BYTES or "\x00" in value:
+        raise InvalidInput("handle must be the string a receipt carries (receipt.handle)")
+    return value
+
+
+def reason(value: Any, what: str = "reason", *, blank: bool = False) -> str:
+    """A stated reason (for ``keep``, a release): free text of at most 500 characters (not
+    blank unless ``blank``), kept where it can be erased; the ledger records its keyed hash."""
+    _utf8(value, what)
+    if (not blank and not value.strip()) or len(value) > MAX_REASON_CHARS:
+        raise InvalidInput(f"{what} must be text of {'at most ' if blank else '1-'}{MAX_REASON_CHARS} characters")
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")
     return value

@@ -190,3 +190,27 @@ def test_the_client_lets_idle_connections_go_before_the_server_does():
         assert c._http._transport._pool._keepalive_expiry == client.KEEP_ALIVE_S
     finally:
         c.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "efk_0123456789ab_secret\r\nX-Injected: yes",
+        "efk_0123456789ab_secret\n",
+        "efk_0123456789ab_sec\x00ret",
+        "efk_0123456789ab_sécret",
+        "efk_0123456789ab_sec ret",
+        "efk_0123456789ab_\ud800",
+        b"efk_0123456789ab_secret",
+    ],
+    ids=["crlf", "newline", "nul", "non-ascii", "space", "surrogate", "bytes"],
+)
+def test_a_key_that_cannot_be_sent_is_invalid_input_without_the_key(served, bad):
+    """#33: CR/LF or NUL raised Unreachable (whose doc says retry) with the server up; a
+    non-ASCII character a raw UnicodeEncodeError naming it and its place in the key."""
+    with pytest.raises(efface.InvalidInput) as info, efface.open(served.url, api_key=bad) as store:
+        store.receipts()
+    assert not isinstance(info.value, Unreachable)
+    message = str(info.value)
+    shown = bad.decode() if isinstance(bad, bytes) else bad
+    assert shown not in message and "sec" not in message and "é" not in message and "position" not in message

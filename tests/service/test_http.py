@@ -175,3 +175,47 @@ def test_server_timing_splits_a_lane_call_into_its_phases(served):
     assert min(ms.values()) >= 0 and ms["lane"] + ms["store"] + ms["render"] <= ms["app"]
     health = httpx.get(served.url + "/v1/health")
     assert [p.split(";")[0] for p in health.headers["server-timing"].split(",")] == ["app"]
+
+
+SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode: a lone surrogate
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/status", '{"handle": %s}'),
+        ("/v1/wait", '{"handle": %s, "timeout": 1}'),
+        ("/v1/verify", '{"handle": %s}'),
+        ("/v1/certificate", '{"handle": %s}'),
+        ("/v1/certificate.html", '{"handle": %s}'),
+        ("/v1/set_policy", '{"policy": "keep", "reason": %s}'),
+        ("/v1/set_policy", '{"policy": "quarantine", "reason": %s}'),
+        ("/v1/release", '{"key": "k1", "reason": %s}'),
+    ],
+)
+def test_a_lone_surrogate_is_bad_input_on_every_route_and_logs_nothing(served, uvicorn_logs, route, body):
+    """#33: a lone surrogate in a handle or a reason answered 500 and wrote a traceback."""
+    key = served.key(TENANT)
+    r = httpx.post(
+        served.url + route,
+        content=(body % SURROGATE).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert (r.status_code, r.json()["error"]["type"]) == (400, "InvalidInput")
+    records = [r for r in uvicorn_logs.records if r.name.startswith(("uvicorn.error", "efface"))]
+    assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR], [r.getMessage() for r in records]
+
+
+def test_an_unexpected_error_is_logged_by_its_type_only(served, uvicorn_logs, monkeypatch):
+    """Starlette answered 500 and then raised the error again, and uvicorn logged it whole:
+    a traceback with the error's message (here a marker standing for a text or a key)."""
+
+    def fails(*_a, **_k):
+        raise RuntimeError("marker-Quince-7f3a")
+
+    monkeypatch.setattr(served.store, "status", fails)
+    r = post(served, "/v1/status", {"handle": "efr_x"}, served.key(TENANT))
+    assert (r.status_code, r.json()["error"]["type"]) == (500, "InternalError")
+    records = [r for r in uvicorn_logs.records if r.name.startswith(("uvicorn", "efface"))]
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR] == ["request failed with RuntimeError"]
+    assert not [r for r in records if r.exc_info] and "Quince" not in uvicorn_logs.text

@@ -81,3 +81,33 @@ def test_a_damaged_ring_is_a_typed_error(tmp_path):
     with pytest.raises(KeyRingDamaged):
         KeyRing(path)
     assert key_path(tmp_path / "store") == str(tmp_path / "store.keys.db")  # beside the store, not in it
+
+
+def _keys_create_at_once(store: str, count: int) -> list:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": os.pathsep.join(sys.path)}
+    args = [sys.executable, "-m", "efface", "keys", "create", "--store", store, "--json"]
+    procs = [
+        subprocess.Popen([*args, "--tenant", f"t{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        for i in range(count)
+    ]
+    return [(p.wait(timeout=120), *p.communicate()) for p in procs]
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new ring", "existing ring"])
+def test_concurrent_keys_create_all_succeed(tmp_path, existing):
+    """#33: several `efface keys create` at once. A busy ring is waited for, never reported as
+    damaged, and no raw SQLite error reaches the user."""
+    store = str(tmp_path / "store")
+    if existing:
+        with KeyRing(key_path(store)) as ring:
+            ring.create("seed")
+    done = _keys_create_at_once(store, 6)
+    for code, out, err in done:
+        assert code == 0 and not err, (out, err)
+        assert json.loads(out)["key"].startswith("efk_")
+    with KeyRing(key_path(store)) as ring:
+        assert len(ring.list()) == 6 + existing

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from .. import validate as v
 from ..errors import InvalidInput
 from ..model import Derivation
 from ..vectors import stored_one
@@ -223,8 +224,8 @@ def validate_policy(policy: str, reason: str | None) -> tuple[str, str | None]:
         raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}")
     if policy == "keep" and (not isinstance(reason, str) or not reason.strip()):
         raise InvalidInput("policy 'keep' needs a stated reason (every receipt shows it; the ledger records its hash)")
-    if reason is not None and (not isinstance(reason, str) or len(reason) > 500):
-        raise InvalidInput("reason must be a string of at most 500 characters")
+    if reason is not None:
+        v.reason(reason, blank=True)
     return policy, reason
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import ahocorasick
 import phonenumbers
 
-from ..text import fold
+from ..text import fold, spaced
 
 _SPACE = re.compile(r"\s+")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+\Z")
@@ -231,7 +231,7 @@ def _fold_with_map(text: str) -> tuple[str, list[int]]:
     """``fold(text)`` and, for each folded character, the index of the character it came from."""
     chars: list[str] = []
     origin: list[int] = []
-    for i, c in enumerate(text):
+    for i, c in enumerate(spaced(text)):  # a zero-width space between letters: a space, as fold sees it
         f = fold(c)
         chars.append(f)
         origin.extend([i] * len(f))

@@ -82,6 +82,22 @@ def _seq(values: Iterable[str] | None) -> Any:
     return list(values) if isinstance(values, Iterable) else values
 
 
+def _api_key(value: Any) -> None:
+    """Refuse a key that cannot travel in an HTTP header, before anything is sent: CR, LF or
+    NUL made the HTTP library refuse the request (reported as ``Unreachable``, which says to
+    retry), and a non-ASCII character raised an encoding error naming the character and its
+    place in the key. Keys are visible ASCII (``efk_<id>_<secret>``). The message never shows
+    the key: it is a secret."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"the API key must be a string (an efk_... key), not {type(value).__name__}")
+    if not all("!" <= ch <= "~" for ch in value):
+        raise InvalidInput(
+            "the API key holds a character that cannot be sent in an HTTP header (a space, a line break, "
+            "a control or non-ASCII character): give the efk_... key exactly as `efface keys create` printed it "
+            "(read from a file, strip its final newline)"
+        )
+
+
 class Client:
     """An efface store served over HTTP. ``api_key`` defaults to ``EFFACE_API_KEY``."""
 
@@ -99,6 +115,7 @@ class Client:
                 "an efface server needs an API key: pass api_key= in Python, --api-key on the command line, "
                 "or set EFFACE_API_KEY"
             )
+        _api_key(api_key)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput("the server URL must start with http:// or https://")
         self.url = url.rstrip("/")

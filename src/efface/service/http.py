@@ -183,28 +183,79 @@ def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error_response(exc.status_code, kind, message)
 
 
-def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+def _unexpected(exc: Exception) -> JSONResponse:
     # The type only: a message or a traceback could carry a text or a key.
     log.error("request failed with %s", type(exc).__name__)
     return _error_response(500, "InternalError", "the server failed on this request; nothing about it is logged")
 
 
+class QuietErrors:
+    """Answer an unexpected error with a 500 and log its type only. Starlette's own handler
+    for ``Exception`` answers too, but then raises the error again for the server to log, and
+    uvicorn logs it whole: a traceback whose message and frames can hold a text, a key or a
+    tenant. Here the error ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            response = _unexpected(exc)
+            if not started:  # else the client sees the answer cut short, as it would anyway
+                await response(scope, receive, send)
+
+
+UNKNOWN_PATH = "<unknown path>"
+"""What the access log shows for a path no server in this process answers (a 404)."""
+UNKNOWN_METHOD = "<other method>"
+"""What it shows for a method outside HTTP's usual ones (h11 takes any token as a method)."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
 class DropQuery(logging.Filter):
-    """For ``uvicorn.access``: drop query strings from the logged path (routes take no query
-    parameters; a stray one must not reach the log)."""
+    """For ``uvicorn.access``: log method, path and status, and nothing a client chose. The
+    query string is dropped (routes take no query parameters); a path that is not one of the
+    apps' routes (:meth:`know`) is logged as :data:`UNKNOWN_PATH`, since a client can put
+    anything there (``POST /v1/memories/alice@example.org``), and an unusual method as
+    :data:`UNKNOWN_METHOD`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: set[str] = set()
+
+    def know(self, paths: set[str]) -> None:
+        self.paths |= paths
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-            record.args = (args[0], args[1], args[2].split("?", 1)[0], args[3], args[4])
+            path = args[2].split("?", 1)[0]
+            method = args[1] if args[1] in _METHODS else UNKNOWN_METHOD
+            record.args = (args[0], method, path if path in self.paths else UNKNOWN_PATH, args[3], args[4])
         return True
 
 
-def filter_access_log() -> None:
-    """Install :class:`DropQuery` on uvicorn's access logger (once)."""
+def filter_access_log(app: Any = None) -> None:
+    """Install :class:`DropQuery` on uvicorn's access logger (once), and let it show the paths
+    of ``app``'s routes (every app's given so far: tests run several in one process)."""
     logger = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, DropQuery) for f in logger.filters):
-        logger.addFilter(DropQuery())
+    found = [f for f in logger.filters if isinstance(f, DropQuery)]
+    drop = found[0] if found else DropQuery()
+    if not found:
+        logger.addFilter(drop)
+    drop.know({p for r in getattr(app, "routes", ()) if isinstance(p := getattr(r, "path", None), str)})
 
 
 # -- thread lanes ---------------------------------------------------------------------------------
@@ -301,9 +352,9 @@ def create_app(
     app.add_exception_handler(EffaceError, _efface_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(BodyLimit, max_body=max_body)
-    app.add_middleware(ServerTiming)  # outermost: a 413 is timed too
+    app.add_middleware(QuietErrors)  # around everything of ours, /mcp included
+    app.add_middleware(ServerTiming)  # outermost: a 413 and a 500 are timed too
 
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
     lanes = Lanes()

@@ -20,16 +20,23 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import apsw
 
+from .. import validate as v
 from ..errors import EffaceError, InvalidInput, NotFound
 
 PREFIX = "efk_"
 _KEY = re.compile(r"^efk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})\Z")
 _ID = re.compile(r"^[0-9a-f]{12}\Z")
 KEYS_FILE = "keys.db"
+BUSY_TIMEOUT_MS = 15_000
+"""How long a call waits for another process (another ``efface keys``, a server) to finish
+its write to the ring before it gives up with :class:`KeyRingBusy`. A write is one short
+transaction, so a wait this long means something holds the file locked."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -44,6 +51,27 @@ CREATE TABLE IF NOT EXISTS api_keys (
 
 class KeyRingDamaged(EffaceError):
     """The key ring file cannot be read: restore it or create new keys in a new file."""
+
+
+class KeyRingBusy(EffaceError):
+    """Another process kept the key ring locked longer than :data:`BUSY_TIMEOUT_MS`: nothing
+    was changed; try again (the ring itself is fine)."""
+
+
+_BUSY = (
+    f"the key ring is busy: another process kept it locked for {BUSY_TIMEOUT_MS // 1000} s; nothing was "
+    "changed, try again"
+)
+
+
+@contextmanager
+def _unless_busy() -> Iterator[None]:
+    """A lock held past the busy timeout becomes :class:`KeyRingBusy`, never a raw SQLite error
+    (nor :class:`KeyRingDamaged`: a busy file is not a damaged one)."""
+    try:
+        yield
+    except (apsw.BusyError, apsw.LockedError):
+        raise KeyRingBusy(_BUSY) from None
 
 
 @dataclass(frozen=True)
@@ -80,9 +108,16 @@ class KeyRing:
         self._lock = threading.Lock()
         try:
             self._db = apsw.Connection(self.path)
+            # Before anything touches the file: two `efface keys create` at once (or one beside
+            # a server) take turns instead of failing on the other's lock. Making a new ring WAL
+            # and creating its table both take that lock.
+            self._db.setbusytimeout(BUSY_TIMEOUT_MS)
             self._db.execute("PRAGMA secure_delete=ON")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(_SCHEMA)
+        except (apsw.BusyError, apsw.LockedError):
+            self._db.close()  # opening never locks: only the statements after it can be busy
+            raise KeyRingBusy(_BUSY) from None
         except apsw.Error as e:
             raise KeyRingDamaged(
                 f"the key ring cannot be opened ({type(e).__name__}): restore it from a copy, "
@@ -103,12 +138,15 @@ class KeyRing:
         """A new key for ``tenant``: returns the key (shown only now) and its listing."""
         if not isinstance(tenant, str) or not tenant.strip():
             raise InvalidInput("tenant must be a non-empty string")
+        v.name(tenant, "tenant")  # as the store takes it: a key for a tenant it refuses is no use
         if label is not None and (not isinstance(label, str) or len(label) > 200):
             raise InvalidInput("label must be a string of at most 200 characters")
+        if label is not None:
+            v.reason(label, "label", blank=True)
         kid = secrets.token_hex(6)
         token = f"{PREFIX}{kid}_{secrets.token_urlsafe(32)}"
         now = time.time()
-        with self._lock:
+        with self._lock, _unless_busy():
             self._db.execute(
                 "INSERT INTO api_keys(id, digest, tenant, label, created_at) VALUES (?,?,?,?,?)",
                 (kid, _digest(token), tenant, label, now),
@@ -120,9 +158,10 @@ class KeyRing:
         sql = "SELECT id, tenant, label, created_at FROM api_keys"
         args: tuple = ()
         if tenant is not None:
+            v.name(tenant, "tenant")
             sql += " WHERE tenant = ?"
             args = (tenant,)
-        with self._lock:
+        with self._lock, _unless_busy():
             rows = list(self._db.execute(sql + " ORDER BY created_at, id", args))
         return [ApiKey(*row) for row in rows]
 
@@ -132,7 +171,7 @@ class KeyRing:
         kid = m.group(1) if m else key_id
         if not isinstance(kid, str) or not _ID.match(kid):
             raise InvalidInput("give a key id (12 hex digits, as `efface keys list` shows it) or the key itself")
-        with self._lock:
+        with self._lock, _unless_busy():
             row = next(
                 iter(self._db.execute("SELECT id, tenant, label, created_at FROM api_keys WHERE id=?", (kid,))), None
             )
@@ -151,7 +190,7 @@ class KeyRing:
         m = _KEY.match(token)
         if m is None:
             return None
-        with self._lock:
+        with self._lock, _unless_busy():
             row = next(iter(self._db.execute("SELECT digest, tenant FROM api_keys WHERE id=?", (m.group(1),))), None)
         if row is None or not hmac.compare_digest(row[0], _digest(token)):
             return None

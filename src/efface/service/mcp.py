@@ -37,6 +37,7 @@ from starlette.types import ASGIApp
 from ..errors import EffaceError, InvalidInput, ScopeError
 from ..store import Store
 from .keys import KeyRing
+from .mcp_guard import guard_endpoint, quiet_sdk_logs
 from .mcp_models import (
     LADDER,
     LADDER_TEXT,
@@ -467,4 +468,10 @@ def mcp_http_app(
     """
     server = build_mcp(store, ring=ring, purpose=purpose, forget_everything=forget_everything)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
+    quiet_sdk_logs()
+
+    async def tool_names() -> list[str]:
+        return [t.name for t in await server.list_tools()]
+
+    guard_endpoint(app, path, tool_names)
     return app, server.session_manager.run

@@ -49,7 +49,7 @@ def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, *, access_l
         timeout_graceful_shutdown=5,
         timeout_keep_alive=KEEP_ALIVE_S,
     )
-    filter_access_log()  # after the Config, which (re)configures uvicorn's loggers
+    filter_access_log(app)  # after the Config, which (re)configures uvicorn's loggers
     return config
 
 

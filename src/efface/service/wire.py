@@ -257,6 +257,7 @@ STATUS: dict[str, int] = {
     "UnboundedPropagation": 409,
     "EmbedderMismatch": 409,
     "StoreLocked": 503,
+    "KeyRingBusy": 503,
 }
 """HTTP status for each error type the server reports; anything else is 500."""
 
@@ -305,7 +306,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "ErasureNotSettled, UnverifiableDeletion, EmbedderMismatch"),
         (413, "The request body is over the server's limit (PayloadTooLarge)"),
         (422, "The body does not have the documented shape (InvalidInput)"),
-        (503, "The store is busy or closed (StoreLocked)"),
+        (503, "The store or the key ring is busy or closed (StoreLocked, KeyRingBusy)"),
     )
 }
 """Declared on every route so the OpenAPI document lists each error the route can answer."""

@@ -67,9 +67,14 @@ class MemoryText:
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:
         """The most BM25 any record could score for a query whose distinct words are in
-        ``dfs`` records each (this index's idf, the term frequency saturated at k1 + 1)."""
+        ``dfs`` records each (this index's idf, the term frequency saturated at k1 + 1).
+        ``dfs`` were counted in another look at the state than ``n``: a writer between the two
+        can leave a df above ``n``. This idf is defined for any df (its argument is
+        ``(n + 1) / (df + 0.5)``), but a df above the store's size means the store had at least
+        df records when it was counted, and that is the size used for it (as the SQLite index
+        does, where the other idf would fail)."""
         n = len(self._o._st().doc_terms)
-        return sum((BM25_K1 + 1) * math.log((n - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
+        return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int

@@ -49,6 +49,10 @@ PURGED = "fts.purged_epoch"
 FOLDED = "fts.folded"
 """Set once the index holds :func:`efface.text.index_text` of every record (older stores
 indexed the text as written, which FTS5 does not fold the way efface does)."""
+SPACED = "fts.zwsp_spaced"
+"""Set once the index holds the words of every text with a zero-width space between letters
+as two words (:func:`efface.text.spaced`); older stores indexed them joined, and a delete must
+name the words the index holds."""
 
 
 def _match(words: Sequence[str]) -> str:
@@ -342,6 +346,8 @@ class SQLiteText:
         the text as written. The old segments are merged away at once, in the same write."""
         o = self._o
         if o.meta_get(FOLDED) == "1":
+            if o.meta_get(SPACED) != "1":
+                self._respace()
             return
         with o.write_lock, savepoint(o.writer):
             w = o.writer
@@ -358,7 +364,35 @@ class SQLiteText:
                         "INSERT INTO fts(rowid, text) VALUES(?,?)", ((rid, index_text(text)) for rid, text, _t in rows)
                     )
                 w.execute("INSERT INTO fts(fts) VALUES('optimize')")
-            w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (FOLDED,))
+            for flag in (FOLDED, SPACED):
+                w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (flag,))
+
+    def _respace(self) -> None:
+        """Re-index, once, the records whose text has a zero-width space (U+200B): an older
+        efface removed it, joining the words on each side, where :func:`efface.text.fold` now
+        sees a word break. Each such record's entry is deleted by the words the index holds
+        (the text without its zero-width spaces folds to exactly those) and put back by its
+        words now, in one write, so a later delete (an erasure) names what the index holds."""
+        o = self._o
+        extra_col, extra_mark = (", tenant", ",?") if self.scoped else ("", "")
+        with o.write_lock, savepoint(o.writer):
+            w = o.writer
+            rows = w.execute("SELECT id, text, tenant FROM records WHERE instr(text, char(8203)) > 0").fetchall()
+            changed = False
+            for rid, text, tenant in rows:
+                old, new = index_text(text.replace("\u200b", "")), index_text(text)
+                if old == new:
+                    continue
+                extra = (tenant,) if self.scoped else ()
+                w.execute(
+                    f"INSERT INTO fts(fts, rowid, text{extra_col}) VALUES('delete', ?, ?{extra_mark})",
+                    (rid, old, *extra),
+                )
+                w.execute(f"INSERT INTO fts(rowid, text{extra_col}) VALUES(?, ?{extra_mark})", (rid, new, *extra))
+                changed = True
+            if changed and not self.secure:  # the old entries are left for the compactor's merge
+                w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (DIRTY,))
+            w.execute("INSERT INTO meta(k, v) VALUES(?, '1') ON CONFLICT(k) DO UPDATE SET v='1'", (SPACED,))
 
     def doc_count(self) -> int:
         return self._docs
@@ -488,9 +522,18 @@ class SQLiteText:
         """The most BM25 any row could score for a query whose distinct terms are in ``dfs``
         rows each (FTS5's own idf over the rows it holds, its k1 = 1.2 and the term frequency
         saturated): what a row's score is a share of. A term in no row counts at the idf FTS5
-        gives such a term."""
+        gives such a term.
+
+        A term's rows can outnumber ``_docs``: the count moves when a write or an erasure is
+        staged, before it commits (and is not taken back on a rollback), while ``dfs`` come
+        from the index as a reader sees it, or from the postings, at another moment; a recall
+        beside a forget saw a df above the count and failed on the log of a negative number.
+        At any one moment a term is in at most every row, so a df above the count says there
+        were at least df rows when it was counted: that is the size used for it. Such a term
+        is in every row, and gets FTS5's floor idf, as FTS5 gives any term in most rows; the
+        ceiling only scales this one recall's word scores for the fusion."""
         n = max(self._docs, 1)
-        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) for df in dfs)
+        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((max(n, df) - df + 0.5) / (df + 0.5))) for df in dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
