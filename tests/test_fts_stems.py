@@ -9,7 +9,7 @@ import apsw
 import numpy as np
 import pytest
 
-from efface.paths.base import Query
+from efface.paths.base import Query, VectorSearch
 from efface.paths.recall import _scaled
 
 from conftest import raw_db, record_id_of
@@ -111,7 +111,7 @@ def test_fusion_scales_ignore_how_many_candidates_a_leg_had():
     """A text score counts as its share of the query's ceiling: a near tie on a three-record
     list weighs what it weighs on a hundred-record list (a spread normalisation over the text
     scores made it a fixed, large gap)."""
-    assert len(_scaled(_TextLeg(), *_judged({}), 10.0)) == 0
+    assert len(_scaled(False, *_judged({}), 10.0)) == 0
     short = _as_dict({7: 2.01, 8: 2.0, 9: 1.6}, _TextLeg(), 10.0)
     assert short[7] - short[8] == pytest.approx(0.001)
     long = _as_dict({7: 2.01, 8: 2.0, **{i: 0.01 * i for i in range(10, 110)}}, _TextLeg(), 10.0)
@@ -131,7 +131,7 @@ def _judged(scores: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
 
 def _as_dict(scores: dict[int, float], leg, ceiling) -> dict[int, float]:
     ids, values = _judged(scores)
-    return dict(zip(ids.tolist(), _scaled(leg, ids, values, ceiling).tolist(), strict=True))
+    return dict(zip(ids.tolist(), _scaled(isinstance(leg, VectorSearch), ids, values, ceiling).tolist(), strict=True))
 
 
 def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):

@@ -34,6 +34,7 @@ from threading import get_ident
 from typing import Any
 
 from .errors import EffaceError
+from .origin.base import GroupCommit
 
 INTERRUPTED = "the write was interrupted before it was committed: nothing of it was kept; send it again"
 
@@ -194,7 +195,7 @@ def run_jobs(origin: Any, jobs: list[Job], now: float, paths: Sequence[Any]) -> 
     """Run ``jobs`` in order in as few origin transactions as their ``after`` hooks allow (see
     the module docstring), each member's content changes staged on ``paths`` inside its
     savepoint (:func:`stage`). Every job is ``done`` on return, with its answer or error."""
-    group = getattr(origin, "group", None)
+    group = origin.group if isinstance(origin, GroupCommit) else None
     i = 0
     while i < len(jobs):
         chunk: list[Job] = []

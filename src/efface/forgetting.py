@@ -191,7 +191,8 @@ class Erasures:
                 st = self.status(handle, tenant)
             elif until == "erased" and scanned and not settled and st.erased:
                 # a reader held the rewrite's checkpoint back: once more
-                settled = self.origin.physical.checkpoint()  # type: ignore[attr-defined]
+                physical = self.origin.physical
+                settled = physical is None or physical.checkpoint()
             done = st.erased if until == "erased" else st.settled
             if done and until == "erased":
                 if not scanned:  # erased without the origin's files done (no such path today)
@@ -212,7 +213,7 @@ class Erasures:
     def _origin_residue(self, handle: str) -> bool:
         """Whether the origin's files still hold fingerprints of this erasure (judged as
         ``verify`` judges them); False once its bytes were proven gone."""
-        physical = getattr(self.origin, "physical", None)
+        physical = self.origin.physical
         evidence = self.origin.evidence(handle) if physical is not None else None
         if evidence is None or evidence["fingerprints"] is None:
             return False
@@ -222,8 +223,8 @@ class Erasures:
         """Rewrite the origin's files whole; False if a reader kept its checkpoint from
         completing (the caller tries again)."""
         self.check_open()
-        physical = self.origin.physical  # type: ignore[attr-defined]
-        return bool(physical.rewrite())
+        physical = self.origin.physical
+        return physical is None or bool(physical.rewrite())
 
     def verify(self, handle: str, tenant: str | None) -> Verification:
         """Run the ladder's checks for the erasure and record the outcome in the ledger

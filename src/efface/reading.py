@@ -14,7 +14,7 @@ from typing import Any
 from .errors import UnknownPurpose
 from .model import Claim, Memory, QuarantineItem
 from .origin.base import Origin
-from .paths.base import ReadPath
+from .paths.base import ReadPath, Seeing
 
 
 def known_purpose(origin: Origin, tenant: str, purpose: str) -> None:
@@ -69,11 +69,10 @@ def absorb_new_content(origin: Origin, paths: Sequence[ReadPath], background: Ca
     for p in paths:
         if p.synchronous:
             continue
-        see, seen = getattr(p, "see", None), getattr(p, "seen_epoch", None)
-        if see is not None and seen is not None and background():
+        if isinstance(p, Seeing) and background():
             # The compactor absorbs in the background; what it has not yet is searched
             # exactly, so no recall waits for a big import's absorption.
-            see(origin.latest_put_epoch(after=seen()))
+            p.see(origin.latest_put_epoch(after=p.seen_epoch()))
             continue
         target = origin.latest_put_epoch(after=p.applied_epoch())
         if target is not None:

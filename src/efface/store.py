@@ -53,7 +53,7 @@ from .backups.context import BackupContext
 from .backups.restore import restore_backup
 from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
 from .derivations import Derivations, quarantine, validate_policy
-from .embed import Embedder, for_store
+from .embed import Embedder, Lexical, QueryEmbedder, for_store
 from .erasure.compactor import Compactor
 from .erasure.evidence import Evidence
 from .erasure.fingerprint import Fingerprinter
@@ -111,6 +111,7 @@ class Store:
         self._hash = Hasher(self._secret)
         recorded = origin.meta_get("embedder")
         self.embedder = for_store(embedder, recorded)
+        self._lexical = isinstance(self.embedder, Lexical) and self.embedder.lexical
         if recorded is None:
             origin.meta_set("embedder", self.embedder.name)
         self._derivations = Derivations(origin, self.embedder)
@@ -149,7 +150,7 @@ class Store:
             self._compactor.start()
         # a large store's erasures and recalls use compiled loops at once (efface.compiled); a growing one, later
         compiled.warm(self.path)
-        self._grows: tuple[str, ...] = getattr(getattr(self._origin, "physical", None), "growing", tuple)()
+        self._grows = self._origin.physical.growing() if self._origin.physical is not None else ()
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -375,15 +376,14 @@ class Store:
         known_purpose(self._origin, tenant, purpose)
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
-            # An embedder may encode queries its own way (the ONNX MiniLM: an int8 copy).
-            one = getattr(self.embedder, "embed_query", None)
-            got = one(query) if one is not None else self.embedder.embed([query])[0]
+            e = self.embedder  # one that encodes queries its own way: the ONNX MiniLM's int8 copy
+            got = e.embed_query(query) if isinstance(e, QueryEmbedder) else e.embed([query])[0]
             self._check_open()
             absorb_new_content(self._origin, self._paths, lambda: self._compactor.running)
             return got
 
         q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock())
-        return hybrid(self._origin, self._paths, q, k, lexical=getattr(self.embedder, "lexical", False), vector=vector)
+        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -57,9 +57,21 @@ class Embedder(Protocol):
         """Return an array of shape (len(texts), dim), float32, rows of unit length."""
         ...
 
-    # Optional: ``embed_query(text) -> np.ndarray`` (shape (dim,)), the vector recall searches
-    # with for a query, when the embedder encodes queries its own way (the ONNX MiniLM's int8
-    # copy); without it recall uses ``embed([text])[0]``.
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """An embedder that encodes queries its own way (the ONNX MiniLM's int8 copy): recall
+    searches with ``embed_query(text)`` (shape (dim,)); without it, with ``embed([text])[0]``."""
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Lexical(Protocol):
+    """An embedder whose vectors are built from the words alone (the hashing one): recall
+    then lets the full-text leg order the hits and the cosine only break ties."""
+
+    lexical: bool
 
 
 def torch_minilm_available() -> bool:

@@ -158,7 +158,7 @@ class Compactor:
         next whole save comes with the periodic one. With ``merge``, the word index's segments
         are then merged into one, whatever it costs (``Store.compact``: :mod:`.segments` of
         the SQLite origin)."""
-        physical = getattr(self._origin, "physical", None)
+        physical = self._origin.physical
         with self._mu:
             self.absorb()
             if persist:
@@ -223,7 +223,8 @@ class Compactor:
 
     def _merge(self) -> Callable[..., bool] | None:
         """The origin's merge of its word index's segments, where it has one."""
-        return getattr(getattr(self._origin, "physical", None), "merge_segments", None)
+        physical = self._origin.physical
+        return physical.merge_segments if physical is not None else None
 
     def _step(self) -> None:
         """A round, or a step of one that a waiter may act on, has finished."""

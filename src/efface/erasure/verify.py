@@ -172,7 +172,7 @@ class Verifier:
         t0 = time.time()
         rows = o.residual_rows(erased)
         # the origin's copy of liveness and vectors in memory (.origin.sqlite.liveness), if any
-        liveness = getattr(o, "liveness", None)
+        liveness = o.liveness
         in_memory = liveness.holding(erased) if liveness is not None else 0
         if rows or in_memory:
             found = [f"{t}: {n}" for t, n in rows.items()] + ([f"in memory: {in_memory}"] if in_memory else [])
@@ -204,7 +204,7 @@ class Verifier:
         # where a hit counts as residue unless the whole live value it belongs to lies there
         # (see .residue): a window-by-window excuse once passed residue from the unallocated
         # gap of live pages.
-        physical = getattr(self._origin, "physical", None)
+        physical = self._origin.physical
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
         copies: dict[str, bytes] = {}
         only, kept, earlier = self._unchanged(handle, physical)
@@ -331,13 +331,13 @@ class Verifier:
         nothing. ``Store.wait`` asks it before it says the bytes are gone, and has the
         origin rewrite its files when they hold any (a stale copy of an erased cell that no
         index rebuild or checkpoint reaches)."""
-        physical = getattr(self._origin, "physical", None)
+        physical = self._origin.physical
         if physical is None:
             return False
         fp = Fingerprints.from_blob(blob)
         files = [f for f in physical.files() if os.path.exists(f)]
         copies: dict[str, bytes] = {}
-        token = physical.scan_token() if hasattr(physical, "scan_token") else None
+        token = physical.scan_token() if physical is not None else None
         found, _scanned = self._fp.scan_arrays(files, fp, self._root, copies)
         # i8 vectors live in the ANN files
         found = found.take(~np.isin(found.kind, [i for i, k in enumerate(found.kinds) if k == "vector"]))
@@ -380,7 +380,7 @@ class Verifier:
         mask of the hits found in live cells."""
         if not len(found):
             return Judgement()
-        cells_of = getattr(physical, "live_cells", None)
+        cells_of = physical.live_cells if physical is not None else None
         with cells_of(self._root) if cells_of is not None and fp.site_h else contextlib.nullcontext() as cells:
             live = in_live_cells(self._fp, found, cells)
             if live_out is not None:

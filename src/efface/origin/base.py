@@ -7,9 +7,12 @@ epochs inside the transaction that commits a mutation. Two implement it: SQLite
 PostgreSQL will implement the same methods.
 
 Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`), a
-``write_lock`` (held for every write) and, when it keeps bytes in files, ``physical``
-(:class:`Physical`): the store and the verifier look for it with ``getattr(origin,
-"physical", None)`` and, without it, treat the origin's erased epoch as its current one.
+``write_lock`` (held for every write), ``physical`` (:class:`Physical`, the byte-level side
+of an origin that keeps files, or None: then its erased epoch is its current one) and
+``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
+Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
+and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with
+``isinstance``: every use is typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
 the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
@@ -24,7 +27,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,9 @@ class WordIndex(Protocol):
         ``tx`` (the origin's own transaction type); every one of them is ``tenant``'s."""
         ...
 
+    scoped: bool
+    """Whether the index holds each entry's tenant, so a query can rank one tenant's matches."""
+
     def doc_count(self) -> int: ...
     def tenant_count(self, tenant: str) -> int:
         """About how many records ``tenant`` (its id) holds (an index with a tenant column
@@ -268,10 +276,76 @@ class WordIndex(Protocol):
         ...
 
 
+@runtime_checkable
+class UncheckedRanking(Protocol):
+    """A word index that ranks every match without checking it live (recall checks them, best
+    first, in its own snapshot: :meth:`efface.paths.fts.FullTextIndex.ranked_within`)."""
+
+    def ranked_unchecked(
+        self, words: Sequence[str], tenant: str | None, *, narrow: bool, scoring: Sequence[str]
+    ) -> Any:
+        """A :class:`efface.ranking.Ranking` of every record ``words`` find (BM25)."""
+        ...
+
+
+@runtime_checkable
+class HeldInMemory(Protocol):
+    """A word index that keeps postings in this process's memory (verify probes them too)."""
+
+    def held_in_memory(self, ids: Sequence[int]) -> list[int]:
+        """Which of ``ids`` the postings in memory still hold."""
+        ...
+
+
+class LiveCells(Protocol):
+    """The bytes of the live cells of the origin's database file, held for one scan."""
+
+    name: str
+    """The file's name, relative to the store directory."""
+
+    def inside_words(self, offsets: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For 8-aligned windows: whether each lies in a live cell, and its two 64-bit words."""
+        ...
+
+    def pages(self) -> int: ...
+
+
+class LivenessCopy(Protocol):
+    """An origin's copy in memory of which records are live (and their vectors)."""
+
+    def usable(self, subject: str | None) -> bool:
+        """Whether it can answer for a recall scoped to ``subject`` (or to none)."""
+        ...
+
+    def live(self, ids: Sequence[int], tenant: str, purpose: str, now: float) -> list[int]: ...
+    def holding(self, ids: Sequence[int]) -> int:
+        """How many of ``ids`` it still counts live or holds a vector of."""
+        ...
+
+
+@runtime_checkable
+class GroupCommit(Protocol):
+    """An origin that commits several write transactions together (:mod:`efface.chokepoint`)."""
+
+    def group(self, members: int | None = None) -> AbstractContextManager[Callable[..., AbstractContextManager[Any]]]:
+        """A block whose ``member(kind, tenant, now)`` opens one member transaction (a
+        savepoint with its own epoch); all of them commit at the block's end."""
+        ...
+
+
 class LiveRegions(Protocol):
-    def contains(self, file: str, offset: int, width: int) -> bool:
-        """Whether ``width`` bytes at ``offset`` of ``file`` (relative to the store directory)
-        lie where live content is legitimately stored."""
+    """Where, in the origin's files, live values are legitimately stored. ``read(file, start,
+    n)`` reads the bytes a scan saw (a file may have changed since)."""
+
+    def bounds(
+        self, file: str, offset: int, read: Callable[[str, int, int], bytes]
+    ) -> tuple[int, int, frozenset[str]] | None:
+        """The region ``[start, end)`` of ``file`` (relative to the store directory) around
+        ``offset`` and the kinds of live value it may hold; None where live values are not kept."""
+        ...
+
+    def contains(self, file: str, offset: int, width: int, read: Callable[[str, int, int], bytes]) -> bool:
+        """Whether ``width`` bytes at ``offset`` of ``file`` lie where live content is kept."""
         ...
 
 
@@ -301,6 +375,35 @@ class Physical(Protocol):
     def live_holding(self, windows: set[bytes], embeddings: bool) -> set[bytes]:
         """Which of these byte windows a live record (text, key, embedding if asked) or live
         subject still holds: copies allowed to be there."""
+        ...
+
+    def growing(self) -> tuple[str, ...]:
+        """The files a write grows (a reader stats them to tell a changed store)."""
+        ...
+
+    def merge_segments(self, stop: Callable[[], bool] | None = None, *, always: bool = False) -> bool:
+        """Merge the word index's segments, in short steps until ``stop()``; True when done."""
+        ...
+
+    def scan_token(self) -> Any:
+        """A token for a scan of the database file beginning now (see :meth:`changed_pages`)."""
+        ...
+
+    def changed_pages(self, token: Any) -> tuple[str, int, np.ndarray] | None:
+        """(file, page size, pages) a scan that began at ``token`` may not have seen as they
+        are now; None when that cannot be shown."""
+        ...
+
+    def live_cells(self, root: str) -> AbstractContextManager[LiveCells | None]:
+        """The live cells' bytes in one read snapshot held for the block; None if unreadable."""
+        ...
+
+    def live_values(self, embeddings: bool) -> Iterable[tuple[bytes, str]]:
+        """Every value a live row holds, with its kind (what a live copy may belong to)."""
+        ...
+
+    def pending_fingerprints(self, handle: str) -> list[bytes]:
+        """The fingerprints of every other erasure not yet proven erased."""
         ...
 
 
@@ -368,6 +471,16 @@ class Origin(Reads, Protocol):
 
     @property
     def text(self) -> WordIndex: ...
+    @property
+    def physical(self) -> Physical | None:
+        """The byte-level side, where the origin keeps files; None where it keeps none."""
+        ...
+
+    @property
+    def liveness(self) -> LivenessCopy | None:
+        """A copy in memory of which records are live, where the origin keeps one."""
+        ...
+
     def transaction(self, kind: str, tenant: str | None, now: float) -> AbstractContextManager[Tx]:
         """One write transaction; its epoch is assigned in it and is greater than every
         committed one. Commits durably on a clean exit; on an exception nothing of it stays."""

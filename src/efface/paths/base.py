@@ -14,11 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..model import Check
+
+if TYPE_CHECKING:
+    from ..ranking import Ranking
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,45 @@ class ReadPath(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class VectorSearch(Protocol):
+    """A read path that searches by vector (the ANN index): recall judges each of its live
+    candidates by exact cosine over the union, and widens its list until ``k`` survive."""
+
+    def size(self, tenant: str) -> int:
+        """About how many vectors it searches for the tenant (a bound on widening)."""
+        ...
+
+
+@runtime_checkable
+class Scoring(Protocol):
+    """A read path that scores its own matches and checks them live in its own query (full
+    text): recall fuses its scores as a share of the query's best possible score."""
+
+    name: str
+
+    def scored(self, query: Query, n: int) -> list[tuple[int, float]]:
+        """The ``n`` best live matches with their scores, best first."""
+        ...
+
+    def scored_within(self, query: Query, n: int) -> tuple[list[tuple[int, float]], float]:
+        """:meth:`scored`, and the most any record could score for the query."""
+        ...
+
+    def ranked_within(self, query: Query) -> tuple[Ranking, float] | None:
+        """Every match best first, not checked live, and that ceiling; None where it cannot."""
+        ...
+
+
+@runtime_checkable
+class Seeing(Protocol):
+    """An asynchronous path that can search what it has not absorbed yet (its delta), so a
+    recall makes new writes findable without waiting for the absorption."""
+
+    def see(self, upto: int | None) -> None: ...
+    def seen_epoch(self) -> int: ...
 
 
 def check(name: str, rung: str, outcome: str, detail: str, at: float, duration: float | None = None) -> Check:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from .. import foreground
 from ..model import Check, probe_sample
-from ..origin.base import WordIndex
+from ..origin.base import HeldInMemory, UncheckedRanking, WordIndex
 from ..ranking import Ranking
 from ..text import query_words
 from .base import Erased, Held, Query, check
@@ -102,7 +102,7 @@ class FullTextIndex:
         words = kept
         if not words:
             return [], [], False
-        scoped = tenant is not None and getattr(self._text, "scoped", False)
+        scoped = tenant is not None and self._text.scoped
         df = self._text.document_frequency(words)
         dfs = [df.get(w, 0) for w, t in zip(words, terms, strict=True) if t is not None]
         narrow = scoped and self._text.tenant_count(tenant or "") < NARROW * self._text.doc_count()
@@ -149,7 +149,7 @@ class FullTextIndex:
         them, **not checked live**, and :meth:`ceiling`; for recall, which checks them best
         first in its own snapshot (with the other leg's candidates, each row looked up once).
         None when the index cannot rank without checking (then :meth:`scored_within`)."""
-        unchecked = getattr(self._text, "ranked_unchecked", None)
+        unchecked = self._text.ranked_unchecked if isinstance(self._text, UncheckedRanking) else None
         if unchecked is None:
             return None
         every = query_words(query.text)
@@ -217,7 +217,7 @@ class FullTextIndex:
                 leaked.update(self._text.matching_ids([term], erased))
         missing = sum(1 for h in wanted if h not in recovered)
         # the postings this process holds in memory for ranking (origin/sqlite/postings.py)
-        in_memory = getattr(self._text, "held_in_memory", None)
+        in_memory = self._text.held_in_memory if isinstance(self._text, HeldInMemory) else None
         remembered: list[int] = in_memory(list(erased)) if in_memory is not None else []
         leaked.update(remembered)
         return check(

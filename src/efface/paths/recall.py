@@ -75,7 +75,7 @@ from .. import foreground
 from ..model import Hit
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
-from .base import Query, ReadPath
+from .base import Query, ReadPath, Scoring, VectorSearch
 
 RRF_K = 60
 """Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
@@ -155,16 +155,17 @@ def _hybrid(
     early: dict[str, Future] = {}
     # Which candidates are live: from the origin's copy in memory when it has one (checked
     # again in the snapshot, for the records returned only: _confirmed), else in the snapshot.
-    liveness = getattr(origin, "liveness", None)
+    liveness = origin.liveness
     memo = liveness if liveness is not None and liveness.usable(q.subject) else None
     # With a vector path every live candidate's vector is judged (exact cosine over the
     # union): read with its live check, one look-up per row.
-    vectors = any(getattr(p, "size", None) is not None for p in paths)
+    vector_legs = {p.name for p in paths if isinstance(p, VectorSearch)}
+    vectors = bool(vector_legs)
     # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
     # takes microseconds, and handing the leg to a worker and waking this thread again costs
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
-        if hasattr(p, "scored") and getattr(p, "size", None) is None:
+        if isinstance(p, Scoring) and p.name not in vector_legs:
             early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None))
     try:
         if vector is not None:
@@ -182,7 +183,7 @@ def _hybrid(
         # of its candidates, their vectors), while that leg runs on its worker; it is waited
         # for only then, and only its new candidates are checked and read after.
         def take(p) -> None:
-            if hasattr(p, "scored"):
+            if isinstance(p, Scoring):
                 leg = early[p.name].result() if p.name in early else _text_leg(p, q, n)
                 if leg.epoch is not None and leg.epoch == snap.current_epoch():
                     # checked on its worker in a snapshot of this same state: not again
@@ -212,16 +213,15 @@ def _hybrid(
                 take(p)
         check_new()
         for p in paths:
-            size = getattr(p, "size", None)
-            if size is None:
+            if not isinstance(p, VectorSearch):
                 continue  # a path that filters in its own query (full text) is not widened here
-            total = size(q.tenant)
+            held = p.size(q.tenant)
             m = n
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
             while (
                 sum(1 for i in ranked[p.name] if i in live) < k
                 and len(ranked[p.name]) == m
-                and m < min(total, MAX_ANN_CANDIDATES)
+                and m < min(held, MAX_ANN_CANDIDATES)
             ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
@@ -241,11 +241,12 @@ def _hybrid(
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
-        for p, ids, raw in _judgements(snap, paths, q, union, ranked, scored, live, blobs, memo):
+        for p, ids, raw in _judgements(snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo):
             if not len(ids):
                 continue
-            vote = not (lexical and getattr(p, "size", None) is not None)
-            where, scaled = np.searchsorted(union, ids), _scaled(p, ids, raw, ceilings.get(p.name))
+            vector_leg = p.name in vector_legs
+            vote = not (lexical and vector_leg)
+            where, scaled = np.searchsorted(union, ids), _scaled(vector_leg, ids, raw, ceilings.get(p.name))
             if vote:
                 total[where] += scaled
                 best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
@@ -293,14 +294,23 @@ def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> t
 
 
 def _judgements(
-    snap, paths, q: Query, union: np.ndarray, ranked, scored, live, blobs: dict[int, bytes], memo=None
+    snap,
+    paths,
+    vector_legs: set[str],
+    q: Query,
+    union: np.ndarray,
+    ranked,
+    scored,
+    live,
+    blobs: dict[int, bytes],
+    memo=None,
 ) -> list[tuple[ReadPath, np.ndarray, np.ndarray]]:
     """One set of scores per path, as ids and their scores: exact cosine over the whole union
-    (in its order) for a vector path (one with ``size``), the path's own scores of its live
+    (in its order) for a vector path (``vector_legs``: :class:`VectorSearch`), the path's own scores of its live
     candidates for one that gives them, and reciprocal rank for a path that gives only an order."""
     out: list[tuple[ReadPath, np.ndarray, np.ndarray]] = []
     for p in sorted(paths, key=lambda p: p.name):
-        if getattr(p, "size", None) is not None:
+        if p.name in vector_legs:
             out.append((p, *_cosine(snap, q, union, blobs, memo)))
             continue
         if p.name in scored:
@@ -332,19 +342,16 @@ class _Leg:
     blobs: dict[int, bytes] = field(default_factory=dict)
 
 
-def _text_leg(p, q: Query, n: int) -> _Leg:
-    if hasattr(p, "ranked_within"):
-        unchecked = p.ranked_within(q)
-        if unchecked is not None:
-            ranking, ceiling = unchecked
-            return _Leg([], ceiling, ranking)
-    if hasattr(p, "scored_within"):
-        got, ceiling = p.scored_within(q, n)
-        return _Leg(got, ceiling)
-    return _Leg(p.scored(q, n), None)
+def _text_leg(p: Scoring, q: Query, n: int) -> _Leg:
+    unchecked = p.ranked_within(q)
+    if unchecked is not None:
+        ranking, ceiling = unchecked
+        return _Leg([], ceiling, ranking)
+    got, ceiling = p.scored_within(q, n)
+    return _Leg(got, ceiling)
 
 
-def _text_leg_beside(origin, p, q: Query, n: int, vectors: bool, check: bool = True) -> _Leg:
+def _text_leg_beside(origin, p: Scoring, q: Query, n: int, vectors: bool, check: bool = True) -> _Leg:
     """:func:`_text_leg` on a worker, its matches checked live there (with their vectors),
     in a snapshot whose epoch it notes: while the query is encoded, or beside the ANN leg."""
     leg = _text_leg(p, q, n)
@@ -392,14 +399,14 @@ class _Checks:
         return self.live
 
 
-def _scaled(p, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
+def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
     """A leg's scores ``v`` (of ``ids``) on a scale that does not depend on its candidate
     list's length: standard scores of cosines over the union for a vector path, a share of
     the query's best possible score for a scoring path that knows it, and reciprocal rank
     (scaled so the first is 1; ties by id) for one that gives only an order or no ceiling."""
     if not len(v):
         return np.empty(0, dtype=np.float64)
-    if getattr(p, "size", None) is not None:
+    if vector_leg:
         mu, sd = float(v.mean()), float(v.std())
         if sd == 0.0:
             return np.full(len(v), 0.5)

@@ -32,6 +32,11 @@ __all__ = ["MemoryOrigin", "MemoryText", "MemoryTx"]
 class MemoryOrigin:
     """The origin in this process's memory (see the module docstring)."""
 
+    physical = None
+    """It keeps no files: nothing of an erasure lingers in bytes it keeps (its erased epoch is its current one)."""
+    liveness = None
+    """Its reads are already in memory: no copy of liveness beside them."""
+
     def __init__(self) -> None:
         self.write_lock = threading.RLock()
         """Held for every transaction and every maintenance write."""

@@ -19,6 +19,9 @@ class MemoryText:
     """The memory origin's word index: postings and term counts over :func:`efface.text.words`,
     staged inside the transaction, ranked by BM25 (OR semantics)."""
 
+    scoped = False
+    """Its postings hold no tenant column (recall filters by tenant after ranking)."""
+
     def __init__(self, origin: MemoryOrigin):
         self._o = origin
 
