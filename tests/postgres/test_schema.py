@@ -51,3 +51,30 @@ def test_newer_schema_and_other_dimension_are_refused(pg_db):
         conn.execute("UPDATE efface.meta SET v = %s WHERE k = 'schema_version'", (str(SCHEMA_VERSION + 1),))
         with pytest.raises(SchemaTooNew):
             migrate(conn, dim=8)
+
+
+def test_an_unprivileged_role_migrates_and_commits_epochs(pg_db):
+    """docs/postgres.md: efface needs no superuser once the vector extension exists."""
+    import psycopg
+
+    from efface.origin.postgres import epochs
+
+    role = f"efface_{pg_db.name}"
+    with pg_db.connect() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        conn.execute(f"CREATE SCHEMA efface AUTHORIZATION {role}")
+    try:
+        dsn = pg_db.dsn.replace("user=postgres", f"user={role}")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
+            migrate(conn, dim=8)
+            with epochs.transaction(conn, "write", None, 1.0) as tx:
+                pass
+            assert tx.committed is not None and tx.committed.epoch == 1
+            assert epochs.at_least(conn, 1).applied_epoch == 1
+            for fn in ("pg_last_wal_replay_lsn()", "pg_current_wal_insert_lsn()", "pg_is_in_recovery()"):
+                assert conn.execute("SELECT has_function_privilege(%s, 'execute')", (fn,)).fetchone() == (True,)
+    finally:
+        with pg_db.connect() as conn:
+            conn.execute("DROP SCHEMA efface CASCADE")
+            conn.execute(f"DROP ROLE {role}")

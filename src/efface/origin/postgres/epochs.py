@@ -1,6 +1,6 @@
 """Epochs on PostgreSQL: assigned in the committing transaction, in commit order across any
 number of processes, each recorded with its commit's LSN; and reads that demand a state
-including epoch E (DESIGN.md §9: "Epochs follow commit order across processes").
+including epoch E (docs/concepts.md §9: epochs follow commit order across processes).
 
 **How an epoch is assigned.** Every mutating transaction runs, in READ COMMITTED,
 

@@ -1,5 +1,5 @@
 """Keys on PostgreSQL: the key-encryption key (KEK) from the operator's file, per-subject data
-keys that seal content, their destruction, and the KEK's rotation (DESIGN.md §9).
+keys that seal content, their destruction, and the KEK's rotation (docs/concepts.md §9).
 
 **The KEK never enters the database.** It is read from a file the operator names
 (``--kek-file`` or ``EFFACE_KEK_FILE``) and that every efface server of the store reads. The

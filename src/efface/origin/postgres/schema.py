@@ -11,7 +11,7 @@ What differs from the SQLite schema (:mod:`efface.origin.sqlite.schema`), and wh
   release's stated reason, a policy's reason and a tenant's name are ``bytea`` sealed in the
   efface process with a per-subject data key (:mod:`.keys`); the database never sees them in
   clear, so what a delete leaves in heap pages, WAL, replicas and backups is ciphertext,
-  unreadable once the key is destroyed and the key-encryption key rotated (DESIGN.md §9).
+  unreadable once the key is destroyed and the key-encryption key rotated (docs/concepts.md §9).
   ``records.sealed_by`` names the data key a record's content is sealed with.
 * **No words in the database.** A full-text index over sealed text is impossible, and one
   over clear words would keep them in GIN pages after every delete (measured:
@@ -299,7 +299,10 @@ def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA)
     _ensure_vector(conn)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
+        # schema exists, and an operator may have made it for a role that has no such right
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
+            conn.execute(f"CREATE SCHEMA {s}")
         have = schema_version(conn, s) or 0
         if have > SCHEMA_VERSION:
             raise SchemaTooNew(
