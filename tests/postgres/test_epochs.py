@@ -196,3 +196,24 @@ def test_at_least_on_a_replica_waits_for_replay(db, pg, pg_replica):
             assert replica.execute("SELECT epoch FROM probe").fetchall() == [(second.epoch,)]
             # without the primary, it waits on the replica's own counter
             assert epochs.at_least(replica, second.epoch).applied_epoch == second.epoch
+
+
+def test_an_epoch_whose_lsn_was_never_recorded_still_has_a_bound(db):
+    """A process that dies between COMMIT and recording the LSN: readers bound the commit by
+    the primary's position now, and backfill_lsns records one."""
+    with db.connect() as conn:
+        start = str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])
+        with conn.transaction():
+            e = epochs.assign(conn, "forget", None, 1.0)  # committed, LSN never recorded
+        assert conn.execute("SELECT commit_lsn FROM efface.mutations WHERE epoch = %s", (e,)).fetchone() == (None,)
+        commits = _exact_commits(conn, start)
+        xid = conn.execute("SELECT xid::text::bigint FROM efface.mutations WHERE epoch = %s", (e,)).fetchone()[0]
+        bound = epochs.lsn_of(conn, e)
+        assert epochs.lsn_int(bound) >= commits[xid]
+        assert epochs.lsn_of(conn, e + 1) is None  # not committed: no bound
+        assert epochs.backfill_lsns(conn) == 1
+        stored = conn.execute("SELECT commit_lsn::text FROM efface.mutations WHERE epoch = %s", (e,)).fetchone()[0]
+        assert epochs.lsn_int(stored) >= commits[xid]
+        assert epochs.backfill_lsns(conn) == 0
+        with pytest.raises(ValueError):
+            epochs.assign(conn, "forget", None, 1.0)  # autocommit, no transaction open
