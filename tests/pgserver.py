@@ -421,6 +421,21 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def require(module: str):
+    """Import ``module`` for a test module: skip it (fail under ``CI=true``) when missing."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        reason = f"{module} is not installed (pip install -e '.[postgres]'): {e}"
+        if in_ci():
+            pytest.fail(f"required in CI: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+
+
 def unavailable(reason: str) -> None:
     """In a test: skip, saying why PostgreSQL could not start; under ``CI=true``, fail."""
     import pytest

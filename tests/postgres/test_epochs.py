@@ -10,14 +10,15 @@ import os
 import signal
 import time
 
-import psycopg
 import pytest
 
 from efface.errors import ErasureNotSettled
 from efface.origin.postgres import epochs
 from efface.origin.postgres.schema import migrate
 
-from pgserver import wait_replayed
+from pgserver import require, wait_replayed
+
+psycopg = require("psycopg")
 
 PROCS = 4
 EACH = 40
