@@ -1,0 +1,26 @@
+"""The PostgreSQL origin, split by job (issue #34), as ``origin/sqlite/`` is:
+
+* :mod:`.schema`  the tables efface creates in its own schema, and their migration
+* :mod:`.epochs`  epochs assigned in the committing transaction, in commit order across
+                  processes, each with its commit's LSN; reads that demand "at least epoch E"
+* :mod:`.keys`    the key-encryption key from the operator's file, per-subject data keys
+                  that seal content, their destruction and the KEK's rotation
+* :mod:`.errors`  what these raise beyond :mod:`efface.errors`
+
+Built so far: these foundations. Not yet: the ``Origin``/``Tx`` implementation over them,
+recall, several servers' compaction (see docs/postgres.md, "What is built").
+
+Importing this package needs the ``postgres`` extra (psycopg 3) only where a module talks to
+the database; :mod:`.errors` and :mod:`.schema` import nothing beyond efface.
+"""
+
+from .errors import DataKeyDestroyed, KeyFileCreated, KeyFileError, KeyFileMismatch, KeyFileMissing, SchemaTooNew
+
+__all__ = [
+    "DataKeyDestroyed",
+    "KeyFileCreated",
+    "KeyFileError",
+    "KeyFileMismatch",
+    "KeyFileMissing",
+    "SchemaTooNew",
+]

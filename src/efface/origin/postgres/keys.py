@@ -1,0 +1,477 @@
+"""Keys on PostgreSQL: the key-encryption key (KEK) from the operator's file, per-subject data
+keys that seal content, their destruction, and the KEK's rotation (docs/concepts.md §9).
+
+**The KEK never enters the database.** It is read from a file the operator names
+(``--kek-file`` or ``EFFACE_KEK_FILE``) and that every efface server of the store reads. The
+database keeps only each KEK's *id*, a check value computed from the key (HMAC-SHA256 of a
+fixed label under the key): enough to tell the right file from a wrong one, useless to
+recover the key. The first server to open a store with no KEK registered creates the file
+(mode 0600) and warns (:class:`.errors.KeyFileCreated`) that it must be backed up. After that,
+a missing file is :class:`.errors.KeyFileMissing` and a file without the database's current
+KEK is :class:`.errors.KeyFileMismatch`: never a silent new key, which would make every
+sealed value unreadable.
+
+**Data keys.** One AES-256 key per (tenant, subject), identified by a random ``kid``, stored
+in ``data_keys`` wrapped (AES-GCM, the kid as associated data) by the current KEK. A sealed
+value is ``0x01 | kid (16) | nonce (12) | AES-GCM ciphertext and tag``, with associated data
+the caller gives (the table, column and row it belongs to), so a value moved to another row
+fails to open. Sealing and opening happen in the efface process; the database sees ciphertext.
+
+**Destroying** a subject's data key deletes its row and notes, in ``destroyed_keys``, the KEK
+its wrapped copies were made with. Copies of that wrapped key may remain in heap pages, the
+WAL, replicas and backups (docs/postgres.md measures where); they are useless once that KEK
+is gone. Hence **rotation**: a new KEK is added to the file (the file then holds both), live
+data keys are re-wrapped under it in batches, one transaction each, then the old KEK is
+retired in the database and removed from the file. Any step may be interrupted; the next
+:meth:`Keys.rotate` resumes it. A destroyed key is *covered* once the KEK it was wrapped with
+is retired (:meth:`Keys.pending_destroyed`): that is what an erasure's level waits for.
+
+Every server reloads the file when it changes (checked by a ``stat`` before each use), so a
+rotation finished by one server takes the old KEK out of the others' memory at their next
+use. What the file system keeps of the file's old contents after the rename that replaces it
+is outside efface's reach: keep the file on a file system you trust (a secrets mount, tmpfs
+filled from a vault), and back up each new file after a rotation.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ...errors import StoreDamaged
+from .errors import DataKeyDestroyed, KeyFileCreated, KeyFileMismatch, KeyFileMissing
+from .schema import DEFAULT_SCHEMA, check_name
+
+if TYPE_CHECKING:
+    import psycopg
+
+ENV = "EFFACE_KEK_FILE"
+"""The environment variable naming the KEK file, when ``--kek-file`` is not given."""
+
+FORMAT = "efface-kek"
+SEAL_VERSION = b"\x01"
+KID_LEN = 16
+NONCE_LEN = 12
+_ID_LABEL = b"efface key-encryption key id v1"
+_WRAP_AAD = b"efface data key v1|"
+
+KEYS_LOCK = 0x65666661_00000002
+"""Advisory lock ('effa' + 2) held by whoever registers a KEK or rewrites the file, from the
+database's change to the file's rename, so no two servers write the file from different views."""
+ROTATE_LOCK = 0x65666661_00000003
+"""Advisory lock ('effa' + 3) held for a whole rotation: one at a time per database."""
+
+
+def kek_id(kek: bytes) -> str:
+    """The id the database keeps for a KEK: a check value, not a way back to the key."""
+    return hmac.new(kek, _ID_LABEL, hashlib.sha256).hexdigest()[:32]
+
+
+def resolve_path(kek_file: str | os.PathLike[str] | None) -> Path:
+    """The KEK file named by the option, else by :data:`ENV`; :class:`KeyFileMissing` if neither."""
+    named = kek_file if kek_file is not None else os.environ.get(ENV)
+    if not named:
+        raise KeyFileMissing(
+            f"a PostgreSQL store needs a key-encryption key file: name one with --kek-file or {ENV} "
+            "(it is created on first use; back it up)"
+        )
+    return Path(named)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class KekFile:
+    """The KEK file: a small JSON document holding one key, or two during a rotation."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._keys: dict[str, bytes] = {}
+
+    def keys(self) -> dict[str, bytes]:
+        """id -> key, as the file holds them now (read again only when the file changed)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp, self._keys = None, {}
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            self._keys = self._read()
+            self._stamp = stamp
+        return dict(self._keys)
+
+    def _read(self) -> dict[str, bytes]:
+        try:
+            doc = json.loads(self.path.read_text("utf-8"))
+            if doc.get("format") != FORMAT:
+                raise ValueError("not an efface key file")
+            keys = [base64.b64decode(k, validate=True) for k in doc["keys"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise KeyFileMismatch(f"the key file {self.path} is not an efface key-encryption key file ({e})") from None
+        if not keys or any(len(k) != 32 for k in keys):
+            raise KeyFileMismatch(f"the key file {self.path} holds no 256-bit key")
+        # ids are computed from the keys, never read from the file: a changed key cannot pass
+        return {kek_id(k): k for k in keys}
+
+    def write(self, keys: Iterable[bytes]) -> None:
+        """Replace the file's contents atomically (a new file renamed over it, both fsynced)."""
+        doc = {
+            "format": FORMAT,
+            "note": "efface key-encryption key: without this file the store's sealed content is lost. Back it up.",
+            "keys": [base64.b64encode(k).decode("ascii") for k in keys],
+        }
+        directory = self.path.parent
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(directory)
+
+    def create(self, key: bytes) -> bool:
+        """Create the file holding ``key`` unless it exists; True when this call created it."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return False
+        os.close(fd)
+        self.write([key])
+        return True
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """What :meth:`Keys.rotate` did."""
+
+    new_kek: str
+    """The id of the KEK now current."""
+    retired: tuple[str, ...]
+    """Ids of the KEKs retired (destroyed in the file) by this call."""
+    rewrapped: int
+    """Data keys re-wrapped under the new KEK."""
+    batches: int
+    """Transactions the re-wrapping took."""
+    covered: int
+    """Destroyed data keys whose wrapped copies this rotation made useless."""
+
+
+class Keys:
+    """The store's keys, for one database schema and one KEK file.
+
+    Methods that take ``conn`` run in the caller's transaction (a data key is created or
+    destroyed with the write or the erasure it serves); :meth:`open` and :meth:`rotate` take
+    an autocommit connection and manage their own transactions."""
+
+    def __init__(self, kek_file: str | os.PathLike[str] | None, *, schema: str = DEFAULT_SCHEMA) -> None:
+        self.file = KekFile(resolve_path(kek_file))
+        self.schema = check_name(schema)
+
+    # -- the KEK
+    def open(self, conn: psycopg.Connection, now: float | None = None) -> str:
+        """Check the file against the database (creating both on a store's first use) and
+        finish a rotation's last step if it was interrupted; returns the current KEK's id."""
+        if not conn.autocommit:
+            raise ValueError("Keys.open() needs an autocommit connection")
+        with self._file_lock(conn):
+            return self._open(conn, time.time() if now is None else now)
+
+    @contextlib.contextmanager
+    def _file_lock(self, conn: psycopg.Connection) -> Iterator[None]:
+        conn.execute("SELECT pg_advisory_lock(%s)", (KEYS_LOCK,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (KEYS_LOCK,))
+
+    def _open(self, conn: psycopg.Connection, now: float) -> str:
+        s = self.schema
+        with conn.transaction():
+            registered = self._states(conn)
+            have = self.file.keys()
+            if not registered:
+                if not have:
+                    wrapped = conn.execute(f"SELECT count(*) FROM {s}.data_keys").fetchone()
+                    if wrapped and wrapped[0]:  # pragma: no cover - keks and data_keys are written together
+                        raise KeyFileMissing("the database holds data keys but no key-encryption key is registered")
+                    key = secrets.token_bytes(32)
+                    if self.file.create(key):
+                        warnings.warn(
+                            f"efface created a new key-encryption key in {self.file.path}: back this file up now. "
+                            "Every server of this store must read the same file; without it the store's sealed "
+                            "content cannot be read.",
+                            KeyFileCreated,
+                            stacklevel=2,
+                        )
+                    have = self.file.keys()
+                current = next(iter(have))
+                conn.execute(
+                    f"INSERT INTO {s}.keks(kek_id, state, created_at) VALUES (%s, 'current', %s)", (current, now)
+                )
+                return current
+            current = registered["current"]
+            if not have:
+                raise KeyFileMissing(
+                    f"the key-encryption key file {self.file.path} does not exist, and this store's data keys are "
+                    "wrapped by a key: restore the file from its backup (efface will not make a new key)"
+                )
+            if current not in have:
+                raise KeyFileMismatch(
+                    f"the key file {self.file.path} does not hold the key this store's data keys are wrapped by "
+                    "(another store's file, or a copy from before a rotation): name the store's current file",
+                    expected=current,
+                    found=tuple(have),
+                )
+        self._drop_retired(conn)
+        return current
+
+    def _states(self, conn: psycopg.Connection) -> dict[str, str]:
+        """state ('current', 'next') -> KEK id, for the KEKs not retired."""
+        rows = conn.execute(f"SELECT state, kek_id FROM {self.schema}.keks WHERE state <> 'retired'").fetchall()
+        return {str(state): str(ident) for state, ident in rows}
+
+    def _drop_retired(self, conn: psycopg.Connection) -> tuple[str, ...]:
+        """Remove from the file every KEK the database has retired (a rotation's last step);
+        called with :data:`KEYS_LOCK` held."""
+        have = self.file.keys()
+        if len(have) < 2:
+            return ()
+        retired = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT kek_id FROM {self.schema}.keks WHERE state = 'retired' AND kek_id = ANY(%s)", (list(have),)
+            )
+        }
+        if retired:
+            self.file.write([k for i, k in have.items() if i not in retired])
+        return tuple(sorted(retired))
+
+    def _kek(self, kid_of_kek: str) -> bytes:
+        key = self.file.keys().get(kid_of_kek)
+        if key is None:
+            raise KeyFileMismatch(
+                f"the key file {self.file.path} does not hold the key-encryption key a data key is wrapped by",
+                expected=kid_of_kek,
+                found=tuple(self.file.keys()),
+            )
+        return key
+
+    # -- data keys
+    def ensure(self, conn: psycopg.Connection, tenant: str, subject_h: str, now: float) -> bytes:
+        """The kid of the subject's data key, created (wrapped by the newest KEK) if missing.
+        ``subject_h``: the keyed hash of the subject, never its name."""
+        s = self.schema
+        row = conn.execute(
+            f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject_h = %s", (tenant, subject_h)
+        ).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        # FOR SHARE: a rotation finishing waits for this transaction, so no key is left wrapped
+        # by a KEK it is retiring (see rotate())
+        kek = conn.execute(
+            f"SELECT kek_id FROM {s}.keks WHERE state IN ('current', 'next') ORDER BY state = 'next' DESC LIMIT 1 "
+            "FOR SHARE"
+        ).fetchone()
+        if kek is None:
+            raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
+        kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
+        inserted = conn.execute(
+            f"INSERT INTO {s}.data_keys(kid, tenant, subject_h, wrapped, kek_id, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, subject_h) DO NOTHING RETURNING kid",
+            (kid, tenant, subject_h, self._wrap(kek[0], kid, dek), kek[0], now),
+        ).fetchone()
+        if inserted is None:  # another transaction created it meanwhile
+            again = conn.execute(
+                f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject_h = %s", (tenant, subject_h)
+            ).fetchone()
+            assert again is not None
+            return bytes(again[0])
+        return kid
+
+    def _wrap(self, kek_ident: str, kid: bytes, dek: bytes) -> bytes:
+        nonce = secrets.token_bytes(NONCE_LEN)
+        return nonce + AESGCM(self._kek(kek_ident)).encrypt(nonce, dek, _WRAP_AAD + kid)
+
+    def _unwrap(self, kek_ident: str, kid: bytes, wrapped: bytes) -> bytes:
+        try:
+            return AESGCM(self._kek(kek_ident)).decrypt(wrapped[:NONCE_LEN], wrapped[NONCE_LEN:], _WRAP_AAD + kid)
+        except InvalidTag:
+            raise KeyFileMismatch(
+                "a data key does not open with the key-encryption key it names: the key file is not this store's",
+                expected=kek_ident,
+            ) from None
+
+    def _dek(self, conn: psycopg.Connection, kid: bytes) -> bytes:
+        row = conn.execute(f"SELECT wrapped, kek_id FROM {self.schema}.data_keys WHERE kid = %s", (kid,)).fetchone()
+        if row is None:
+            raise DataKeyDestroyed("this content's data key was destroyed (its subject was erased): it cannot be read")
+        return self._unwrap(row[1], kid, bytes(row[0]))
+
+    def seal(self, conn: psycopg.Connection, kid: bytes, plaintext: bytes, aad: bytes) -> bytes:
+        """``plaintext`` sealed with data key ``kid``; ``aad`` binds it to where it is stored."""
+        nonce = secrets.token_bytes(NONCE_LEN)
+        return SEAL_VERSION + kid + nonce + AESGCM(self._dek(conn, kid)).encrypt(nonce, plaintext, aad)
+
+    def open_sealed(self, conn: psycopg.Connection, sealed: bytes, aad: bytes) -> bytes:
+        """The plaintext of a value :meth:`seal` made with the same ``aad``.
+        :class:`DataKeyDestroyed` once its key is gone; :class:`efface.errors.StoreDamaged`
+        if the value was altered or moved."""
+        sealed = bytes(sealed)
+        if sealed[:1] != SEAL_VERSION or len(sealed) < 1 + KID_LEN + NONCE_LEN + 16:
+            raise StoreDamaged("a sealed value is malformed")
+        kid, nonce, body = sealed[1 : 1 + KID_LEN], sealed[1 + KID_LEN : 1 + KID_LEN + NONCE_LEN], sealed[29:]
+        try:
+            return AESGCM(self._dek(conn, kid)).decrypt(nonce, body, aad)
+        except InvalidTag:
+            raise StoreDamaged("a sealed value fails authentication (altered, or moved from another row)") from None
+
+    def destroy(self, conn: psycopg.Connection, tenant: str, subject_h: str, now: float) -> bytes | None:
+        """Delete the subject's data key, in the caller's (erasure's) transaction; returns its
+        kid, or None if it had none. Its wrapped copies left anywhere become useless at the
+        next finished :meth:`rotate`."""
+        s = self.schema
+        row = conn.execute(
+            f"DELETE FROM {s}.data_keys WHERE tenant = %s AND subject_h = %s RETURNING kid, kek_id", (tenant, subject_h)
+        ).fetchone()
+        if row is None:
+            return None
+        conn.execute(
+            f"INSERT INTO {s}.destroyed_keys(kid, kek_id, destroyed_at) VALUES (%s, %s, %s)", (row[0], row[1], now)
+        )
+        return bytes(row[0])
+
+    def pending_destroyed(self, conn: psycopg.Connection) -> int:
+        """Destroyed data keys whose KEK is not retired yet (a rotation would cover them)."""
+        row = conn.execute(
+            f"SELECT count(*) FROM {self.schema}.destroyed_keys d JOIN {self.schema}.keks k USING (kek_id)"
+            " WHERE k.state <> 'retired'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- rotation
+    def rotate(
+        self,
+        conn: psycopg.Connection,
+        *,
+        batch: int = 500,
+        now: float | None = None,
+        after_batch: Callable[[int], None] | None = None,
+    ) -> Rotation:
+        """Replace the current KEK: add a new one to the file, re-wrap every live data key
+        under it, ``batch`` keys per transaction, retire the old one in the database and
+        remove it from the file. Resumes an interrupted rotation. One at a time per database
+        (an advisory lock). ``after_batch``: called with the batch number after each commit
+        (tests interrupt a rotation with it)."""
+        if not conn.autocommit:
+            raise ValueError("rotate() needs an autocommit connection")
+        s = self.schema
+        now = time.time() if now is None else now
+        self.open(conn, now)
+        conn.execute("SELECT pg_advisory_lock(%s)", (ROTATE_LOCK,))
+        try:
+            with self._file_lock(conn):
+                old, new = self._begin(conn, now)
+            batches = rewrapped = 0
+            while True:
+                with conn.transaction():
+                    rows = conn.execute(
+                        f"SELECT kid, wrapped, kek_id FROM {s}.data_keys WHERE kek_id <> %s ORDER BY kid LIMIT %s "
+                        "FOR UPDATE",
+                        (new, batch),
+                    ).fetchall()
+                    self._rewrap(conn, rows, new)
+                if not rows:
+                    break
+                batches += 1
+                rewrapped += len(rows)
+                if after_batch is not None:
+                    after_batch(batches)
+            with self._file_lock(conn):
+                with conn.transaction():
+                    # Writers creating a data key hold FOR SHARE on the KEK row they wrap with:
+                    # this waits for them, then re-wraps anything they left under the old KEK.
+                    conn.execute(f"SELECT kek_id FROM {s}.keks WHERE state = 'current' FOR UPDATE")
+                    rows = conn.execute(
+                        f"SELECT kid, wrapped, kek_id FROM {s}.data_keys WHERE kek_id <> %s", (new,)
+                    ).fetchall()
+                    self._rewrap(conn, rows, new)
+                    rewrapped += len(rows)
+                    covered = conn.execute(
+                        f"SELECT count(*) FROM {s}.destroyed_keys d JOIN {s}.keks k USING (kek_id)"
+                        " WHERE k.state = 'current'"
+                    ).fetchone()
+                    conn.execute(
+                        f"UPDATE {s}.keks SET state = 'retired', retired_at = %s WHERE state = 'current'", (now,)
+                    )
+                    conn.execute(f"UPDATE {s}.keks SET state = 'current' WHERE kek_id = %s", (new,))
+                # the database first, then the file: a crash between leaves the retired key in
+                # the file, which the next open() or rotate() removes
+                retired = self._drop_retired(conn)
+            return Rotation(new, retired or (old,), rewrapped, batches, int(covered[0]) if covered else 0)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (ROTATE_LOCK,))
+
+    def _rewrap(self, conn: psycopg.Connection, rows: list, new: str) -> None:
+        for kid, wrapped, was in rows:
+            dek = self._unwrap(was, bytes(kid), bytes(wrapped))
+            conn.execute(
+                f"UPDATE {self.schema}.data_keys SET wrapped = %s, kek_id = %s WHERE kid = %s",
+                (self._wrap(new, bytes(kid), dek), new, kid),
+            )
+
+    def _begin(self, conn: psycopg.Connection, now: float) -> tuple[str, str]:
+        """The (current, next) KEK ids, adding the next one to the file and the database
+        unless an interrupted rotation already did; called with :data:`KEYS_LOCK` held."""
+        s = self.schema
+        with conn.transaction():
+            states = self._states(conn)
+            current = states["current"]
+            have = self.file.keys()
+            if "next" in states:
+                if states["next"] not in have:
+                    raise KeyFileMismatch(
+                        f"a rotation is under way but the key file {self.file.path} lacks its new key: "
+                        "name the file the rotation wrote",
+                        expected=states["next"],
+                        found=tuple(have),
+                    )
+                return current, states["next"]
+            # the file first, then the database: a crash between leaves an extra key in the file,
+            # which the next rotation takes as its new key
+            spare = [i for i in have if i != current]
+            if spare:
+                new = spare[0]
+            else:
+                key = secrets.token_bytes(32)
+                self.file.write([have[current], key])
+                new = kek_id(key)
+            conn.execute(f"INSERT INTO {s}.keks(kek_id, state, created_at) VALUES (%s, 'next', %s)", (new, now))
+            return current, new

@@ -1,0 +1,331 @@
+"""The PostgreSQL origin's schema: what efface creates in a database, and how it migrates.
+
+Everything lives in one schema of its own (``efface`` unless the operator names another), so
+efface can share a database the operator already runs: one ``CREATE SCHEMA``, tables inside
+it, nothing in ``public``. The one thing outside it is the ``vector`` extension (pgvector),
+which a superuser may have to create once (docs/postgres.md, "On an existing PostgreSQL").
+
+What differs from the SQLite schema (:mod:`efface.origin.sqlite.schema`), and why:
+
+* **Sealed content.** A record's text, metadata and sources, a subject's identifiers, a
+  release's stated reason, a policy's reason and a tenant's name are ``bytea`` sealed in the
+  efface process with a per-subject data key (:mod:`.keys`); the database never sees them in
+  clear, so what a delete leaves in heap pages, WAL, replicas and backups is ciphertext,
+  unreadable once the key is destroyed and the key-encryption key rotated (docs/concepts.md §9).
+  ``records.sealed_by`` names the data key a record's content is sealed with.
+* **No words in the database.** A full-text index over sealed text is impossible, and one
+  over clear words would keep them in GIN pages after every delete (measured:
+  docs/postgres.md). Word search is per process, kept up from the change log.
+* **Vectors in clear**, in pgvector with an HNSW index: an index needs them. The ladder
+  reports them as ``cannot_verify`` where it cannot scan the server's files.
+* **Epochs from a counter row** (:mod:`.epochs`): ``epoch_counter`` holds one row, updated in
+  every mutating transaction; ``mutations`` keeps each epoch with its transaction id and its
+  commit's LSN.
+* **Keys**: ``keks`` (ids and states of key-encryption keys, never the keys), ``data_keys``
+  (wrapped), ``destroyed_keys`` (which KEK a destroyed key was wrapped by: its rotation is what
+  makes the erasure final).
+* **API keys** (``api_keys``) hashed, so every server of a store sees the same ones.
+
+Every ``tenant`` column holds the tenant's id (a keyed hash of its name), as on SQLite.
+
+Migrations are forward-only, numbered, each applied once in one transaction under an
+advisory lock, so several servers starting at once migrate the database once; running
+:func:`migrate` again is a no-op. A database migrated by a newer efface is refused
+(:class:`.errors.SchemaTooNew`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...errors import EmbedderMismatch, StoreUnwritable
+from .errors import SchemaTooNew
+
+if TYPE_CHECKING:
+    import psycopg
+
+DEFAULT_SCHEMA = "efface"
+SCHEMA_VERSION = 1
+"""1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
+the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups."""
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+MIGRATE_LOCK = 0x65666661_00000001
+"""Advisory lock key (``pg_advisory_xact_lock``) held while migrating: 'effa' + 1."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    why: str
+    statements: tuple[str, ...]
+    """SQL with ``{s}`` for the schema and ``{dim}`` for the embedding dimension."""
+
+
+_V1 = (
+    "CREATE TABLE IF NOT EXISTS {s}.meta(k text PRIMARY KEY, v text NOT NULL)",
+    # one row; every mutating transaction updates it (see epochs.py for why a row, not a sequence)
+    """CREATE TABLE IF NOT EXISTS {s}.epoch_counter(
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        epoch bigint NOT NULL)""",
+    "INSERT INTO {s}.epoch_counter(one, epoch) VALUES (true, 0) ON CONFLICT DO NOTHING",
+    """CREATE TABLE IF NOT EXISTS {s}.mutations(
+        epoch bigint PRIMARY KEY,
+        kind text NOT NULL,
+        tenant text,
+        at double precision NOT NULL,
+        xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+        commit_lsn pg_lsn)""",
+    """CREATE TABLE IF NOT EXISTS {s}.tenants(
+        tenant text PRIMARY KEY,
+        name bytea NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.records(
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,   -- never reused
+        tenant text NOT NULL,
+        key text NOT NULL,
+        text bytea NOT NULL,
+        metadata bytea NOT NULL,
+        sources bytea NOT NULL,
+        sealed_by bytea NOT NULL,
+        embedding vector({dim}),
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        UNIQUE (tenant, key))""",
+    "CREATE INDEX IF NOT EXISTS records_embedding ON {s}.records USING hnsw (embedding vector_cosine_ops)",
+    """CREATE TABLE IF NOT EXISTS {s}.claims(
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        record_id bigint NOT NULL REFERENCES {s}.records(id),
+        subject text NOT NULL,
+        purpose text NOT NULL,
+        basis text NOT NULL,
+        expires_at double precision,
+        created_at double precision NOT NULL,
+        UNIQUE (record_id, subject, purpose, basis))""",
+    "CREATE INDEX IF NOT EXISTS claims_subject ON {s}.claims(subject)",
+    "CREATE INDEX IF NOT EXISTS claims_expiry ON {s}.claims(expires_at) WHERE expires_at IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS {s}.lineage(
+        record_id bigint NOT NULL,
+        tenant text NOT NULL,
+        source_key text NOT NULL,
+        PRIMARY KEY (record_id, source_key))""",
+    "CREATE INDEX IF NOT EXISTS lineage_source ON {s}.lineage(tenant, source_key)",
+    """CREATE TABLE IF NOT EXISTS {s}.subjects(
+        tenant text NOT NULL,
+        subject text NOT NULL,
+        identifiers bytea NOT NULL,
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (tenant, subject))""",
+    """CREATE TABLE IF NOT EXISTS {s}.mentions(
+        record_id bigint NOT NULL,
+        tenant text NOT NULL,
+        subject text NOT NULL,
+        PRIMARY KEY (record_id, subject))""",
+    "CREATE INDEX IF NOT EXISTS mentions_subject ON {s}.mentions(tenant, subject)",
+    """CREATE TABLE IF NOT EXISTS {s}.quarantine(
+        record_id bigint PRIMARY KEY,
+        tenant text NOT NULL,
+        why text NOT NULL,
+        handle text NOT NULL,
+        since double precision NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS {s}.policies(tenant text PRIMARY KEY, policy text NOT NULL, reason bytea)",
+    """CREATE TABLE IF NOT EXISTS {s}.reasons(
+        record_id bigint NOT NULL,
+        tenant text NOT NULL,
+        reason_h text NOT NULL,
+        text bytea NOT NULL,
+        created_at double precision NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS reasons_record ON {s}.reasons(record_id)",
+    """CREATE TABLE IF NOT EXISTS {s}.purposes(
+        tenant text NOT NULL,
+        purpose text NOT NULL,
+        PRIMARY KEY (tenant, purpose))""",
+    """CREATE TABLE IF NOT EXISTS {s}.changes(
+        epoch bigint NOT NULL,
+        record_id bigint NOT NULL,
+        tenant text NOT NULL,
+        op text NOT NULL CHECK (op IN ('put', 'drop')))""",
+    "CREATE INDEX IF NOT EXISTS changes_epoch ON {s}.changes(epoch)",
+    """CREATE TABLE IF NOT EXISTS {s}.receipts(
+        handle text PRIMARY KEY,
+        epoch bigint NOT NULL,
+        kind text NOT NULL,
+        tenant_h text NOT NULL,
+        created_at double precision NOT NULL,
+        body jsonb NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS receipts_epoch ON {s}.receipts(epoch)",
+    """CREATE TABLE IF NOT EXISTS {s}.evidence(
+        handle text PRIMARY KEY,
+        tenant_h text NOT NULL,
+        epoch bigint NOT NULL,
+        erased_ids bytea NOT NULL,
+        quarantined_ids bytea NOT NULL,
+        anchors bytea NOT NULL,
+        tokens bytea NOT NULL,
+        fingerprints bytea,
+        created_at double precision NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.path_evidence(
+        handle text NOT NULL,
+        path text NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (handle, path))""",
+    """CREATE TABLE IF NOT EXISTS {s}.ledger(
+        seq bigint PRIMARY KEY,
+        at double precision NOT NULL,
+        kind text NOT NULL,
+        handle text,
+        body text NOT NULL,
+        prev text NOT NULL,
+        hash text NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS ledger_handle ON {s}.ledger(handle) WHERE handle IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS {s}.keks(
+        kek_id text PRIMARY KEY,                 -- a check value computed from the key, never the key
+        state text NOT NULL CHECK (state IN ('current', 'next', 'retired')),
+        created_at double precision NOT NULL,
+        retired_at double precision)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS keks_one_current ON {s}.keks(state) WHERE state IN ('current', 'next')",
+    """CREATE TABLE IF NOT EXISTS {s}.data_keys(
+        kid bytea PRIMARY KEY,                   -- random; tags every sealed value
+        tenant text NOT NULL,
+        subject_h text NOT NULL,                 -- keyed hash of the subject, never its name
+        wrapped bytea NOT NULL,                  -- the data key sealed by the KEK kek_id
+        kek_id text NOT NULL REFERENCES {s}.keks(kek_id),
+        created_at double precision NOT NULL,
+        UNIQUE (tenant, subject_h))""",
+    "CREATE INDEX IF NOT EXISTS data_keys_kek ON {s}.data_keys(kek_id)",
+    """CREATE TABLE IF NOT EXISTS {s}.destroyed_keys(
+        kid bytea PRIMARY KEY,
+        kek_id text NOT NULL,                    -- the KEK its wrapped copies are useless without
+        destroyed_at double precision NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.api_keys(
+        id text PRIMARY KEY,                     -- public part, shown in listings
+        tenant text NOT NULL,
+        secret_h text NOT NULL UNIQUE,           -- hash of the secret part; the secret is never stored
+        label_h text,
+        created_at double precision NOT NULL,
+        revoked_at double precision)""",
+    """CREATE TABLE IF NOT EXISTS {s}.backup_exposure(
+        tenant text NOT NULL,
+        key_h text NOT NULL,
+        subject_h text NOT NULL,
+        PRIMARY KEY (tenant, key_h, subject_h))""",
+    "CREATE INDEX IF NOT EXISTS backup_exposure_subject ON {s}.backup_exposure(tenant, subject_h)",
+    """CREATE TABLE IF NOT EXISTS {s}.backups(
+        id text PRIMARY KEY,
+        path_h text NOT NULL,
+        epoch bigint NOT NULL,
+        ledger_seq bigint NOT NULL,
+        created_at double precision NOT NULL,
+        records bigint NOT NULL,
+        subjects bigint NOT NULL)""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "the first schema", _V1),)
+
+TABLES = (
+    "meta",
+    "epoch_counter",
+    "mutations",
+    "tenants",
+    "records",
+    "claims",
+    "lineage",
+    "subjects",
+    "mentions",
+    "quarantine",
+    "policies",
+    "reasons",
+    "purposes",
+    "changes",
+    "receipts",
+    "evidence",
+    "path_evidence",
+    "ledger",
+    "keks",
+    "data_keys",
+    "destroyed_keys",
+    "api_keys",
+    "backup_exposure",
+    "backups",
+)
+"""Every table :func:`migrate` creates, for docs and tests."""
+
+
+def check_name(schema: str) -> str:
+    """``schema`` if it is a plain lower-case SQL identifier (it is put into SQL as is)."""
+    if not _NAME.match(schema):
+        raise ValueError("a schema name is lower-case letters, digits and underscores, at most 63")
+    return schema
+
+
+def schema_version(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> int | None:
+    """The version the database's efface schema is at; None when efface has not created it."""
+    s = check_name(schema)
+    if conn.execute("SELECT to_regclass(%s)", (f"{s}.meta",)).fetchone() == (None,):
+        return None
+    row = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'schema_version'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def _ensure_vector(conn: psycopg.Connection) -> None:
+    import psycopg
+
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+        return
+    try:
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.errors.InsufficientPrivilege:
+        raise StoreUnwritable(
+            "the pgvector extension is not installed in this database and efface's role may not "
+            "create it: have a superuser run CREATE EXTENSION vector in it once"
+        ) from None
+    except psycopg.errors.FeatureNotSupported:  # pragma: no cover - a server without pgvector
+        raise StoreUnwritable("this PostgreSQL server has no pgvector extension to create") from None
+
+
+def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA) -> int:
+    """Create or bring efface's schema up to :data:`SCHEMA_VERSION`; returns the version.
+
+    Idempotent and safe to run from several servers at once (one advisory lock, one
+    transaction per run). ``dim``: the embedding dimension; a database made for another is
+    refused (:class:`efface.errors.EmbedderMismatch`). ``conn`` must be in autocommit mode
+    (each step manages its own transaction)."""
+    s = check_name(schema)
+    if not conn.autocommit:
+        raise ValueError("migrate() needs an autocommit connection")
+    _ensure_vector(conn)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+        # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
+        # schema exists, and an operator may have made it for a role that has no such right
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
+            conn.execute(f"CREATE SCHEMA {s}")
+        have = schema_version(conn, s) or 0
+        if have > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"the database's efface schema is at version {have}; this efface knows up to {SCHEMA_VERSION}"
+            )
+        if have:
+            stored = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'embedding_dim'").fetchone()
+            if stored is not None and int(stored[0]) != dim:
+                raise EmbedderMismatch(
+                    f"the store's vectors have {stored[0]} dimensions, the embedder asked for makes {dim}"
+                )
+        for m in MIGRATIONS:
+            if m.version <= have:
+                continue
+            for stmt in m.statements:
+                conn.execute(stmt.format(s=s, dim=int(dim)))
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES ('schema_version', %s)"
+                " ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (str(m.version),),
+            )
+        conn.execute(
+            f"INSERT INTO {s}.meta(k, v) VALUES ('embedding_dim', %s) ON CONFLICT (k) DO NOTHING",
+            (str(int(dim)),),
+        )
+    return SCHEMA_VERSION
