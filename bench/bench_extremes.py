@@ -37,9 +37,9 @@ def text_of(shape: str, size: int) -> str:
             out.append(word)
             n += len(word) + 1
         return " ".join(out)
-    while True:  # every plane with assigned characters, no surrogates or noncharacters
+    while True:  # every plane with assigned characters, no NUL, surrogates or noncharacters
         cp = rng.choice([0, 1, 2, 3, 14, 15, 16]) * 0x10000 + rng.randrange(0x10000)
-        if 0xD800 <= cp < 0xE000 or cp & 0xFFFE == 0xFFFE:
+        if cp == 0 or 0xD800 <= cp < 0xE000 or cp & 0xFFFE == 0xFFFE:
             continue
         b = len(chr(cp).encode("utf-8"))
         if n + b > size:
@@ -81,6 +81,19 @@ def one(shape: str, size: int) -> dict:
     }
 
 
+def _machine() -> str:
+    """The processor's model name, cores and memory (Linux), as the other benches name them."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+        with open("/proc/meminfo") as f:
+            kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
+        return f"{model}, {os.cpu_count()} cores, {kib / (1 << 20):.1f} GiB"
+    except (OSError, StopIteration):
+        return f"{model}, {os.cpu_count()} cores"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="65536,262144,1048576")
@@ -90,6 +103,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]))))
         return
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for shape in SHAPES:
@@ -101,8 +115,10 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {
         "bench": "extremes",
+        "argv": sys.argv[1:],
+        "started_at": started,
         "commit": commit,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": _machine(),
         "load": os.getloadavg(),
         "rows": rows,
     }

@@ -113,12 +113,12 @@ def _short_words(limit: int) -> str:
 
 
 def _planes(limit: int) -> str:
-    """Characters from every plane that has assigned ones (no surrogates, no noncharacters)."""
+    """Characters from every plane that has assigned ones (no NUL, no surrogates, no noncharacters)."""
     rng = random.Random(limit)
     out, size = [], 0
     while True:
         cp = rng.choice([0, 1, 2, 3, 14, 15, 16]) * 0x10000 + rng.randrange(0x10000)
-        if 0xD800 <= cp < 0xE000 or cp & 0xFFFE == 0xFFFE:
+        if cp == 0 or 0xD800 <= cp < 0xE000 or cp & 0xFFFE == 0xFFFE:
             continue
         ch = chr(cp)
         n = len(ch.encode("utf-8"))

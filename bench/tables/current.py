@@ -36,6 +36,7 @@ SOURCES = {
     "ingest": "session22/ingest-cfffbf0.json",
     "sqlite_alone": "session22/sqlite-alone-200k.json",
     "erasure": "session22/erasure-cfffbf0.json",
+    "extremes": "session23/extremes.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 
@@ -330,6 +331,41 @@ def verify_scan() -> str:
     return note + _rows_by_size(sizes, rows)
 
 
+def extremes() -> str:
+    doc = _load(SOURCES["extremes"])
+    load = doc["load"]
+    note = (
+        f"`{SOURCES['extremes']}`: `bench/bench_extremes.py {' '.join(doc['argv'])}`, commit {doc['commit']}, "
+        f"{doc['started_at'][:16].replace('T', ' ')} UTC, {doc['machine']}, load {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f} (1 / 5 / 15 min, at the end). One record beside 200 others, each size and shape "
+        "in its own process.\n\n"
+    )
+    head = [
+        "shape",
+        "bytes",
+        "write (s)",
+        "forget (s)",
+        "ack → erased (s)",
+        "ack → verified (s)",
+        "level",
+        "peak RSS before / after the forget (MiB)",
+    ]
+    rows = [
+        [
+            f"`{r['shape']}`",
+            _n(r["bytes"]),
+            f"{r['write_s']:.2f}",
+            f"{r['forget_s']:.2f}",
+            f"{r['ack_to_erased_s']:.2f}",
+            f"{r['ack_to_verified_s']:.2f}",
+            f"`{r['level']}`",
+            f"{r['peak_rss_before_forget_mib']} / {r['peak_rss_mib']}",
+        ]
+        for r in doc["rows"]
+    ]
+    return note + _table(head, rows, right_from=1)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "quality": quality,
     "recall-latency": recall_latency,
@@ -337,6 +373,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "ingest": ingest,
     "erasure": erasure,
     "verify-scan": verify_scan,
+    "extremes": extremes,
 }
 
 
