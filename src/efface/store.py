@@ -7,7 +7,8 @@
 over the release rules, receipts, propagation, evidence and verification of
 :mod:`efface.erasure`; absorption and physical erasure to the
 :class:`~efface.erasure.compactor.Compactor`, derived records to :mod:`efface.derivations`,
-backups to :mod:`efface.backups`. It keeps one thing itself: the chokepoint
+backups to :mod:`efface.backups`; all of them built over its origin by one composition root,
+:func:`efface.assembly.assemble`. It keeps one thing itself: the chokepoint
 :meth:`Store._mutate` (group commit: :mod:`efface.chokepoint`).
 
 Every mutation (write, retain, register_subject, forget, TTL expiry, policy, re-derivation,
@@ -47,27 +48,21 @@ import numpy as np
 
 from . import compiled, forgetting, vectors, writing
 from . import validate as v
+from .assembly import assemble
 from .backups import format as backup_format
 from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.restore import restore_backup
 from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
-from .derivations import Derivations, quarantine, validate_policy
-from .embed import Embedder, Lexical, QueryEmbedder, for_store
-from .erasure.compactor import Compactor
-from .erasure.evidence import Evidence
-from .erasure.fingerprint import Fingerprinter
-from .erasure.ledger import SECRET_KEY, ChainCheck, Hasher, verify_chain
-from .erasure.propagation import ERASE_BOUND_S, SETTLED_STATES, Propagation
-from .erasure.release import Releaser
-from .erasure.verify import Verifier
+from .derivations import quarantine, validate_policy
+from .embed import Embedder, QueryEmbedder
+from .erasure.ledger import ChainCheck, verify_chain
+from .erasure.propagation import ERASE_BOUND_S, SETTLED_STATES
 from .errors import EffaceError, InvalidInput
 from .forgetting import Erasures
 from .model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from .origin.base import Origin
-from .paths.ann import VectorIndex
-from .paths.base import Query, ReadPath
-from .paths.fts import FullTextIndex
+from .paths.base import Query
 from .paths.recall import hybrid
 from .reading import absorb_new_content, known_purpose, memory, quarantined
 
@@ -103,36 +98,21 @@ class Store:
         self._closing = threading.Lock()
         """One close() at a time: a second caller waits for the first, then finds it closed."""
         self._chokepoint = Chokepoint(self._lock)
-        secret = origin.meta_get(SECRET_KEY)
-        if secret is None:
-            secret = Hasher.new_secret()
-            origin.meta_set(SECRET_KEY, secret)
-        self._secret = bytes.fromhex(secret)
-        self._hash = Hasher(self._secret)
-        recorded = origin.meta_get("embedder")
-        self.embedder = for_store(embedder, recorded)
-        self._lexical = isinstance(self.embedder, Lexical) and self.embedder.lexical
-        if recorded is None:
-            origin.meta_set("embedder", self.embedder.name)
-        self._derivations = Derivations(origin, self.embedder)
-        self._fts = FullTextIndex(origin, self._secret)
-        self._ann = VectorIndex(
+        parts = assemble(
             origin,
-            os.path.join(self.path, "ann"),
-            self.embedder.dim,
-            lambda tenant: "t" + self._hash("tenant-file", tenant),
-            max_propagation_s=ann_max_propagation_s,
+            self.path,
+            embedder,
+            clock=clock,
+            expire=self._sweep_quietly,
+            compact_interval=compact_interval,
+            ann_max_propagation_s=ann_max_propagation_s,
+            erase_bound_s=erase_bound_s,
         )
-        self._paths: list[ReadPath] = [self._fts, self._ann]
-        fingerprinter = Fingerprinter(self._secret)
-        self._propagation = Propagation(origin, self._paths, clock, erase_bound_s)
+        self._secret, self._hash, self.embedder, self._lexical = parts.secret, parts.hash, parts.embedder, parts.lexical
+        self._derivations, self._fts, self._ann, self._paths = parts.derivations, parts.fts, parts.ann, parts.paths
+        self._propagation, self._evidence, self._verifier = parts.propagation, parts.evidence, parts.verifier
+        self._releaser, self._compactor = parts.releaser, parts.compactor
         self.erase_bound_s = erase_bound_s
-        self._evidence = Evidence(self._paths, fingerprinter, self._hash)
-        self._verifier = Verifier(origin, self._paths, fingerprinter, self.path, clock)
-        self._releaser = Releaser(self._derivations, self._evidence, self._hash, self._propagation.max_propagation)
-        self._compactor = Compactor(
-            origin, self._paths, self._propagation, self._sweep_quietly, interval=compact_interval
-        )
         self._erasures = Erasures(
             origin,
             self._mutate,
