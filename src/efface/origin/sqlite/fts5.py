@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .tx import LIVE, NOT_QUARANTINED, in_chunks
+from .rows import LIVE, NOT_QUARANTINED, in_chunks
 
 FTS5_K1_PLUS_1 = 2.2
 """FTS5's bm25() term-frequency saturation: k1 = 1.2 (its default, which efface keeps), so one

@@ -17,7 +17,8 @@ from typing import Any
 from ..base import RecordRow
 from .conn import Connections
 from .edge import guarded
-from .tx import CLAIM_COLS, LIVE, NOT_QUARANTINED, REC_COLS, SQLiteTx, claim_row, in_chunks, record_row
+from .rows import CLAIM_COLS, LIVE, NOT_QUARANTINED, REC_COLS, claim_row, in_chunks, record_row
+from .tx import SQLiteTx
 
 
 @guarded
