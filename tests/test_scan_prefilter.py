@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from efface import compiled
-from efface.erasure import fingerprint
+from efface.erasure import bytescan, fingerprint
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
 
@@ -47,8 +47,8 @@ def test_compiled_and_numpy_scans_find_the_same_windows(tmp_path_factory, monkey
     random bytes: both scans report the same hits, and every planted copy is among them."""
     monkeypatch = monkeypatch_session
     # small chunks, so that a few kilobytes cross several seams in both modes
-    monkeypatch.setattr(fingerprint, "CHUNK", 4096)
-    monkeypatch.setattr(fingerprint, "COMPILED_CHUNK", 8192)
+    monkeypatch.setattr(bytescan, "CHUNK", 4096)
+    monkeypatch.setattr(bytescan, "COMPILED_CHUNK", 8192)
     rng = np.random.default_rng(seed)
     fpr = Fingerprinter(rng.bytes(32))
     fp = Fingerprints()

@@ -149,7 +149,7 @@ def test_a_large_erasure_uses_a_larger_bitmap_and_still_finds_every_copy(tmp_pat
     """The fingerprints of thousands of items get a larger prefilter bitmap (fewer windows
     pass it to the exact look-up); copies of items of every width are found at every
     alignment all the same, and noise matches nothing."""
-    from efface.erasure import fingerprint
+    from efface.erasure import bytescan
 
     rng = np.random.default_rng(7)
     fpr = Fingerprinter(os.urandom(32))
@@ -159,8 +159,8 @@ def test_a_large_erasure_uses_a_larger_bitmap_and_still_finds_every_copy(tmp_pat
     fpr.add_many(fp, "text", texts, uniform=True)
     fpr.add_many(fp, "key", short, uniform=True)
     tables = fpr.tables(fp)
-    assert tables["w16"][3].size > 1 << fingerprint.BITMAP_BITS  # the larger bitmap
-    assert tables["u8"][3].size == 1 << fingerprint.BITMAP_BITS  # few items: the small one
+    assert tables["w16"][3].size > 1 << bytescan.BITMAP_BITS  # the larger bitmap
+    assert tables["u8"][3].size == 1 << bytescan.BITMAP_BITS  # few items: the small one
     data = bytearray(rng.bytes(1 << 20))
     planted = []
     for i, item in enumerate(texts[:40] + short[:40]):

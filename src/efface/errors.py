@@ -30,10 +30,19 @@ it as keyword arguments after the message and keeps it as attributes, None when 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # the gate's types; errors.py imports nothing of efface at run time
-    from .gate.classify import Classification
+
+class Classified(Protocol):
+    """What the gate made of a forget's acknowledgement, as :class:`UnverifiableDeletion`
+    carries it: the gate's :class:`~efface.gate.classify.Classification` is one. A protocol,
+    so errors.py, at the bottom of the house, imports nothing of efface (not even for a type)."""
+
+    @property
+    def level(self) -> str: ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
 
 
 class EffaceError(Exception):
@@ -112,7 +121,7 @@ class ErasureNotSettled(EffaceError):
 class UnverifiableDeletion(EffaceError):
     """A deletion could not be verified; fail closed."""
 
-    def __init__(self, message: str, *, classification: Classification | None = None) -> None:
+    def __init__(self, message: str, *, classification: Classified | None = None) -> None:
         super().__init__(message)
         self.classification = classification
         """What the gate made of the acknowledgement (each requirement, met or not), when the

@@ -33,7 +33,7 @@ def _asked(store, monkeypatch, words):
     """The terms ``document_frequency`` had to ask FTS5 about."""
     text = store._origin.text
     asked: list[list[str]] = []
-    real = text._o._r
+    real = text._db.reader
 
     class Spy:
         def __init__(self, conn):
@@ -44,11 +44,11 @@ def _asked(store, monkeypatch, words):
                 asked.append(list(args))
             return self._c.execute(sql, args)
 
-    monkeypatch.setattr(text._o, "_r", lambda: Spy(real()))
+    monkeypatch.setattr(text._db, "reader", lambda: Spy(real()))
     try:
         got = text.document_frequency(words)
     finally:
-        monkeypatch.setattr(text._o, "_r", real)
+        monkeypatch.setattr(text._db, "reader", real)
     return got, [t for a in asked for t in a]
 
 

@@ -21,8 +21,10 @@ import pytest
 
 import efface
 from efface import compiled
-from efface.erasure import fingerprint, residue
-from efface.erasure.fingerprint import Fingerprinter, Fingerprints, _mix, _unmix
+from efface.erasure import bytescan, residue
+from efface.erasure.fingerprint import Fingerprinter, Fingerprints
+from efface.erasure.mix import mix as _mix
+from efface.erasure.mix import unmix as _unmix
 
 pytestmark = pytest.mark.sqlite_only("raw bytes of the store's files")
 
@@ -194,7 +196,7 @@ def test_a_copy_across_a_chunk_seam_is_found_at_every_alignment(tmp_path, shift,
     fp = Fingerprints()
     item = bytes(np.random.default_rng(shift).integers(33, 127, size=90, dtype=np.uint8))
     f.add_many(fp, "text", [item])
-    step = fingerprint.chunk_size(compiled.on())
+    step = bytescan.chunk_size(compiled.on())
     data = bytearray(os.urandom(2 * step))
     at = step - 40 + shift
     data[at : at + len(item)] = item

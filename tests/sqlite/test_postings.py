@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import efface
 from efface import compiled
+from efface.origin.sqlite import inmemory
 from efface.origin.sqlite import postings as postings_mod
 from efface.origin.sqlite import text as sqlite_text
 from efface.origin.sqlite.postings import TEXT, Postings, load
@@ -268,9 +269,9 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
             purpose=PURPOSE,
         )
         store.write("z", "zanzibar trip", tenant="t", subject="zed", purpose=PURPOSE)
-    monkeypatch.setattr(sqlite_text, "LOAD_HERE", 10)
+    monkeypatch.setattr(inmemory, "LOAD_HERE", 10)
     go, started = threading.Event(), threading.Event()
-    real = sqlite_text.load
+    real = inmemory.load
 
     def slow(conn, scoped, stop=None, between=None):
         started.set()
@@ -278,7 +279,7 @@ def test_a_large_store_loads_in_the_background_and_keeps_what_was_written_meanwh
         assert go.wait(30)
         return got if read_first else real(conn, scoped, stop, between)
 
-    monkeypatch.setattr(sqlite_text, "load", slow)
+    monkeypatch.setattr(inmemory, "load", slow)
     with efface.open(path, embedder="hashing", background=False) as store:
         text = store._origin.text
         store.write("x", "xanadu trip", tenant="t", subject="xi", purpose=PURPOSE)  # before the load
@@ -330,11 +331,11 @@ def test_an_erasure_during_a_load_leaves_what_it_read_at_its_next_chunk(tmp_path
             subject="ann",
             purpose=PURPOSE,
         )
-    monkeypatch.setattr(sqlite_text, "LOAD_HERE", 10)
+    monkeypatch.setattr(inmemory, "LOAD_HERE", 10)
     monkeypatch.setattr("efface.origin.sqlite.postings.LOAD_CHUNK", 60)  # many chunks
     paused, resume, later, finish = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     seen: list[list] = []
-    real = sqlite_text.load
+    real = inmemory.load
 
     def paused_load(conn, scoped, stop=None, between=None):
         calls = 0
@@ -353,7 +354,7 @@ def test_an_erasure_during_a_load_leaves_what_it_read_at_its_next_chunk(tmp_path
 
         return real(conn, scoped, stop, step)
 
-    monkeypatch.setattr(sqlite_text, "load", paused_load)
+    monkeypatch.setattr(inmemory, "load", paused_load)
     with efface.open(path, embedder="hashing", background=False) as store:
         text = store._origin.text
         zid = store._origin._r().execute("SELECT id FROM records WHERE key='z'").fetchone()[0]

@@ -1,6 +1,7 @@
 """The HTTP API: ``create_app(store, ring)`` gives a FastAPI app whose ``/v1`` routes mirror
 :class:`efface.Store`. It parses, calls the library, renders, and turns library errors into
-JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowhere else.
+JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) at its edges and nowhere else
+(:mod:`.edges`: the body limit, server timing, the error handlers, the access log's filter).
 
 * **The tenant comes from the key.** Every route but ``/v1/health`` needs
   ``Authorization: Bearer efk_...``; the key ring resolves it to exactly one tenant, and every
@@ -10,7 +11,7 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
   handle of another tenant: the same answer as for a handle that does not exist.
 * **Nothing identifying is in a URL.** Every value travels in a JSON body, so uvicorn's access
   log (method, path, status) cannot carry texts, queries, keys, handles or tenant names; its
-  query strings are dropped as well (:class:`DropQuery`). Errors never echo input: the
+  query strings are dropped as well (:class:`.edges.DropQuery`). Errors never echo input: the
   library's messages do not, and validation errors name the field, never the value.
 * **Store calls block**, so each runs in a worker thread, in its own lane (:class:`Lanes`):
   reads, mutations (one at a time at the store's chokepoint anyway), ``wait`` and
@@ -22,8 +23,6 @@ JSON (``{"error": {"type": "UnknownPurpose", "message": ...}}``) here and nowher
 
 from __future__ import annotations
 
-import contextvars
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -39,16 +38,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from .. import validate as v
 from ..errors import EffaceError, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
 from . import wire as w
+from .edges import PHASES, BodyLimit, QuietErrors, ServerTiming, efface_error, http_error, validation_error
 from .keys import KeyRing
-
-log = logging.getLogger("efface.service")
 
 try:
     __version__ = version("efface")
@@ -67,195 +65,6 @@ McpHook = tuple[ASGIApp, "AbstractAsyncContextManager[Any] | Callable[[], Abstra
 MCP streamable-HTTP ASGI app, which answers at ``/mcp`` itself and is routed there, and its
 lifespan (a context manager, or a callable that makes one), which this app's lifespan enters:
 Starlette never runs a routed or mounted app's own lifespan."""
-
-
-# -- the body limit ---------------------------------------------------------------------------------
-class BodyLimit:
-    """Refuse a request body over ``max_body`` bytes with 413, by its Content-Length or, for a
-    chunked body, as soon as the bytes received pass the limit (the app is then told the
-    client went away, and whatever it answers is replaced by the 413)."""
-
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
-        self.app, self.max_body = app, max_body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await _too_large(self.max_body)(scope, receive, send)
-            return
-        seen = 0
-        over = False
-
-        async def limited() -> Message:
-            nonlocal seen, over
-            if over:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    over = True
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded(message: Message) -> None:
-            if not over:
-                await send(message)
-
-        try:
-            await self.app(scope, limited, guarded)
-        finally:
-            if over:
-                await _too_large(self.max_body)(scope, receive, send)
-
-
-_PHASES: contextvars.ContextVar[list[tuple[str, float]] | None] = contextvars.ContextVar(
-    "efface_server_timing", default=None
-)
-"""The phases a request's handler timed (name, milliseconds), for :class:`ServerTiming`."""
-
-
-class ServerTiming:
-    """Add ``Server-Timing: app;dur=MS`` to every answer: the milliseconds from the request
-    reaching the app to its answer starting, so a client (or a load test) can tell the time
-    spent in the server from the time on the wire and in its own process. A call that ran in
-    a lane adds its phases: ``lane`` (waiting for the lane's thread to start it: a full lane,
-    or the interpreter busy elsewhere), ``store`` (the library call) and ``render`` (the JSON)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        t0 = time.perf_counter()
-        phases: list[tuple[str, float]] = []
-        _PHASES.set(phases)
-
-        async def timed(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                parts = [f"app;dur={(time.perf_counter() - t0) * 1000:.2f}"]
-                parts += [f"{name};dur={ms:.2f}" for name, ms in phases]
-                dur = ", ".join(parts).encode()
-                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", dur)]}
-            await send(message)
-
-        await self.app(scope, receive, timed)
-
-
-def _too_large(limit: int) -> JSONResponse:
-    return _error_response(413, "PayloadTooLarge", f"the request body is over this server's limit of {limit} bytes")
-
-
-# -- errors -------------------------------------------------------------------------------------------
-def _error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    detail = {"type": kind, "message": message, **{k: v for k, v in extra.items() if v is not None}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": detail}, status_code=status, headers=headers)
-
-
-def _efface_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, EffaceError)
-    return _error_response(w.status_of(exc), type(exc).__name__, str(exc), **w.error_fields(exc))
-
-
-def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    # Name the field and the rule, never the value (pydantic keeps it under "input").
-    problems = []
-    for e in exc.errors()[:5]:
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-        if e.get("type") == "extra_forbidden":  # the unknown name is the caller's, not ours
-            problems.append(f"{'.'.join(loc[:-1]) or 'body'}: a field this route does not take")
-            continue
-        problems.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
-    return _error_response(422, "InvalidInput", "the request body does not fit this route: " + "; ".join(problems))
-
-
-def _http_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    kind = "NotFound" if exc.status_code == 404 else "InvalidInput"
-    message = "no such route: see /openapi.json" if exc.status_code == 404 else str(exc.detail)
-    return _error_response(exc.status_code, kind, message)
-
-
-def _unexpected(exc: Exception) -> JSONResponse:
-    # The type only: a message or a traceback could carry a text or a key.
-    log.error("request failed with %s", type(exc).__name__)
-    return _error_response(500, "InternalError", "the server failed on this request; nothing about it is logged")
-
-
-class QuietErrors:
-    """Answer an unexpected error with a 500 and log its type only. Starlette's own handler
-    for ``Exception`` answers too, but then raises the error again for the server to log, and
-    uvicorn logs it whole: a traceback whose message and frames can hold a text, a key or a
-    tenant. Here the error ends."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched)
-        except Exception as exc:
-            response = _unexpected(exc)
-            if not started:  # else the client sees the answer cut short, as it would anyway
-                await response(scope, receive, send)
-
-
-UNKNOWN_PATH = "<unknown path>"
-"""What the access log shows for a path no server in this process answers (a 404)."""
-UNKNOWN_METHOD = "<other method>"
-"""What it shows for a method outside HTTP's usual ones (h11 takes any token as a method)."""
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
-
-
-class DropQuery(logging.Filter):
-    """For ``uvicorn.access``: log method, path and status, and nothing a client chose. The
-    query string is dropped (routes take no query parameters); a path that is not one of the
-    apps' routes (:meth:`know`) is logged as :data:`UNKNOWN_PATH`, since a client can put
-    anything there (``POST /v1/memories/alice@example.org``), and an unusual method as
-    :data:`UNKNOWN_METHOD`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.paths: set[str] = set()
-
-    def know(self, paths: set[str]) -> None:
-        self.paths |= paths
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-            path = args[2].split("?", 1)[0]
-            method = args[1] if args[1] in _METHODS else UNKNOWN_METHOD
-            record.args = (args[0], method, path if path in self.paths else UNKNOWN_PATH, args[3], args[4])
-        return True
-
-
-def filter_access_log(app: Any = None) -> None:
-    """Install :class:`DropQuery` on uvicorn's access logger (once), and let it show the paths
-    of ``app``'s routes (every app's given so far: tests run several in one process)."""
-    logger = logging.getLogger("uvicorn.access")
-    found = [f for f in logger.filters if isinstance(f, DropQuery)]
-    drop = found[0] if found else DropQuery()
-    if not found:
-        logger.addFilter(drop)
-    drop.know({p for r in getattr(app, "routes", ()) if isinstance(p := getattr(r, "path", None), str)})
 
 
 # -- thread lanes ---------------------------------------------------------------------------------
@@ -297,7 +106,7 @@ class Lanes:
         return self._limiters[lane]
 
     async def run(self, lane: str, adapter: TypeAdapter | None, call: Callable[[], Any]) -> Response:
-        phases = _PHASES.get()
+        phases = PHASES.get()
         asked = time.perf_counter()
 
         def work() -> Response:
@@ -349,9 +158,9 @@ def create_app(
         lifespan=lifespan,
         responses=w.ERROR_RESPONSES,
     )
-    app.add_exception_handler(EffaceError, _efface_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(EffaceError, efface_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(BodyLimit, max_body=max_body)
     app.add_middleware(QuietErrors)  # around everything of ours, /mcp included
     app.add_middleware(ServerTiming)  # outermost: a 413 and a 500 are timed too

@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from .http import filter_access_log
+from .edges import filter_access_log
 
 SWITCH_INTERVAL_S = 0.001
 """The interpreter's GIL switch interval while ``efface serve`` runs (Python's default: 5 ms).

@@ -45,7 +45,7 @@ class MemoryOrigin:
         """The open transaction's state (only ever set with :attr:`write_lock` held)."""
         self._local = threading.local()
         self._closed = False
-        self.text = MemoryText(self)
+        self.text = MemoryText(self._st, self.current_epoch)
         """The word index: see :class:`MemoryText`."""
 
     # -- states ---------------------------------------------------------------------------

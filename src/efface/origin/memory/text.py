@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...text import words as text_words
 from .state import BM25_B, BM25_K1, _live_ids, _State
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import MemoryOrigin
     from .tx import MemoryTx
 
 
@@ -22,8 +21,10 @@ class MemoryText:
     scoped = False
     """Its postings hold no tenant column (recall filters by tenant after ranking)."""
 
-    def __init__(self, origin: MemoryOrigin):
-        self._o = origin
+    def __init__(self, state: Callable[[], _State], current_epoch: Callable[[], int]):
+        self._st = state
+        """The state this thread reads (the origin's snapshot, or its current state)."""
+        self._current_epoch = current_epoch
 
     def stage(
         self, tx: MemoryTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -47,10 +48,10 @@ class MemoryText:
                 tx._posting(w).add(rid)
 
     def doc_count(self) -> int:
-        return len(self._o._st().doc_terms)
+        return len(self._st().doc_terms)
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
-        s = self._o._st()
+        s = self._st()
         return {w: len(s.postings[w]) for w in words if w in s.postings}
 
     def _matches(self, s: _State, words: Sequence[str]) -> set[int]:
@@ -61,7 +62,7 @@ class MemoryText:
 
     def tenant_count(self, tenant: str) -> int:
         """Records the tenant (its id) holds."""
-        return sum(1 for r in self._o._st().records.values() if r.tenant == tenant)
+        return sum(1 for r in self._st().records.values() if r.tenant == tenant)
 
     def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
         """The term the index holds for each word: the word itself (this index does not stem
@@ -76,7 +77,7 @@ class MemoryText:
         ``(n + 1) / (df + 0.5)``), but a df above the store's size means the store had at least
         df records when it was counted, and that is the size used for it (as the SQLite index
         does, where the other idf would fail)."""
-        n = len(self._o._st().doc_terms)
+        n = len(self._st().doc_terms)
         return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
 
     def search(
@@ -98,7 +99,7 @@ class MemoryText:
         scoring: Sequence[str] = (),
     ) -> list[tuple[int, float]]:
         """:meth:`search` with each id's BM25 score (higher is better)."""
-        s = self._o._st()
+        s = self._st()
         found = self._matches(s, words)
         if not found:
             return []
@@ -139,16 +140,16 @@ class MemoryText:
         """:meth:`ranked`, and how many matches were ranked (at most ``depth``). ``scoring``:
         more words that add to the scores of the records ``words`` find (none found by them alone)."""
         return self.ranked(words, tenant, purpose, subject, now, depth, limit, scoring), min(
-            depth, len(self._matches(self._o._st(), words))
+            depth, len(self._matches(self._st(), words))
         )
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
-        return min(cap, len(self._matches(self._o._st(), words)))
+        return min(cap, len(self._matches(self._st(), words)))
 
     def terms(self) -> Iterable[str]:
         """Every word the index holds."""
-        return list(self._o._st().postings)
+        return list(self._st().postings)
 
     def terms_of_erased(self, ids: Sequence[int]) -> None:
         """Not kept here: walking this index's words costs little (see :meth:`terms`)."""
@@ -156,7 +157,7 @@ class MemoryText:
 
     def matching_ids(self, words: Sequence[str], ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the index still matches for any of ``words``."""
-        found = self._matches(self._o._st(), words)
+        found = self._matches(self._st(), words)
         return [i for i in ids if i in found]
 
     def purge(self) -> bool:
@@ -164,4 +165,4 @@ class MemoryText:
         return False
 
     def purged_epoch(self) -> int:
-        return self._o.current_epoch()
+        return self._current_epoch()

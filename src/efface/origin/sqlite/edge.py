@@ -109,7 +109,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         except apsw.Error as exc:
             owner = args[0] if args else None  # the origin, or its physical or text part
             translated = translate(
-                exc, getattr(owner, "path", None) or getattr(getattr(owner, "_o", None), "path", None)
+                exc, getattr(owner, "path", None) or getattr(getattr(owner, "_db", None), "path", None)
             )
             if translated is None:
                 raise

@@ -47,7 +47,8 @@ import numpy as np
 
 from ...vectors import F16, widen
 from ...vectors import read as read_vector
-from .tx import Fresh, in_chunks
+from .rows import in_chunks
+from .tx import Fresh
 
 LOAD_HERE = 20_000
 """A store of at most this many records loads the copy as it opens."""

@@ -13,7 +13,7 @@ import contextlib
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,13 +31,11 @@ from .cells import (
     children,
     close_map,
 )
+from .conn import Connections
 from .edge import guarded, savepoint
 from .gaps import INDEX_INTERIOR, TABLE_INTERIOR, PageLog, Scrubbed, scrub
 from .schema import CHECKPOINTED, REINDEX, REINDEXED
 from .segments import consolidate
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .origin import SQLiteOrigin
 
 LIVE_BTREES = (
     "tenants",
@@ -102,15 +100,19 @@ TERM_VALUES = ("SELECT term FROM fts_vocab",)
 
 @guarded
 class SQLitePhysical:
-    def __init__(self, origin: SQLiteOrigin):
-        self._o = origin
+    """The byte-level capability of the origin whose connections it is handed. ``vacuumed``
+    is called after a VACUUM (:meth:`rewrite`), which drops the writer's TEMP objects."""
+
+    def __init__(self, db: Connections, vacuumed: Callable[[], None]):
+        self._db = db
+        self._vacuumed = vacuumed
         self.scrubbed = Scrubbed()
         """What the last gap scrub did (pages examined, pages and bytes zeroed)."""
-        w = origin.writer
+        w = db.writer
         (page_size,) = w.execute("PRAGMA page_size").fetchone()
         self._page_size = int(page_size)
         (self._auto,) = w.execute("PRAGMA wal_autocheckpoint").fetchone()
-        self._log: PageLog | None = PageLog(origin.path + "-wal", page_size)
+        self._log: PageLog | None = PageLog(db.path + "-wal", page_size)
         # Replaces SQLite's default WAL hook, which is its automatic checkpoint: run below.
         w.set_wal_hook(self._committed)
 
@@ -129,7 +131,7 @@ class SQLitePhysical:
 
     def files(self) -> list[str]:
         """The origin's files (absolute paths)."""
-        return [self._o.path + suffix for suffix in ("", "-wal", "-shm")]
+        return [self._db.path + suffix for suffix in ("", "-wal", "-shm")]
 
     def growing(self) -> tuple[str, ...]:
         """The files a write makes larger: the database and its WAL (not the WAL's index)."""
@@ -139,7 +141,7 @@ class SQLitePhysical:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
         image (with secure_delete, the only place deleted bytes can linger) stays in the WAL.
         Records the epoch it covers; returns False if a reader kept it from completing."""
-        o = self._o
+        o = self._db
         with o.write_lock:
             epoch = o.current_epoch()
             busy, _log, _done = o.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -159,7 +161,7 @@ class SQLitePhysical:
         cell, but when SQLite rebuilds a page it leaves the old cell bytes in the page's
         unallocated gap; the scrub (:mod:`.gaps`) zeroes those gaps on the pages that changed,
         and this REINDEX (O(index)) is left for a file it cannot read safely."""
-        o = self._o
+        o = self._db
         if o.meta_get(REINDEX) != "1":
             return False
         if self._log is not None:
@@ -177,7 +179,7 @@ class SQLitePhysical:
     def merge_segments(self, stop: Callable[[], bool] | None = None, *, always: bool = False) -> bool:
         """Merge the word index's segments into one, in short steps (:mod:`.segments`): an
         idle store's forgets then delete from one segment. Returns True when none is left."""
-        return consolidate(self._o, stop, always=always)
+        return consolidate(self._db, stop, always=always)
 
     def rewrite(self) -> bool:
         """Rebuild the whole database file (VACUUM) and checkpoint it; True once the WAL is
@@ -187,7 +189,7 @@ class SQLitePhysical:
         outlives the cell's own (zeroed) deletion; the byte scan finds those (see
         ``Store.wait``). VACUUM writes every page afresh. Its temporary copy of the
         database is kept in memory (``temp_store``), never in a temporary file."""
-        o = self._o
+        o = self._db
         with o.write_lock:
             (before,) = o.writer.execute("PRAGMA temp_store").fetchone()
             o.writer.execute("PRAGMA temp_store=MEMORY")
@@ -197,7 +199,7 @@ class SQLitePhysical:
                 o.writer.execute(f"PRAGMA temp_store={int(before)}")
                 # a change of temp_store drops the connection's TEMP objects: the triggers
                 # that keep the copy of liveness up (VACUUM changed no row meanwhile)
-                o.liveness.install()
+                self._vacuumed()
             return self.checkpoint()
 
     def _scrub(self) -> bool:
@@ -210,19 +212,19 @@ class SQLitePhysical:
             return True
         pages, upto = log.owed()
         try:
-            self.scrubbed = scrub(self._o.path, pages)
+            self.scrubbed = scrub(self._db.path, pages)
         except ValueError:
             # A file this scrub cannot read safely: back to rebuilding the indexes, now, before
             # the checkpoint that follows says the erased bytes are gone.
             self._log = None
-            self._o.meta_set(REINDEX, "1")
+            self._db.meta_set(REINDEX, "1")
             self.rebuild_indexes()
-            self._o.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return True
         except OSError:
             return False
         if self.scrubbed.zeroed_pages:  # else no cached page differs from the file
-            self._o.writer.release_memory()
+            self._db.writer.release_memory()
         log.scrubbed(upto)
         return True
 
@@ -240,14 +242,14 @@ class SQLitePhysical:
         pages = log.changed_since(token)
         if pages is None:
             return None
-        return self._o.path, self._page_size, pages
+        return self._db.path, self._page_size, pages
 
     def checkpointed_epoch(self) -> int:
-        return int(self._o.meta_get(CHECKPOINTED) or 0)
+        return int(self._db.meta_get(CHECKPOINTED) or 0)
 
     def live_regions(self, root: str) -> LiveRegions:
         """Where, in the origin's file, a live record, claim or subject legitimately holds bytes."""
-        r = self._o._r()
+        r = self._db.reader()
         kinds = {n: ALLOWED[CONTENT] for n in LIVE_BTREES}
         kinds.update({n: ALLOWED[NAME] for n in NAME_BTREES})
         kinds.update({n: ALLOWED[TERM] for n in TERM_BTREES})
@@ -257,7 +259,7 @@ class SQLitePhysical:
             for row in r.execute(f"SELECT pageno, name FROM dbstat WHERE name IN ({marks})", list(kinds))
         }
         page = r.execute("PRAGMA page_size").fetchone()[0]
-        name = os.path.relpath(self._o.path, root)
+        name = os.path.relpath(self._db.path, root)
         return LiveRegions(name, pages, page, name + "-wal")
 
     @contextlib.contextmanager
@@ -266,9 +268,9 @@ class SQLitePhysical:
         snapshot held until the block ends; None if the file cannot be read so. Finding the
         pages reads only the interior pages of the live b-trees (a few thousand at a million
         records), where ``dbstat`` reads every page."""
-        o = self._o
+        o = self._db
         with o.snapshot(), contextlib.ExitStack() as stack:
-            r = o._r()
+            r = o.reader()
             marks = ",".join("?" * len(LIVE_BTREES))
             sql = f"SELECT rootpage FROM sqlite_schema WHERE name IN ({marks})"
             roots = [row[0] for row in r.execute(sql, LIVE_BTREES)]  # the snapshot starts here
@@ -295,7 +297,7 @@ class SQLitePhysical:
         """Every page with a frame in the WAL, as it is now (in the caller's snapshot the WAL
         only grows): those pages may differ in the file, so no decision is made on them."""
         try:
-            with open(self._o.path + "-wal", "rb") as f:
+            with open(self._db.path + "-wal", "rb") as f:
                 raw = f.read()
         except OSError:
             return set()
@@ -348,8 +350,8 @@ class SQLitePhysical:
             + [(sql, NAME) for sql in NAME_VALUES]
             + [(sql, TERM) for sql in TERM_VALUES]
         )
-        with self._o.snapshot():
-            r = self._o._r()
+        with self._db.snapshot():
+            r = self._db.reader()
             for sql, name in queries:
                 for row in r.execute(sql):
                     for value in row:
@@ -360,7 +362,7 @@ class SQLitePhysical:
 
     def pending_fingerprints(self, handle: str) -> list[bytes]:
         """The fingerprints of every other erasure not yet proven erased (newest first)."""
-        rows = self._o._r().execute(
+        rows = self._db.reader().execute(
             "SELECT fingerprints FROM evidence WHERE fingerprints IS NOT NULL AND handle != ? ORDER BY epoch DESC",
             (handle,),
         )
@@ -388,8 +390,8 @@ class SQLitePhysical:
             "SELECT subject FROM subject_keys",
             "SELECT name FROM tenants",
         )
-        with self._o.snapshot():
-            r = self._o._r()
+        with self._db.snapshot():
+            r = self._db.reader()
             for sql in queries:
                 for n, row in enumerate(r.execute(sql)):
                     if n % 256 == 0:
@@ -403,6 +405,6 @@ class SQLitePhysical:
         return found
 
     def page_images(self, names: Sequence[str]) -> set[int]:  # pragma: no cover - diagnostics
-        r = self._o._r()
+        r = self._db.reader()
         marks = ",".join("?" * len(names))
         return {row[0] for row in r.execute(f"SELECT pageno FROM dbstat WHERE name IN ({marks})", list(names))}

@@ -23,10 +23,9 @@ store far more than the deletes it saves.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .origin import SQLiteOrigin
+from .conn import Connections
 
 MERGE_PAGES = 200
 """Leaf pages one step merges (about 20 ms with the write lock held, measured at 100k)."""
@@ -52,15 +51,15 @@ def worth_it(pages: list[int]) -> bool:
     return len(pages) >= MANY or sum(pages[1:]) * GROWTH >= pages[0]
 
 
-def consolidate(origin: SQLiteOrigin, stop: Callable[[], bool] | None = None, *, always: bool = False) -> bool:
+def consolidate(db: Connections, stop: Callable[[], bool] | None = None, *, always: bool = False) -> bool:
     """Merge the index's segments toward one, a step at a time, until it is one segment or
     ``stop()`` says to stop (checked between steps). Without ``always``, only when
     :func:`worth_it`. Returns True when nothing is left to merge."""
-    if not always and not worth_it(sizes(origin._r())):
+    if not always and not worth_it(sizes(db.reader())):
         return True
     while True:
-        with origin.write_lock:
-            w = origin.writer
+        with db.write_lock:
+            w = db.writer
             if len(sizes(w)) < 2:
                 return True
             w.execute("INSERT INTO fts(fts, rank) VALUES('merge', ?)", (-MERGE_PAGES,))

@@ -19,13 +19,10 @@ asks SQLite's tokenizer itself, so verify probes exactly the terms the index hol
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
 import apsw
 
@@ -33,13 +30,13 @@ from ...model import probe_sample
 from ...ranking import Ranking, live_first
 from ...text import index_text
 from ...text import words as text_words
+from . import fts5
+from .conn import Connections
 from .edge import guarded, savepoint
-from .postings import Change, Loaded, Postings, counts_of, load, sweep
+from .inmemory import PostingsInMemory
+from .postings import Change, Postings, counts_of
 from .separators import rewrite_stale, still_held
-from .tx import LIVE, NOT_QUARANTINED, SQLiteTx, in_chunks
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .origin import SQLiteOrigin
+from .tx import SQLiteTx
 
 READ_WHOLE_PER_ID = 100
 """A doclist of at most this many postings per id asked about is read whole (see
@@ -55,27 +52,8 @@ as two words (:func:`efface.text.spaced`); older stores indexed them joined, and
 name the words the index holds."""
 
 
-def _match(words: Sequence[str]) -> str:
-    """A safe FTS5 query: each word quoted, OR-ed (operators in the input are just words)."""
-    return " OR ".join(_quoted(w) for w in words)
-
-
-def _quoted(word: str) -> str:
-    return '"' + word.replace('"', '""') + '"'
-
-
-def _tenant_match(tenant: str, words: Sequence[str]) -> str:
-    """:func:`_match` over the text column, for one tenant's rows only (a scoped index)."""
-    return f"tenant : {_quoted(tenant)} AND text : ({_match(words)})"
-
-
 TOKENIZE_STEMMED = ("porter", ["unicode61", "remove_diacritics", "2"])
 """The tokenizer of a new store's index (schema.FTS_SCHEMA), as apsw names it."""
-
-
-FTS5_K1_PLUS_1 = 2.2
-"""FTS5's bm25() term-frequency saturation: k1 = 1.2 (its default, which efface keeps), so one
-term adds at most (k1 + 1) x its idf."""
 
 
 KEPT_IDS = 100_000
@@ -90,23 +68,21 @@ size when counted (planning and the score ceiling need an estimate; a term of 1,
 more moves by at most that share)."""
 TERM_MEMO = 65536
 """Words whose terms are memoised at most (the memo starts again when full)."""
-LOAD_HERE = 20_000
-"""A store of at most this many records loads its postings (:mod:`.postings`) as it opens;
-a larger one in the background from its first full-text query on (about 40 us a record),
-its queries ranked by FTS5 meanwhile."""
-SWEEP_WAIT_S = 60.0
-"""How long verify's question waits, at most, for a load under way to take an erased record
-out of what it has read (one chunk of :data:`.postings.LOAD_CHUNK` postings: well under a
-second); past it, the record counts as held."""
 log = logging.getLogger("efface.origin")
+LiveIds = Callable[[Sequence[int], str, str, "str | None", float], set[int]]
+"""``live_ids(ids, tenant, purpose, subject, now)``: those of ``ids`` live for them."""
 _UNKNOWN = object()
 
 
 @guarded
-class SQLiteText:
-    def __init__(self, origin: SQLiteOrigin):
-        self._o = origin
-        r = origin._r()
+class SQLiteText(PostingsInMemory):
+    """The word index of the origin whose connections it is handed; ``live_ids`` is the
+    origin's live check (:meth:`.SQLiteReads.live_ids`), which ranked matches pass."""
+
+    def __init__(self, db: Connections, live_ids: LiveIds):
+        self._db = db
+        self._live_ids = live_ids
+        r = db.reader()
         self._docs = r.execute("SELECT count(*) FROM records").fetchone()[0]
         sql = r.execute("SELECT sql FROM sqlite_schema WHERE name='fts'").fetchone()[0]
         self.stems = "porter" in sql.lower()
@@ -141,97 +117,7 @@ class SQLiteText:
         self._df_mu = threading.Lock()
         self._kept: dict[int, tuple[str, ...]] = {}
         self._kept_mu = threading.Lock()
-        self._post: Postings | None = None
-        """The index's postings in memory, for ranking (:mod:`.postings`), once loaded; a
-        store without a stemming tokenizer (made before it) never loads them."""
-        self._post_queue: list[Change] | None = None
-        """Changes committed while the postings load, applied once they have: without the
-        removed records' terms (:meth:`.Change.without_terms`), so an erased text's words do
-        not wait in memory for the load; its id leaves every term's list then."""
-        self._post_sweep: set[int] = set()
-        """Records erased while the postings load, not yet taken out of what the load has read
-        so far (it does so after each chunk it reads: :func:`.postings.sweep`)."""
-        self._post_swept = threading.Condition(threading.Lock())
-        self._post_loaded = threading.Event()
-        """Set whenever no load is under way."""
-        self._post_loaded.set()
-        self._post_mu = threading.Lock()
-        self._post_stop = threading.Event()
-        self._post_later = False
-        """A large store's postings are loaded from its first full-text query on."""
-
-    # -- postings in memory ------------------------------------------------------------------
-    def start_postings(self) -> None:
-        """Load the postings: here for a small store; for a large one in the background,
-        from its first full-text query on (a store opened only to write, forget or verify
-        never reads them)."""
-        if self._tok is None:
-            return
-        if self._docs <= LOAD_HERE:
-            with self._post_mu:
-                self._post_queue = []
-                self._post_loaded.clear()
-            self._load_postings()
-        else:
-            self._post_later = True
-
-    def _postings(self) -> Postings | None:
-        """The postings, if loaded; the first call of a large store starts their load."""
-        post = self._post
-        if post is None and self._post_later:
-            with self._post_mu:
-                start, self._post_later = self._post_later, False
-                if start:
-                    self._post_queue = []
-                    self._post_loaded.clear()
-            if start:
-                threading.Thread(target=self._load_postings, name="efface-postings", daemon=True).start()
-        return post
-
-    def _load_postings(self) -> None:
-        try:
-            self._load_postings_now()
-        finally:
-            with self._post_swept:
-                self._post_sweep.clear()  # the queue applied (or dropped) with what was read
-                self._post_loaded.set()
-                self._post_swept.notify_all()
-
-    def _sweep_loaded(self, loaded: Loaded) -> None:
-        """Between two chunks of a load: records erased since take leave of what it read."""
-        with self._post_swept:
-            gone, self._post_sweep = self._post_sweep, set()
-        if gone:
-            sweep(loaded, gone)
-        with self._post_swept:
-            self._post_swept.notify_all()
-
-    def _load_postings_now(self) -> None:
-        try:
-            conn = apsw.Connection(self._o.path, flags=apsw.SQLITE_OPEN_READONLY)
-            try:
-                got = load(conn, self.scoped, self._post_stop, self._sweep_loaded)
-            finally:
-                conn.close()
-        except apsw.Error as exc:  # the store closed, or the file went: FTS5 ranks from then on
-            log.warning("word index postings not loaded (%s): full-text queries are ranked by FTS5", type(exc).__name__)
-            with self._post_mu:
-                self._post_queue = None  # the queued changes (an erasure's terms among them) go
-            return
-        if got is None:
-            return
-        post = Postings.of(got)
-        with self._post_mu:
-            if self._post_queue is None:  # stopped meanwhile: what was committed since is not here
-                return
-            for change in self._post_queue:
-                post.apply(change)
-            self._post, self._post_queue = post, None
-
-    def stop_postings(self) -> None:
-        self._post_stop.set()
-        with self._post_mu:
-            self._post, self._post_queue, self._post_later = None, None, False
+        self._init_postings()
 
     def _change(self, tenant_tokens: list[str], old: dict[int, list[str]], new: dict[int, str]) -> Change:
         """The change a transaction makes to the postings: ``old`` records' entries go (their
@@ -243,43 +129,6 @@ class SQLiteText:
         for rid, text in new.items():
             ch.added[rid] = counts_of(self._token_list(text), tenant, len(tenant_tokens))
         return ch
-
-    def committed(self, changes: Sequence[Change]) -> None:
-        """Apply committed transactions' changes to the postings (or queue them while they load).
-        The changes are committed: if applying one fails, the postings are dropped (FTS5 ranks
-        from then on) rather than the write reported as failed or the postings left behind."""
-        with self._post_mu:
-            if self._post is not None:
-                try:
-                    for ch in changes:
-                        self._post.apply(ch)
-                except Exception as exc:
-                    log.warning(
-                        "word index postings dropped (%s): full-text queries are ranked by FTS5", type(exc).__name__
-                    )
-                    self._post, self._post_queue = None, None
-            elif self._post_queue is not None:
-                self._post_queue.extend(ch.without_terms() for ch in changes)
-                with self._post_swept:
-                    self._post_sweep.update(rid for ch in changes for rid in ch.removed)
-
-    def held_in_memory(self, ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the postings in memory still hold (verify: none once erased), after
-        taking out what erasures left in long arrays for later (:data:`.postings.DROP_NOW`).
-        During a load, what it has read so far is asked: it takes a record erased meanwhile
-        out after the chunk it is reading (a fraction of a second), which is waited for."""
-        wanted = set(ids)
-        with self._post_swept:
-            self._post_swept.wait_for(
-                lambda: self._post_loaded.is_set() or not (wanted & self._post_sweep), timeout=SWEEP_WAIT_S
-            )
-            if not self._post_loaded.is_set() and wanted & self._post_sweep:
-                return sorted(wanted & self._post_sweep)  # not yet out of what the load read
-        post = self._post
-        if post is None:
-            return []
-        post.purge()
-        return post.holds(ids)
 
     def stage(
         self, tx: SQLiteTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
@@ -344,7 +193,7 @@ class SQLiteText:
     def fold_index(self) -> None:
         """Re-index every record from its folded words, once, for a store whose index was fed
         the text as written. The old segments are merged away at once, in the same write."""
-        o = self._o
+        o = self._db
         if o.meta_get(FOLDED) == "1":
             if o.meta_get(SPACED) != "1":
                 self._respace()
@@ -373,7 +222,7 @@ class SQLiteText:
         sees a word break. Each such record's entry is deleted by the words the index holds
         (the text without its zero-width spaces folds to exactly those) and put back by its
         words now, in one write, so a later delete (an erasure) names what the index holds."""
-        o = self._o
+        o = self._db
         extra_col, extra_mark = (", tenant", ",?") if self.scoped else ("", "")
         with o.write_lock, savepoint(o.writer):
             w = o.writer
@@ -403,7 +252,7 @@ class SQLiteText:
         with self._held_mu:
             got = self._held.get(tenant)
         if got is None:
-            (got,) = self._o._r().execute("SELECT count(*) FROM records WHERE tenant=?", (tenant,)).fetchone()
+            (got,) = self._db.reader().execute("SELECT count(*) FROM records WHERE tenant=?", (tenant,)).fetchone()
             with self._held_mu:
                 got = self._held.setdefault(tenant, got)
         return max(got, 0)
@@ -502,13 +351,7 @@ class SQLiteText:
                 else:
                     ask.append(t)
         if ask:
-            marks = ",".join("?" * len(ask))
-            (got,) = (
-                self._o._r()
-                .execute(f"SELECT json_group_object(term, doc) FROM fts_vocab WHERE term IN ({marks})", ask)
-                .fetchone()
-            )  # one row: every row a statement returns is a wait for the GIL on a busy server
-            fresh: dict[str, int] = json.loads(got)
+            fresh = fts5.vocab_counts(self._db.reader(), ask)
             df.update(fresh)
             with self._df_mu:
                 for t, n in fresh.items():
@@ -532,8 +375,7 @@ class SQLiteText:
         were at least df rows when it was counted: that is the size used for it. Such a term
         is in every row, and gets FTS5's floor idf, as FTS5 gives any term in most rows; the
         ceiling only scales this one recall's word scores for the fusion."""
-        n = max(self._docs, 1)
-        return FTS5_K1_PLUS_1 * sum(max(1e-6, math.log((max(n, df) - df + 0.5) / (df + 0.5))) for df in dfs)
+        return fts5.bm25_ceiling(self._docs, dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
@@ -574,34 +416,9 @@ class SQLiteText:
         post = self._postings()
         if post is not None:
             return self._ranked_in_memory(post, words, scoring, tenant, purpose, subject, now, depth, limit, narrow)
-        sub = " AND c.subject=?" if subject is not None else ""
-        extra = [subject] if subject is not None else []
-        if self.scoped:
-            # wide: the plain words (a column filter costs ~12 % at 10k records); the tenant
-            # column holds only tenant ids, and a row found there alone is still filtered live
-            match = _tenant_match(tenant, words) if narrow else _match(words)
-            score = "bm25(fts, 1.0, 0.0)"
-        else:
-            match, score = _match(words), "bm25(fts)"
-        got, seen = (
-            self._o._r()
-            .execute(
-                # CASE is lazy: the matches are counted only when the live ones fell short
-                "SELECT j, CASE WHEN json_array_length(j) < ? THEN"
-                " (SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)) END"
-                " FROM (SELECT json_group_array(json_array(rowid, -score) ORDER BY score) AS j FROM ("
-                f"SELECT i.rowid, i.score FROM (SELECT rowid, {score} AS score FROM fts WHERE fts MATCH ?"
-                " ORDER BY score LIMIT ?) i"
-                # '+' keeps SQLite from scanning the (tenant, key) index instead of rowid lookups
-                f" JOIN records r ON r.id=i.rowid AND +r.tenant=? WHERE {NOT_QUARANTINED}"
-                f" AND EXISTS (SELECT 1 FROM claims c WHERE c.record_id=r.id AND c.purpose=? AND {LIVE}{sub})"
-                " ORDER BY i.score LIMIT ?))",
-                [limit, match, depth, match, depth, tenant, purpose, now, *extra, limit],
-            )
-            .fetchone()
+        return fts5.ranked_live(
+            self._db.reader(), words, tenant, purpose, subject, now, depth, limit, scoped=self.scoped, narrow=narrow
         )
-        found = [(r[0], r[1]) for r in json.loads(got)] if got is not None else []
-        return found, (depth if seen is None else seen)
 
     def _ranked_in_memory(
         self,
@@ -621,7 +438,7 @@ class SQLiteText:
         (every match is ranked at once: all of them are checked if need be), and how many
         matched (at most ``depth``), as FTS5's ranking counts them."""
         ranking = self._rank(post, words, scoring, tenant, narrow)
-        found = live_first(ranking, limit, lambda chunk: self._o.live_ids(chunk, tenant, purpose, subject, now))
+        found = live_first(ranking, limit, lambda chunk: self._live_ids(chunk, tenant, purpose, subject, now))
         return found, min(len(ranking), depth)
 
     def _rank(self, post: Postings, words: Sequence[str], scoring: Sequence[str], tenant: str, narrow: bool) -> Ranking:
@@ -644,16 +461,11 @@ class SQLiteText:
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         """How many rows match any of ``words``, counting at most ``cap``."""
-        row = (
-            self._o._r()
-            .execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)", (_match(words), cap))
-            .fetchone()
-        )
-        return row[0]
+        return fts5.count_matches(self._db.reader(), words, cap)
 
     def terms(self) -> Iterable[str]:
         """Every word the index holds (for verify: which erased words live records still use)."""
-        return [r[0] for r in self._o._r().execute("SELECT term FROM fts_vocab")]
+        return fts5.vocabulary(self._db.reader())
 
     def matching_ids(self, terms: Sequence[str], ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the index still holds under any of ``terms`` (terms as
@@ -667,40 +479,7 @@ class SQLiteText:
         # index's instance table, so the probe asks for the exact term.
         direct = [t for t, again in zip(terms, self.index_terms(terms), strict=True) if again == t]
         exact = [t for t in terms if t not in set(direct)]
-        out: set[int] = set()
-        r = self._o._r()
-        wanted = set(ids)
-        for t in exact:
-            out.update(row[0] for row in r.execute("SELECT doc FROM fts_inst WHERE term=?", (t,)) if row[0] in wanted)
-        if not direct:
-            return sorted(out)
-        if self._postings_at_most(r, direct, READ_WHOLE_PER_ID * len(ids)):
-            rows = r.execute("SELECT rowid FROM fts WHERE fts MATCH ?", (_match(direct),))
-            out.update(row[0] for row in rows if row[0] in wanted)
-            return sorted(out)
-        for chunk, marks in in_chunks(ids):
-            out.update(
-                row[0]
-                for row in r.execute(
-                    f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", (_match(direct), *chunk)
-                )
-            )
-        return sorted(out)
-
-    @staticmethod
-    def _postings_at_most(r: apsw.Connection, terms: Sequence[str], cap: int) -> bool:
-        """Whether ``terms`` hold at most ``cap`` postings in all, counting no further than
-        ``cap`` (instances, at least as many as rows): the exact document frequency reads a
-        common term's whole doclist (30 ms for "and" at 1M records)."""
-        total = 0
-        for t in terms:
-            row = r.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM fts_inst WHERE term=? LIMIT ?)", (t, cap - total + 1)
-            ).fetchone()
-            total += row[0] if row else 0
-            if total > cap:
-                return False
-        return True
+        return fts5.matching_ids(self._db.reader(), direct, exact, ids, READ_WHOLE_PER_ID * len(ids))
 
     def purge(self) -> bool:
         """Merge the index segments if any row was deleted since the last merge, so no deleted
@@ -709,7 +488,7 @@ class SQLiteText:
         post = self._post
         if post is not None:
             post.purge()
-        o = self._o
+        o = self._db
         if o.meta_get(DIRTY) != "1":
             return False
         with o.write_lock:
@@ -725,7 +504,7 @@ class SQLiteText:
 
     def purged_epoch(self) -> int:
         """The newest epoch whose deleted tokens are physically gone from the index."""
-        o = self._o
+        o = self._db
         if o.meta_get(DIRTY) != "1":
             return o.current_epoch()
         return int(o.meta_get(PURGED) or 0)

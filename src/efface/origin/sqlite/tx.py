@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import apsw
@@ -12,21 +11,10 @@ import apsw
 from ...text import words
 from ..base import ClaimRow, NewRecord, RecordRow
 from ..ledger import GENESIS, chain_hash
+from .keys import BackupRows
+from .rows import CLAIM_COLS, REC_COLS, claim_row, in_chunks, record_row
 from .schema import REINDEX
 
-
-def claim_row(row: tuple) -> ClaimRow:
-    return ClaimRow(*row)
-
-
-def record_row(row: tuple) -> RecordRow:
-    return RecordRow(*row)
-
-
-REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
-CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
-LIVE = "(c.expires_at IS NULL OR c.expires_at > ?)"
-NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id)"
 _UPSERT = (
     "INSERT INTO records(tenant, key, text, metadata, sources, embedding, created_at, updated_at)"
     " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(tenant, key) DO UPDATE SET"
@@ -50,7 +38,7 @@ def _sources_json(sources: Sequence[str]) -> str:
     return json.dumps(list(sources)) if sources else "[]"
 
 
-class SQLiteTx:
+class SQLiteTx(BackupRows):
     """An open ``BEGIN IMMEDIATE`` transaction on the origin."""
 
     def __init__(self, conn: apsw.Connection, epoch: int):
@@ -481,124 +469,3 @@ class SQLiteTx:
             " updated_at=excluded.updated_at",
             (tenant, subject, identifiers, now),
         )
-
-    # -- per-subject data keys (crypto-shredding of backups) -----------------------------
-    def ensure_subject_keys(
-        self, tenant: str, subjects: Iterable[str], now: float, subject_h: Callable[[str], str]
-    ) -> None:
-        """Give each subject that has none yet a data key in this tenant (same transaction
-        as the claim that needs it, so no claim ever exists without its key)."""
-        wanted = sorted(set(subjects))
-        have: set[str] = set()
-        for chunk, marks in in_chunks(wanted):
-            have |= {
-                r[0]
-                for r in self._c.execute(
-                    f"SELECT subject FROM subject_keys WHERE tenant=? AND subject IN ({marks})", [tenant, *chunk]
-                )
-            }
-        self._c.executemany(
-            "INSERT INTO subject_keys(tenant, subject, kid, key, subject_h, created_at) VALUES(?,?,?,?,?,?)",
-            [(tenant, s, os.urandom(16), os.urandom(32), subject_h(s), now) for s in wanted if s not in have],
-        )
-
-    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[tuple[str, bytes]]:
-        """Delete the data key of every subject in ``subjects`` left with no claim in the
-        tenant. With ``secure_delete=ON`` the row's bytes are zeroed in the page; the old page
-        image in the WAL goes at the compactor's checkpoint. Returns (subject, key) of each key
-        destroyed: verify fingerprints the key bytes to prove them gone from every file."""
-        gone = []
-        for s in sorted(set(subjects)):
-            if not self.subject_has_claims(tenant, s):
-                row = self._c.execute(
-                    "DELETE FROM subject_keys WHERE tenant=? AND subject=? RETURNING key", (tenant, s)
-                ).fetchone()
-                if row is not None:
-                    gone.append((s, row[0]))
-        return gone
-
-    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
-        """(tenant, subject, kid, key) of every live data key."""
-        return self._c.execute("SELECT tenant, subject, kid, key FROM subject_keys").fetchall()
-
-    def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
-        """Which of these keyed subject hashes still have a data key in the tenant."""
-        hs = sorted(set(hashes))
-        out: set[str] = set()
-        for chunk, marks in in_chunks(hs):
-            out |= {
-                r[0]
-                for r in self._c.execute(
-                    f"SELECT subject_h FROM subject_keys WHERE tenant=? AND subject_h IN ({marks})", [tenant, *chunk]
-                )
-            }
-        return out
-
-    def claim_subjects(self, now: float) -> list[tuple[str, str]]:
-        """Every (tenant, subject) with a live claim."""
-        return self._c.execute(
-            f"SELECT DISTINCT r.tenant, c.subject FROM claims c JOIN records r ON r.id=c.record_id WHERE {LIVE}", (now,)
-        ).fetchall()
-
-    def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
-        """Each record with a live claim, in id order, with its live claims
-        (subject, purpose, basis, expires_at) and its quarantine (why, handle, since) or None."""
-        claims: dict[int, list[tuple]] = {}
-        for rid, subject, purpose, basis, expires_at in self._c.execute(
-            f"SELECT c.record_id, c.subject, c.purpose, c.basis, c.expires_at FROM claims c WHERE {LIVE}"
-            " ORDER BY c.record_id, c.id",
-            (now,),
-        ):
-            claims.setdefault(rid, []).append((subject, purpose, basis, expires_at))
-        for row in self._c.execute(
-            "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
-            " r.updated_at, q.why, q.handle, q.since FROM records r LEFT JOIN quarantine q ON q.record_id=r.id"
-            " ORDER BY r.id"
-        ):
-            if row[0] in claims:
-                yield row, claims[row[0]]
-
-    def backup_floor(self) -> int | None:
-        """The ledger seq of the oldest recorded backup (None: no backup was ever taken)."""
-        return self._c.execute("SELECT min(ledger_seq) FROM backups").fetchone()[0]
-
-    def record_backup(
-        self, backup_id: str, path_h: str, ledger_seq: int, now: float, records: int, subjects: int
-    ) -> None:
-        self._c.execute(
-            "INSERT INTO backups(id, path_h, epoch, ledger_seq, created_at, records, subjects) VALUES(?,?,?,?,?,?,?)",
-            (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
-        )
-
-    def note_exposure(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
-        """Remember (key hash, subject hash) of claims released while their subject keeps its
-        key: older backups still hold that record's key wrapped under a key that lives."""
-        self._c.executemany(
-            "INSERT OR IGNORE INTO backup_exposure(tenant, key_h, subject_h) VALUES(?,?,?)",
-            [(tenant, k, s) for k, s in pairs],
-        )
-
-    def drop_exposure(self, tenant: str, subject_hashes: Iterable[str]) -> None:
-        """Forget the exposures of subjects whose key was destroyed: nothing opens them any more."""
-        self._c.executemany(
-            "DELETE FROM backup_exposure WHERE tenant=? AND subject_h=?", [(tenant, s) for s in subject_hashes]
-        )
-
-    def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
-        """Subject hashes noted as exposing any of these key hashes in older backups."""
-        out: set[str] = set()
-        for chunk, marks in in_chunks(key_hashes):
-            out |= {
-                r[0]
-                for r in self._c.execute(
-                    f"SELECT subject_h FROM backup_exposure WHERE tenant=? AND key_h IN ({marks})", [tenant, *chunk]
-                )
-            }
-        return out
-
-
-def in_chunks(values: Sequence[Any], size: int = 500) -> Iterator[tuple[list[Any], str]]:
-    """``values`` in chunks small enough for one ``IN (...)``, each with its placeholders."""
-    for start in range(0, len(values), size):
-        chunk = list(values[start : start + size])
-        yield chunk, ",".join("?" * len(chunk))
