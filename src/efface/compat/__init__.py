@@ -4,8 +4,10 @@
   ``BaseStore`` (needs the ``efface[langgraph]`` extra).
 * :mod:`efface.compat.mem0`: :class:`~efface.compat.mem0.Memory`, mem0's ``Memory`` API
   (needs nothing beyond efface; it never imports mem0).
+* :mod:`efface.compat.openai_agents`: :class:`~efface.compat.openai_agents.EffaceSession`, an
+  OpenAI Agents SDK session (``efface[openai-agents]``).
 
-Both talk to efface only through the public :class:`efface.Store` methods, so they work the
-same over an embedded store and over anything with the same methods. Neither is imported by
+All talk to efface only through the public :class:`efface.Store` methods, so they work the
+same over an embedded store and over anything with the same methods. None is imported by
 ``import efface``.
 """
