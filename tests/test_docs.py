@@ -72,10 +72,10 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 PEER_LIBRARIES = {"chroma": "chromadb", "lancedb": "lancedb", "qdrant": "qdrant_client", "mem0": "mem0"}
 """efface's peer modules (``efface.adapters.X``, ``efface.peers.X``) -> the library each needs."""
 
-COMPAT_LIBRARIES = {"langgraph": "langgraph", "openai_agents": "agents"}
+COMPAT_LIBRARIES = {"langgraph": "langgraph", "openai_agents": "agents", "adk": "google.adk"}
 """efface's framework adapters (``efface.compat.X``) -> the framework each needs."""
 
-VENV_FRAMEWORKS = {"agents": ("openai-agents", "openai-agents")}
+VENV_FRAMEWORKS = {"agents": ("openai-agents", "openai-agents"), "google.adk": ("adk", "adk")}
 """Frameworks CI installs in a virtual environment of their own -> (extra, venv name): their
 blocks are run there (.ci/run), and skipped by the main suite, under CI too."""
 

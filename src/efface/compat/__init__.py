@@ -6,6 +6,8 @@
   (needs nothing beyond efface; it never imports mem0).
 * :mod:`efface.compat.openai_agents`: :class:`~efface.compat.openai_agents.EffaceSession`, an
   OpenAI Agents SDK session (``efface[openai-agents]``).
+* :mod:`efface.compat.adk`: :class:`~efface.compat.adk.EffaceMemoryService`, a Google ADK
+  memory service, registered as ``efface://`` (``efface[adk]``).
 
 All talk to efface only through the public :class:`efface.Store` methods, so they work the
 same over an embedded store and over anything with the same methods. None is imported by
