@@ -72,7 +72,12 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 PEER_LIBRARIES = {"chroma": "chromadb", "lancedb": "lancedb", "qdrant": "qdrant_client", "mem0": "mem0"}
 """efface's peer modules (``efface.adapters.X``, ``efface.peers.X``) -> the library each needs."""
 
-COMPAT_LIBRARIES = {"langgraph": "langgraph", "openai_agents": "agents", "adk": "google.adk"}
+COMPAT_LIBRARIES = {
+    "langgraph": "langgraph",
+    "openai_agents": "agents",
+    "adk": "google.adk",
+    "llamaindex": "llama_index.core",
+}
 """efface's framework adapters (``efface.compat.X``) -> the framework each needs."""
 
 VENV_FRAMEWORKS = {"agents": ("openai-agents", "openai-agents"), "google.adk": ("adk", "adk")}

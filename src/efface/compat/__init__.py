@@ -8,6 +8,8 @@
   OpenAI Agents SDK session (``efface[openai-agents]``).
 * :mod:`efface.compat.adk`: :class:`~efface.compat.adk.EffaceMemoryService`, a Google ADK
   memory service, registered as ``efface://`` (``efface[adk]``).
+* :mod:`efface.compat.llamaindex`: :class:`~efface.compat.llamaindex.EffaceVectorStore`, a
+  LlamaIndex vector store (``efface[llamaindex]``).
 
 All talk to efface only through the public :class:`efface.Store` methods, so they work the
 same over an embedded store and over anything with the same methods. None is imported by
