@@ -80,7 +80,11 @@ COMPAT_LIBRARIES = {
 }
 """efface's framework adapters (``efface.compat.X``) -> the framework each needs."""
 
-VENV_FRAMEWORKS = {"agents": ("openai-agents", "openai-agents"), "google.adk": ("adk", "adk")}
+VENV_FRAMEWORKS = {
+    "agents": ("openai-agents", "openai-agents"),
+    "google.adk": ("adk", "adk"),
+    "crewai": ("crewai", "crewai"),
+}
 """Frameworks CI installs in a virtual environment of their own -> (extra, venv name): their
 blocks are run there (.ci/run), and skipped by the main suite, under CI too."""
 

@@ -11,7 +11,10 @@
 * :mod:`efface.compat.llamaindex`: :class:`~efface.compat.llamaindex.EffaceVectorStore`, a
   LlamaIndex vector store (``efface[llamaindex]``).
 * :mod:`efface.compat.pydantic_ai`: :class:`~efface.compat.pydantic_ai.EffaceToolset`, Pydantic
-  AI memory tools whose ``forget`` returns the receipt (``efface[pydantic-ai]``).
+  AI memory tools whose ``forget`` returns the receipt, and its ``ConversationStore``
+  (``efface[pydantic-ai]``).
+* :mod:`efface.compat.crewai`: :class:`~efface.compat.crewai.EffaceStorage`, a CrewAI memory
+  storage backend (``efface[crewai]``).
 
 All talk to efface only through the public :class:`efface.Store` methods, so they work the
 same over an embedded store and over anything with the same methods. None is imported by
