@@ -131,6 +131,14 @@ def test_each_run_reaches_only_its_own_subject(tools, store):
     assert len(tools.receipts) == 1
 
 
+def test_bad_arguments_from_the_model_are_retried_not_raised(tools, store):
+    model = FunctionModel(scripted(("remember", {"text": "   "}), ("recall", {"query": ""})))
+    result = Agent(model, deps_type=User, toolsets=[tools]).run_sync("hi", deps=User("alice"))
+    remembered, recalled = _returns(result.all_messages())
+    assert remembered.outcome == "retried" and "text" in remembered.content
+    assert recalled.outcome == "retried" and result.output == "done"
+
+
 def test_forget_everything_of_the_subject(store):
     tools = EffaceToolset(store, tenant="acme", subject="carol", instructions=None)
     model = FunctionModel(

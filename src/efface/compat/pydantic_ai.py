@@ -126,7 +126,10 @@ class EffaceToolset(FunctionToolset[Any]):
         """
         subject = self._subject_of(ctx)
         key = self._prefix(subject) + uuid.uuid4().hex
-        self.store.write(key, text, tenant=self.tenant, subject=subject, purpose=self.purpose, basis=self.basis)
+        try:
+            self.store.write(key, text, tenant=self.tenant, subject=subject, purpose=self.purpose, basis=self.basis)
+        except InvalidInput as exc:  # the model's argument (empty, too long): it may try again
+            raise ModelRetry(str(exc)) from None
         return key
 
     def _recall(self, ctx: RunContext[Any], query: str) -> list[dict[str, Any]]:
@@ -146,6 +149,8 @@ class EffaceToolset(FunctionToolset[Any]):
             )
         except UnknownPurpose:  # nothing was ever remembered in this tenant
             return []
+        except InvalidInput as exc:  # the model's query (empty, too long): it may try again
+            raise ModelRetry(str(exc)) from None
         found = [{"id": h.key, "text": h.text, "score": h.score} for h in hits if h.key.startswith(prefix)]
         return found[: self.k]
 
