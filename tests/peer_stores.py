@@ -13,6 +13,7 @@ import importlib
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,6 +62,27 @@ def require(module: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is not installed, but CI must run the peer tests: install efface[peers]")
         pytest.skip(f"{module} not installed (pip install 'efface[peers]')")
+
+
+FRAMEWORK_VENV_ENV = "EFFACE_FRAMEWORK_VENV"
+"""Set by ``scripts/check frameworks`` to a framework's name while it runs that framework's tests in its own
+virtual environment (docs/dependencies.md says why some frameworks have one)."""
+
+
+def require_framework(module: str, extra: str, *, venv: str | None = None) -> Any:
+    """Import an agent framework's module for a compat test module (at module level), or
+    skip the module saying how to install it. Under ``CI=true`` a missing framework fails,
+    except one that CI installs in its own virtual environment (``venv``: that framework's
+    name) while the main suite runs: ``scripts/check frameworks`` runs its tests there, with
+    ``EFFACE_FRAMEWORK_VENV`` naming it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        in_ci = os.environ.get("CI") == "true"
+        if in_ci and (venv is None or os.environ.get(FRAMEWORK_VENV_ENV) == venv):
+            pytest.fail(f"{module} is not installed, but CI must run these tests: pip install 'efface[{extra}]'")
+        where = f"; scripts/check runs these tests in a venv of their own (its frameworks step)" if venv is not None else ""
+        pytest.skip(f"{module} not installed (pip install 'efface[{extra}]'){where}", allow_module_level=True)
 
 
 def dataset(n: int = N, seed: int = 11):

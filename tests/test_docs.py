@@ -61,7 +61,7 @@ import efface
 import efface.errors
 import efface.gate
 
-from peer_stores import require
+from peer_stores import require, require_framework
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -71,6 +71,25 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 PEER_LIBRARIES = {"chroma": "chromadb", "lancedb": "lancedb", "qdrant": "qdrant_client", "mem0": "mem0"}
 """efface's peer modules (``efface.adapters.X``, ``efface.peers.X``) -> the library each needs."""
+
+COMPAT_LIBRARIES = {
+    "langgraph": "langgraph",
+    "openai_agents": "agents",
+    "adk": "google.adk",
+    "llamaindex": "llama_index.core",
+}
+"""efface's framework adapters (``efface.compat.X``) -> the framework each needs."""
+
+VENV_FRAMEWORKS = {
+    "agents": ("openai-agents", "openai-agents"),
+    "google.adk": ("adk", "adk"),
+    "crewai": ("crewai", "crewai"),
+}
+"""Frameworks CI installs in a virtual environment of their own -> (extra, venv name): their
+blocks are run there (scripts/check frameworks), and skipped by the main suite, under CI too."""
+
+NAMESPACE_PACKAGES = ("google", "llama_index")
+"""Namespace packages: a block needs ``google.adk``, not whatever else lives under ``google``."""
 
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 _NO_TEST = re.compile(r"^\s*<!--\s*no-test:\s*(.*?)\s*-->\s*$")
@@ -181,6 +200,10 @@ def _requires(tree: ast.Module) -> tuple[str, ...]:
             if parts[0] == "efface":
                 if len(parts) > 2 and parts[1] in ("adapters", "peers") and parts[2] in PEER_LIBRARIES:
                     needed.append(PEER_LIBRARIES[parts[2]])
+                if len(parts) > 2 and parts[1] == "compat" and parts[2] in COMPAT_LIBRARIES:
+                    needed.append(COMPAT_LIBRARIES[parts[2]])
+            elif parts[0] in NAMESPACE_PACKAGES and len(parts) > 1:
+                needed.append(".".join(parts[:2]))
             elif parts[0] not in sys.stdlib_module_names:
                 needed.append(parts[0])
     return tuple(dict.fromkeys(needed))
@@ -307,6 +330,13 @@ class _Instrument(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # ``google.adk`` when there is no ``google`` at all
+        return False
+
+
 def _run_file(rel: str, blocks: list[Block], workdir: Path) -> FileRun:
     run = FileRun()
     claims = {c.line: c for b in blocks for c in b.claims}
@@ -339,7 +369,7 @@ def _run_file(rel: str, blocks: list[Block], workdir: Path) -> FileRun:
             if block.syntax_error or block.tree is None:
                 run.blocks[block.line] = f"does not parse: {block.syntax_error}"
                 continue
-            missing = [m for m in block.requires if importlib.util.find_spec(m) is None]
+            missing = [m for m in block.requires if not _installed(m)]
             if missing:
                 run.blocks[block.line] = "missing:" + ",".join(missing)
                 continue
@@ -400,6 +430,9 @@ def _skip_unless_runnable(block: Block, run: FileRun) -> None:
     state = run.blocks.get(block.line)
     if state and state.startswith("missing:"):
         for module in state.removeprefix("missing:").split(","):
+            if module in VENV_FRAMEWORKS:
+                extra, venv = VENV_FRAMEWORKS[module]
+                require_framework(module, extra, venv=venv)  # skips, or fails in its CI venv step
             require(module)  # skips, or fails under CI=true
 
 

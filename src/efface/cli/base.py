@@ -3,6 +3,7 @@ library errors become exit codes. The commands live in :mod:`.app` and :mod:`.ad
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Callable, Iterable
@@ -84,6 +85,27 @@ class EffaceGroup(click.Group):
         if not ctx.meta.get("efface.json"):
             raise told from None
         _fail(ctx, type(exc).__name__, told.format_message(), exc.exit_code)
+
+
+SERVE_MODULES = ("fastapi", "uvicorn", "mcp", "starlette", "anyio")
+"""What ``efface serve`` and ``efface mcp`` import: the ``serve`` extra (httptools and uvloop,
+also in it, are what uvicorn picks up when present; it runs without them)."""
+
+
+def require_serve(command: str) -> None:
+    """Refuse ``command`` with the install line when the ``serve`` extra is missing: the
+    library, the client and every other command work without it."""
+    missing = []
+    for name in SERVE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise click.ClickException(
+            f"{command} needs efface's service stack, which is not installed (missing: {', '.join(missing)}): "
+            "pip install 'efface[serve]' (from a clone: pip install -e \".[serve]\")"
+        )
 
 
 # -- common options ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import click
 import efface
 from efface.service.keys import KeyRing, key_path
 
-from .base import DEFAULT_TENANT, _setter, _settings, cli
+from .base import DEFAULT_TENANT, _setter, _settings, cli, require_serve
 
 
 @cli.command("mcp")
@@ -77,6 +77,7 @@ def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> N
     See docs/mcp.md for a client's configuration. Runs until the client disconnects (stdio)
     or until interrupted (http).
     """
+    require_serve("efface mcp")
     settings = _settings()
     if not settings.store:
         raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")

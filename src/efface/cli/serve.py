@@ -22,7 +22,7 @@ from rich.table import Table
 import efface
 from efface.service.keys import ApiKey, KeyRing, key_path
 
-from .base import _common_options, _emit, _setter, _settings, cli
+from .base import _common_options, _emit, _setter, _settings, cli, require_serve
 
 
 def _ring() -> KeyRing:
@@ -95,6 +95,7 @@ def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everyth
     interrupted. Clients need an API key: `efface keys create --tenant T`. A new store gets
     the best embedder installed (MiniLM with the minilm extra); `--embedder hashing` serves
     without a model."""
+    require_serve("efface serve")
     import uvicorn
 
     from efface.service.http import create_app
