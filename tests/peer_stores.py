@@ -81,7 +81,9 @@ def require_framework(module: str, extra: str, *, venv: str | None = None) -> An
         in_ci = os.environ.get("CI") == "true"
         if in_ci and (venv is None or os.environ.get(FRAMEWORK_VENV_ENV) == venv):
             pytest.fail(f"{module} is not installed, but CI must run these tests: pip install 'efface[{extra}]'")
-        where = f"; scripts/check runs these tests in a venv of their own (its frameworks step)" if venv is not None else ""
+        where = (
+            "; scripts/check runs these tests in a venv of their own (its frameworks step)" if venv is not None else ""
+        )
         pytest.skip(f"{module} not installed (pip install 'efface[{extra}]'){where}", allow_module_level=True)
 
 
