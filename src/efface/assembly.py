@@ -65,10 +65,13 @@ def assemble(
     ann_max_propagation_s: float,
     erase_bound_s: float,
     ann_dir: str | None = None,
+    ann_instance: str = "",
 ) -> Parts:
     """Build a store's parts over ``origin``, for the store at ``path`` (a directory: the byte
     scan covers it). ``expire`` honours due expiries (the compactor calls it each round);
-    ``ann_dir`` is where this process keeps its ANN files (default: ``path``/ann)."""
+    ``ann_dir`` is where this process keeps its ANN files (default: ``path``/ann), and
+    ``ann_instance`` whose they are where several processes share the origin (each its own
+    files, epochs and place among the change log's consumers)."""
     secret_hex = origin.meta_get(SECRET_KEY)
     if secret_hex is None:
         secret_hex = Hasher.new_secret()
@@ -87,6 +90,7 @@ def assemble(
         chosen.dim,
         lambda tenant: "t" + hasher("tenant-file", tenant),
         max_propagation_s=ann_max_propagation_s,
+        instance=ann_instance,
     )
     paths: list[ReadPath] = [fts, ann]
     fingerprinter = Fingerprinter(secret)
@@ -105,5 +109,12 @@ def assemble(
         evidence=evidence,
         verifier=Verifier(origin, paths, fingerprinter, path, clock),
         releaser=Releaser(derivations, evidence, hasher, propagation.max_propagation),
-        compactor=Compactor(origin, paths, propagation, expire, interval=compact_interval),
+        compactor=Compactor(
+            origin,
+            paths,
+            propagation,
+            expire,
+            interval=compact_interval,
+            consumer="ann" + ("." + ann_instance if ann_instance else ""),
+        ),
     )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from ..origin.base import Origin
 from ..paths.base import ReadPath
+from .changelog import ChangeLog
 from .propagation import Propagation
 
 PERSIST_EVERY_S = 30.0
@@ -59,6 +60,7 @@ class Compactor:
         expire: Callable[[], object],
         *,
         interval: float = 0.5,
+        consumer: str = "ann",
     ):
         self._origin = origin
         self._paths = list(paths)
@@ -66,6 +68,8 @@ class Compactor:
         self._propagation = propagation
         self._expire = expire
         self._interval = interval
+        self._changes = ChangeLog(origin, consumer)
+        """This process's paths as one consumer of the change log (``consumer``: their name)."""
         self._mu = threading.Lock()
         """One round at a time (the background thread, compact() and wait() may race)."""
         self._last_persist = self._last_erase = self._erased_at = time.monotonic()
@@ -182,7 +186,7 @@ class Compactor:
                         p.erase()
                 lagging = [p.replay_epoch() for p in self._async]
                 if lagging:
-                    self._origin.prune_changes(min(lagging))
+                    self._changes.prune(min(lagging))
                 now = time.monotonic()
                 self._last_erase = now
                 if whole:

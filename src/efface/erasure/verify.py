@@ -115,17 +115,7 @@ class Verifier:
             if probe is not None:
                 checks.append(probe)
         structural = [p.check_erased(tenant, epoch, erased) for p in self._paths]
-        t0 = time.time()
-        ck = self._origin.erased_epoch()
-        structural.append(
-            check(
-                "origin.wal",
-                "erased",
-                "pass" if ck >= epoch else "fail",
-                f"WAL checkpointed and truncated at epoch {ck} (erasure epoch {epoch})",
-                t0,
-            )
-        )
+        structural += self._origin.erased_checks(epoch)  # the origin's own, named by it
         checks += structural
         scanned, files = 0, list[str]()
         if evidence["fingerprints"] is None:

@@ -31,6 +31,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import ErasureNotSettled
+from ..model import Check
+
+CHANGES_CONSUMER = "changes.consumer."
+"""Meta keys under which each consumer of the change log (one read path's files in one process)
+records the epoch it still replays from (:mod:`efface.erasure.changelog`)."""
+CHANGES_PRUNED = "changes.pruned"
+"""Meta key: the change log holds nothing at or below this epoch. A consumer whose files are
+older than it cannot replay them up to date: it rebuilds them from the origin instead."""
+
 
 @dataclass(frozen=True)
 class RecordRow:
@@ -461,6 +471,23 @@ class Reads(Protocol):
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]: ...
     def still_quarantined(self, ids: Sequence[int]) -> int: ...
     def meta_get(self, key: str) -> str | None: ...
+    def meta_items(self, prefix: str) -> dict[str, str]:
+        """Every meta entry whose key starts with ``prefix`` (the change log's consumers)."""
+        ...
+
+
+def require_epoch(reads: Reads, at_least: int | None) -> None:
+    """Raise :class:`ErasureNotSettled` unless ``reads`` (a snapshot) includes epoch ``at_least``."""
+    if at_least is None:
+        return
+    current = reads.current_epoch()
+    if current < at_least:
+        raise ErasureNotSettled(
+            f"this state holds changes up to epoch {current}, and the read needs epoch {at_least}: "
+            "retry once it has caught up, or read where it has",
+            required_epoch=at_least,
+            applied_epoch=current,
+        )
 
 
 class Origin(Reads, Protocol):
@@ -486,8 +513,17 @@ class Origin(Reads, Protocol):
         committed one. Commits durably on a clean exit; on an exception nothing of it stays."""
         ...
 
-    def snapshot(self) -> AbstractContextManager[Reads]:
-        """Hold one committed state for every read this thread makes inside the block."""
+    def snapshot(self, at_least: int | None = None) -> AbstractContextManager[Reads]:
+        """Hold one committed state for every read this thread makes inside the block.
+        ``at_least``: the state must include every change up to that epoch (an erasure a
+        read must see, acknowledged perhaps by another process); :class:`ErasureNotSettled`
+        when this origin's state is older (:func:`require_epoch`)."""
+        ...
+
+    def erased_checks(self, epoch: int) -> list[Check]:
+        """The origin's own structural checks that its storage let go of the erasure at
+        ``epoch`` (named by the origin: ``origin.wal`` on SQLite), for ``verify``'s rung
+        ``erased``; the byte scan is separate."""
         ...
 
     def erased_epoch(self) -> int:

@@ -25,6 +25,7 @@ from usearch.index import Index
 from .. import foreground
 from ..faults import os_faults
 from ..model import Check
+from ..origin.base import CHANGES_PRUNED
 from ..vectors import read as read_vector
 from ..vectors import read_many as read_vectors
 from . import ann_file
@@ -70,8 +71,17 @@ class VectorIndex:
     synchronous = False
 
     def __init__(
-        self, origin, directory: str, dim: int, file_for: Callable[[str], str], max_propagation_s: float = 5.0
+        self,
+        origin,
+        directory: str,
+        dim: int,
+        file_for: Callable[[str], str],
+        max_propagation_s: float = 5.0,
+        instance: str = "",
     ):
+        """``instance``: whose files these are, where several processes share the origin, each
+        with its own directory (its saved and erased epochs are kept under keys of its own);
+        the embedded store's one index is ``""``."""
         self._origin = origin
         self._dir = directory
         self._dim = dim
@@ -95,8 +105,11 @@ class VectorIndex:
         self._churn: dict[str, int] = defaultdict(int)
         self._noise: dict[str, int] = {}
         """Scrub noise vectors held per tenant index (they go with the next rebuild)."""
-        self._saved = int(origin.meta_get(SAVED_EPOCH) or 0)
-        self._scrubbed = int(origin.meta_get(SCRUBBED_EPOCH) or 0)
+        self._keys = ("ann." + instance + ".") if instance else "ann."
+        self._saved_meta = SAVED_EPOCH.replace("ann.", self._keys, 1)
+        self._scrubbed_meta = SCRUBBED_EPOCH.replace("ann.", self._keys, 1)
+        self._saved = int(origin.meta_get(self._saved_meta) or 0)
+        self._scrubbed = int(origin.meta_get(self._scrubbed_meta) or 0)
         self._applied = self._saved
         self._removed: dict[str, set[int]] = defaultdict(set)
         """Per tenant, the record ids removed from the index since its file was saved and
@@ -104,6 +117,8 @@ class VectorIndex:
         the saved epoch holds every one of them, so a reopen removes them again)."""
         self._layouts: dict[str, ann_file.Layout] = {}
         """Per tenant, the layout of its saved file, read at the first in-place erasure."""
+        if self._saved < int(origin.meta_get(CHANGES_PRUNED) or 0):
+            self._renew()
         self._delta = Delta(origin, dim, self._applied)
         """Vectors committed past the applied epoch, searched exactly until absorbed."""
         self.yielding = False
@@ -162,7 +177,23 @@ class VectorIndex:
         return idx
 
     def _saved_key(self, tenant: str) -> str:
-        return "ann.file." + self._file_for(tenant)
+        return self._keys + "file." + self._file_for(tenant)
+
+    def _renew(self) -> None:
+        """These files are older than what the change log still holds (another process pruned
+        it while this one was away: :mod:`efface.erasure.changelog`), so replaying cannot bring
+        them up to date: drop them and build every tenant's index from the origin's records."""
+        with os_faults():
+            for name in os.listdir(self._dir):
+                if name.endswith(".usearch"):
+                    os.unlink(os.path.join(self._dir, name))
+        epoch = self._origin.current_epoch()  # the records read below are at least this new
+        for tenant in self._origin.tenants():
+            idx = self._new()
+            self._rebuild(idx, tenant)
+            self._indexes[tenant] = idx
+            self._noise[tenant] = 0
+        self._saved = self._scrubbed = self._applied = epoch
 
     def _rebuild(self, idx: Index, tenant: str) -> None:
         ids, vecs = [], []
@@ -364,7 +395,7 @@ class VectorIndex:
                 os.close(fd)
         self._dirty.clear()
         if self._applied != self._saved:
-            self._origin.meta_set(SAVED_EPOCH, str(self._applied))
+            self._origin.meta_set(self._saved_meta, str(self._applied))
             self._saved = self._applied
 
     def erase(self) -> None:
@@ -393,7 +424,7 @@ class VectorIndex:
                 ann_file.overwrite(path, layout, layout.slots(sorted(self._removed[tenant])), self._rng)
                 self._removed[tenant].clear()  # gone from the file: the next erasure's rows only
             self._scrubbed = self._applied
-            self._origin.meta_set(SCRUBBED_EPOCH, str(self._scrubbed))
+            self._origin.meta_set(self._scrubbed_meta, str(self._scrubbed))
 
     def candidates(self, query: Query, n: int) -> list[int]:
         idx = self._index(query.tenant)

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ..base import ClaimRow, RecordRow
+from ...model import Check
+from ..base import ClaimRow, RecordRow, require_epoch
 from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
 from .tx import MemoryTx
@@ -59,12 +60,14 @@ class MemoryOrigin:
         return self._state
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[MemoryOrigin]:
-        """Every read made in this thread inside the block sees one committed state."""
+    def snapshot(self, at_least: int | None = None) -> Iterator[MemoryOrigin]:
+        """Every read made in this thread inside the block sees one committed state
+        (``at_least``: see :meth:`efface.origin.base.Origin.snapshot`)."""
         outer = getattr(self._local, "state", None)
         if outer is None:
             self._local.state = self._st()
         try:
+            require_epoch(self, at_least)
             yield self
         finally:
             if outer is None:
@@ -101,6 +104,9 @@ class MemoryOrigin:
 
     def meta_get(self, key: str) -> str | None:
         return self._st().meta.get(key)
+
+    def meta_items(self, prefix: str) -> dict[str, str]:
+        return {k: v for k, v in self._st().meta.items() if k.startswith(prefix)}
 
     def meta_set(self, key: str, value: str) -> None:
         self._replace(lambda s: s.meta.__setitem__(key, value))
@@ -142,6 +148,10 @@ class MemoryOrigin:
     def erased_epoch(self) -> int:
         """Nothing is on disk: an erasure's bytes go with the state it was committed over."""
         return self.current_epoch()
+
+    def erased_checks(self, epoch: int) -> list[Check]:
+        """None to make: it keeps no bytes of its own (the byte scan covers the paths' files)."""
+        return []
 
     def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
         return _live_subject_hashes(self._st(), tenant, hashes)

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
 from ...errors import EffaceError, StoreUnwritable
+from ...model import Check
+from ..base import require_epoch
 from .conn import WAL_AUTOCHECKPOINT, Connections, fsync_dir
 from .edge import edge, guarded, savepoint
 from .liveness import Liveness
@@ -104,9 +107,11 @@ class SQLiteOrigin(SQLiteReads):
         return self._c
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[SQLiteOrigin]:
-        """Hold one read snapshot across every read made in this thread inside the block."""
+    def snapshot(self, at_least: int | None = None) -> Iterator[SQLiteOrigin]:
+        """Hold one read snapshot across every read made in this thread inside the block
+        (``at_least``: see :meth:`efface.origin.base.Origin.snapshot`)."""
         with self._db.snapshot():
+            require_epoch(self, at_least)
             yield self
 
     @contextlib.contextmanager
@@ -227,6 +232,22 @@ class SQLiteOrigin(SQLiteReads):
     def erased_epoch(self) -> int:
         """The newest epoch whose erased bytes are gone from the origin's own files."""
         return self.physical.checkpointed_epoch()
+
+    def erased_checks(self, epoch: int) -> list[Check]:
+        """``origin.wal``: the WAL, where committed pages wait, checkpointed and truncated
+        past the erasure (the database file's bytes are the byte scan's)."""
+        t0 = time.time()
+        done = self.erased_epoch()
+        return [
+            Check(
+                name="origin.wal",
+                rung="erased",
+                outcome="pass" if done >= epoch else "fail",
+                detail=f"WAL checkpointed and truncated at epoch {done} (erasure epoch {epoch})",
+                at=round(t0, 6),
+                duration_s=round(time.time() - t0, 6),
+            )
+        ]
 
     def close(self) -> None:
         if hasattr(self, "text"):

@@ -39,6 +39,10 @@ class SQLiteReads:
     def meta_get(self, key: str) -> str | None:
         return self._db.meta_get(key)
 
+    def meta_items(self, prefix: str) -> dict[str, str]:
+        rows = self._r().execute("SELECT k, v FROM meta WHERE substr(k, 1, ?) = ?", (len(prefix), prefix))
+        return {k: v for k, v in rows}
+
     def path_evidence(self, handle: str) -> dict[str, bytes]:
         """What each read path kept at forget time for its probe (see paths.base.ReadPath)."""
         out: dict[str, bytes] = dict(
