@@ -613,6 +613,10 @@ def _open_in_child(path):
     )
 
 
+@pytest.mark.postgres_pending(
+    reason="it opens store.path as an embedded store's directory; a PostgreSQL store's path is its cache "
+    "directory (locked the same way while open), and another process opens the database, not the path"
+)
 def test_a_second_process_cannot_open_an_open_store(store):
     put(store, "n1", "a note")
     locked = _open_in_child(store.path)

@@ -6,7 +6,9 @@ database. What each process derives for itself (the ANN files of recall, and the
 lives in a local directory of its own, ``cache_dir``:
 
 * given, it is used as is, and kept at close (a later open with the same directory starts
-  from its files, checked against the database's change log);
+  from its files, checked against the database's change log); it is locked while open
+  (``efface.lock``, as an embedded store's directory): a second process naming it gets
+  :class:`~efface.errors.StoreLocked`, and should name a directory of its own;
 * not given, it is ``$XDG_CACHE_HOME/efface/postgres/<database>-<pid>-<random>`` (or
   ``~/.cache/...``), where ``<database>`` is a hash of the connection's host, port, database,
   user and schema (never its password); it is removed at close.
@@ -14,6 +16,7 @@ lives in a local directory of its own, ``cache_dir``:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import secrets
@@ -21,7 +24,7 @@ import shutil
 from typing import Any
 
 from .embed import Embedder, for_store
-from .errors import InvalidInput, StoreUnwritable
+from .errors import InvalidInput, StoreLocked, StoreUnwritable
 from .faults import os_faults
 from .origin.base import Origin
 from .origin.postgres import schema as pg_schema
@@ -78,10 +81,22 @@ def open_postgres(
     root = default_cache_dir(url, name) if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
     with os_faults():
         os.makedirs(root, mode=0o700, exist_ok=True)
+        lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lockfile.close()
+        raise StoreLocked(
+            "another process uses this cache directory for its store: give each process its own cache_dir"
+        ) from None
 
     def release() -> None:
-        if owned:
-            shutil.rmtree(root, ignore_errors=True)
+        try:
+            if owned:
+                shutil.rmtree(root, ignore_errors=True)
+            fcntl.flock(lockfile, fcntl.LOCK_UN)
+        finally:
+            lockfile.close()
 
     o: Origin | None = None
     try:
