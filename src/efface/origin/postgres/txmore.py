@@ -170,8 +170,12 @@ class TxMore:
         return self._one(sql + " LIMIT 1", (tenant, subject)) is not None
 
     def drop_subject(self, tenant: str, subject: str) -> bool:
+        """Erase a subject's registered identifiers and the mention rows that point at it; a
+        subject left with no claim loses the data key its identifiers were sealed with."""
         self._c.execute(f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s", (tenant, subject))
         cur = self._c.execute(f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        if cur.rowcount > 0 and not self.subject_has_claims(tenant, subject):
+            self._destroy(tenant, subject)
         return cur.rowcount > 0
 
     def policy(self, tenant: str) -> tuple[str, str | None]:
@@ -189,8 +193,12 @@ class TxMore:
         )
 
     def drop_policy(self, tenant: str) -> str | None:
+        """Delete the tenant's policy; once its name is gone too, so is the tenant's own key."""
         row = self._one("DELETE FROM {s}.policies WHERE tenant = %s RETURNING reason", (tenant,))
-        return None if row is None or row[0] is None else self._open(row[0], f"policies|{tenant}")
+        reason = None if row is None or row[0] is None else self._open(row[0], f"policies|{tenant}")
+        if self._one("SELECT 1 FROM {s}.tenants WHERE tenant = %s", (tenant,)) is None:
+            self._destroy(tenant, TENANT_SUBJECT)
+        return reason
 
     def has_policy(self, tenant: str) -> bool:
         return self._one("SELECT 1 FROM {s}.policies WHERE tenant = %s", (tenant,)) is not None
