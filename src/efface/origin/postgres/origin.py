@@ -67,7 +67,7 @@ class PostgresOrigin(PgReads):
         kek_file: str | os.PathLike[str] | None = None,
         local_dir: str | None = None,
         schema_name: str = schema.DEFAULT_SCHEMA,
-        pool_size: int = 4,
+        pool_size: int = 8,
     ) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
@@ -94,6 +94,7 @@ class PostgresOrigin(PgReads):
             raise
         self._local_path = None if local_dir is None else os.path.join(local_dir, "local-meta.json")
         self._local_meta: dict[str, str] = self._load_local()
+        self._local_mu = threading.Lock()
         self.text = PgText(self)
         """The word index, in this process's memory: see :mod:`.text`."""
         self.text.rebuild()
@@ -174,7 +175,7 @@ class PostgresOrigin(PgReads):
 
     def meta_set(self, key: str, value: str) -> None:
         if key.startswith(LOCAL_META):
-            with self.write_lock:
+            with self._local_mu:
                 self._local_meta[key] = value
                 if self._local_path is not None:
                     tmp = self._local_path + ".tmp"

@@ -58,51 +58,60 @@ class PgText:
         """``tx`` committed: take its staged changes, or replay the log if another process
         committed since this index's epoch."""
         with self._mu:
-            if self._applied != tx.epoch - 1:
-                self.refresh()
+            if self._applied == tx.epoch - 1:
+                for tenant, puts, drops, texts in tx.staged:
+                    for rid in dict.fromkeys((*puts, *drops)):
+                        self._remove(rid)
+                    for rid in puts:
+                        self._add(rid, tenant, texts[rid])
+                self._applied = tx.epoch
                 return
-            for tenant, puts, drops, texts in tx.staged:
-                for rid in dict.fromkeys((*puts, *drops)):
-                    self._remove(rid)
-                for rid in puts:
-                    self._add(rid, tenant, texts[rid])
-            self._applied = tx.epoch
+        self.refresh()
 
+    # Reads from the database are made without holding _mu: a reader holding a pooled
+    # connection (a snapshot) may be waiting for _mu, so whoever holds _mu must never wait
+    # for a connection. What was read is applied under _mu if the index has not moved meanwhile.
     def rebuild(self) -> None:
+        with self._o._reading() as conn:
+            at = self._o.current_epoch()
+            rows = conn.execute(f"SELECT {REC_COLS} FROM {self._o._s}.records r ORDER BY r.id").fetchall()
+            recs = [unseal_record(self._o._sealer, conn, row) for row in rows]
         with self._mu:
+            if at < self._applied:
+                return
             self._doc_terms.clear()
             self._doc_tenant.clear()
             self._postings.clear()
             self._len_total = 0
-            with self._o._reading() as conn:
-                at = self._o.current_epoch()
-                rows = conn.execute(f"SELECT {REC_COLS} FROM {self._o._s}.records r ORDER BY r.id").fetchall()
-                for row in rows:
-                    rec = unseal_record(self._o._sealer, conn, row)
-                    self._add(rec.id, rec.tenant, rec.text)
+            for rec in recs:
+                self._add(rec.id, rec.tenant, rec.text)
             self._applied = at
 
     def refresh(self) -> None:
         """Replay the change log since this index's epoch (see the module docstring)."""
-        with self._mu:
+        for _attempt in range(8):
+            start = self._applied
             now = self._o.current_epoch()
-            if now <= self._applied:
+            if now <= start:
                 return
-            pruned = int(self._o.meta_get(PRUNED) or 0)
-            if pruned > self._applied:
+            if int(self._o.meta_get(PRUNED) or 0) > start:
                 self.rebuild()
-                return
+                continue
             last: dict[int, tuple[str, str]] = {}
-            for _epoch, rid, tenant, op in self._o.changes_since(self._applied, now):
+            for _epoch, rid, tenant, op in self._o.changes_since(start, now):
                 last[rid] = (tenant, op)
             if any(op == "drop" for _t, op in last.values()):
                 self._o._sealer.forget_all()  # another process may have destroyed data keys
-            for rid in last:
-                self._remove(rid)
-            puts = [rid for rid, (_t, op) in last.items() if op == "put"]
-            for rec in self._o.records_by_id(puts).values():
-                self._add(rec.id, rec.tenant, rec.text)
-            self._applied = now
+            recs = self._o.records_by_id([rid for rid, (_t, op) in last.items() if op == "put"])
+            with self._mu:
+                if self._applied != start:
+                    continue  # another thread moved the index meanwhile: read again from there
+                for rid in last:
+                    self._remove(rid)
+                for rec in recs.values():
+                    self._add(rec.id, rec.tenant, rec.text)
+                self._applied = now
+                return
 
     def _add(self, rid: int, tenant: str, text: str) -> None:
         terms = Counter(text_words(text))
