@@ -390,7 +390,10 @@ def receipt_rows(store) -> list[list]:
     """Every stored receipt row, read behind the store's API."""
     store = behind(store)
     if on_postgres(store):
-        return [list(r) for r in pg_rows(store, "SELECT handle, epoch, kind, tenant_h, created_at, body::text FROM {s}.receipts")]
+        return [
+            list(r)
+            for r in pg_rows(store, "SELECT handle, epoch, kind, tenant_h, created_at, body::text FROM {s}.receipts")
+        ]
     if in_memory(store):
         return [[h, *row] for h, row in store._origin._state.receipts.items()]
     return [list(r) for r in raw_db(store).execute("SELECT * FROM receipts")]

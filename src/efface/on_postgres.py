@@ -72,7 +72,9 @@ def open_postgres(
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as e:
-        raise StoreUnwritable(f"a PostgreSQL store needs psycopg 3 and its pool (pip install 'efface[postgres]'): {e}") from None
+        raise StoreUnwritable(
+            f"a PostgreSQL store needs psycopg 3 and its pool (pip install 'efface[postgres]'): {e}"
+        ) from None
     from .origin.postgres.origin import PostgresOrigin
 
     name = pg_schema.check_name(schema)

@@ -211,7 +211,8 @@ class PostgresOrigin(PgReads):
             tx = PostgresTx(self, conn, 0)
             seq, digest = tx.append_ledger("verify", handle, body, now)
             conn.execute(
-                f"UPDATE {self._s}.receipts SET body = jsonb_set(body, '{{level}}', to_jsonb(%s::text)) WHERE handle = %s",
+                f"UPDATE {self._s}.receipts SET body = jsonb_set(body, '{{level}}', to_jsonb(%s::text))"
+                " WHERE handle = %s",
                 (receipt_level, handle),
             )
             if discard:

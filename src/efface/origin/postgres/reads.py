@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -140,7 +140,7 @@ class PgReads:
         with self._reading() as conn:
             rows = conn.execute(
                 f"SELECT r.id, r.key, q.why, q.handle, q.since, r.sources, r.tenant FROM {self._s}.quarantine q"
-                f" JOIN {self._s}.records r ON r.id = q.record_id WHERE q.tenant = %s ORDER BY r.key COLLATE \"C\"",
+                f' JOIN {self._s}.records r ON r.id = q.record_id WHERE q.tenant = %s ORDER BY r.key COLLATE "C"',
                 (tenant,),
             ).fetchall()
             return [
@@ -169,7 +169,7 @@ class PgReads:
             where.append('r.key COLLATE "C" > %s')
             args.append(after)
         rows = self._all(
-            f"SELECT r.key FROM {s}.records r WHERE {' AND '.join(where)} ORDER BY r.key COLLATE \"C\" LIMIT %s",
+            f'SELECT r.key FROM {s}.records r WHERE {" AND ".join(where)} ORDER BY r.key COLLATE "C" LIMIT %s',
             [*args, limit],
         )
         return [r[0] for r in rows]
@@ -210,7 +210,9 @@ class PgReads:
 
     def changes_since(self, epoch: int, upto: int | None = None) -> list[tuple[int, int, str, str]]:
         if upto is None:
-            rows = self._all("SELECT epoch, record_id, tenant, op FROM {s}.changes WHERE epoch > %s ORDER BY seq", (epoch,))
+            rows = self._all(
+                "SELECT epoch, record_id, tenant, op FROM {s}.changes WHERE epoch > %s ORDER BY seq", (epoch,)
+            )
         else:
             rows = self._all(
                 "SELECT epoch, record_id, tenant, op FROM {s}.changes WHERE epoch > %s AND epoch <= %s ORDER BY seq",
@@ -257,7 +259,8 @@ class PgReads:
     # -- receipts, ledger, evidence
     def receipt(self, handle: str) -> dict[str, Any] | None:
         rows = self._all(
-            "SELECT handle, epoch, kind, tenant_h, created_at, body::text FROM {s}.receipts WHERE handle = %s", (handle,)
+            "SELECT handle, epoch, kind, tenant_h, created_at, body::text FROM {s}.receipts WHERE handle = %s",
+            (handle,),
         )
         return _receipt(rows[0]) if rows else None
 
@@ -269,7 +272,9 @@ class PgReads:
         return [_receipt(r) for r in self._all(cols + order)]
 
     def ledger(self) -> list[dict[str, Any]]:
-        return [_ledger(r) for r in self._all("SELECT seq, at, kind, handle, body, prev, hash FROM {s}.ledger ORDER BY seq")]
+        return [
+            _ledger(r) for r in self._all("SELECT seq, at, kind, handle, body, prev, hash FROM {s}.ledger ORDER BY seq")
+        ]
 
     def evidence(self, handle: str) -> dict[str, Any] | None:
         cols = ("tenant_h", "epoch", "erased_ids", "quarantined_ids", "anchors", "tokens", "fingerprints", "created_at")
@@ -279,7 +284,9 @@ class PgReads:
         return {c: bytes(v) if isinstance(v, memoryview) else v for c, v in zip(cols, row, strict=True)}
 
     def path_evidence(self, handle: str) -> dict[str, bytes]:
-        return {p: bytes(d) for p, d in self._all("SELECT path, data FROM {s}.path_evidence WHERE handle = %s", (handle,))}
+        return {
+            p: bytes(d) for p, d in self._all("SELECT path, data FROM {s}.path_evidence WHERE handle = %s", (handle,))
+        }
 
     def erased_proof(self, handle: str) -> dict[str, Any] | None:
         for row in self._all(
@@ -335,5 +342,12 @@ def _receipt(row: Sequence[Any]) -> dict[str, Any]:
 
 def _ledger(row: Sequence[Any]) -> dict[str, Any]:
     seq, at, kind, handle, body, prev, digest = row
-    return {"seq": int(seq), "at": float(at), "kind": kind, "handle": handle, "body": body, "prev": prev, "hash": digest}
-
+    return {
+        "seq": int(seq),
+        "at": float(at),
+        "kind": kind,
+        "handle": handle,
+        "body": body,
+        "prev": prev,
+        "hash": digest,
+    }

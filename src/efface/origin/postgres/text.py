@@ -51,7 +51,9 @@ class PgText:
         self._postings: dict[str, set[int]] = {}
 
     # -- keeping up -----------------------------------------------------------------------------
-    def stage(self, tx: PostgresTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]) -> None:
+    def stage(
+        self, tx: PostgresTx, tenant: str, puts: Sequence[int], drops: Sequence[int], texts: dict[int, str]
+    ) -> None:
         tx.staged.append((tenant, list(puts), list(drops), {i: texts[i] for i in puts}))
 
     def committed(self, tx: PostgresTx) -> None:

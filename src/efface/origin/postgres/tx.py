@@ -211,7 +211,9 @@ class PostgresTx(TxMore):
         for rid in rewritten:
             rec = self.record(rid)
             assert rec is not None
-            self.set_sources(rid, tenant, list(dict.fromkeys(marker if k in gone else k for k in json.loads(rec.sources))))
+            self.set_sources(
+                rid, tenant, list(dict.fromkeys(marker if k in gone else k for k in json.loads(rec.sources)))
+            )
         return rewritten
 
     def set_metadata(self, record_id: int, metadata: str) -> None:
@@ -224,7 +226,9 @@ class PostgresTx(TxMore):
         )
 
     def count_live_records(self, now: float) -> int:
-        row = self._one("SELECT count(DISTINCT record_id) FROM {s}.claims c WHERE c.expires_at IS NULL OR c.expires_at > %s", (now,))
+        row = self._one(
+            "SELECT count(DISTINCT record_id) FROM {s}.claims c WHERE c.expires_at IS NULL OR c.expires_at > %s", (now,)
+        )
         return int(row[0])
 
     # -- derivations: lineage, mentions, quarantine ----------------------------------------
@@ -236,7 +240,8 @@ class PostgresTx(TxMore):
         rows = [(record_id, tenant, subj) for subj in dict.fromkeys(subjects)]
         if rows:
             self._c.cursor().executemany(
-                f"INSERT INTO {self._s}.mentions(record_id, tenant, subject) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                f"INSERT INTO {self._s}.mentions(record_id, tenant, subject) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
                 rows,
             )
 

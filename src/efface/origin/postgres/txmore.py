@@ -100,7 +100,8 @@ class TxMore:
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         digest = chain_hash(prev, seq, now, kind, handle, text)
         self._c.execute(
-            f"INSERT INTO {self._s}.ledger(seq, at, kind, handle, body, prev, hash) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            f"INSERT INTO {self._s}.ledger(seq, at, kind, handle, body, prev, hash)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (seq, now, kind, handle, text, prev, digest),
         )
         return seq, digest
@@ -166,7 +167,9 @@ class TxMore:
         return [(t, subj, self._open(i, f"subjects|{t}|{subj}")) for t, subj, i in rows]
 
     def subject_has_claims(self, tenant: str, subject: str) -> bool:
-        sql = "SELECT 1 FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s AND c.subject = %s"
+        sql = (
+            "SELECT 1 FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s AND c.subject = %s"
+        )
         return self._one(sql + " LIMIT 1", (tenant, subject)) is not None
 
     def drop_subject(self, tenant: str, subject: str) -> bool:
@@ -185,7 +188,9 @@ class TxMore:
         return row[0], None if row[1] is None else self._open(row[1], f"policies|{tenant}")
 
     def set_policy(self, tenant: str, policy: str, reason: str | None) -> None:
-        sealed = None if reason is None else self._seal(self._kid(tenant, TENANT_SUBJECT, 0.0), reason, f"policies|{tenant}")
+        sealed = (
+            None if reason is None else self._seal(self._kid(tenant, TENANT_SUBJECT, 0.0), reason, f"policies|{tenant}")
+        )
         self._c.execute(
             f"INSERT INTO {self._s}.policies(tenant, policy, reason) VALUES (%s, %s, %s) ON CONFLICT (tenant)"
             " DO UPDATE SET policy = excluded.policy, reason = excluded.reason",
@@ -236,7 +241,15 @@ class TxMore:
         kid, dek = bytes(row[0]), self._o._keys.unwrap_row(row[2], bytes(row[0]), bytes(row[1]))
         # open what still lives under the key, destroy it, then seal those values again
         recs = [
-            (int(rid), t, k, *(self._open(v, record_aad(col, t, k)) for v, col in zip(vals, ("text", "metadata", "sources"))))
+            (
+                int(rid),
+                t,
+                k,
+                *(
+                    self._open(v, record_aad(col, t, k))
+                    for v, col in zip(vals, ("text", "metadata", "sources"), strict=True)
+                ),
+            )
             for rid, t, k, *vals in self._all(
                 "SELECT id, tenant, key, text, metadata, sources FROM {s}.records WHERE sealed_by = %s", (kid,)
             )
@@ -244,12 +257,15 @@ class TxMore:
         reasons = [
             (rid, h, created, self._open(text, f"reasons|{rid}|{h}"))
             for rid, h, created, text in self._all(
-                "SELECT record_id, reason_h, created_at, text FROM {s}.reasons WHERE substring(text FROM 2 FOR 16) = %s",
+                "SELECT record_id, reason_h, created_at, text FROM {s}.reasons"
+                " WHERE substring(text FROM 2 FOR 16) = %s",
                 (kid,),
             )
         ]
         ident = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
-        idents = None if ident is None or kid_of(ident[0]) != kid else self._open(ident[0], f"subjects|{tenant}|{subject}")
+        idents = (
+            None if ident is None or kid_of(ident[0]) != kid else self._open(ident[0], f"subjects|{tenant}|{subject}")
+        )
         self._o._keys.destroy_kid(self._c, kid, self.epoch_time())
         self._o._sealer.forget(kid)
         self._kids.pop((tenant, subject), None)
@@ -315,12 +331,16 @@ class TxMore:
             claims.setdefault(int(rid), []).append((subj, purpose, basis, expires_at))
         for row in self._all(
             "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at,"
-            " q.why, q.handle, q.since FROM {s}.records r LEFT JOIN {s}.quarantine q ON q.record_id = r.id ORDER BY r.id"
+            " q.why, q.handle, q.since FROM {s}.records r LEFT JOIN {s}.quarantine q ON q.record_id = r.id"
+            " ORDER BY r.id"
         ):
             rid, t, k, text, meta, sources, emb, created, updated, why, handle, since = row
             if int(rid) not in claims:
                 continue
-            opened = (self._open(v, record_aad(col, t, k)) for v, col in ((text, "text"), (meta, "metadata"), (sources, "sources")))
+            opened = (
+                self._open(v, record_aad(col, t, k))
+                for v, col in ((text, "text"), (meta, "metadata"), (sources, "sources"))
+            )
             yield (int(rid), t, k, *opened, vector_bytes(emb), created, updated, why, handle, since), claims[int(rid)]
 
     def backup_floor(self) -> int | None:
