@@ -121,12 +121,18 @@ class PostgresOrigin(PgReads):
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
             self._local.conn = conn
             try:
                 yield self
             finally:
                 self._local.conn = None
+                self._local.epoch = None
                 conn.execute("COMMIT")
+
+    def snapshot_epoch(self) -> int | None:
+        """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""
+        return getattr(self._local, "epoch", None)
 
     @contextlib.contextmanager
     def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[PostgresTx]:

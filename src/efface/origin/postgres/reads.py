@@ -35,8 +35,11 @@ def vector_bytes(v: Any) -> bytes:
     so this gives back the very bytes written."""
     if v is None:
         return b""
-    values = v.to_numpy() if isinstance(v, Vector) else v
-    return F16 + np.asarray(values, dtype=np.float32).astype("<f2").tobytes()
+    values = np.asarray(v.to_numpy() if isinstance(v, Vector) else v, dtype=np.float32)
+    half = values.astype("<f2")
+    if not np.array_equal(half.astype(np.float32), values):  # written as float32 (an older store's form)
+        return values.astype("<f4").tobytes()
+    return F16 + half.tobytes()
 
 
 def to_vector(stored: bytes) -> np.ndarray | None:

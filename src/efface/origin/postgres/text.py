@@ -47,6 +47,9 @@ class PgText:
         self._applied = 0
         self._doc_terms: dict[int, Counter[str]] = {}
         self._doc_tenant: dict[int, str] = {}
+        self._doc_epoch: dict[int, int] = {}
+        """The epoch of each text put since open (absent: at or before the build at open); a
+        query inside a snapshot leaves out texts newer than the snapshot's epoch."""
         self._len_total = 0
         self._postings: dict[str, set[int]] = {}
 
@@ -65,7 +68,7 @@ class PgText:
                     for rid in dict.fromkeys((*puts, *drops)):
                         self._remove(rid)
                     for rid in puts:
-                        self._add(rid, tenant, texts[rid])
+                        self._add(rid, tenant, texts[rid], tx.epoch)
                 self._applied = tx.epoch
                 return
         self.refresh()
@@ -83,6 +86,7 @@ class PgText:
                 return
             self._doc_terms.clear()
             self._doc_tenant.clear()
+            self._doc_epoch.clear()
             self._postings.clear()
             self._len_total = 0
             for rec in recs:
@@ -100,8 +104,10 @@ class PgText:
                 self.rebuild()
                 continue
             last: dict[int, tuple[str, str]] = {}
-            for _epoch, rid, tenant, op in self._o.changes_since(start, now):
+            when: dict[int, int] = {}
+            for epoch, rid, tenant, op in self._o.changes_since(start, now):
                 last[rid] = (tenant, op)
+                when[rid] = epoch
             if any(op == "drop" for _t, op in last.values()):
                 self._o._sealer.forget_all()  # another process may have destroyed data keys
             recs = self._o.records_by_id([rid for rid, (_t, op) in last.items() if op == "put"])
@@ -111,13 +117,15 @@ class PgText:
                 for rid in last:
                     self._remove(rid)
                 for rec in recs.values():
-                    self._add(rec.id, rec.tenant, rec.text)
+                    self._add(rec.id, rec.tenant, rec.text, when[rec.id])
                 self._applied = now
                 return
 
-    def _add(self, rid: int, tenant: str, text: str) -> None:
+    def _add(self, rid: int, tenant: str, text: str, epoch: int = 0) -> None:
         terms = Counter(text_words(text))
         self._doc_terms[rid] = terms
+        if epoch:
+            self._doc_epoch[rid] = epoch
         self._doc_tenant[rid] = tenant
         self._len_total += sum(terms.values())
         for w in terms:
@@ -126,6 +134,7 @@ class PgText:
     def _remove(self, rid: int) -> None:
         old = self._doc_terms.pop(rid, None)
         self._doc_tenant.pop(rid, None)
+        self._doc_epoch.pop(rid, None)
         if old is None:
             return
         self._len_total -= sum(old.values())
@@ -140,6 +149,7 @@ class PgText:
         with self._mu:
             self._doc_terms.clear()
             self._doc_tenant.clear()
+            self._doc_epoch.clear()
             self._postings.clear()
             self._len_total = 0
 
@@ -176,6 +186,9 @@ class PgText:
         out: set[int] = set()
         for w in dict.fromkeys(words):
             out |= self._postings.get(w, set())
+        pinned = self._o.snapshot_epoch()
+        if pinned is not None and self._doc_epoch:
+            out = {rid for rid in out if self._doc_epoch.get(rid, 0) <= pinned}
         return out
 
     def _scores(self, words: Sequence[str], scoring: Sequence[str]) -> dict[int, float]:
