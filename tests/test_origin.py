@@ -22,9 +22,9 @@ def origin(request, tmp_path):
 
         o = SQLiteOrigin(os.fspath(tmp_path / "origin.db"))
     elif request.param == "postgres":
-        from conftest import PgStores
-
         from efface.origin.postgres.origin import PostgresOrigin
+
+        from conftest import PgStores
 
         pg_stores = PgStores(request.getfixturevalue("pg"), tmp_path)
         o = PostgresOrigin(pg_stores.url("o"), dim=4, kek_file=pg_stores.kek_file)
