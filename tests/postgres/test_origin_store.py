@@ -135,3 +135,28 @@ def test_a_default_cache_directory_is_per_process_and_removed_at_close(pg_db, ke
     assert not (tmp_path / "cache" / "efface" / "postgres").exists() or not list(
         (tmp_path / "cache" / "efface" / "postgres").iterdir()
     )
+
+
+def test_the_change_log_is_pruned_only_as_far_as_every_open_store_has_replayed_it(pg_db, kek, tmp_path):
+    def log_epochs() -> list[int]:
+        with pg_db.connect() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT epoch FROM efface.changes ORDER BY 1")]
+
+    a = _open(pg_db, kek, tmp_path / "a")
+    try:
+        for i in range(3):
+            a.write(f"n{i}", f"note {i} about quill{i}", tenant=T, subject="zq", purpose="support")
+        b = _open(pg_db, kek, tmp_path / "b")  # replays from here on: epoch 3
+        a.write("n3", "note 3 about quill3", tenant=T, subject="zq", purpose="support")
+        a.compact()
+        assert log_epochs() == [4]  # b has not replayed epoch 4 yet: a leaves it
+        assert [h.key for h in b.recall("quill3", tenant=T, purpose="support")][:1] == ["n3"]
+        b.close()
+        a.compact()
+        assert log_epochs() == []  # no other reader left
+        # a new store opened after the log was pruned finds every record by its vector too
+        with _open(pg_db, kek, tmp_path / "c") as c:
+            hits = c.recall("note 0 about quill0", tenant=T, purpose="support")
+            assert hits[0].key == "n0" and "ann" in hits[0].via
+    finally:
+        a.close()

@@ -15,7 +15,14 @@ database that several efface processes may share.
   :meth:`embeddings` / :meth:`records_of_tenant` / :meth:`changes_since` into its own files.
 * **Per-process meta.** Meta keys of the ANN path (``ann.*``) describe files in this process's
   cache directory, not the database: they are kept in that directory (``local-meta.json``),
-  so a second process never takes another's saved epoch for its own.
+  so a second process never takes another's saved epoch for its own. A directory without
+  them (a new process) starts at the epoch of its open, its index files to be rebuilt from
+  the origin (``ann.file.*`` answer "saved once", so a missing file is rebuilt, never
+  replayed from a change log another process may have pruned); so does a directory whose
+  saved epoch the change log was pruned past.
+* **The change log's readers.** Each origin registers itself in ``change_readers`` with how
+  far it has replayed the log (what the compactor passes to :meth:`prune_changes`), and the
+  log is pruned only up to the oldest reader seen in the last :data:`READER_TTL_S` seconds.
 
 Not yet (docs/postgres.md): ``physical`` and ``liveness`` are None; :meth:`erased_epoch`
 answers as the memory origin does, which on PostgreSQL is **not a byte proof** (heap pages,
@@ -27,7 +34,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import shutil
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -43,6 +53,15 @@ if TYPE_CHECKING:
 
 LOCAL_META = ("ann.",)
 """Meta key prefixes kept per process (see the module docstring)."""
+LOCAL_EPOCHS = ("ann.saved_epoch", "ann.scrubbed_epoch")
+"""The ANN path's saved and scrubbed epochs (``efface.paths.ann``): a new directory's are the
+epoch at open (its files, none yet, hold nothing older)."""
+LOCAL_FILES = "ann.file."
+"""The ANN path's "this tenant's file was saved once" keys: always yes here (a missing file is
+rebuilt from the origin)."""
+READER_TTL_S = 600.0
+"""A reader of the change log not seen for this long (a process that died) no longer holds
+the log back."""
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -93,8 +112,10 @@ class PostgresOrigin(PgReads):
             self._w.close()
             raise
         self._local_path = None if local_dir is None else os.path.join(local_dir, "local-meta.json")
-        self._local_meta: dict[str, str] = self._load_local()
         self._local_mu = threading.Lock()
+        self._reader = secrets.token_hex(8)
+        """This origin's id among the change log's readers."""
+        self._local_meta: dict[str, str] = self._start_local(local_dir)
         self.text = PgText(self)
         """The word index, in this process's memory: see :mod:`.text`."""
         self.text.rebuild()
@@ -165,16 +186,41 @@ class PostgresOrigin(PgReads):
                 yield self._w
 
     # -- meta ------------------------------------------------------------------------------------
-    def _load_local(self) -> dict[str, str]:
-        if self._local_path is None or not os.path.exists(self._local_path):
-            return {}
-        try:
-            with open(self._local_path, encoding="utf-8") as f:
-                return {str(k): str(v) for k, v in json.load(f).items()}
-        except (OSError, ValueError):
-            return {}  # a torn file: the ANN path rebuilds from the origin
+    def _start_local(self, local_dir: str | None) -> dict[str, str]:
+        """This process's meta (module docstring), and its place among the log's readers."""
+        kept: dict[str, str] = {}
+        if self._local_path is not None and os.path.exists(self._local_path):
+            try:
+                with open(self._local_path, encoding="utf-8") as f:
+                    kept = {str(k): str(v) for k, v in json.load(f).items()}
+            except (OSError, ValueError):
+                kept = {}  # a torn file: start afresh, the ANN files are rebuilt from the origin
+        now = self.current_epoch()
+        saved = int(kept.get(LOCAL_EPOCHS[0], 0))
+        if not kept or int(super().meta_get(PRUNED) or 0) > saved:
+            if local_dir is not None:
+                shutil.rmtree(os.path.join(local_dir, "ann"), ignore_errors=True)
+            kept = {key: str(now) for key in LOCAL_EPOCHS}
+            saved = now
+        with self._w.transaction():
+            self._w.execute(
+                f"INSERT INTO {self._s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)",
+                (self._reader, saved, time.time()),
+            )
+        self._local_meta = kept
+        self._write_local()
+        return kept
+
+    def _write_local(self) -> None:
+        if self._local_path is not None:
+            tmp = self._local_path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self._local_meta, f)
+            os.replace(tmp, self._local_path)
 
     def meta_get(self, key: str) -> str | None:
+        if key.startswith(LOCAL_FILES):
+            return "1"
         if key.startswith(LOCAL_META):
             return self._local_meta.get(key)
         return super().meta_get(key)
@@ -183,11 +229,7 @@ class PostgresOrigin(PgReads):
         if key.startswith(LOCAL_META):
             with self._local_mu:
                 self._local_meta[key] = value
-                if self._local_path is not None:
-                    tmp = self._local_path + ".tmp"
-                    with open(tmp, "w", encoding="utf-8") as f:
-                        json.dump(self._local_meta, f)
-                    os.replace(tmp, self._local_path)
+                self._write_local()
             return
         with self._maintenance() as conn:
             conn.execute(
@@ -196,16 +238,25 @@ class PostgresOrigin(PgReads):
             )
 
     def prune_changes(self, upto: int) -> None:
-        """Drop the change log up to ``upto``, noting how far it was pruned, so a process
-        whose word index is older rebuilds it instead of missing changes. (Another process's
-        ANN files replay this log too: issue #34 item 1 keeps per-process lags; until then a
-        process that finds its log pruned rebuilds its index from the origin.)"""
+        """This process has replayed the change log up to ``upto``: note it among the log's
+        readers, and drop the log up to the oldest reader seen lately (module docstring).
+        How far it was pruned is kept in meta, so a process whose word index or ANN files
+        are older rebuilds them instead of missing changes."""
+        s, now = self._s, time.time()
         with self._maintenance() as conn:
-            conn.execute(f"DELETE FROM {self._s}.changes WHERE epoch <= %s", (upto,))
             conn.execute(
-                f"INSERT INTO {self._s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
-                f" SET v = greatest({self._s}.meta.v::bigint, excluded.v::bigint)::text",
-                (PRUNED, str(upto)),
+                f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
+                " ON CONFLICT (reader) DO UPDATE SET upto = excluded.upto, seen_at = excluded.seen_at",
+                (self._reader, upto, now),
+            )
+            conn.execute(f"DELETE FROM {s}.change_readers WHERE seen_at < %s", (now - READER_TTL_S,))
+            row = conn.execute(f"SELECT min(upto) FROM {s}.change_readers").fetchone()
+            floor = min(upto, int(row[0])) if row is not None and row[0] is not None else upto
+            conn.execute(f"DELETE FROM {s}.changes WHERE epoch <= %s", (floor,))
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
+                f" SET v = greatest({s}.meta.v::bigint, excluded.v::bigint)::text",
+                (PRUNED, str(floor)),
             )
 
     def record_verification(
@@ -239,9 +290,11 @@ class PostgresOrigin(PgReads):
         with self.write_lock:
             if self._closed:
                 return
-            self._closed = True
             self.text.clear()
             self._sealer.forget_all()
+            with contextlib.suppress(Exception):  # a reader that is gone holds the log back no more
+                self._w.execute(f"DELETE FROM {self._s}.change_readers WHERE reader = %s", (self._reader,))
+            self._closed = True
             try:
                 self._pool.close()
             finally:
