@@ -87,13 +87,14 @@ class PgReads:
     def _reading(self) -> contextlib.AbstractContextManager[psycopg.Connection]:  # pragma: no cover
         raise NotImplementedError
 
+    # Results in binary: a vector's text form costs more to parse than the rest of a recall.
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as conn:
-            return conn.execute(sql.format(s=self._s), args).fetchall()
+            return conn.execute(sql.format(s=self._s), args, binary=True).fetchall()
 
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         with self._reading() as conn:
-            return conn.execute(sql.format(s=self._s), args).fetchone()
+            return conn.execute(sql.format(s=self._s), args, binary=True).fetchone()
 
     # -- records and claims
     def read(self, tenant: str, key: str, purpose: str, now: float) -> tuple[RecordRow, list[ClaimRow]] | None:

@@ -97,7 +97,8 @@ class PgText:
         """Replay the change log since this index's epoch (see the module docstring)."""
         for _attempt in range(8):
             start = self._applied
-            now = self._o.current_epoch()
+            pinned = self._o.snapshot_epoch()  # inside a snapshot: its epoch, already read
+            now = self._o.current_epoch() if pinned is None else pinned
             if now <= start:
                 return
             if int(self._o.meta_get(PRUNED) or 0) > start:

@@ -59,36 +59,55 @@ class PostgresTx(TxMore):
     def upsert_many(
         self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
     ) -> list[int]:
-        s = self._s
-        self._remember(
-            self._all(
-                "SELECT id, tenant, key, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
-                (tenant, [r.key for r in recs]),
-            )
+        """:meth:`upsert` of each record in order, one ``executemany`` per table (psycopg
+        pipelines them: one round trip per table, not per record); returns the ids in order."""
+        if not recs:
+            return []
+        existing = self._all(
+            "SELECT id, tenant, key, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
+            (tenant, [r.key for r in recs]),
         )
-        rids = []
+        self._remember(existing)
+        rows = []
         for rec in recs:
             kid = self._kid(tenant, rec.subject, now)
-            sources = json.dumps(list(rec.sources))
-            row = self._c.execute(
-                _UPSERT.format(s=s),
+            rows.append(
                 (
                     tenant,
                     rec.key,
                     self._seal(kid, rec.text, record_aad("text", tenant, rec.key)),
                     self._seal(kid, rec.metadata, record_aad("metadata", tenant, rec.key)),
-                    self._seal(kid, sources, record_aad("sources", tenant, rec.key)),
+                    self._seal(kid, json.dumps(list(rec.sources)), record_aad("sources", tenant, rec.key)),
                     kid,
                     to_vector(rec.embedding),
                     now,
                     now,
-                ),
-            ).fetchone()
-            assert row is not None
-            rid = int(row[0])
-            rids.append(rid)
-            self._set_lineage(rid, tenant, rec.sources)
-            self.add_claim(rid, rec.subject, rec.purpose, rec.basis, rec.expires_at, now)
+                )
+            )
+        cur = self._c.cursor()
+        cur.executemany(_UPSERT.format(s=self._s), rows, returning=True)
+        rids = []
+        while True:
+            got = cur.fetchone()
+            assert got is not None
+            rids.append(int(got[0]))
+            if not cur.nextset():
+                break
+        # ids are never reused: only a record that existed can have lineage rows
+        old = [int(r[0]) for r in existing]
+        if old:
+            self._c.execute(f"DELETE FROM {self._s}.lineage WHERE record_id = ANY(%s)", (old,))
+        lineage = [(rid, tenant, k) for rid, rec in zip(rids, recs, strict=True) for k in dict.fromkeys(rec.sources)]
+        if lineage:
+            cur.executemany(
+                f"INSERT INTO {self._s}.lineage(record_id, tenant, source_key) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                lineage,
+            )
+        cur.executemany(
+            _CLAIM.format(s=self._s),
+            [(rid, r.subject, r.purpose, r.basis, r.expires_at, now) for rid, r in zip(rids, recs, strict=True)],
+        )
         return rids
 
     def _set_lineage(self, rid: int, tenant: str, sources: Sequence[str]) -> None:

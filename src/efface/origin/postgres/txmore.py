@@ -35,10 +35,10 @@ class TxMore:
 
     # -- helpers ----------------------------------------------------------------------------
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        return self._c.execute(sql.format(s=self._s), args).fetchall()
+        return self._c.execute(sql.format(s=self._s), args, binary=True).fetchall()
 
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        return self._c.execute(sql.format(s=self._s), args).fetchone()
+        return self._c.execute(sql.format(s=self._s), args, binary=True).fetchone()
 
     def _seal(self, kid: bytes, value: str, aad: str) -> bytes:
         return self._o._sealer.seal(self._c, kid, value, aad)
