@@ -12,6 +12,11 @@
 * ``store``       one store opened by ``open_store()``.
 * ``reopen``      ``reopen(store, **options)`` closes a store and opens the same one again.
 * ``small_disk``  a 3 MiB tmpfs (``mount``/``unmount``; skips where mounting is not allowed).
+* ``pg``          a real PostgreSQL 18 + pgvector primary (``tests/pgserver.py``), started the
+                  first time a test needs one, with a template database ``efface_tpl``; the
+                  ``postgres`` backend gives each store of a test a fresh database copied from
+                  it. Where PostgreSQL cannot start, those tests skip saying why; with
+                  ``CI=true`` they fail.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ import pytest
 
 import efface
 
-BACKENDS = ("sqlite", "memory", "http")
+BACKENDS = ("sqlite", "memory", "http", "postgres")
 """Backends the contract tests run on. Add a name here and teach ``store_location`` about it.
 ``memory`` is the in-memory reference origin (``efface.open(dir, origin="memory")``): nothing
 of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL) skip it.
 ``http`` is a real ``efface serve`` app on a loopback port over a SQLite store, reached through
 ``efface.Client`` (see ``served.py``). It runs only in modules that set ``HTTP_CONTRACT = True``
-(the API-level contract); there tests that reach internals are marked ``local_only``."""
+(the API-level contract); there tests that reach internals are marked ``local_only``.
+``postgres`` is the PostgreSQL origin (``efface.open("postgresql://...")``) on the ``pg``
+primary, a fresh database per store; tests it cannot pass yet are marked
+``postgres_pending(reason)``."""
 
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
@@ -70,6 +78,11 @@ def pytest_configure(config) -> None:
         "local_only(reason): the test reaches the store's internals or its process (private "
         "attributes, raw files, callbacks, backups); it is skipped on the http backend",
     )
+    config.addinivalue_line(
+        "markers",
+        "postgres_pending(reason): the PostgreSQL origin cannot pass this test yet (the reason says "
+        "what is missing); it is skipped on the postgres backend",
+    )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -95,6 +108,10 @@ def backend(request) -> str:
     if local is not None and request.param == "http":
         why = local.kwargs.get("reason") or (local.args[0] if local.args else "it reaches the store's internals")
         pytest.skip(f"http backend: {why}")
+    pending = request.node.get_closest_marker("postgres_pending")
+    if pending is not None and request.param == "postgres":
+        why = pending.kwargs.get("reason") or (pending.args[0] if pending.args else "not built yet")
+        pytest.skip(f"postgres origin pending: {why}")
     return request.param
 
 
@@ -129,10 +146,86 @@ def clock() -> FakeClock:
 
 
 def store_location(backend: str, store_path: Path) -> str:
-    """What to pass to efface.open for a backend: a directory, or later a URL."""
-    if backend in ("sqlite", "memory", "http"):
+    """What to pass to efface.open for a backend: a directory (``postgres``: the directory
+    that stands for its database and is its cache directory, see ``PgStores``)."""
+    if backend in ("sqlite", "memory", "http", "postgres"):
         return os.fspath(store_path)
     raise NotImplementedError(f"no test location for backend {backend!r}")  # pragma: no cover
+
+
+@pytest.fixture(scope="package")
+def pg_base() -> Iterator[Path]:
+    # Not pytest's tmp_path: that lives under a 0700 directory the server's user cannot enter.
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="efface-pg-"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def pg(pg_base: Path):
+    """The PostgreSQL primary every test of the run shares (started on first use)."""
+    from pgserver import PgUnavailable, start_primary, unavailable
+
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as e:
+        unavailable(f"psycopg 3 and its pool are not installed (pip install -e '.[postgres]'): {e}")
+    try:
+        server = start_primary(pg_base)
+    except (PgUnavailable, OSError) as e:
+        unavailable(str(e))
+    try:
+        with server.connect() as conn:
+            conn.execute(f"CREATE DATABASE {PG_TEMPLATE}")
+        with server.connect(PG_TEMPLATE) as conn:
+            for ext in ("vector", "pageinspect", "pg_walinspect"):
+                conn.execute(f"CREATE EXTENSION IF NOT EXISTS {ext}")
+        yield server
+    finally:
+        server.stop()
+
+
+PG_TEMPLATE = "efface_tpl"
+"""The template database on ``pg``: the extensions, nothing of efface."""
+
+
+class PgStores:
+    """The ``postgres`` backend's locations for one test: each store path the test opens
+    stands for a database of its own on ``pg`` (created on first use, dropped at teardown), and
+    is that store's ``cache_dir``, so ``reopen(store)`` (which opens ``store.path``) finds the
+    same database again. One key-encryption key file per test."""
+
+    def __init__(self, server, tmp: Path) -> None:
+        import secrets
+
+        from efface.origin.postgres.keys import KekFile
+
+        self.server = server
+        self.kek_file = tmp / "efface.kek"
+        KekFile(self.kek_file).create(secrets.token_bytes(32))  # made here: no "back it up" warning per test
+        self.urls: dict[str, str] = {}
+
+    def url(self, path: str) -> str:
+        import uuid
+
+        if path not in self.urls:
+            name = f"c_{uuid.uuid4().hex[:12]}"
+            with self.server.connect() as conn:
+                conn.execute(f"CREATE DATABASE {name} TEMPLATE {PG_TEMPLATE}")
+            self.urls[path] = self.server.url(name)
+        return self.urls[path]
+
+    def options(self, path: str) -> dict:
+        return {"kek_file": os.fspath(self.kek_file), "cache_dir": path}
+
+    def drop(self) -> None:
+        with self.server.connect() as conn:
+            for url in self.urls.values():
+                conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+        self.urls.clear()
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +243,7 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
     """Factory: open (or reopen) a store with the test defaults; every store it opened is
     closed at teardown (close() is idempotent, so tests may close stores themselves)."""
     opened: list[efface.Store] = []
+    pg_stores = PgStores(request.getfixturevalue("pg"), store_path.parent) if backend == "postgres" else None
 
     def _open(path: str | os.PathLike | None = None, **options) -> efface.Store:
         options.setdefault("embedder", "hashing")
@@ -158,11 +252,17 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
         for name, value in backend_options(backend).items():
             options.setdefault(name, value)
         target = store_location(backend, store_path) if path is None else os.fspath(path)
-        if backend == "http":
+        s: Any
+        if pg_stores is not None:
+            for name, value in pg_stores.options(os.path.abspath(target)).items():
+                options.setdefault(name, value)
+            target = pg_stores.url(os.path.abspath(target))
+            s = efface.open(target, **options)
+        elif backend == "http":
             from served import Served, TenantRouter
 
             shared = request.getfixturevalue("http_contract_server")
-            s: Any = TenantRouter(Served(target, shared=shared, **options))
+            s = TenantRouter(Served(target, shared=shared, **options))
         else:
             s = efface.open(target, **options)
         opened.append(s)
@@ -175,6 +275,8 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
             s.close()
         except Exception as exc:  # close every store even if one fails, then report
             errors.append(exc)
+    if pg_stores is not None:
+        pg_stores.drop()
     if errors:
         raise errors[0]
 
@@ -190,7 +292,7 @@ def reopen(open_store, backend: str) -> Callable[..., efface.Store]:
     test defaults (options override them)."""
 
     def _reopen(s: efface.Store, **options) -> efface.Store:
-        if backend not in ("sqlite", "http"):
+        if backend not in ("sqlite", "http", "postgres"):
             pytest.skip(f"{backend} origin: nothing persists across reopen")
         s.close()
         return open_store(s.path, **options)
@@ -207,12 +309,30 @@ def behind(store):
     return store if served is None else served.store
 
 
+def on_postgres(store) -> bool:
+    """Whether ``store`` runs on the PostgreSQL origin (helpers read its database instead)."""
+    from efface.origin.postgres.origin import PostgresOrigin
+
+    return isinstance(behind(store)._origin, PostgresOrigin)
+
+
+def pg_rows(store, sql: str, args: tuple = ()) -> list[tuple]:
+    """Rows of ``sql`` (``{s}`` for efface's schema) on a PostgreSQL store's database, read
+    (or written) on a connection of its own, committed at once."""
+    origin = behind(store)._origin
+    with origin._pool.connection() as conn:
+        cur = conn.execute(sql.format(s=origin._s), args)
+        return cur.fetchall() if cur.description else []
+
+
 def raw_db(store):
     """A read-only connection to a SQLite store's origin file, for tests of what the file holds
     (bytes, FTS rows, raw tables): the store's own objects are not touched."""
     import apsw
 
     store = behind(store)
+    if on_postgres(store):
+        pytest.skip("postgres origin: the test reads the SQLite origin's file (origin.db)")
     if getattr(store._origin, "physical", None) is None:
         pytest.skip("memory origin: there is no origin file to read")
     conn = apsw.Connection(os.path.join(store.path, "origin.db"), flags=apsw.SQLITE_OPEN_READWRITE)
@@ -222,12 +342,15 @@ def raw_db(store):
 
 def in_memory(store) -> bool:
     """Whether ``store`` runs on the memory origin (no file: helpers read its state instead)."""
-    return getattr(behind(store)._origin, "physical", None) is None
+    return getattr(behind(store)._origin, "physical", None) is None and not on_postgres(store)
 
 
 def record_id_of(store, tenant: str, key: str) -> int | None:
     """The origin's record id for (tenant, key), read behind the store's API."""
     store = behind(store)
+    if on_postgres(store):
+        rows = pg_rows(store, "SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (store._tenant(tenant), key))
+        return None if not rows else int(rows[0][0])
     if in_memory(store):
         return store._origin._state.by_key.get((store._tenant(tenant), key))
     row = (
@@ -241,6 +364,10 @@ def record_id_of(store, tenant: str, key: str) -> int | None:
 def fts_ids(store, word: str) -> list[int]:
     """Record ids the full-text index itself holds ``word`` for (its rows, not a recall)."""
     store = behind(store)
+    if on_postgres(store):
+        text = store._origin.text
+        text.refresh()
+        return sorted(text._postings.get(word, ()))
     if in_memory(store):
         return sorted(store._origin._state.postings.get(word, ()))
     return sorted(r[0] for r in raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)))
@@ -249,9 +376,12 @@ def fts_ids(store, word: str) -> list[int]:
 def ledger_rows(store) -> list[dict]:
     """The ledger as stored (each row as a dict), read behind the store's API."""
     store = behind(store)
+    cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
+    if on_postgres(store):
+        rows = pg_rows(store, f"SELECT {', '.join(cols)} FROM {{s}}.ledger ORDER BY seq")
+        return [dict(zip(cols, r, strict=True)) for r in rows]
     if in_memory(store):
         return [dict(e) for e in store._origin._state.ledger]
-    cols = ("seq", "at", "kind", "handle", "body", "prev", "hash")
     rows = raw_db(store).execute(f"SELECT {', '.join(cols)} FROM ledger ORDER BY seq")
     return [dict(zip(cols, r, strict=True)) for r in rows]
 
@@ -259,6 +389,11 @@ def ledger_rows(store) -> list[dict]:
 def receipt_rows(store) -> list[list]:
     """Every stored receipt row, read behind the store's API."""
     store = behind(store)
+    if on_postgres(store):
+        return [
+            list(r)
+            for r in pg_rows(store, "SELECT handle, epoch, kind, tenant_h, created_at, body::text FROM {s}.receipts")
+        ]
     if in_memory(store):
         return [[h, *row] for h, row in store._origin._state.receipts.items()]
     return [list(r) for r in raw_db(store).execute("SELECT * FROM receipts")]
@@ -267,6 +402,9 @@ def receipt_rows(store) -> list[list]:
 def set_ledger_body(store, seq: int, body: str) -> None:
     """Rewrite one stored ledger entry's body behind the store's back (tampering)."""
     store = behind(store)
+    if on_postgres(store):
+        pg_rows(store, "UPDATE {s}.ledger SET body = %s WHERE seq = %s", (body, seq))
+        return
     if in_memory(store):
         store._origin._replace(
             lambda s: s.ledger.__setitem__(

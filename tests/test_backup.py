@@ -26,7 +26,7 @@ import efface
 from efface import BackupCorrupt, BackupMismatch
 from efface.backups.format import read_header
 
-from conftest import raw_db
+from conftest import on_postgres, pg_rows, raw_db
 
 T = "acme"
 ALICE_TEXTS = {
@@ -41,7 +41,7 @@ ALICE_NEEDLES = ["Quaxworth", "vermilion", "marmalade subscriptions", "Zebulon"]
 # -- helpers ---------------------------------------------------------------------------------------
 def in_memory(store) -> bool:
     """Whether the store runs on the memory origin (no file: the helpers edit its state)."""
-    return getattr(store._origin, "physical", None) is None
+    return getattr(store._origin, "physical", None) is None and not on_postgres(store)
 
 
 def behind_the_back(store, change) -> None:
@@ -52,6 +52,18 @@ def behind_the_back(store, change) -> None:
 def lose_everything(store, tenant: str | None = None) -> None:
     """The incident a backup is for: rows deleted behind the store's back (not a forget, so no
     receipt, no ledger entry, no key destroyed)."""
+    if on_postgres(store):
+        where, args = ("WHERE tenant = %s", (store._tenant(tenant),)) if tenant else ("", ())
+        ids = [r[0] for r in pg_rows(store, f"SELECT id FROM {{s}}.records {where}", args)]
+        for table, col in (
+            ("claims", "record_id"),
+            ("lineage", "record_id"),
+            ("mentions", "record_id"),
+            ("quarantine", "record_id"),
+            ("records", "id"),
+        ):
+            pg_rows(store, f"DELETE FROM {{s}}.{table} WHERE {col} = ANY(%s)", (ids,))
+        return
     if in_memory(store):
         from efface.origin.memory import MemoryTx
 
@@ -80,7 +92,9 @@ def lose_everything(store, tenant: str | None = None) -> None:
 
 def lose_subjects(store) -> None:
     """Every registered subject's identifiers deleted behind the store's back."""
-    if in_memory(store):
+    if on_postgres(store):
+        pg_rows(store, "DELETE FROM {s}.subjects")
+    elif in_memory(store):
         behind_the_back(store, lambda s: s.subjects.clear())
     else:
         raw_db(store).execute("DELETE FROM subjects")
@@ -89,7 +103,11 @@ def lose_subjects(store) -> None:
 def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
     """(tenant, key) -> (text, {(subject, purpose, basis, expires_at)}) of every record, from the origin."""
     out: dict = {}
-    if in_memory(store):
+    if on_postgres(store):
+        claims = pg_rows(store, "SELECT record_id, subject, purpose, basis, expires_at FROM {s}.claims")
+        recs = store._origin.records_by_id(sorted({c[0] for c in claims}))
+        rows = [(recs[rid].tenant, recs[rid].key, recs[rid].text, *rest) for rid, *rest in claims]
+    elif in_memory(store):
         s = store._origin._state
         rows = [
             (
@@ -120,7 +138,7 @@ def snapshot(store) -> dict[tuple[str, str], tuple[str, frozenset]]:
 
 def subject_key(store, subject: str, tenant: str = T) -> bytes | None:
     tenant = store._tenant(tenant)  # the origin keys rows by the tenant's id
-    if in_memory(store):
+    if in_memory(store) or on_postgres(store):
         return next((key for t, s, _kid, key in store._origin.subject_keys() if (t, s) == (tenant, subject)), None)
     row = (
         raw_db(store).execute("SELECT key FROM subject_keys WHERE tenant=? AND subject=?", (tenant, subject)).fetchone()
@@ -257,7 +275,8 @@ def test_no_zombies_forget_after_backup_shreds_and_scans_clean(store, tmp_path, 
     store.compact()
     assert store.wait(receipt.handle, timeout=5).settled
     files = files_under(store_path)
-    assert any(f.endswith("origin.db-wal") for f in files) or in_memory(store)  # (memory: no origin file)
+    # (memory: no origin file; postgres: the origin is the database, its files the server's)
+    assert any(f.endswith("origin.db-wal") for f in files) or in_memory(store) or on_postgres(store)
     assert any(f.endswith(".usearch") for f in files)
     assert scan(files, ALICE_NEEDLES + [alice_key]) == {}
     store.close()

@@ -181,8 +181,7 @@ def test_one_forget_takes_every_subject_it_leaves_bare_and_no_other(store):
     assert receipt.subjects_erased == (BOB,) and set(registered(store)) == {"carol"}
 
 
-@pytest.mark.sqlite_only(reason="reopens the store")
-def test_the_mention_matcher_is_rebuilt_without_them_after_a_reopen(open_store, reopen):
+def test_the_mention_matcher_is_rebuilt_without_them_after_a_reopen(open_store, reopen):  # reopen skips memory
     store = open_store()
     _world(store)
     store.forget(tenant=T, key="zq:1")

@@ -7,7 +7,7 @@ import os
 
 import apsw
 
-from conftest import behind
+from conftest import behind, ledger_rows, on_postgres, pg_rows, receipt_rows
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -81,12 +81,15 @@ def test_receipt_carries_its_ledger_entry(store, clock):
 
 
 def _in_memory(store) -> bool:
-    return getattr(behind(store)._origin, "physical", None) is None
+    return getattr(behind(store)._origin, "physical", None) is None and not on_postgres(store)
 
 
 def _stored(store, table):
     """Every row the store keeps in ``table`` (``ledger`` or ``receipts``). SQLite: read from
-    its file, the store closed first (idempotent); memory: from the origin's state."""
+    its file, the store closed first (idempotent); memory: from the origin's state; postgres:
+    from its database."""
+    if on_postgres(store):
+        return [list(e.values()) for e in ledger_rows(store)] if table == "ledger" else receipt_rows(store)
     if _in_memory(store):
         s = behind(store)._origin._state
         rows = (
@@ -100,7 +103,11 @@ def _stored(store, table):
 
 def _tamper(store, reopen, sql, args=(), *, memory=None):
     """Edit the ledger behind the store's back: SQL on the closed SQLite file then a reopen, or
-    ``memory(ledger) -> ledger`` on the memory origin's state (which a reopen would lose)."""
+    ``memory(ledger) -> ledger`` on the memory origin's state (which a reopen would lose);
+    postgres: the same SQL on its database, then a reopen."""
+    if on_postgres(store):
+        pg_rows(store, sql.replace("?", "%s").replace(" ledger ", " {s}.ledger "), args)
+        return reopen(store)
     if _in_memory(store):
         behind(store)._origin._replace(lambda s: s.ledger.__setitem__(slice(None), memory([dict(e) for e in s.ledger])))
         return store

@@ -11,21 +11,31 @@ import pytest
 from efface.origin.base import NewRecord
 from efface.origin.ledger import GENESIS, chain_hash
 
-ORIGINS = ("sqlite", "memory")
+ORIGINS = ("sqlite", "memory", "postgres")
 
 
 @pytest.fixture(params=ORIGINS)
 def origin(request, tmp_path):
+    pg_stores = None
     if request.param == "sqlite":
         from efface.origin.sqlite import SQLiteOrigin
 
         o = SQLiteOrigin(os.fspath(tmp_path / "origin.db"))
+    elif request.param == "postgres":
+        from efface.origin.postgres.origin import PostgresOrigin
+
+        from conftest import PgStores
+
+        pg_stores = PgStores(request.getfixturevalue("pg"), tmp_path)
+        o = PostgresOrigin(pg_stores.url("o"), dim=4, kek_file=pg_stores.kek_file)
     else:
         from efface.origin.memory import MemoryOrigin
 
         o = MemoryOrigin()
     yield o
     o.close()
+    if pg_stores is not None:
+        pg_stores.drop()
 
 
 def rec(key: str, text: str, subject: str = "alice", purpose: str = "support") -> NewRecord:

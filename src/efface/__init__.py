@@ -50,6 +50,12 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     Options: ``background`` (run the compactor thread, default True), ``clock``,
     ``compact_interval``, ``ann_max_propagation_s``, ``erase_bound_s``, and ``origin``
     (``"sqlite"``, the default, or ``"memory"``: the in-memory reference origin, for tests).
+
+    A ``postgresql://`` URL opens a store in that PostgreSQL database (with pgvector), which
+    several efface processes may share: ``kek_file=`` names the key-encryption key file (else
+    ``EFFACE_KEK_FILE``), ``cache_dir=`` this process's local directory for derived files
+    (default: one under ``~/.cache/efface/postgres``, removed at close), ``schema=`` the
+    database schema (``efface``). See docs/postgres.md.
     """
     try:
         target = os.fspath(path_or_url)
@@ -64,10 +70,14 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
         if unknown:
             raise InvalidInput("a served store takes only api_key= and timeout= (the rest is the server's)")
         return cast(Store, Client(target, **options))
+    if target.startswith(("postgresql://", "postgres://")):
+        from .on_postgres import open_postgres
+
+        return open_postgres(target, embedder, **options)
     if "://" in target:
         raise InvalidInput(
-            "a URL must be http:// or https:// (an efface server); other backends are not built yet: "
-            "pass a directory or a server URL"
+            "a URL must be http:// or https:// (an efface server) or postgresql:// (a PostgreSQL store): "
+            "pass a directory, a server URL or a database URL"
         )
     from .embedded import open_embedded
 

@@ -141,6 +141,10 @@ def _run(ref: InMemoryStore, ours: EffaceStore, op) -> None:
         assert _grouped([_row(i) for i in got_ours[3]]) == _grouped([_row(i) for i in got_ref[3]])
 
 
+@pytest.mark.postgres_pending(
+    reason="opens a store per Hypothesis example by directory (backend_options); "
+    "a database per example is not wired yet"
+)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(OPS, min_size=1, max_size=25))
 def test_same_results_as_langgraph_in_memory_store(backend, ops):

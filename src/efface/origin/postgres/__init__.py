@@ -6,9 +6,14 @@
 * :mod:`.keys`    the key-encryption key from the operator's file, per-subject data keys
                   that seal content, their destruction and the KEK's rotation
 * :mod:`.errors`  what these raise beyond :mod:`efface.errors`
+* :mod:`.sealing` content sealed in this process with the data keys, opened on reads
+* :mod:`.origin`  :class:`~.origin.PostgresOrigin`: connections, transactions, snapshots,
+                  per-process meta, the change log's readers
+* :mod:`.reads`   the origin's reads; :mod:`.tx` and :mod:`.txmore` its write transaction
+* :mod:`.text`    the word index, in this process's memory, kept up from the change log
 
-Built so far: these foundations. Not yet: the ``Origin``/``Tx`` implementation over them,
-recall, several servers' compaction (see docs/postgres.md, "What is built").
+Not yet: the byte ladder (``physical``), replicas, several servers' compaction and
+verification under advisory locks (see docs/postgres.md, "What is built").
 
 Importing this package needs the ``postgres`` extra (psycopg 3) only where a module talks to
 the database; :mod:`.errors` and :mod:`.schema` import nothing beyond efface.

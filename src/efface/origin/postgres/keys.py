@@ -316,6 +316,55 @@ class Keys:
             return bytes(again[0])
         return kid
 
+    def ensure_subject(self, conn: psycopg.Connection, tenant: str, subject: str, now: float) -> bytes:
+        """The kid of the data key of ``subject`` (as the store names it) in ``tenant``,
+        created if missing, its ``subject_h`` left for :meth:`name_hash` to fill (the origin
+        seals a record before the store hands it the subject's keyed hash)."""
+        s = self.schema
+        row = conn.execute(
+            f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, subject)
+        ).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        kek = conn.execute(
+            f"SELECT kek_id FROM {s}.keks WHERE state IN ('current', 'next') ORDER BY state = 'next' DESC LIMIT 1 "
+            "FOR SHARE"
+        ).fetchone()
+        if kek is None:
+            raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
+        kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
+        conn.execute(
+            f"INSERT INTO {s}.data_keys(kid, tenant, subject, wrapped, kek_id, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (kid, tenant, subject, self._wrap(kek[0], kid, dek), kek[0], now),
+        )
+        return kid
+
+    def name_hash(self, conn: psycopg.Connection, kid: bytes, subject_h: str) -> None:
+        """Record the keyed hash of the subject data key ``kid`` belongs to (once)."""
+        conn.execute(
+            f"UPDATE {self.schema}.data_keys SET subject_h = %s WHERE kid = %s AND subject_h IS NULL", (subject_h, kid)
+        )
+
+    def data_key(self, conn: psycopg.Connection, kid: bytes) -> bytes:
+        """The data key ``kid``, unwrapped; :class:`DataKeyDestroyed` once it is gone."""
+        return self._dek(conn, kid)
+
+    def unwrap_row(self, kek_ident: str, kid: bytes, wrapped: bytes) -> bytes:
+        """A data key from its ``data_keys`` row (for listings of live keys)."""
+        return self._unwrap(kek_ident, kid, wrapped)
+
+    def destroy_kid(self, conn: psycopg.Connection, kid: bytes, now: float) -> bool:
+        """:meth:`destroy` of the data key ``kid``; False if it was already gone."""
+        s = self.schema
+        row = conn.execute(f"DELETE FROM {s}.data_keys WHERE kid = %s RETURNING kid, kek_id", (kid,)).fetchone()
+        if row is None:
+            return False
+        conn.execute(
+            f"INSERT INTO {s}.destroyed_keys(kid, kek_id, destroyed_at) VALUES (%s, %s, %s)", (row[0], row[1], now)
+        )
+        return True
+
     def _wrap(self, kek_ident: str, kid: bytes, dek: bytes) -> bytes:
         nonce = secrets.token_bytes(NONCE_LEN)
         return nonce + AESGCM(self._kek(kek_ident)).encrypt(nonce, dek, _WRAP_AAD + kid)

@@ -47,9 +47,14 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
-the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups."""
+the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
+2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
+(``data_keys.subject``; ``subject_h`` is filled when the store names the key's keyed hash,
+in the same transaction), the change log's order within an epoch (``changes.seq``), and
+the key sealing a tenant's own values (its name, its policy's reason: subject ''), and the
+processes replaying the change log (``change_readers``), so none prunes what another needs."""
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -222,7 +227,25 @@ _V1 = (
         subjects bigint NOT NULL)""",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "the first schema", _V1),)
+_V2 = (
+    "ALTER TABLE {s}.data_keys ADD COLUMN IF NOT EXISTS subject text",
+    "ALTER TABLE {s}.data_keys ALTER COLUMN subject_h DROP NOT NULL",
+    "CREATE UNIQUE INDEX IF NOT EXISTS data_keys_subject ON {s}.data_keys(tenant, subject)",
+    "ALTER TABLE {s}.changes ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY",
+    "CREATE INDEX IF NOT EXISTS claims_record ON {s}.claims(record_id)",
+    "CREATE INDEX IF NOT EXISTS quarantine_tenant ON {s}.quarantine(tenant)",
+    "CREATE INDEX IF NOT EXISTS records_sealed_by ON {s}.records(sealed_by)",
+    # each efface process that replays the change log, and how far it may be pruned for it
+    """CREATE TABLE IF NOT EXISTS {s}.change_readers(
+        reader text PRIMARY KEY,
+        upto bigint NOT NULL,
+        seen_at double precision NOT NULL)""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the first schema", _V1),
+    Migration(2, "the origin: data keys by subject, the change log's order", _V2),
+)
 
 TABLES = (
     "meta",
@@ -249,6 +272,7 @@ TABLES = (
     "api_keys",
     "backup_exposure",
     "backups",
+    "change_readers",
 )
 """Every table :func:`migrate` creates, for docs and tests."""
 

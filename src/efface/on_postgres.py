@@ -1,0 +1,111 @@
+"""A store on PostgreSQL: ``efface.open("postgresql://...", kek_file=...)`` lands here.
+
+Builds the PostgreSQL origin (:mod:`efface.origin.postgres`) and the store over it. Unlike
+the embedded store, nothing is locked: any number of efface processes may open one
+database. What each process derives for itself (the ANN files of recall, and their meta)
+lives in a local directory of its own, ``cache_dir``:
+
+* given, it is used as is, and kept at close (a later open with the same directory starts
+  from its files, checked against the database's change log); it is locked while open
+  (``efface.lock``, as an embedded store's directory): a second process naming it gets
+  :class:`~efface.errors.StoreLocked`, and should name a directory of its own;
+* not given, it is ``$XDG_CACHE_HOME/efface/postgres/<database>-<pid>-<random>`` (or
+  ``~/.cache/...``), where ``<database>`` is a hash of the connection's host, port, database,
+  user and schema (never its password); it is removed at close.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+import shutil
+from typing import Any
+
+from .embed import Embedder, for_store
+from .errors import InvalidInput, StoreLocked, StoreUnwritable
+from .faults import os_faults
+from .origin.base import Origin
+from .origin.postgres import schema as pg_schema
+from .store import Store
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def default_cache_dir(url: str, schema_name: str) -> str:
+    """Where a process keeps its derived files of the store at ``url`` (see the module docstring)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = {k: v for k, v in conninfo_to_dict(url).items() if k in ("host", "port", "dbname", "user")}
+    ident = hashlib.sha256(repr((sorted(parts.items()), schema_name)).encode()).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "efface", "postgres", f"{ident}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _recorded_embedder(url: str, schema_name: str) -> str | None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if pg_schema.schema_version(conn, schema_name) is None:
+            return None
+        row = conn.execute(f"SELECT v FROM {schema_name}.meta WHERE k = 'embedder'").fetchone()
+        return None if row is None else str(row[0])
+
+
+def open_postgres(
+    url: str,
+    embedder: str | Embedder | None = None,
+    *,
+    kek_file: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    schema: str = pg_schema.DEFAULT_SCHEMA,
+    **options: Any,
+) -> Store:
+    """Open (or create) the store in the PostgreSQL database at ``url``. ``kek_file``: the
+    key-encryption key file (else ``EFFACE_KEK_FILE``; created on a store's first use, with
+    a warning to back it up). ``cache_dir``: this process's local directory (module docstring).
+    Other options as for the embedded store."""
+    if "origin" in options:
+        raise InvalidInput("a postgresql:// store is its own origin: leave origin= out")
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as e:
+        raise StoreUnwritable(
+            f"a PostgreSQL store needs psycopg 3 and its pool (pip install 'efface[postgres]'): {e}"
+        ) from None
+    from .origin.postgres.origin import PostgresOrigin
+
+    name = pg_schema.check_name(schema)
+    chosen = for_store(embedder, _recorded_embedder(url, name))
+    owned = cache_dir is None
+    root = default_cache_dir(url, name) if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
+    with os_faults():
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lockfile.close()
+        raise StoreLocked(
+            "another process uses this cache directory for its store: give each process its own cache_dir"
+        ) from None
+
+    def release() -> None:
+        try:
+            if owned:
+                shutil.rmtree(root, ignore_errors=True)
+            fcntl.flock(lockfile, fcntl.LOCK_UN)
+        finally:
+            lockfile.close()
+
+    o: Origin | None = None
+    try:
+        o = PostgresOrigin(url, dim=chosen.dim, kek_file=kek_file, local_dir=root, schema_name=name)
+        return Store(root, chosen, origin=o, on_close=release, **options)
+    except BaseException:
+        if o is not None:
+            o.close()
+        release()
+        raise

@@ -1,0 +1,301 @@
+"""The PostgreSQL origin (issue #34): efface's source of truth in a PostgreSQL + pgvector
+database that several efface processes may share.
+
+* **Connections.** A psycopg 3 pool of autocommit connections for reads (each statement sees
+  the newest committed state); :meth:`PostgresOrigin.snapshot` holds one of them in a
+  ``REPEATABLE READ`` read-only transaction for the thread's block. One writer connection,
+  used under :attr:`PostgresOrigin.write_lock` (a threading lock: it orders this process's
+  writers; the epoch counter's row lock orders every process's, :mod:`.epochs`).
+* **Epochs.** :meth:`PostgresOrigin.transaction` assigns the epoch inside the committing
+  transaction with :func:`.epochs.transaction`, which records the commit's LSN after it.
+* **Sealed content** (:mod:`.sealing`): texts, metadata, sources, identifiers, reasons and
+  tenant names leave this process encrypted with per-subject data keys (:mod:`.keys`).
+* **Words** (:mod:`.text`): an index in this process's memory, kept up from the change log.
+  **Vectors** in a ``vector(dim)`` column; recall's ANN path reads them through
+  :meth:`embeddings` / :meth:`records_of_tenant` / :meth:`changes_since` into its own files.
+* **Per-process meta.** Meta keys of the ANN path (``ann.*``) describe files in this process's
+  cache directory, not the database: they are kept in that directory (``local-meta.json``),
+  so a second process never takes another's saved epoch for its own. A directory without
+  them (a new process) starts at the epoch of its open, its index files to be rebuilt from
+  the origin (``ann.file.*`` answer "saved once", so a missing file is rebuilt, never
+  replayed from a change log another process may have pruned); so does a directory whose
+  saved epoch the change log was pruned past.
+* **The change log's readers.** Each origin registers itself in ``change_readers`` with how
+  far it has replayed the log (what the compactor passes to :meth:`prune_changes`), and the
+  log is pruned only up to the oldest reader seen in the last :data:`READER_TTL_S` seconds.
+
+Not yet (docs/postgres.md): ``physical`` and ``liveness`` are None; :meth:`erased_epoch`
+answers as the memory origin does, which on PostgreSQL is **not a byte proof** (heap pages,
+WAL and replicas keep sealed copies and vectors until the maintenance of the byte ladder runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from . import epochs, schema
+from .keys import Keys
+from .reads import PgReads
+from .sealing import Sealer
+from .text import PRUNED, PgText
+from .tx import PostgresTx
+
+if TYPE_CHECKING:
+    import psycopg
+
+LOCAL_META = ("ann.",)
+"""Meta key prefixes kept per process (see the module docstring)."""
+LOCAL_EPOCHS = ("ann.saved_epoch", "ann.scrubbed_epoch")
+"""The ANN path's saved and scrubbed epochs (``efface.paths.ann``): a new directory's are the
+epoch at open (its files, none yet, hold nothing older)."""
+LOCAL_FILES = "ann.file."
+"""The ANN path's "this tenant's file was saved once" keys: always yes here (a missing file is
+rebuilt from the origin)."""
+READER_TTL_S = 600.0
+"""A reader of the change log not seen for this long (a process that died) no longer holds
+the log back."""
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+
+
+class PostgresOrigin(PgReads):
+    """The origin on PostgreSQL (see the module docstring)."""
+
+    physical = None
+    """Not yet: the byte-level ladder on PostgreSQL is a later step (docs/postgres.md)."""
+    liveness = None
+    """No copy of liveness in memory: every check reads the database."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        dim: int,
+        kek_file: str | os.PathLike[str] | None = None,
+        local_dir: str | None = None,
+        schema_name: str = schema.DEFAULT_SCHEMA,
+        pool_size: int = 8,
+    ) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self._s = schema.check_name(schema_name)
+        self.write_lock = threading.RLock()
+        self._local = threading.local()
+        self._closed = False
+        self._tx: PostgresTx | None = None
+        self._tx_thread: int | None = None
+        self._keys = Keys(kek_file, schema=self._s)
+        self._sealer = Sealer(self._keys)
+        self._w = psycopg.connect(url, autocommit=True)
+        try:
+            schema.migrate(self._w, dim=dim, schema=self._s)
+            self._keys.open(self._w)
+            epochs.backfill_lsns(self._w, schema=self._s)
+            _configure(self._w)
+            self._pool = ConnectionPool(
+                url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, configure=_configure, open=True
+            )
+        except BaseException:
+            self._w.close()
+            raise
+        self._local_path = None if local_dir is None else os.path.join(local_dir, "local-meta.json")
+        self._local_mu = threading.Lock()
+        self._reader = secrets.token_hex(8)
+        """This origin's id among the change log's readers."""
+        self._local_meta: dict[str, str] = self._start_local(local_dir)
+        self.text = PgText(self)
+        """The word index, in this process's memory: see :mod:`.text`."""
+        self.text.rebuild()
+
+    # -- connections ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection]:
+        held = getattr(self._local, "conn", None)
+        if held is not None:
+            yield held
+            return
+        if self._closed:
+            raise RuntimeError("the origin is closed")
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PostgresOrigin]:
+        """Every read made in this thread inside the block sees one committed state."""
+        if getattr(self._local, "conn", None) is not None:
+            yield self
+            return
+        if self._closed:
+            raise RuntimeError("the origin is closed")
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
+            self._local.conn = conn
+            try:
+                yield self
+            finally:
+                self._local.conn = None
+                self._local.epoch = None
+                conn.execute("COMMIT")
+
+    def snapshot_epoch(self) -> int | None:
+        """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""
+        return getattr(self._local, "epoch", None)
+
+    @contextlib.contextmanager
+    def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[PostgresTx]:
+        """One write transaction; its epoch is assigned in it (:func:`.epochs.transaction`),
+        after every committed one in any process. Commits on a clean exit; on an exception
+        nothing of it stays. Its word-index changes enter this process's postings after."""
+        with self.write_lock:
+            if self._closed:
+                raise RuntimeError("the origin is closed")
+            with epochs.transaction(self._w, kind, tenant, now, schema=self._s) as etx:
+                tx = PostgresTx(self, self._w, etx.epoch)
+                self._tx, self._tx_thread = tx, threading.get_ident()
+                try:
+                    yield tx
+                finally:
+                    self._tx, self._tx_thread = None, None
+            self.text.committed(tx)
+
+    @contextlib.contextmanager
+    def _maintenance(self) -> Iterator[psycopg.Connection]:
+        """A write without an epoch: joins the open transaction when this thread has one (as
+        on the other origins), else its own transaction on the writer connection."""
+        with self.write_lock:
+            if self._closed:
+                raise RuntimeError("the origin is closed")
+            if self._tx is not None and self._tx_thread == threading.get_ident():
+                yield self._w
+                return
+            with self._w.transaction():
+                yield self._w
+
+    # -- meta ------------------------------------------------------------------------------------
+    def _start_local(self, local_dir: str | None) -> dict[str, str]:
+        """This process's meta (module docstring), and its place among the log's readers."""
+        kept: dict[str, str] = {}
+        if self._local_path is not None and os.path.exists(self._local_path):
+            try:
+                with open(self._local_path, encoding="utf-8") as f:
+                    kept = {str(k): str(v) for k, v in json.load(f).items()}
+            except (OSError, ValueError):
+                kept = {}  # a torn file: start afresh, the ANN files are rebuilt from the origin
+        now = self.current_epoch()
+        saved = int(kept.get(LOCAL_EPOCHS[0], 0))
+        if not kept or int(super().meta_get(PRUNED) or 0) > saved:
+            if local_dir is not None:
+                shutil.rmtree(os.path.join(local_dir, "ann"), ignore_errors=True)
+            kept = {key: str(now) for key in LOCAL_EPOCHS}
+            saved = now
+        with self._w.transaction():
+            self._w.execute(
+                f"INSERT INTO {self._s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)",
+                (self._reader, saved, time.time()),
+            )
+        self._local_meta = kept
+        self._write_local()
+        return kept
+
+    def _write_local(self) -> None:
+        if self._local_path is not None:
+            tmp = self._local_path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self._local_meta, f)
+            os.replace(tmp, self._local_path)
+
+    def meta_get(self, key: str) -> str | None:
+        if key.startswith(LOCAL_FILES):
+            return "1"
+        if key.startswith(LOCAL_META):
+            return self._local_meta.get(key)
+        return super().meta_get(key)
+
+    def meta_set(self, key: str, value: str) -> None:
+        if key.startswith(LOCAL_META):
+            with self._local_mu:
+                self._local_meta[key] = value
+                self._write_local()
+            return
+        with self._maintenance() as conn:
+            conn.execute(
+                f"INSERT INTO {self._s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (key, value),
+            )
+
+    def prune_changes(self, upto: int) -> None:
+        """This process has replayed the change log up to ``upto``: note it among the log's
+        readers, and drop the log up to the oldest reader seen lately (module docstring).
+        How far it was pruned is kept in meta, so a process whose word index or ANN files
+        are older rebuilds them instead of missing changes."""
+        s, now = self._s, time.time()
+        with self._maintenance() as conn:
+            conn.execute(
+                f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
+                " ON CONFLICT (reader) DO UPDATE SET upto = excluded.upto, seen_at = excluded.seen_at",
+                (self._reader, upto, now),
+            )
+            conn.execute(f"DELETE FROM {s}.change_readers WHERE seen_at < %s", (now - READER_TTL_S,))
+            row = conn.execute(f"SELECT min(upto) FROM {s}.change_readers").fetchone()
+            floor = min(upto, int(row[0])) if row is not None and row[0] is not None else upto
+            conn.execute(f"DELETE FROM {s}.changes WHERE epoch <= %s", (floor,))
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
+                f" SET v = greatest({s}.meta.v::bigint, excluded.v::bigint)::text",
+                (PRUNED, str(floor)),
+            )
+
+    def record_verification(
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+    ) -> tuple[int, str]:
+        """Append a verification to the ledger, raise the receipt's level and (``discard``)
+        drop the fingerprints and word hashes, in one transaction; no new epoch."""
+        with self._maintenance() as conn:
+            tx = PostgresTx(self, conn, 0)
+            seq, digest = tx.append_ledger("verify", handle, body, now)
+            conn.execute(
+                f"UPDATE {self._s}.receipts SET body = jsonb_set(body, '{{level}}', to_jsonb(%s::text))"
+                " WHERE handle = %s",
+                (receipt_level, handle),
+            )
+            if discard:
+                conn.execute(
+                    f"UPDATE {self._s}.evidence SET fingerprints = NULL, tokens = %s WHERE handle = %s", (b"[]", handle)
+                )
+                conn.execute(f"DELETE FROM {self._s}.path_evidence WHERE handle = %s AND path = 'fts'", (handle,))
+        return seq, digest
+
+    def erased_epoch(self) -> int:
+        """The current epoch, as the memory origin answers. On PostgreSQL this is **not yet a
+        byte proof**: a deleted row's sealed bytes and its vector stay in heap pages, the WAL
+        and replicas until maintenance removes them (docs/postgres.md); the byte ladder that
+        checks that is a later step."""
+        return self.current_epoch()
+
+    def close(self) -> None:
+        with self.write_lock:
+            if self._closed:
+                return
+            self.text.clear()
+            self._sealer.forget_all()
+            with contextlib.suppress(Exception):  # a reader that is gone holds the log back no more
+                self._w.execute(f"DELETE FROM {self._s}.change_readers WHERE reader = %s", (self._reader,))
+            self._closed = True
+            try:
+                self._pool.close()
+            finally:
+                self._w.close()

@@ -1,0 +1,335 @@
+"""A write transaction on the PostgreSQL origin: records, claims and derivations.
+
+It runs on the origin's writer connection inside the transaction :mod:`.epochs` opened (the
+epoch already assigned). Content is sealed here, in this process, before it is sent
+(:mod:`.sealing`); reads inside the transaction see its own writes, unsealed. The rest of
+:class:`efface.origin.base.Tx` (receipts, ledger, subjects, keys, backups) is in
+:mod:`.txmore`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...text import words as text_words
+from ..base import ClaimRow, NewRecord, RecordRow
+from .reads import CLAIM_COLS, REC_COLS, record_aad, to_vector, unseal_record, vector_bytes
+from .txmore import TxMore
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .origin import PostgresOrigin
+
+_CLAIM = (
+    "INSERT INTO {s}.claims(record_id, subject, purpose, basis, expires_at, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (record_id, subject, purpose, basis) DO UPDATE SET expires_at = excluded.expires_at,"
+    " created_at = excluded.created_at"
+)
+_UPSERT = (
+    "INSERT INTO {s}.records(tenant, key, text, metadata, sources, sealed_by, embedding, created_at, updated_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, key) DO UPDATE SET text = excluded.text,"
+    " metadata = excluded.metadata, sources = excluded.sources, sealed_by = excluded.sealed_by,"
+    " embedding = excluded.embedding, updated_at = excluded.updated_at RETURNING id"
+)
+
+
+class PostgresTx(TxMore):
+    """One open write transaction on the origin (see the module docstring)."""
+
+    def __init__(self, origin: PostgresOrigin, conn: psycopg.Connection, epoch: int) -> None:
+        super().__init__(origin, conn, epoch)
+        self.old_texts: dict[int, str] = {}
+        """Each changed record's text as it was before this transaction."""
+        self.staged: list[tuple[str, list[int], list[int], dict[int, str]]] = []
+        """What the word index staged in this transaction, applied in memory once it commits."""
+
+    # -- records and claims -------------------------------------------------------------
+    def _remember(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Note old texts from ``(id, tenant, key, text)`` rows as stored."""
+        for rid, tenant, key, text in rows:
+            if rid not in self.old_texts:
+                self.old_texts[int(rid)] = self._open(text, record_aad("text", tenant, key))
+
+    def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
+        return self.upsert_many(tenant, [rec], now)[0]
+
+    def upsert_many(
+        self, tenant: str, recs: Sequence[NewRecord], now: float, known: Mapping[str, int] | None = None
+    ) -> list[int]:
+        """:meth:`upsert` of each record in order, one ``executemany`` per table (psycopg
+        pipelines them: one round trip per table, not per record); returns the ids in order."""
+        if not recs:
+            return []
+        existing = self._all(
+            "SELECT id, tenant, key, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
+            (tenant, [r.key for r in recs]),
+        )
+        self._remember(existing)
+        rows = []
+        for rec in recs:
+            kid = self._kid(tenant, rec.subject, now)
+            rows.append(
+                (
+                    tenant,
+                    rec.key,
+                    self._seal(kid, rec.text, record_aad("text", tenant, rec.key)),
+                    self._seal(kid, rec.metadata, record_aad("metadata", tenant, rec.key)),
+                    self._seal(kid, json.dumps(list(rec.sources)), record_aad("sources", tenant, rec.key)),
+                    kid,
+                    to_vector(rec.embedding),
+                    now,
+                    now,
+                )
+            )
+        cur = self._c.cursor()
+        cur.executemany(_UPSERT.format(s=self._s), rows, returning=True)
+        rids = []
+        while True:
+            got = cur.fetchone()
+            assert got is not None
+            rids.append(int(got[0]))
+            if not cur.nextset():
+                break
+        # ids are never reused: only a record that existed can have lineage rows
+        old = [int(r[0]) for r in existing]
+        if old:
+            self._c.execute(f"DELETE FROM {self._s}.lineage WHERE record_id = ANY(%s)", (old,))
+        lineage = [(rid, tenant, k) for rid, rec in zip(rids, recs, strict=True) for k in dict.fromkeys(rec.sources)]
+        if lineage:
+            cur.executemany(
+                f"INSERT INTO {self._s}.lineage(record_id, tenant, source_key) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                lineage,
+            )
+        cur.executemany(
+            _CLAIM.format(s=self._s),
+            [(rid, r.subject, r.purpose, r.basis, r.expires_at, now) for rid, r in zip(rids, recs, strict=True)],
+        )
+        return rids
+
+    def _set_lineage(self, rid: int, tenant: str, sources: Sequence[str]) -> None:
+        self._c.execute(f"DELETE FROM {self._s}.lineage WHERE record_id = %s", (rid,))
+        if sources:
+            self._c.cursor().executemany(
+                f"INSERT INTO {self._s}.lineage(record_id, tenant, source_key) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [(rid, tenant, k) for k in dict.fromkeys(sources)],
+            )
+
+    def add_claim(
+        self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
+    ) -> None:
+        self._c.execute(_CLAIM.format(s=self._s), (record_id, subject, purpose, basis, expires_at, now))
+
+    def record_id(self, tenant: str, key: str) -> int | None:
+        row = self._one("SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (tenant, key))
+        return None if row is None else int(row[0])
+
+    def record_ids(self, tenant: str, keys: Sequence[str]) -> dict[str, int]:
+        rows = self._all("SELECT key, id FROM {s}.records WHERE tenant = %s AND key = ANY(%s)", (tenant, list(keys)))
+        return {k: int(i) for k, i in rows}
+
+    def record(self, record_id: int) -> RecordRow | None:
+        row = self._one(f"SELECT {REC_COLS} FROM {{s}}.records r WHERE r.id = %s", (record_id,))
+        return None if row is None else unseal_record(self._o._sealer, self._c, row)
+
+    def _claims(self, where: str, args: Sequence[Any]) -> list[ClaimRow]:
+        sql = f"SELECT {CLAIM_COLS} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id WHERE {where}"
+        return [ClaimRow(*r) for r in self._all(sql + " ORDER BY c.id", args)]
+
+    def match_claims(
+        self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None
+    ) -> list[ClaimRow]:
+        where, args = ["r.tenant = %s"], list[Any]([tenant])
+        for cond, value in (("c.subject = %s", subject), ("c.purpose = %s", purpose), ("r.key = %s", key)):
+            if value is not None:
+                where.append(cond)
+                args.append(value)
+        if prefix is not None:
+            where.append("starts_with(r.key, %s)")
+            args.append(prefix)
+        return self._claims(" AND ".join(where), args)
+
+    def due_claims(self, now: float) -> list[tuple[str, ClaimRow]]:
+        rows = self._all(
+            f"SELECT r.tenant, {CLAIM_COLS} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id"
+            " WHERE c.expires_at IS NOT NULL AND c.expires_at <= %s ORDER BY r.tenant, c.id",
+            (now,),
+        )
+        return [(r[0], ClaimRow(*r[1:])) for r in rows]
+
+    def release(self, claim_ids: Sequence[int]) -> None:
+        self._c.execute(f"DELETE FROM {self._s}.claims WHERE id = ANY(%s)", (list(claim_ids),))
+
+    def remaining_claims(self, record_ids: Sequence[int]) -> dict[int, list[ClaimRow]]:
+        out: dict[int, list[ClaimRow]] = {}
+        for c in self._claims("c.record_id = ANY(%s)", (list(record_ids),)):
+            out.setdefault(c.record_id, []).append(c)
+        return out
+
+    def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes, str]]:
+        out = {}
+        for rid, tenant, key, text, emb, meta in self._all(
+            "SELECT id, tenant, key, text, embedding, metadata FROM {s}.records WHERE id = ANY(%s)", (list(record_ids),)
+        ):
+            out[int(rid)] = (
+                key,
+                self._open(text, record_aad("text", tenant, key)),
+                vector_bytes(emb),
+                self._open(meta, record_aad("metadata", tenant, key)),
+            )
+        return out
+
+    def erase_records(self, record_ids: Sequence[int]) -> None:
+        """Delete the records and everything that hangs off them."""
+        ids = list(record_ids)
+        if not ids:
+            return
+        self._remember(self._all("SELECT id, tenant, key, text FROM {s}.records WHERE id = ANY(%s)", (ids,)))
+        for table, col in (
+            ("lineage", "record_id"),
+            ("mentions", "record_id"),
+            ("quarantine", "record_id"),
+            ("reasons", "record_id"),
+            ("claims", "record_id"),
+            ("records", "id"),
+        ):
+            self._c.execute(f"DELETE FROM {self._s}.{table} WHERE {col} = ANY(%s)", (ids,))
+
+    def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
+        row = self._one("SELECT tenant, key, sealed_by, text FROM {s}.records WHERE id = %s", (record_id,))
+        if row is None:
+            return
+        tenant, key, kid, old = row
+        self._remember([(record_id, tenant, key, old)])
+        self._c.execute(
+            f"UPDATE {self._s}.records SET text = %s, embedding = %s, updated_at = %s WHERE id = %s",
+            (self._seal(bytes(kid), text, record_aad("text", tenant, key)), to_vector(embedding), now, record_id),
+        )
+
+    def _rewrite(self, record_id: int, column: str, value: str) -> None:
+        row = self._one("SELECT tenant, key, sealed_by FROM {s}.records WHERE id = %s", (record_id,))
+        if row is None:
+            return
+        tenant, key, kid = row
+        self._c.execute(
+            f"UPDATE {self._s}.records SET {column} = %s WHERE id = %s",
+            (self._seal(bytes(kid), value, record_aad(column, tenant, key)), record_id),
+        )
+
+    def set_sources(self, record_id: int, tenant: str, sources: Sequence[str]) -> None:
+        self._rewrite(record_id, "sources", json.dumps(list(sources)))
+        self._set_lineage(record_id, tenant, sources)
+
+    def forget_sources(self, tenant: str, keys: Sequence[str], marker: str) -> list[int]:
+        gone = set(keys)
+        rewritten = sorted({rid for rid, _key in self.derived_from(tenant, keys)})
+        for rid in rewritten:
+            rec = self.record(rid)
+            assert rec is not None
+            self.set_sources(
+                rid, tenant, list(dict.fromkeys(marker if k in gone else k for k in json.loads(rec.sources)))
+            )
+        return rewritten
+
+    def set_metadata(self, record_id: int, metadata: str) -> None:
+        self._rewrite(record_id, "metadata", metadata)
+
+    def set_times(self, record_id: int, created_at: float, updated_at: float) -> None:
+        self._c.execute(
+            f"UPDATE {self._s}.records SET created_at = %s, updated_at = %s WHERE id = %s",
+            (created_at, updated_at, record_id),
+        )
+
+    def count_live_records(self, now: float) -> int:
+        row = self._one(
+            "SELECT count(DISTINCT record_id) FROM {s}.claims c WHERE c.expires_at IS NULL OR c.expires_at > %s", (now,)
+        )
+        return int(row[0])
+
+    # -- derivations: lineage, mentions, quarantine ----------------------------------------
+    def set_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        self._c.execute(f"DELETE FROM {self._s}.mentions WHERE record_id = %s", (record_id,))
+        self.add_mentions(record_id, tenant, subjects)
+
+    def add_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
+        rows = [(record_id, tenant, subj) for subj in dict.fromkeys(subjects)]
+        if rows:
+            self._c.cursor().executemany(
+                f"INSERT INTO {self._s}.mentions(record_id, tenant, subject) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+    def mentioning(self, tenant: str, subject: str) -> list[tuple[int, str]]:
+        rows = self._all(
+            "SELECT m.record_id, r.key FROM {s}.mentions m JOIN {s}.records r ON r.id = m.record_id"
+            " WHERE m.tenant = %s AND m.subject = %s ORDER BY m.record_id",
+            (tenant, subject),
+        )
+        return [(int(i), k) for i, k in rows]
+
+    def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
+        rows = self._all(
+            "SELECT DISTINCT l.record_id, r.key FROM {s}.lineage l JOIN {s}.records r ON r.id = l.record_id"
+            " WHERE l.tenant = %s AND l.source_key = ANY(%s) ORDER BY 1",
+            (tenant, list(keys)),
+        )
+        return [(int(i), k) for i, k in rows]
+
+    def records_with_phrase(self, tenant: str, text: str, limit: int = 100000) -> list[tuple[int, str]]:
+        """Records of the tenant whose words contain the words of ``text`` in order: candidates
+        from the word index (brought up to the committed state first) and from this
+        transaction's own changes, each checked on its text as this transaction sees it."""
+        phrase = text_words(text)
+        if not phrase:
+            return []
+        candidates = set(self._o.text.holding_all(phrase)) | set(self.old_texts)
+        for _tenant, puts, _drops, _texts in self.staged:
+            candidates.update(puts)
+        if not candidates:
+            return []
+        n, out = len(phrase), []
+        rows = self._all(
+            f"SELECT {REC_COLS} FROM {{s}}.records r WHERE r.id = ANY(%s) AND r.tenant = %s ORDER BY r.id",
+            (sorted(candidates), tenant),
+        )
+        for row in rows:
+            rec = unseal_record(self._o._sealer, self._c, row)
+            ws = text_words(rec.text)
+            if any(ws[i : i + n] == phrase for i in range(len(ws) - n + 1)):
+                out.append((rec.id, rec.text))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def quarantine(self, record_id: int, tenant: str, why: str, handle: str, now: float) -> None:
+        self._c.execute(
+            f"INSERT INTO {self._s}.quarantine(record_id, tenant, why, handle, since) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (record_id) DO NOTHING",
+            (record_id, tenant, why, handle, now),
+        )
+
+    def is_quarantined(self, record_id: int) -> bool:
+        return self._one("SELECT 1 FROM {s}.quarantine WHERE record_id = %s", (record_id,)) is not None
+
+    def lift_quarantine(self, record_id: int) -> bool:
+        return self._c.execute(f"DELETE FROM {self._s}.quarantine WHERE record_id = %s", (record_id,)).rowcount > 0
+
+    def save_reason(self, record_id: int, tenant: str, reason_h: str, text: str, now: float) -> None:
+        row = self._one("SELECT sealed_by FROM {s}.records WHERE id = %s", (record_id,))
+        kid = bytes(row[0]) if row is not None else self._kid(tenant, "", now)
+        self._c.execute(
+            f"INSERT INTO {self._s}.reasons(record_id, tenant, reason_h, text, created_at) VALUES (%s, %s, %s, %s, %s)",
+            (record_id, tenant, reason_h, self._seal(kid, text, f"reasons|{record_id}|{reason_h}"), now),
+        )
+
+    def reasons_of(self, record_ids: Sequence[int]) -> list[str]:
+        rows = self._all(
+            "SELECT record_id, reason_h, text FROM {s}.reasons WHERE record_id = ANY(%s) ORDER BY created_at",
+            (list(record_ids),),
+        )
+        return [self._open(t, f"reasons|{rid}|{h}") for rid, h, t in rows]

@@ -1,0 +1,382 @@
+"""The rest of a PostgreSQL write transaction: the change log, receipts, evidence, the ledger,
+purposes, subjects, policies, data keys, backups and exposure (:class:`efface.origin.base.Tx`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..base import ClaimRow
+from ..ledger import GENESIS, chain_hash
+from .reads import record_aad, vector_bytes
+from .sealing import TENANT_SUBJECT, kid_of
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .origin import PostgresOrigin
+
+LEDGER_LOCK = 0x65666661_00000004
+"""Advisory lock ('effa' + 4) held by a transaction appending to the ledger: verifications
+append without an epoch, so the epoch counter's row lock does not order them."""
+
+
+class TxMore:
+    """Shared state and the second half of :class:`.tx.PostgresTx`."""
+
+    def __init__(self, origin: PostgresOrigin, conn: psycopg.Connection, epoch: int) -> None:
+        self._o = origin
+        self._c = conn
+        self._s = origin._s
+        self.epoch = epoch
+        self._kids: dict[tuple[str, str], bytes] = {}
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        return self._c.execute(sql.format(s=self._s), args, binary=True).fetchall()
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self._c.execute(sql.format(s=self._s), args, binary=True).fetchone()
+
+    def _seal(self, kid: bytes, value: str, aad: str) -> bytes:
+        return self._o._sealer.seal(self._c, kid, value, aad)
+
+    def _open(self, sealed: bytes, aad: str) -> str:
+        return self._o._sealer.open(self._c, sealed, aad)
+
+    def _kid(self, tenant: str, subject: str, now: float) -> bytes:
+        """The kid of the subject's data key in the tenant, created if missing."""
+        kid = self._kids.get((tenant, subject))
+        if kid is None:
+            kid = self._o._keys.ensure_subject(self._c, tenant, subject, now)
+            self._kids[(tenant, subject)] = kid
+        return kid
+
+    # -- change log, receipts, evidence, ledger ----------------------------------------------
+    def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
+        rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
+        if rows:
+            self._c.cursor().executemany(
+                f"INSERT INTO {self._s}.changes(epoch, record_id, tenant, op) VALUES (%s, %s, %s, %s)", rows
+            )
+
+    def save_receipt(self, handle: str, kind: str, tenant_h: str, body: dict, now: float) -> None:
+        self._c.execute(
+            f"INSERT INTO {self._s}.receipts(handle, epoch, kind, tenant_h, created_at, body)"
+            " VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+            (handle, self.epoch, kind, tenant_h, now, json.dumps(body, sort_keys=True)),
+        )
+
+    def save_evidence(
+        self,
+        handle: str,
+        tenant_h: str,
+        erased_ids: bytes,
+        quarantined_ids: bytes,
+        paths: dict[str, bytes],
+        fingerprints: bytes,
+        now: float,
+    ) -> None:
+        self._c.execute(
+            f"INSERT INTO {self._s}.evidence(handle, tenant_h, epoch, erased_ids, quarantined_ids, anchors, tokens,"
+            " fingerprints, created_at) VALUES (%s, %s, %s, %s, %s, '', '', %s, %s)",
+            (handle, tenant_h, self.epoch, erased_ids, quarantined_ids, fingerprints, now),
+        )
+        self.save_path_evidence(handle, paths)
+
+    def save_path_evidence(self, handle: str, evidence: dict[str, bytes]) -> None:
+        if evidence:
+            self._c.cursor().executemany(
+                f"INSERT INTO {self._s}.path_evidence(handle, path, data) VALUES (%s, %s, %s)",
+                [(handle, name, data) for name, data in evidence.items()],
+            )
+
+    def append_ledger(self, kind: str, handle: str | None, body: dict, now: float) -> tuple[int, str]:
+        self._c.execute("SELECT pg_advisory_xact_lock(%s)", (LEDGER_LOCK,))
+        last = self._one("SELECT seq, hash FROM {s}.ledger ORDER BY seq DESC LIMIT 1")
+        seq, prev = (int(last[0]) + 1, last[1]) if last else (1, GENESIS)
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = chain_hash(prev, seq, now, kind, handle, text)
+        self._c.execute(
+            f"INSERT INTO {self._s}.ledger(seq, at, kind, handle, body, prev, hash)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (seq, now, kind, handle, text, prev, digest),
+        )
+        return seq, digest
+
+    # -- purposes, tenants, subjects, policies ---------------------------------------------------
+    def register_purpose(self, tenant: str, purpose: str) -> None:
+        self._c.execute(
+            f"INSERT INTO {self._s}.purposes(tenant, purpose) VALUES (%s, %s) ON CONFLICT DO NOTHING", (tenant, purpose)
+        )
+
+    def all_purposes(self) -> list[tuple[str, str]]:
+        return [(t, p) for t, p in self._all("SELECT tenant, purpose FROM {s}.purposes")]
+
+    def set_tenant_name(self, tenant: str, name: str) -> None:
+        if self._one("SELECT 1 FROM {s}.tenants WHERE tenant = %s", (tenant,)) is not None:
+            return
+        sealed = self._seal(self._kid(tenant, TENANT_SUBJECT, 0.0), name, f"tenants|{tenant}")
+        self._c.execute(
+            f"INSERT INTO {self._s}.tenants(tenant, name) VALUES (%s, %s) ON CONFLICT DO NOTHING", (tenant, sealed)
+        )
+
+    def drop_tenant_name(self, tenant: str) -> str | None:
+        """Delete the tenant's name once no record, registered subject or subject key of it is
+        left, and then its own key (unless a policy's reason still needs it)."""
+        for sql in (
+            "SELECT 1 FROM {s}.records WHERE tenant = %s LIMIT 1",
+            "SELECT 1 FROM {s}.subjects WHERE tenant = %s LIMIT 1",
+            "SELECT 1 FROM {s}.data_keys WHERE tenant = %s AND subject <> '' LIMIT 1",
+        ):
+            if self._one(sql, (tenant,)) is not None:
+                return None
+        row = self._one("DELETE FROM {s}.tenants WHERE tenant = %s RETURNING name", (tenant,))
+        if row is None:
+            return None
+        name = self._open(row[0], f"tenants|{tenant}")
+        if self._one("SELECT 1 FROM {s}.policies WHERE tenant = %s AND reason IS NOT NULL", (tenant,)) is None:
+            self._destroy(tenant, TENANT_SUBJECT)
+        return name
+
+    def subjects_of(self, tenant: str) -> list[str]:
+        rows = self._all(
+            "SELECT subject FROM {s}.subjects WHERE tenant = %s UNION SELECT c.subject FROM {s}.claims c"
+            " JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s",
+            (tenant, tenant),
+        )
+        return sorted(r[0] for r in rows)
+
+    def set_subject(self, tenant: str, subject: str, identifiers: str, now: float) -> None:
+        sealed = self._seal(self._kid(tenant, subject, now), identifiers, f"subjects|{tenant}|{subject}")
+        self._c.execute(
+            f"INSERT INTO {self._s}.subjects(tenant, subject, identifiers, updated_at) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (tenant, subject) DO UPDATE SET identifiers = excluded.identifiers,"
+            " updated_at = excluded.updated_at",
+            (tenant, subject, sealed, now),
+        )
+
+    def subject_identifiers(self, tenant: str, subject: str) -> str | None:
+        row = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        return None if row is None else self._open(row[0], f"subjects|{tenant}|{subject}")
+
+    def all_subjects(self) -> list[tuple[str, str, str]]:
+        rows = self._all("SELECT tenant, subject, identifiers FROM {s}.subjects")
+        return [(t, subj, self._open(i, f"subjects|{t}|{subj}")) for t, subj, i in rows]
+
+    def subject_has_claims(self, tenant: str, subject: str) -> bool:
+        sql = (
+            "SELECT 1 FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s AND c.subject = %s"
+        )
+        return self._one(sql + " LIMIT 1", (tenant, subject)) is not None
+
+    def drop_subject(self, tenant: str, subject: str) -> bool:
+        """Erase a subject's registered identifiers and the mention rows that point at it; a
+        subject left with no claim loses the data key its identifiers were sealed with."""
+        self._c.execute(f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s", (tenant, subject))
+        cur = self._c.execute(f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        if cur.rowcount > 0 and not self.subject_has_claims(tenant, subject):
+            self._destroy(tenant, subject)
+        return cur.rowcount > 0
+
+    def policy(self, tenant: str) -> tuple[str, str | None]:
+        row = self._one("SELECT policy, reason FROM {s}.policies WHERE tenant = %s", (tenant,))
+        if row is None:
+            return ("quarantine", None)
+        return row[0], None if row[1] is None else self._open(row[1], f"policies|{tenant}")
+
+    def set_policy(self, tenant: str, policy: str, reason: str | None) -> None:
+        sealed = (
+            None if reason is None else self._seal(self._kid(tenant, TENANT_SUBJECT, 0.0), reason, f"policies|{tenant}")
+        )
+        self._c.execute(
+            f"INSERT INTO {self._s}.policies(tenant, policy, reason) VALUES (%s, %s, %s) ON CONFLICT (tenant)"
+            " DO UPDATE SET policy = excluded.policy, reason = excluded.reason",
+            (tenant, policy, sealed),
+        )
+
+    def drop_policy(self, tenant: str) -> str | None:
+        """Delete the tenant's policy; once its name is gone too, so is the tenant's own key."""
+        row = self._one("DELETE FROM {s}.policies WHERE tenant = %s RETURNING reason", (tenant,))
+        reason = None if row is None or row[0] is None else self._open(row[0], f"policies|{tenant}")
+        if self._one("SELECT 1 FROM {s}.tenants WHERE tenant = %s", (tenant,)) is None:
+            self._destroy(tenant, TENANT_SUBJECT)
+        return reason
+
+    def has_policy(self, tenant: str) -> bool:
+        return self._one("SELECT 1 FROM {s}.policies WHERE tenant = %s", (tenant,)) is not None
+
+    def all_policies(self) -> list[tuple[str, str, str | None]]:
+        rows = self._all("SELECT tenant, policy, reason FROM {s}.policies")
+        return [(t, p, None if r is None else self._open(r, f"policies|{t}")) for t, p, r in rows]
+
+    # -- per-subject data keys ------------------------------------------------------------------
+    def ensure_subject_keys(
+        self, tenant: str, subjects: Iterable[str], now: float, subject_h: Callable[[str], str]
+    ) -> None:
+        for subj in sorted(set(subjects)):
+            self._o._keys.name_hash(self._c, self._kid(tenant, subj, now), subject_h(subj))
+
+    def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[tuple[str, bytes]]:
+        """Destroy the data key of every subject in ``subjects`` left with no claim in the
+        tenant; what it sealed that still lives (a record another subject claims, the
+        subject's registration, a stated reason) is sealed again under a live key first.
+        Returns (subject, key) of each key destroyed."""
+        gone = []
+        for subj in sorted(set(subjects)):
+            if not self.subject_has_claims(tenant, subj):
+                dek = self._destroy(tenant, subj)
+                if dek is not None:
+                    gone.append((subj, dek))
+        return gone
+
+    def _destroy(self, tenant: str, subject: str) -> bytes | None:
+        row = self._one(
+            "SELECT kid, wrapped, kek_id FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, subject)
+        )
+        if row is None:
+            return None
+        kid, dek = bytes(row[0]), self._o._keys.unwrap_row(row[2], bytes(row[0]), bytes(row[1]))
+        # open what still lives under the key, destroy it, then seal those values again
+        recs = [
+            (
+                int(rid),
+                t,
+                k,
+                *(
+                    self._open(v, record_aad(col, t, k))
+                    for v, col in zip(vals, ("text", "metadata", "sources"), strict=True)
+                ),
+            )
+            for rid, t, k, *vals in self._all(
+                "SELECT id, tenant, key, text, metadata, sources FROM {s}.records WHERE sealed_by = %s", (kid,)
+            )
+        ]
+        reasons = [
+            (rid, h, created, self._open(text, f"reasons|{rid}|{h}"))
+            for rid, h, created, text in self._all(
+                "SELECT record_id, reason_h, created_at, text FROM {s}.reasons"
+                " WHERE substring(text FROM 2 FOR 16) = %s",
+                (kid,),
+            )
+        ]
+        ident = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        idents = (
+            None if ident is None or kid_of(ident[0]) != kid else self._open(ident[0], f"subjects|{tenant}|{subject}")
+        )
+        self._o._keys.destroy_kid(self._c, kid, self.epoch_time())
+        self._o._sealer.forget(kid)
+        self._kids.pop((tenant, subject), None)
+        for rid, t, k, text, meta, sources in recs:
+            holder = self._one("SELECT subject FROM {s}.claims WHERE record_id = %s ORDER BY id LIMIT 1", (rid,))
+            new = self._kid(t, TENANT_SUBJECT if holder is None else holder[0], 0.0)
+            self._c.execute(
+                f"UPDATE {self._s}.records SET text = %s, metadata = %s, sources = %s, sealed_by = %s WHERE id = %s",
+                (
+                    self._seal(new, text, record_aad("text", t, k)),
+                    self._seal(new, meta, record_aad("metadata", t, k)),
+                    self._seal(new, sources, record_aad("sources", t, k)),
+                    new,
+                    rid,
+                ),
+            )
+        for rid, h, created, text in reasons:
+            owner = self._one("SELECT sealed_by FROM {s}.records WHERE id = %s", (rid,))
+            new = bytes(owner[0]) if owner is not None else self._kid(tenant, TENANT_SUBJECT, 0.0)
+            self._c.execute(
+                f"UPDATE {self._s}.reasons SET text = %s WHERE record_id = %s AND reason_h = %s AND created_at = %s",
+                (self._seal(new, text, f"reasons|{rid}|{h}"), rid, h, created),
+            )
+        if idents is not None:
+            self.set_subject(tenant, subject, idents, self.epoch_time())
+        return dek
+
+    def epoch_time(self) -> float:
+        """The time recorded with this transaction's epoch."""
+        row = self._one("SELECT at FROM {s}.mutations WHERE epoch = %s", (self.epoch,))
+        return 0.0 if row is None else float(row[0])
+
+    def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
+        rows = self._all(
+            "SELECT tenant, subject, kid, wrapped, kek_id FROM {s}.data_keys WHERE subject_h IS NOT NULL"
+            " AND subject IS NOT NULL ORDER BY created_at, kid"
+        )
+        unwrap = self._o._keys.unwrap_row
+        return [(t, subj, bytes(kid), unwrap(kek, bytes(kid), bytes(w))) for t, subj, kid, w, kek in rows]
+
+    def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
+        rows = self._all(
+            "SELECT subject_h FROM {s}.data_keys WHERE tenant = %s AND subject_h = ANY(%s)", (tenant, list(hashes))
+        )
+        return {r[0] for r in rows}
+
+    def claim_subjects(self, now: float) -> list[tuple[str, str]]:
+        rows = self._all(
+            "SELECT DISTINCT r.tenant, c.subject FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id"
+            " WHERE c.expires_at IS NULL OR c.expires_at > %s",
+            (now,),
+        )
+        return [(t, subj) for t, subj in rows]
+
+    # -- backups and exposure ------------------------------------------------------------------
+    def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
+        claims: dict[int, list[tuple]] = {}
+        for rid, subj, purpose, basis, expires_at in self._all(
+            "SELECT record_id, subject, purpose, basis, expires_at FROM {s}.claims c"
+            " WHERE c.expires_at IS NULL OR c.expires_at > %s ORDER BY record_id, id",
+            (now,),
+        ):
+            claims.setdefault(int(rid), []).append((subj, purpose, basis, expires_at))
+        for row in self._all(
+            "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at,"
+            " q.why, q.handle, q.since FROM {s}.records r LEFT JOIN {s}.quarantine q ON q.record_id = r.id"
+            " ORDER BY r.id"
+        ):
+            rid, t, k, text, meta, sources, emb, created, updated, why, handle, since = row
+            if int(rid) not in claims:
+                continue
+            opened = (
+                self._open(v, record_aad(col, t, k))
+                for v, col in ((text, "text"), (meta, "metadata"), (sources, "sources"))
+            )
+            yield (int(rid), t, k, *opened, vector_bytes(emb), created, updated, why, handle, since), claims[int(rid)]
+
+    def backup_floor(self) -> int | None:
+        row = self._one("SELECT min(ledger_seq) FROM {s}.backups")
+        return None if row is None or row[0] is None else int(row[0])
+
+    def record_backup(
+        self, backup_id: str, path_h: str, ledger_seq: int, now: float, records: int, subjects: int
+    ) -> None:
+        self._c.execute(
+            f"INSERT INTO {self._s}.backups(id, path_h, epoch, ledger_seq, created_at, records, subjects)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (backup_id, path_h, self.epoch, ledger_seq, now, records, subjects),
+        )
+
+    def note_exposure(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
+        rows = [(tenant, k, subj) for k, subj in pairs]
+        if rows:
+            self._c.cursor().executemany(
+                f"INSERT INTO {self._s}.backup_exposure(tenant, key_h, subject_h) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+    def drop_exposure(self, tenant: str, subject_hashes: Iterable[str]) -> None:
+        self._c.execute(
+            f"DELETE FROM {self._s}.backup_exposure WHERE tenant = %s AND subject_h = ANY(%s)",
+            (tenant, list(subject_hashes)),
+        )
+
+    def exposed(self, tenant: str, key_hashes: Sequence[str]) -> set[str]:
+        rows = self._all(
+            "SELECT subject_h FROM {s}.backup_exposure WHERE tenant = %s AND key_h = ANY(%s)",
+            (tenant, list(key_hashes)),
+        )
+        return {r[0] for r in rows}
+
+
+__all__ = ["LEDGER_LOCK", "ClaimRow", "TxMore"]
