@@ -160,3 +160,19 @@ def test_the_change_log_is_pruned_only_as_far_as_every_open_store_has_replayed_i
             assert hits[0].key == "n0" and "ann" in hits[0].via
     finally:
         a.close()
+
+
+def test_verify_on_postgres_never_claims_erased_by_assumption(pg_db, kek, tmp_path):
+    """The byte ladder on PostgreSQL is not built: a forget is unreadable at once from every
+    store on the database, and verify stops there, saying why (``cannot_verify``), whatever
+    ``wait`` answers about this process's own files."""
+    with _open(pg_db, kek, tmp_path / "a", background=False) as a, _open(pg_db, kek, tmp_path / "b") as b:
+        a.write("k", "Alice prefers green tea", tenant="t", subject="alice", purpose="p")
+        receipt = a.forget(tenant="t", subject="alice")
+        assert b.read("k", tenant="t", purpose="p") is None  # the other store's next read
+        a.wait(receipt.handle, 30)
+        v = a.verify(receipt.handle)
+        assert v.level == "unreadable"
+        own = [c for c in v.checks if c.name == "origin.postgres"]
+        assert [c.outcome for c in own] == ["cannot_verify"]
+        assert "origin.wal" not in {c.name for c in v.checks}

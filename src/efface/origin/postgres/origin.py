@@ -41,6 +41,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ...model import Check
+from ..base import require_epoch
 from . import epochs, schema
 from .keys import Keys
 from .reads import PgReads
@@ -133,9 +135,12 @@ class PostgresOrigin(PgReads):
             yield conn
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[PostgresOrigin]:
-        """Every read made in this thread inside the block sees one committed state."""
+    def snapshot(self, at_least: int | None = None) -> Iterator[PostgresOrigin]:
+        """Every read made in this thread inside the block sees one committed state, holding
+        epoch ``at_least`` (else :class:`~efface.errors.ErasureNotSettled`: see
+        :meth:`efface.origin.base.Origin.snapshot`)."""
         if getattr(self._local, "conn", None) is not None:
+            require_epoch(self, at_least)
             yield self
             return
         if self._closed:
@@ -145,6 +150,7 @@ class PostgresOrigin(PgReads):
             self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
             self._local.conn = conn
             try:
+                require_epoch(self, at_least)
                 yield self
             finally:
                 self._local.conn = None
@@ -285,6 +291,29 @@ class PostgresOrigin(PgReads):
         and replicas until maintenance removes them (docs/postgres.md); the byte ladder that
         checks that is a later step."""
         return self.current_epoch()
+
+    def erased_checks(self, epoch: int) -> list[Check]:
+        """``origin.postgres``: ``cannot_verify``, always, for now. The database's files are not
+        this process's to scan (another host, as a rule), and a deleted row's sealed bytes and
+        its vector stay in heap pages, the WAL, replicas and backups until maintenance removes
+        them (docs/postgres.md); the subject's data key is destroyed at the forget, but the
+        key-encryption key is not yet rotated after it, so a wrapped copy of the data key left
+        in those pages is not yet useless. So ``verify`` never says ``erased`` here."""
+        t0 = time.time()
+        return [
+            Check(
+                name="origin.postgres",
+                rung="erased",
+                outcome="cannot_verify",
+                detail=(
+                    "the PostgreSQL database's data directory, WAL, replicas and backups are not scanned by this "
+                    "efface, and the key-encryption key has not been rotated since the data keys were destroyed: "
+                    "the erased rows' sealed bytes and vectors may remain there"
+                ),
+                at=round(t0, 6),
+                duration_s=round(time.time() - t0, 6),
+            )
+        ]
 
     def close(self) -> None:
         with self.write_lock:

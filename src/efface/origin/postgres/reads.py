@@ -331,6 +331,10 @@ class PgReads:
         row = self._one("SELECT v FROM {s}.meta WHERE k = %s", (key,))
         return None if row is None else row[0]
 
+    def meta_items(self, prefix: str) -> dict[str, str]:
+        rows = self._all("SELECT k, v FROM {s}.meta WHERE left(k, %s) = %s", (len(prefix), prefix))
+        return {k: v for k, v in rows}
+
 
 def _receipt(row: Sequence[Any]) -> dict[str, Any]:
     handle, epoch, kind, tenant_h, at, body = row

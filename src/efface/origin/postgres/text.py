@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...text import words as text_words
+from ..base import CHANGES_PRUNED
 from ..memory.state import BM25_B, BM25_K1
 from .reads import REC_COLS, unseal_record
 
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from .origin import PostgresOrigin
     from .tx import PostgresTx
 
-PRUNED = "changes.pruned_upto"
-"""Meta key: the newest epoch whose change-log rows may have been pruned."""
+PRUNED = CHANGES_PRUNED
+"""Meta key: the newest epoch whose change-log rows may have been pruned (every origin's)."""
 
 
 class PgText:
