@@ -8,7 +8,8 @@ record).
     PYTHONPATH=src python bench/experiments/capture_fusion.py conversations minilm OUT.pkl
     PYTHONPATH=src python bench/experiments/capture_fusion.py debian minilm OUT.pkl [DOCS QUERIES]
 
-The sets are those of ``--quick`` (conversations: every fourth tenant; debian: 2,000 documents
+The sets are those of ``--quick`` (conversations: every fourth tenant, ``conversations-all``
+every tenant; debian: 2,000 documents
 and 200 queries; manpages: all its documents, 200 queries), with the bench's cached vectors.
 """
 
@@ -33,9 +34,9 @@ from efface.paths.base import Query
 
 name, emb_name, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 emb = bq.embedder(emb_name)
-if name == "conversations":
+if name in ("conversations", "conversations-all"):
     full = cv.build()
-    c = full.only(list(range(0, len(full.pairs), 4)))
+    c = full if name == "conversations-all" else full.only(list(range(0, len(full.pairs), 4)))
     docs, subjects, tenants = c.turns, c.speakers, c.tenants
     queries = [q.text for q in c.questions]
     q_tenant = [q.tenant for q in c.questions]
