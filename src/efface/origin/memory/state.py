@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,44 @@ from ..base import RecordRow
 
 BM25_K1 = 1.2
 BM25_B = 0.75
+
+
+def bm25_ceiling(n: int, dfs: Iterable[int]) -> float:
+    """The most BM25 any record could score for a query whose distinct words are in ``dfs``
+    records each, in an index of ``n`` (the idf, the term frequency saturated at k1 + 1). A df
+    above ``n`` (counted in another look at the index, beside a writer) means the index had at
+    least df records then, and that is the size used for it."""
+    return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
+
+
+def bm25_scores(
+    found: Iterable[int],
+    doc_terms: dict[int, Counter],
+    postings: dict[str, set[int]],
+    doc_len_total: int,
+    words: Sequence[str],
+) -> dict[int, float]:
+    """BM25 (k1 1.2, b 0.75) of each of ``found`` over ``words``, in an index held as postings
+    and each document's term counts (the memory origin's, and the PostgreSQL origin's in this
+    process)."""
+    n = len(doc_terms)
+    avg = doc_len_total / n if n else 1.0
+    idf = {}
+    for w in dict.fromkeys(words):
+        df = len(postings.get(w, ()))
+        if df:
+            idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+    scores = {}
+    for rid in found:
+        terms = doc_terms[rid]
+        length = sum(terms.values())
+        score = 0.0
+        for w, weight in idf.items():
+            tf = terms.get(w, 0)
+            if tf:
+                score += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+        scores[rid] = score
+    return scores
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...text import words as text_words
-from .state import BM25_B, BM25_K1, _live_ids, _State
+from .state import _live_ids, _State, bm25_ceiling, bm25_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tx import MemoryTx
@@ -77,8 +76,7 @@ class MemoryText:
         ``(n + 1) / (df + 0.5)``), but a df above the store's size means the store had at least
         df records when it was counted, and that is the size used for it (as the SQLite index
         does, where the other idf would fail)."""
-        n = len(self._st().doc_terms)
-        return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
+        return bm25_ceiling(len(self._st().doc_terms), dfs)
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
@@ -103,23 +101,7 @@ class MemoryText:
         found = self._matches(s, words)
         if not found:
             return []
-        n = len(s.doc_terms)
-        avg = s.doc_len_total / n if n else 1.0
-        idf = {}
-        for w in dict.fromkeys([*words, *scoring]):
-            df = len(s.postings.get(w, ()))
-            if df:
-                idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
-        scores = {}
-        for rid in found:
-            terms = s.doc_terms[rid]
-            length = sum(terms.values())
-            score = 0.0
-            for w, weight in idf.items():
-                tf = terms.get(w, 0)
-                if tf:
-                    score += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
-            scores[rid] = score
+        scores = bm25_scores(found, s.doc_terms, s.postings, s.doc_len_total, [*words, *scoring])
         ranked = sorted(scores, key=lambda r: (-scores[r], r))[:depth]
         live = _live_ids(s, ranked, tenant, purpose, subject, now)
         return [(r, scores[r]) for r in ranked if r in live][:limit]

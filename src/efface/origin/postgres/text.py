@@ -17,7 +17,6 @@ keeps its own postings over :func:`efface.text.words`, ranked by BM25 as the mem
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ...text import words as text_words
 from ..base import CHANGES_PRUNED
-from ..memory.state import BM25_B, BM25_K1
+from ..memory.state import bm25_ceiling, bm25_scores
 from .reads import REC_COLS, unseal_record
 
 if TYPE_CHECKING:
@@ -181,8 +180,7 @@ class PgText:
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:
         """As :meth:`efface.origin.memory.text.MemoryText.bm25_ceiling`."""
-        n = len(self._doc_terms)
-        return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
+        return bm25_ceiling(len(self._doc_terms), dfs)
 
     def _matches(self, words: Sequence[str]) -> set[int]:
         out: set[int] = set()
@@ -196,24 +194,7 @@ class PgText:
     def _scores(self, words: Sequence[str], scoring: Sequence[str]) -> dict[int, float]:
         with self._mu:
             found = self._matches(words)
-            n = len(self._doc_terms)
-            avg = self._len_total / n if n else 1.0
-            idf = {}
-            for w in dict.fromkeys([*words, *scoring]):
-                df = len(self._postings.get(w, ()))
-                if df:
-                    idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
-            scores = {}
-            for rid in found:
-                terms = self._doc_terms[rid]
-                length = sum(terms.values())
-                score = 0.0
-                for w, weight in idf.items():
-                    tf = terms.get(w, 0)
-                    if tf:
-                        score += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
-                scores[rid] = score
-            return scores
+            return bm25_scores(found, self._doc_terms, self._postings, self._len_total, [*words, *scoring])
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
