@@ -34,6 +34,7 @@ EFFACE_ALL = [
     "KeyInUse",
     "Memory",
     "NotFound",
+    "OriginUnreachable",
     "PathState",
     "Receipt",
     "Released",

@@ -457,8 +457,9 @@ def test_open_refuses_bad_targets(tmp_path):
     a_file.write_text("x")
     with pytest.raises(efface.InvalidInput):
         efface.open(a_file, embedder="hashing", background=False)
-    with pytest.raises(efface.InvalidInput):
-        efface.open("postgresql://user:secret-pw@db/efface", embedder="hashing")
+    with pytest.raises(efface.OriginUnreachable) as unreachable:
+        efface.open("postgresql://user:secret-pw@db.invalid/efface", embedder="hashing")
+    assert "secret-pw" not in str(unreachable.value)
     with pytest.raises(efface.InvalidInput) as info:
         efface.open(tmp_path / "s", embedder="word2vec-xyz", background=False)
     assert "word2vec-xyz" not in str(info.value)

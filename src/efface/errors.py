@@ -15,6 +15,7 @@
      │    ├── CacheRoutedVerification  the verification read was not served by the origin
      │    └── UnboundedPropagation     derived structures with no finite propagation bound
      ├── StoreLocked           another process has the store open
+     ├── OriginUnreachable     the database a store lives in could not be reached
      ├── StoreDamaged          origin.db fails SQLite's checks, is missing beside its
      │                         indexes, or a file of the store is of the wrong kind
      ├── StoreUnwritable       the store's files cannot be written: a read-only directory
@@ -130,6 +131,11 @@ class UnverifiableDeletion(EffaceError):
 
 class StoreLocked(EffaceError):
     """Another process holds this store open."""
+
+
+class OriginUnreachable(EffaceError):
+    """The database a store lives in (``postgresql://...``) could not be reached: a wrong host
+    or port, a server that is down, refused credentials. Nothing was read or written."""
 
 
 class StoreDamaged(EffaceError):

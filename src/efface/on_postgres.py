@@ -24,7 +24,7 @@ import shutil
 from typing import Any
 
 from .embed import Embedder, for_store
-from .errors import InvalidInput, StoreLocked, StoreUnwritable
+from .errors import InvalidInput, OriginUnreachable, StoreLocked, StoreUnwritable
 from .faults import os_faults
 from .origin.base import Origin
 from .origin.postgres import schema as pg_schema
@@ -46,7 +46,15 @@ def default_cache_dir(url: str, schema_name: str) -> str:
 def _recorded_embedder(url: str, schema_name: str) -> str | None:
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as e:
+        # psycopg's message names the host and may name the user; never the URL, which may hold a password
+        raise OriginUnreachable(
+            f"the PostgreSQL database could not be reached ({type(e).__name__}): check the URL's host, port, "
+            "database and credentials, and that the server runs, then try again"
+        ) from None
+    with conn:
         if pg_schema.schema_version(conn, schema_name) is None:
             return None
         row = conn.execute(f"SELECT v FROM {schema_name}.meta WHERE k = 'embedder'").fetchone()

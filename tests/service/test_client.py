@@ -56,8 +56,8 @@ def test_bad_key_unreachable_server_and_bad_urls(served):
         c.receipts()
     with pytest.raises(efface.InvalidInput):
         efface.open(served.url, api_key="k", embedder="hashing")
-    with pytest.raises(efface.InvalidInput):
-        efface.open("postgres://db/x")
+    with pytest.raises(efface.OriginUnreachable):
+        efface.open("postgres://db.invalid/x")
 
 
 def test_efface_serve_and_the_cli_in_other_processes(tmp_path):

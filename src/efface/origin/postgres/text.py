@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...text import words as text_words
 from ..base import CHANGES_PRUNED
@@ -28,8 +28,11 @@ from ..memory.state import bm25_ceiling, bm25_scores
 from .reads import REC_COLS, unseal_record
 
 if TYPE_CHECKING:
-    from .origin import PostgresOrigin
     from .tx import PostgresTx
+
+PostgresOrigin = Any
+"""The origin this part serves (:class:`.origin.PostgresOrigin`), untyped here: the origin
+imports this module, and importing it back, even for types, would close a circle."""
 
 PRUNED = CHANGES_PRUNED
 """Meta key: the newest epoch whose change-log rows may have been pruned (every origin's)."""

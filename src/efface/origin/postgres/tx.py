@@ -21,7 +21,10 @@ from .txmore import TxMore
 if TYPE_CHECKING:
     import psycopg
 
-    from .origin import PostgresOrigin
+PostgresOrigin = Any
+"""The origin this part serves (:class:`.origin.PostgresOrigin`), untyped here: the origin
+imports this module, and importing it back, even for types, would close a circle."""
+
 
 _CLAIM = (
     "INSERT INTO {s}.claims(record_id, subject, purpose, basis, expires_at, created_at) VALUES (%s, %s, %s, %s, %s, %s)"

@@ -16,7 +16,10 @@ from .sealing import TENANT_SUBJECT, kid_of
 if TYPE_CHECKING:
     import psycopg
 
-    from .origin import PostgresOrigin
+PostgresOrigin = Any
+"""The origin this part serves (:class:`.origin.PostgresOrigin`), untyped here: the origin
+imports this module, and importing it back, even for types, would close a circle."""
+
 
 LEDGER_LOCK = 0x65666661_00000004
 """Advisory lock ('effa' + 4) held by a transaction appending to the ledger: verifications
