@@ -88,6 +88,8 @@ def test_core_dependencies_leave_the_service_stack_to_the_serve_extra():
 def test_ci_runs_the_readme_quick_start_exactly():
     readme = (ROOT / "README.md").read_text().splitlines()
     fence = readme.index("```sh", next(i for i, line in enumerate(readme) if line == "## Quick start"))
-    first = readme[fence + 1]
+    first, second = readme[fence + 1], readme[fence + 2]
     assert first == 'pip install torch==2.13.0 -e ".[serve,minilm]" && efface demo'
-    assert (ROOT / ".ci" / "run").read_text().splitlines()[6] == first
+    # .ci/run may install system packages first; its last two commands are the README's, exactly
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert commands[-2:] == [first, second]
