@@ -15,21 +15,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from efface.paths.recall import _keeping
+
 SPREAD = 3.0
 K = 10
 
 
-def keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
-    top = fused[:k]
-    missing = [r for r in fused[k:] if r in kept]
-    if not missing:
-        return top
-    free = [i for i in range(len(top) - 1, -1, -1) if top[i] not in kept]
-    chosen = set(top)
-    for r, i in zip(missing, free, strict=False):
-        chosen.discard(top[i])
-        chosen.add(r)
-    return [r for r in fused if r in chosen]
+keeping = _keeping
+"""Recall's own rule for the top k (each leg's best kept in), so the replay is the shipped one."""
 
 
 def scaled(vector_leg: bool, v: np.ndarray, ceiling) -> np.ndarray:
