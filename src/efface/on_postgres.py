@@ -61,6 +61,20 @@ def _recorded_embedder(url: str, schema_name: str) -> str | None:
         return None if row is None else str(row[0])
 
 
+def _first_comer(url: str, schema_name: str, embedder: str) -> None:
+    """Record the store's keyed-hash secret and embedder if no process has yet, the first
+    one's winning. Servers started together on a new database would otherwise each make a
+    secret and overwrite the other's (the store's own first use sets it unconditionally),
+    and hash every tenant and key differently from then on."""
+    import psycopg
+
+    from .erasure.ledger import SECRET_KEY, Hasher
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        for k, v in ((SECRET_KEY, Hasher.new_secret()), ("embedder", embedder)):
+            conn.execute(f"INSERT INTO {schema_name}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING", (k, v))
+
+
 def open_postgres(
     url: str,
     embedder: str | Embedder | None = None,
@@ -111,6 +125,7 @@ def open_postgres(
     o: Origin | None = None
     try:
         o = PostgresOrigin(url, dim=chosen.dim, kek_file=kek_file, local_dir=root, schema_name=name)
+        _first_comer(url, name, chosen.name)
         return Store(root, chosen, origin=o, on_close=release, **options)
     except BaseException:
         if o is not None:
