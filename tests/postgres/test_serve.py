@@ -57,12 +57,13 @@ class PgServe:
         self.args = [sys.executable, "-m", "efface", "serve", "--origin", url, "--kek-file", str(kek)]
         self.args += ["--embedder", "hashing", "--port", "0"]
         self.log_path = log
+        self.env = _env()
         self.start()
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             start = log.tell()
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=_env())
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + 180
         while (m := re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", self.log()[start:])) is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -271,3 +272,59 @@ def test_cli_commands_take_origin_and_never_print_the_password(two, tmp_path):
     code, doc, printed = efface_cli("receipts", "--origin", bad, "--kek-file", str(kek))
     assert code == 1 and doc["error"]["type"] == "OriginUnreachable"
     assert PASSWORD not in printed
+
+
+def _doc_block() -> list[str]:
+    """The ```sh block of docs/postgres.md's "Several servers" that says this test runs it."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "postgres.md").read_text("utf-8")
+    m = re.search(r"<!-- tested: tests/postgres/test_serve.py[^>]*-->\s*```sh\n(.*?)```", doc, re.S)
+    assert m is not None, "docs/postgres.md lost its tested block of commands"
+    return [line.split("#", 1)[0].strip() for line in m.group(1).splitlines() if line.strip()]
+
+
+def test_the_commands_of_docs_postgres_md_several_servers(pg_db, tmp_path):
+    """Each line of the doc's block, run as written, with the doc's URL and key file swapped for
+    this test's database and a file of its own (through the same variables), and any free port."""
+    lines = _doc_block()
+    exports = [ln for ln in lines if ln.startswith("export ")]
+    assert [e.split("=")[0] for e in exports] == ["export EFFACE_ORIGIN", "export EFFACE_KEK_FILE"]
+    url, kek = _url(pg_db), tmp_path / "efface.kek"
+    env = {**_env(), "EFFACE_ORIGIN": url, "EFFACE_KEK_FILE": str(kek)}
+    servers: list[PgServe] = []
+    try:
+        made: dict = {}
+        for n, line in enumerate(ln for ln in lines if not ln.startswith("export ")):
+            args = line.split()
+            assert args[0] == "efface", line
+            if line.endswith("&"):
+                assert args[1] == "serve"
+                s = PgServe.__new__(PgServe)
+                s.args = [sys.executable, "-m", "efface", *args[1:-1], "--embedder", "hashing"]
+                s.args[s.args.index("--port") + 1] = "0"
+                s.log_path, s.env = tmp_path / f"serve{n}.log", env
+                servers.append(s)
+                s.start()
+                continue
+            out = subprocess.run(
+                [sys.executable, "-m", "efface", *args[1:], "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert PASSWORD not in out.stdout + out.stderr
+            doc = json.loads(out.stdout)
+            if args[1:3] == ["keys", "create"]:
+                made = doc
+        assert len(servers) == 2 and made.get("key", "").startswith("efk_")
+        with servers[0].client(made["key"]) as ca, servers[1].client(made["key"]) as cb:
+            ca.write("d1", "Alice prefers green tea", subject="alice", purpose=PURPOSE)
+            assert cb.read("d1", purpose=PURPOSE) is not None
+            cb.forget(subject="alice")
+            assert ca.read("d1", purpose=PURPOSE) is None
+    finally:
+        for s in servers:
+            s.stop()
+    for s in servers:
+        assert PASSWORD not in s.log() and "***" in s.log()
