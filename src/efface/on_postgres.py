@@ -33,6 +33,21 @@ from .store import Store
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
+def check_url(url: str) -> None:
+    """:class:`InvalidInput` unless ``url`` parses as a PostgreSQL connection string; the
+    message never repeats it (it may hold a password), nor psycopg's, which may."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as e:
+        raise InvalidInput(
+            f"the PostgreSQL URL is malformed ({type(e).__name__}): write it as "
+            "postgresql://user:password@host:port/database (a query string may add libpq's own options only)"
+        ) from None
+
+
 def default_cache_dir(url: str, schema_name: str) -> str:
     """Where a process keeps its derived files of the store at ``url`` (see the module docstring)."""
     from psycopg.conninfo import conninfo_to_dict
@@ -99,6 +114,7 @@ def open_postgres(
         ) from None
     from .origin.postgres.origin import PostgresOrigin
 
+    check_url(url)
     name = pg_schema.check_name(schema)
     chosen = for_store(embedder, _recorded_embedder(url, name))
     owned = cache_dir is None

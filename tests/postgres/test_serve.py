@@ -230,7 +230,7 @@ def test_kill_9_of_a_server_loses_nothing_acknowledged_and_resurrects_nothing(tw
 
 
 def test_the_kek_file_missing_or_wrong_is_a_clear_error_never_a_new_key(two, tmp_path):
-    url, kek, a, b = two
+    url, _kek, _a, _b = two
     missing = tmp_path / "nowhere.kek"
     code, doc, printed = efface_cli("keys", "list", "--origin", url, "--kek-file", str(missing))
     assert code == 1 and doc["error"]["type"] == "KeyFileMissing", printed
@@ -257,7 +257,7 @@ def test_the_kek_file_missing_or_wrong_is_a_clear_error_never_a_new_key(two, tmp
 
 
 def test_cli_commands_take_origin_and_never_print_the_password(two, tmp_path):
-    url, kek, a, b = two
+    url, kek, _a, _b = two
     common = ("--origin", url, "--kek-file", str(kek), "--embedder", "hashing", "--tenant", TENANT)
     code, doc, printed = efface_cli("write", "c1", "Bob likes chess", "--subject", "bob", "--purpose", PURPOSE, *common)
     assert code == 0, printed
@@ -328,3 +328,25 @@ def test_the_commands_of_docs_postgres_md_several_servers(pg_db, tmp_path):
             s.stop()
     for s in servers:
         assert PASSWORD not in s.log() and "***" in s.log()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://u:{PASSWORD}@[bad/db",
+        f"postgresql://u:{PASSWORD}@127.0.0.1/db?nonsense=1",
+    ],
+)
+@pytest.mark.parametrize("command", [("receipts", "--embedder", "hashing"), ("keys", "list"), ("serve",)])
+def test_a_malformed_url_is_bad_input_and_never_printed(url, command, tmp_path):
+    kek = tmp_path / "efface.kek"
+    out = subprocess.run(
+        [sys.executable, "-m", "efface", *command, "--origin", url, "--kek-file", str(kek)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 2 and "the PostgreSQL URL is malformed" in out.stderr
+    assert PASSWORD not in out.stdout + out.stderr and "Traceback" not in out.stderr
+    assert not kek.exists()  # nothing was created

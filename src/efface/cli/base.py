@@ -145,8 +145,8 @@ def _origin_options(*, root: bool = False) -> list[Callable]:
             metavar="URL",
             expose_value=False,
             callback=_setter("origin"),
-            help="A store in PostgreSQL (postgresql://user@host/db) instead of --store DIR; several efface "
-            "servers and commands may share it. A password in it is never printed.",
+            help="A store in PostgreSQL (postgresql://user@host/db; or EFFACE_ORIGIN) instead of --store DIR; "
+            "several efface servers and commands may share it. A password in it is never printed.",
             **env("EFFACE_ORIGIN"),
         ),
         click.option(

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..erasure.ledger import SECRET_KEY, Hasher
 from ..errors import NotFound, OriginUnreachable
+from ..on_postgres import check_url
 from ..origin.postgres import schema as pg_schema
 from ..origin.postgres.errors import DataKeyDestroyed
 from ..origin.postgres.keys import Keys
@@ -86,6 +87,7 @@ class PgKeyRing:
         import psycopg
         from psycopg_pool import ConnectionPool
 
+        check_url(url)
         self._s = pg_schema.check_name(schema)
         self._keys = Keys(kek_file, schema=self._s)
         try:
