@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Text-leg and fusion rules compared on fusion_sim's model of recall (issue #36 item 2).
 
-    PYTHONPATH=src python bench/experiments/exp_fusion_sim.py
+PYTHONPATH=src python bench/experiments/exp_fusion_sim.py
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def run(sets, rules, weights=None):
                 if s.name == "conversations":
                     kinds = np.asarray(s.kinds)
                     line += "  " + " ".join(
-                        f"{k[:4]}{fs.metrics(lists, s.relevant, kinds == k)[1]:.3f}" for k in ("single-hop", "multi-hop", "temporal")
+                        f"{k[:4]}{fs.metrics(lists, s.relevant, kinds == k)[1]:.3f}"
+                        for k in ("single-hop", "multi-hop", "temporal")
                     )
                 print(line, flush=True)
 

@@ -73,7 +73,6 @@ def load(name: str, emb_name: str, n_docs: int = 5000, n_q: int = 500) -> Set:
     import bench_quality as bq
     import conversations as cv
     import corpora
-
     from efface.text import index_text, query_words
 
     emb = bq.embedder(emb_name)
