@@ -441,11 +441,15 @@ def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | N
 
 def _standing(ids: np.ndarray, cosines: np.ndarray, proposed: Sequence[int]) -> float:
     """How fully the vector leg votes, in [0, 1]: how far its best cosine (of ``cosines``, of
-    the union's ``ids``) stands above the cosines of the records it did not propose (not in
+    the union's ``ids``, ascending) stands above the cosines of the records it did not propose (not in
     ``proposed``, its own candidates), in their standard deviations, from ``SPREAD - 1``
     (not at all) to :data:`SPREAD` (fully). 1 when fewer than :data:`MIN_BACKGROUND` records
     are not its own, or they all score alike."""
-    others = cosines[~np.isin(ids, np.asarray(proposed, dtype=np.int64))]
+    mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
+    at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
+    own = np.zeros(len(ids), dtype=bool)
+    own[at[ids[at] == mine]] = True
+    others = cosines[~own]
     if len(others) < MIN_BACKGROUND:
         return 1.0
     sd = float(others.std())
