@@ -148,8 +148,13 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
+            # one round trip: the transaction begins and its snapshot is taken by the SELECT
+            cur = conn.execute(
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT epoch FROM {self._s}.epoch_counter"
+            )
+            cur.nextset()  # past BEGIN's result to the SELECT's
+            row = cur.fetchone()
+            self._local.epoch = 0 if row is None else int(row[0])
             self._local.conn = conn
             try:
                 require_epoch(self, at_least)
