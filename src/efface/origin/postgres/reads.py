@@ -175,7 +175,9 @@ class PgReads:
         if not vectors:
             rows = self._all(f"SELECT r.id FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
             return {int(r[0]): b"" for r in rows}
-        return self._vectors(f"SELECT r.id, r.embedding FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
+        return self._vectors(
+            f"SELECT r.id, r.embedding FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args
+        )
 
     # -- vectors: pgvector's HNSW index (efface.paths.indexed.OriginVectors searches it)
     def nearest(
@@ -207,7 +209,9 @@ class PgReads:
         return [int(r[0]) for r in rows]
 
     def vector_count(self, tenant: str) -> int:
-        return int(self._one("SELECT count(*) FROM {s}.records WHERE tenant = %s AND embedding IS NOT NULL", (tenant,))[0])
+        return int(
+            self._one("SELECT count(*) FROM {s}.records WHERE tenant = %s AND embedding IS NOT NULL", (tenant,))[0]
+        )
 
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         if not ids:

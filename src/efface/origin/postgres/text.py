@@ -215,7 +215,9 @@ class PgText:
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         self.refresh()
         with self._mu:
-            return {w: len(self._postings[t]) for w in words if (t := self._term(w)) is not None and t in self._postings}
+            return {
+                w: len(self._postings[t]) for w in words if (t := self._term(w)) is not None and t in self._postings
+            }
 
     def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
         """The term this index holds for each word (its stem: :data:`TOKENIZE`), None for a
