@@ -2,7 +2,8 @@
 
 Builds the PostgreSQL origin (:mod:`efface.origin.postgres`) and the store over it. Unlike
 the embedded store, nothing is locked: any number of efface processes may open one
-database. What each process derives for itself (the ANN files of recall, and their meta)
+database. Recall's vectors are searched in the database (pgvector's index:
+:mod:`efface.paths.indexed`); what each process keeps for itself (a little meta, its lock)
 lives in a local directory of its own, ``cache_dir``:
 
 * given, it is used as is, and kept at close (a later open with the same directory starts

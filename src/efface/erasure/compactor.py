@@ -184,7 +184,9 @@ class Compactor:
                         p.persist()
                     else:
                         p.erase()
-                lagging = [p.replay_epoch() for p in self._async]
+                # no asynchronous path (an origin that indexes its own vectors): nothing of this
+                # process replays the log but the origin's own readers, which it holds back for
+                lagging = [p.replay_epoch() for p in self._async] or [self._origin.current_epoch()]
                 if lagging:
                     self._changes.prune(min(lagging))
                 now = time.monotonic()

@@ -11,7 +11,7 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 of an origin that keeps files, or None: then its erased epoch is its current one) and
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
 Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
-and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with
+:class:`NearestVectors`, and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with
 ``isinstance``: every use is typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
@@ -330,6 +330,30 @@ class LivenessCopy(Protocol):
     def live(self, ids: Sequence[int], tenant: str, purpose: str, now: float) -> list[int]: ...
     def holding(self, ids: Sequence[int]) -> int:
         """How many of ``ids`` it still counts live or holds a vector of."""
+        ...
+
+
+@runtime_checkable
+class NearestVectors(Protocol):
+    """An origin that indexes its records' vectors itself (PostgreSQL: pgvector's HNSW): the
+    vector read path searches them there (:class:`efface.paths.indexed.OriginVectors`),
+    filtered to live records in the same statement, instead of keeping copies of its own."""
+
+    def nearest(
+        self, vector: np.ndarray, n: int, tenant: str, purpose: str, subject: str | None, now: float
+    ) -> dict[int, bytes]:
+        """Up to ``n`` records live for the tenant and purpose (and subject), nearest to
+        ``vector`` first (approximately: an index's order), each id with its stored vector
+        (:mod:`efface.vectors`); inside a snapshot, read in it."""
+        ...
+
+    def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
+        """Up to ``n`` ids of the tenant's records nearest to ``vector``, live or not (verify's
+        probes: which records the index itself leads to)."""
+        ...
+
+    def vector_count(self, tenant: str) -> int:
+        """How many of the tenant's records have a vector."""
         ...
 
 

@@ -86,7 +86,7 @@ from .. import foreground
 from ..model import Hit
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
-from .base import Query, ReadPath, Scoring, VectorSearch
+from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
 
 RRF_K = 60
 """Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
@@ -214,6 +214,12 @@ def _hybrid(
                 ranked[p.name] = [rid for rid, _ in got]
                 if leg.ceiling is not None:
                     ceilings[p.name] = leg.ceiling
+            elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
+                got_live = p.live_candidates(q, n)
+                checked.update(got_live)
+                live.update(got_live)
+                blobs.update(got_live)
+                ranked[p.name] = list(got_live)
             else:
                 ranked[p.name] = p.candidates(q, n)
 
@@ -230,13 +236,12 @@ def _hybrid(
         for p in paths:
             if not isinstance(p, VectorSearch):
                 continue  # a path that filters in its own query (full text) is not widened here
-            held = p.size(q.tenant)
             m = n
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
             while (
                 sum(1 for i in ranked[p.name] if i in live) < k
                 and len(ranked[p.name]) == m
-                and m < min(held, MAX_ANN_CANDIDATES)
+                and m < min(p.size(q.tenant), MAX_ANN_CANDIDATES)
             ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)

@@ -45,7 +45,7 @@ from ...model import Check
 from ..base import require_epoch
 from . import epochs, schema
 from .keys import Keys
-from .reads import PgReads
+from .reads import HNSW_SETTINGS, PgReads
 from .sealing import Sealer
 from .text import PRUNED, PgText
 from .tx import PostgresTx
@@ -70,6 +70,8 @@ def _configure(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    for name, value in HNSW_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 class PostgresOrigin(PgReads):
@@ -146,8 +148,13 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
+            # one round trip: the transaction begins and its snapshot is taken by the SELECT
+            cur = conn.execute(
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT epoch FROM {self._s}.epoch_counter"
+            )
+            cur.nextset()  # past BEGIN's result to the SELECT's
+            row = cur.fetchone()
+            self._local.epoch = 0 if row is None else int(row[0])
             self._local.conn = conn
             try:
                 require_epoch(self, at_least)
@@ -249,6 +256,7 @@ class PostgresOrigin(PgReads):
         How far it was pruned is kept in meta, so a process whose word index or ANN files
         are older rebuilds them instead of missing changes."""
         s, now = self._s, time.time()
+        upto = min(upto, self.text.applied())  # this process's word index replays the log too
         with self._maintenance() as conn:
             conn.execute(
                 f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
