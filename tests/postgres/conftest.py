@@ -70,3 +70,10 @@ def pg_replica(pg: Server) -> Iterator[Server]:
         unavailable(str(e))
     yield replica
     replica.stop()
+    # An inactive slot keeps WAL for a replica that will never come back: drop it, or every
+    # later erasure's WAL stays in pg_wal and the ladder names the slot as an unscanned copy.
+    with pg.connect() as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
+            ("efface_test_replica",),
+        )
