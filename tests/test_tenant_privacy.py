@@ -119,7 +119,6 @@ def test_forget_everything_erases_the_whole_tenant_and_only_it(store):
     assert store.forget(tenant=OTHER, subject="ana").identifiers_erased
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_receipts_of_an_erased_tenant_stay_reachable_by_handle(store):
     _fill(store, USER)
     first = store.forget(tenant=USER, key="n3")

@@ -223,7 +223,6 @@ def _adk_session(app: str, user: str, texts: list[str]) -> Session:
     return asyncio.run(make())
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_delete_memory_is_a_forget_that_reaches_erased(memory, store):
     assert isinstance(memory, BaseMemoryService)
     session = _adk_session("helpdesk", "alice", ["I keep the spare key under the blue flowerpot", "Noted."])

@@ -117,7 +117,6 @@ def test_quick_start_port(m, store, mem0_shapes):
     assert m.get_all(user_id="bob") == {"results": []}
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_history_after_delete_holds_no_deleted_text_and_the_text_is_erased(m, store, mem0_shapes):
     added = m.add("Alice's locker code is 4471", user_id="alice", infer=False)
     memory_id = added["results"][0]["id"]

@@ -45,7 +45,7 @@ def _scan(store, handle, data_dir):
         dboid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
     files, _ = scan(maintenance.db_files(f"{data_dir}/base/{dboid}"), data_dir)
     wal, _ = scan(maintenance.wal_files(data_dir), data_dir)
-    return sum(files.values()), sum(wal.values()), tally[0]
+    return sum(sum(k.values()) for k in files.values()), sum(sum(k.values()) for k in wal.values()), tally[0]
 
 
 def test_a_forget_is_erased_on_a_server_whose_files_this_process_reads(pg_db, kek, tmp_path):

@@ -147,7 +147,6 @@ def test_tools_declare_their_hints_and_output_schemas(store):
             assert words in tools[name].description, (name, words)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_write_recall_forget_and_prove_in_memory(store):
     async def body():
         async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:

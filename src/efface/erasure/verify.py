@@ -189,8 +189,11 @@ class Verifier:
         def scan(files: list[str], root: str) -> tuple[dict[str, int], int]:
             found, n = self._fp.scan_arrays(files, fp, root, read_copies=True)
             tally[0] += n
-            where, counts = np.unique(found.file, return_counts=True)
-            return {found.files[int(i)]: int(c) for i, c in zip(where, counts, strict=True)}, n
+            out: dict[str, dict[str, int]] = {}
+            for f, k in zip(found.file.tolist(), found.kind.tolist(), strict=True):
+                per = out.setdefault(found.files[f], {})
+                per[found.kinds[k]] = per.get(found.kinds[k], 0) + 1
+            return out, n
 
         return scan
 

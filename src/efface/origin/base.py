@@ -319,9 +319,9 @@ class StoredForms(Protocol):
         ...
 
 
-ScanFn = Callable[[list[str], str], tuple[dict[str, int], int]]
-"""A byte scan for one erasure's fingerprints: (files, root) -> (hits per file relative to
-root, bytes read). The verifier hands it to an origin that checks copies of its own."""
+ScanFn = Callable[[list[str], str], tuple[dict[str, dict[str, int]], int]]
+"""A byte scan for one erasure's fingerprints: (files, root) -> (per file relative to root,
+hits per kind of item; bytes read). The verifier hands it to an origin that checks copies of its own."""
 
 
 @runtime_checkable

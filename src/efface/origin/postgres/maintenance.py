@@ -357,7 +357,10 @@ def _scanned(conn: psycopg.Connection, r: Rights, name: str, scan: ScanFn, lacki
     found, scanned = scan(files, root)
     if not found:
         return CopyState("erased", f"none found in {len(files)} files, {scanned:,} bytes scanned")
-    where = ", ".join(f"{_relation(conn, f)}: {n}" for f, n in sorted(found.items()))
+    where = ", ".join(
+        f"{_relation(conn, f)}: " + " ".join(f"{n} {kind}" for kind, n in sorted(per.items()))
+        for f, per in sorted(found.items())
+    )
     why = f" (the maintenance could not: {'; '.join(lacking)})" if lacking else ""
     return CopyState("present", f"fingerprint windows of this erasure found in {len(found)} files: {where}{why}")
 

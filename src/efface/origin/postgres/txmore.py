@@ -15,6 +15,7 @@ from ...vectors import read as read_vector
 from ..base import ClaimRow
 from ..ledger import GENESIS, chain_hash
 from .reads import record_aad, vector_bytes
+from .keys import KID_LEN
 from .sealing import TENANT_SUBJECT, kid_of
 
 if TYPE_CHECKING:
@@ -96,9 +97,12 @@ class TxMore:
                 )
             }
             vectors = [v for v in vectors if v not in held]
+        # Without the version byte and the kid: every value a key seals starts with them, so a
+        # window over them would meet the key's live values; from the nonce on, a value is its own.
+        head = 1 + KID_LEN
         return [
-            ("sealed", [v for v in sealed if kid_of(v) not in live]),
-            ("sealed.live", [v for v in sealed if kid_of(v) in live]),
+            ("sealed", [v[head:] for v in sealed if kid_of(v) not in live]),
+            ("sealed.live", [v[head:] for v in sealed if kid_of(v) in live]),
             ("wrapped", list(dict.fromkeys(self._forms["wrapped"]))),
             ("pgvector", vectors),
         ]
