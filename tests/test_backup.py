@@ -26,7 +26,7 @@ import efface
 from efface import BackupCorrupt, BackupMismatch
 from efface.backups.format import read_header
 
-from conftest import LADDER_ON_POSTGRES, on_postgres, pg_rows, raw_db
+from conftest import on_postgres, pg_rows, raw_db
 
 T = "acme"
 ALICE_TEXTS = {

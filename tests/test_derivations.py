@@ -39,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import efface
 from efface import InvalidInput, NotFound
 
-from conftest import LADDER_ON_POSTGRES, behind, fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
+from conftest import behind, fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""

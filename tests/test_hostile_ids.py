@@ -21,7 +21,7 @@ import pytest
 import efface
 from efface.text import fold, index_text, words
 
-from conftest import LADDER_ON_POSTGRES, fts_ids
+from conftest import fts_ids
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""

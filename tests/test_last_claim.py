@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import LADDER_ON_POSTGRES, behind, ledger_rows
+from conftest import behind, ledger_rows
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""

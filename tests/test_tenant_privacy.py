@@ -19,8 +19,6 @@ from efface.gate.state import GateState
 from efface.service.keys import KeyRing, key_path
 from test_backup import lose_everything
 
-from conftest import LADDER_ON_POSTGRES
-
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
 

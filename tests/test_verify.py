@@ -16,7 +16,7 @@ import pytest
 import efface
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
-from conftest import LADDER_ON_POSTGRES, behind, in_memory, raw_db, record_id_of, set_ledger_body
+from conftest import behind, in_memory, raw_db, record_id_of, set_ledger_body
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""

@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 import efface
 from efface.embed import resolve
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 # CrewAI sends telemetry and traces to its servers; offline each attempt waits for a timeout

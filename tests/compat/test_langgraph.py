@@ -35,7 +35,7 @@ from langgraph.store.memory import InMemoryStore
 import efface
 from efface.compat.langgraph import EffaceStore
 
-from conftest import LADDER_ON_POSTGRES, backend_options
+from conftest import backend_options
 
 LABELS = st.sampled_from(["a", "b", "c"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)

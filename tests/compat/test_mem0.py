@@ -19,8 +19,6 @@ import pytest
 import efface
 from efface.compat.mem0 import Memory, MemoryNotFound
 
-from conftest import LADDER_ON_POSTGRES
-
 MESSAGES = [
     {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},
     {"role": "assistant", "content": "How about thriller movies? They can be quite engaging."},

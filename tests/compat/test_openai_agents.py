@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 agents = require_framework("agents", "openai-agents", venv="openai-agents")

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 require_framework("pydantic_ai", "pydantic-ai")

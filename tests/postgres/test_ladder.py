@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-import warnings
 
 import pytest
 

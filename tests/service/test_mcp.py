@@ -35,8 +35,6 @@ from efface.errors import InvalidInput
 from efface.service.keys import KeyRing, key_path
 from efface.service.mcp import build_mcp, mcp_http_app
 
-from conftest import LADDER_ON_POSTGRES
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 LEVELS = ["intent", "unreadable", "erased"]
 TOOLS = {
