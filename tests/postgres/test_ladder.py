@@ -144,7 +144,7 @@ def test_two_stores_share_the_rotated_kek_and_one_maintenance_at_a_time(pg_db, k
     with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
         a.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
         a.write("n2", OTHER, tenant=T, subject="ob", purpose="support")
-        before = {k for k in KekFile(kek).keys()}
+        before = set(KekFile(kek).keys())
         receipt = a.forget(tenant=T, subject="zq")
         # another server holds the maintenance lock: this one leaves the work to it
         with pg_db.connect() as conn:

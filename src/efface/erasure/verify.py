@@ -186,7 +186,7 @@ class Verifier:
         the files (a server may shorten them under the scan)."""
         fp = Fingerprints.from_blob(blob).only(SERVER_KINDS)
 
-        def scan(files: list[str], root: str) -> tuple[dict[str, int], int]:
+        def scan(files: list[str], root: str) -> tuple[dict[str, dict[str, int]], int]:
             found, n = self._fp.scan_arrays(files, fp, root, read_copies=True)
             tally[0] += n
             out: dict[str, dict[str, int]] = {}
@@ -529,4 +529,3 @@ def _backups_state(state: str | None, check: Check) -> CopyState:
     if state == "absorbed":
         return CopyState("erased", check.detail)
     return CopyState("cannot_verify", check.detail)
-

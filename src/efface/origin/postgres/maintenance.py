@@ -185,7 +185,9 @@ class Maintenance:
                     rotation = self.keys.rotate(conn)
                     report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
                 except OSError as e:
-                    report["lacking"].append(f"the KEK could not be rotated: its file is not writable here ({e.strerror})")
+                    report["lacking"].append(
+                        f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
+                    )
             for table in TOUCHED:
                 conn.execute(f"VACUUM (FULL) {s}.{table}")
             report["rewritten"] = list(TOUCHED)
@@ -261,7 +263,9 @@ mentions keep in clear); never the text, which never reaches it."""
 
 def _check(name: str, state: CopyState, t0: float, recorded: bool = False) -> Check:
     outcome = (
-        "recorded" if recorded else {"erased": "pass", "shredded": "pass", "present": "fail"}.get(state.state, "cannot_verify")
+        "recorded"
+        if recorded
+        else {"erased": "pass", "shredded": "pass", "present": "fail"}.get(state.state, "cannot_verify")
     )
     return Check(name, "erased", outcome, f"{state.state}: {state.reason}", round(t0, 6), round(time.time() - t0, 6))
 
@@ -333,7 +337,9 @@ def copy_checks(
             state = unscanned(items, covered, where)
             state = CopyState(state.state, f"{state.reason} ({'; '.join(r.lacking)})")
         elif items is None or scan is None:
-            state = CopyState("erased", "proven by an earlier verification's scan (its ledger entry); not scanned again")
+            state = CopyState(
+                "erased", "proven by an earlier verification's scan (its ledger entry); not scanned again"
+            )
             out.append((name, state, _check(name, state, t0, recorded=True)))
             continue
         else:

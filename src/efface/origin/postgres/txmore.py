@@ -14,8 +14,8 @@ from pgvector import Vector
 from ...vectors import read as read_vector
 from ..base import ClaimRow
 from ..ledger import GENESIS, chain_hash
-from .reads import record_aad, vector_bytes
 from .keys import KID_LEN
+from .reads import record_aad, vector_bytes
 from .sealing import TENANT_SUBJECT, kid_of
 
 if TYPE_CHECKING:
@@ -84,9 +84,11 @@ class TxMore:
         is that record's, not residue)."""
         sealed = list(dict.fromkeys(self._forms["sealed"]))
         kids = sorted({kid_of(v) for v in sealed})
-        live = {
-            bytes(r[0]) for r in self._all("SELECT kid FROM {s}.data_keys WHERE kid = ANY(%s)", (kids,))
-        } if kids else set()
+        live = (
+            {bytes(r[0]) for r in self._all("SELECT kid FROM {s}.data_keys WHERE kid = ANY(%s)", (kids,))}
+            if kids
+            else set()
+        )
         vectors = list(dict.fromkeys(self._forms["pgvector"]))
         if vectors:
             held = {
@@ -231,7 +233,8 @@ class TxMore:
         subject left with no claim loses the data key its identifiers were sealed with."""
         self._c.execute(f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s", (tenant, subject))
         cur = self._c.execute(
-            f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s RETURNING identifiers", (tenant, subject)
+            f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s RETURNING identifiers",
+            (tenant, subject),
         )
         self.note_stored("sealed", *(r[0] for r in cur.fetchall()))
         if cur.rowcount > 0 and not self.subject_has_claims(tenant, subject):
