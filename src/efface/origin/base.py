@@ -12,7 +12,8 @@ of an origin that keeps files, or None: then its erased epoch is its current one
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
 Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
 :class:`Maintained`, :class:`CopyChecks`, on its transactions :class:`StoredForms`, and on its
-word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with ``isinstance``: every use is typed, none is probed by name.
+word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with ``isinstance``:
+every use is typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
 the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
