@@ -205,3 +205,20 @@ def test_a_replica_is_a_copy_efface_cannot_scan(pg_db, pg_replica, kek, tmp_path
         assert primary.state in ("erased", "present")
         if primary.state == "present":
             assert "(efface.records)" in primary.reason
+
+
+@pytest.mark.parametrize("origin", ["sqlite", "memory"])
+def test_the_embedded_origins_report_their_copies_too(tmp_path, origin):
+    """The store's own files are one copy (erased after its byte scan); a Verification carries
+    its copies over the HTTP wire as the client decodes it."""
+    from pydantic import TypeAdapter
+
+    with efface.open(str(tmp_path / "s"), embedder="hashing", origin=origin, background=False) as s:
+        s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
+        receipt = s.forget(tenant=T, subject="zq")
+        s.wait(receipt.handle, 30)
+        v = s.verify(receipt.handle)
+    assert v.level == "erased" and {k: c.state for k, c in v.copies.items()} == {"store": "erased"}
+    wire = TypeAdapter(efface.model.Verification)
+    back = wire.validate_json(wire.dump_json(v))
+    assert back.copies == v.copies and back.to_dict()["copies"]["store"]["state"] == "erased"
