@@ -40,7 +40,7 @@ from ..paths.base import ReadPath, check
 from .evidence import blob_ids
 from .fingerprint import Fingerprinter, Fingerprints
 from .hits import Hit, Hits
-from .residue import Judge, Judgement, Reader, in_live_cells, strays
+from .residue import SHORT, Judge, Judgement, Reader, in_live_cells, strays
 
 SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
 """What a database server's files can hold of an erasure, the kinds its copies are scanned
@@ -187,8 +187,10 @@ class Verifier:
         fp = Fingerprints.from_blob(blob).only(SERVER_KINDS)
 
         def scan(files: list[str], root: str) -> tuple[dict[str, dict[str, int]], int]:
-            found, n = self._fp.scan_arrays(files, fp, root, read_copies=True)
+            copies: dict[str, bytes] = {}
+            found, n = self._fp.scan_arrays(files, fp, root, copies, read_copies=True)
             tally[0] += n
+            found = found.take(_whole(self._fp, fp, found, Reader(root, copies)))
             out: dict[str, dict[str, int]] = {}
             for f, k in zip(found.file.tolist(), found.kind.tolist(), strict=True):
                 per = out.setdefault(found.files[f], {})
@@ -529,3 +531,18 @@ def _backups_state(state: str | None, check: Check) -> CopyState:
     if state == "absorbed":
         return CopyState("erased", check.detail)
     return CopyState("cannot_verify", check.detail)
+
+
+def _whole(fpr: Fingerprinter, fp: Fingerprints, found: Hits, reader: Reader) -> np.ndarray:
+    """Which hits count in a scan of a database server's files: every hit of a long item (a
+    ciphertext, a wrapped key, a vector: its windows are its own), and a hit of a short one (a
+    subject name, which shares its first bytes with every other: "subject-03", "subject-04")
+    only where the whole item lies around it."""
+    keep = ~strays(fpr, fp, found, reader)
+    for i in np.flatnonzero(keep).tolist():
+        sites = fp.sites_all(int(found.hash[i]))
+        if not sites or any(n >= SHORT for *_, n in sites):
+            continue
+        f, off = found.files[int(found.file[i])], int(found.offset[i])
+        keep[i] = any(fpr.whole(reader.read(f, off - o, n)) == fp.whole(kind, item) for kind, item, o, n in sites)
+    return keep
