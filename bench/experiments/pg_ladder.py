@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from pgserver import start_primary
-
 import efface
 from efface.origin.postgres import maintenance
 from efface.origin.postgres.keys import KekFile
+
+from pgserver import start_primary
 
 
 def _scan(store, handle: str, data_dir: str) -> dict:
