@@ -43,12 +43,6 @@ of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL)
 primary, a fresh database per store; tests it cannot pass yet are marked
 ``postgres_pending(reason)``."""
 
-LADDER_ON_POSTGRES = (
-    "the byte ladder on PostgreSQL is not built: verify stops at 'unreadable' there, its origin.postgres "
-    "check 'cannot_verify' (docs/postgres.md), where this test asserts 'erased'"
-)
-"""The reason of ``postgres_pending`` for a test that asserts ``erased`` (or the byte check behind it)."""
-
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
 
