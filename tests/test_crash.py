@@ -234,10 +234,16 @@ class Replay:
     in_flight: dict | None
 
 
-def replay(run: Run, tenants: tuple[str, ...] = TENANTS) -> Replay:
-    model = ReferenceModel()
-    handles, erased = {}, []
+def replay(run: Run, tenants: tuple[str, ...] = TENANTS, since: tuple[Replay, ReferenceModel] | None = None) -> Replay:
+    """The models of ``run``; ``since``: an earlier life of the same store (its replay, and
+    the model the store turned out to match after it), which this run continued."""
+    model = ReferenceModel() if since is None else since[1].clone()
+    handles = {} if since is None else dict(since[0].handles)
+    erased = [] if since is None else list(since[0].erased)
     keys: dict[str, set[str]] = {t: set() for t in tenants}
+    if since is not None:
+        for t, ks in since[0].keys.items():
+            keys.setdefault(t, set()).update(ks)
 
     def note_keys(op):
         if op["kind"] == "write_many":

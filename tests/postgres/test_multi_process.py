@@ -237,6 +237,7 @@ def test_a_live_process_says_it_is_alive_well_within_the_bound():
 
     class Shared:
         instance = "me"
+
         def __init__(self) -> None:
             self.pruned: list[int] = []
 
