@@ -32,6 +32,13 @@ subject holds back exactly the records that name the subject, and never another.
 over another subject's claims are refused (``KeyInUse``) or, with ``replace=True``, erase
 the old record with a ``replace`` receipt that ``verify`` checks like any other, bytes too.
 
+Origins (the ``backend`` fixture of ``conftest.py``): every machine runs on SQLite, the memory
+origin (not the background one: nothing of it persists) and PostgreSQL, where each example gets
+a fresh database and fewer, shorter examples run (:data:`PG_PROFILES`: 4 of 30 steps by default,
+6 of 40 with ``ci``), since every read and recall there is a round trip. On PostgreSQL a third
+machine, :class:`TwoStoreMachine`, runs two stores on one database, as two efface servers: each
+operation goes through either, and both must agree with the model after every step.
+
 ``HYPOTHESIS_PROFILE=ci`` runs more and longer examples; ``HYPOTHESIS_PROFILE=soak`` (with
 ``HYPOTHESIS_EXAMPLES=N``, default 400) is for local soak runs with ``--hypothesis-seed``.
 """
