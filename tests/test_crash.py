@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import efface
-from efface.paths.ann import SENTINEL_BASE
+from efface.paths.ann import SENTINEL_BASE, VectorIndex
 
 from conftest import ann_vectors
 
@@ -341,7 +341,9 @@ def check_parts(store, parts: list[Replay], rng: random.Random) -> list[Referenc
     # it must hold exactly the live records (no write lost, no erasure left behind).
     # Recall cannot tell a vector the index lost from one it holds but cannot reach
     # (a separate defect, see test_ann_reachability.py), so this looks inside.
-    for tenant in tenants:
+    # (On PostgreSQL the vectors are rows searched through the database's own index: there is
+    # no index of the process's to drift from the records, and the checks below cover recall.)
+    for tenant in tenants if isinstance(store._ann, VectorIndex) else ():
         tid = store._tenant(tenant)  # below the facade a tenant is known by its keyed id
         live_ids = {rid for rid, _blob in store._origin.records_of_tenant(tid)}
         index = store._ann._index(tid)
@@ -352,11 +354,8 @@ def check_parts(store, parts: list[Replay], rng: random.Random) -> list[Referenc
         assert len(records) == len(live_ids) == ann_vectors(store, tenant), (
             f"after recovery the vector index holds {len(records)} vectors for {len(live_ids)} live records"
         )
-    models, ledgers = [], []
-    for rp in parts:
-        matching = _check_part(store, rp, rng)
-        models.append(matching[0])
-        ledgers.append({m.ledger_entries for m in matching})
+    matchings = [_check_part(store, rp, rng) for rp in parts]
+    ledgers = [{m.ledger_entries for m in matching} for matching in matchings]
 
     # The ledger: one entry per applied forget, whichever worker's.
     chain = store.verify_ledger()
@@ -365,6 +364,11 @@ def check_parts(store, parts: list[Replay], rng: random.Random) -> list[Referenc
     for counts in ledgers:
         totals = {t + c for t in totals for c in counts}
     assert chain.entries in totals, (chain.entries, sorted(totals))
+    # The model each part goes on from: one that agrees with the ledger too (a forget in doubt
+    # that matched nothing leaves the records as they were, and only its ledger entry tells).
+    models = [m[0] for m in matchings]
+    if len(matchings) == 1:
+        models = [next(m for m in matchings[0] if m.ledger_entries == chain.entries)]
     ledger_handles = {e["handle"] for e in store.ledger()}
     for rp in parts:
         assert set(rp.handles) <= ledger_handles
@@ -510,4 +514,8 @@ def test_kill_during_compaction_with_pending_erasures(tmp_path, seed, target):
         tmp_path, 200 + seed, "compact", trigger, rng.uniform(0.0, 0.09), reopen_twice=seed == 0, target=target
     )
     pending = [res["pending"] for op, res in run.acked if op["kind"] == "forget"]
-    assert pending and min(pending) >= 500, f"erasures were not pending when compaction began: {pending}"
+    if target is SQLITE:  # (on PostgreSQL the vectors leave the database's index in the forget's
+        # transaction: what a compaction still owes is the maintenance that removes the bytes)
+        assert pending and min(pending) >= 500, f"erasures were not pending when compaction began: {pending}"
+    else:
+        assert pending, "no forget was acknowledged before the kill"

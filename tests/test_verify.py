@@ -118,7 +118,11 @@ def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store, scan_
     blob = bytearray(os.urandom(100_003))
     payload = alice_text(7).encode()
     blob[50_001 : 50_001 + len(payload)] = payload
-    with open(os.path.join(store.path, "ann", "chunk-cache.bin"), "wb") as f:
+    # (on PostgreSQL the store's directory is the process's cache directory, with no ann/ in it)
+    stray = os.path.join(store.path, "ann", "chunk-cache.bin")
+    if not os.path.isdir(os.path.dirname(stray)):
+        stray = os.path.join(store.path, "chunk-cache.bin")
+    with open(stray, "wb") as f:
         f.write(blob)
     v = store.verify(r.handle)
     assert v.level == "unreadable"
@@ -127,7 +131,7 @@ def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store, scan_
     assert "chunk-cache.bin" in bytes_check.detail and "text" in bytes_check.detail
     assert "Alice" not in bytes_check.detail
     # fingerprints are kept while erased is not proven: remove the copy and it passes
-    os.unlink(os.path.join(store.path, "ann", "chunk-cache.bin"))
+    os.unlink(stray)
     assert store.verify(r.handle).level == "erased"
 
 
@@ -269,6 +273,7 @@ def test_expiry_receipts_verify_too(store, clock):
     assert found_in_files(store.path, alice_text(1).encode()) == []
 
 
+@pytest.mark.ann_files("its alarm is the ANN files' lag after the commit")
 def test_a_path_past_its_bound_raises_an_alarm(open_store, clock, caplog):
     s = open_store(ann_max_propagation_s=2.0, erase_bound_s=10.0)
     fill(s, 3)
@@ -287,6 +292,7 @@ def test_a_path_past_its_bound_raises_an_alarm(open_store, clock, caplog):
     assert s.status(r.handle).alarms == ()
 
 
+@pytest.mark.ann_files("it measures the ANN files' propagation after the commit")
 def test_status_measures_propagation_per_path(store):
     fill(store, 3)
     r = store.forget(tenant=TENANT, subject="alice")
@@ -313,6 +319,7 @@ def test_a_tampered_verification_entry_is_detected(store):
     assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
 
 
+@pytest.mark.ann_files("it reads the process's ANN index file")
 def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     """Not just the first: usearch reuses the oldest freed slots first, so a scrub that freed
     its own noise again would leave the next erasure's vectors in the file."""
