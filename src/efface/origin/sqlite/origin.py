@@ -12,6 +12,8 @@ reads are :mod:`.reads`; here are its write transactions, group commit, and the 
 
 from __future__ import annotations
 
+import numpy as np
+
 import contextlib
 import os
 import time
@@ -105,6 +107,11 @@ class SQLiteOrigin(SQLiteReads):
     def writer(self) -> Any:
         """The writer connection; use it only with :attr:`write_lock` held."""
         return self._c
+
+    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """A few of ``tenant``'s live records' vectors, from the copy of liveness in memory
+        (:meth:`.liveness.Liveness.sample`; empty while it loads)."""
+        return self.liveness.sample(tenant, purpose, now, n)
 
     @contextlib.contextmanager
     def snapshot(self, at_least: int | None = None) -> Iterator[SQLiteOrigin]:
