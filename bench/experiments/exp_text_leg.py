@@ -9,7 +9,6 @@ gate (paths/recall.py ``_standing``). Not a benchmark of record.
 
 from __future__ import annotations
 
-import math
 import sys
 
 sys.path.insert(0, "bench/experiments")

@@ -329,7 +329,7 @@ class Liveness:
             if len(self._samples) >= MAX_SAMPLED:
                 self._samples.clear()
             self._samples[(tenant, n)] = got
-        return self.vectors(self.live(got[1], tenant, purpose, now))[1]
+        return self.vectors(self.live(got[1].tolist(), tenant, purpose, now))[1]
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``ids`` whose vector is held here (records counted live), in the order

@@ -12,14 +12,14 @@ reads are :mod:`.reads`; here are its write transactions, group commit, and the 
 
 from __future__ import annotations
 
-import numpy as np
-
 import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
+
+import numpy as np
 
 from ...errors import EffaceError, StoreUnwritable
 from ...model import Check
