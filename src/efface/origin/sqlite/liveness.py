@@ -108,8 +108,8 @@ class Liveness:
         self._ready = False
         self._writes = 0
         """Commits applied to the copy (a tenant's sample is drawn again after one)."""
-        self._samples: dict[tuple[str, int], tuple[int, np.ndarray]] = {}
-        """Per tenant and size: the write count it was drawn at, and its sampled record ids."""
+        self._samples: dict[tuple[str, str, int], tuple[int, np.ndarray]] = {}
+        """Per tenant, purpose and size: the write count it was drawn at, and the vectors drawn."""
         self._pending: set[int] | None = None
         """While a load runs: ids committed meanwhile, read again once it ends."""
         self._later = False
@@ -313,23 +313,24 @@ class Liveness:
 
     # -- vectors -------------------------------------------------------------------------------
     def sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
-        """At most ``n`` vectors of ``tenant``'s records live for ``purpose`` at ``now``, drawn
-        at random from the tenant's records once per commit applied here (a recall's
-        background: :class:`efface.origin.base.VectorSample`); empty while not loaded."""
+        """At most ``n`` vectors of ``tenant``'s records live for ``purpose``, drawn at random
+        from the tenant's records once per commit applied here, and kept until the next (a
+        recall's background: :class:`efface.origin.base.VectorSample`; a claim that expires
+        in between leaves it at the next commit); empty while not loaded."""
         code = self._tenants.get(tenant)
         if not self._ready or code is None or n <= 0:
             return np.empty((0, 0), dtype=np.float32)
         writes = self._writes
-        got = self._samples.get((tenant, n))
+        got = self._samples.get((tenant, purpose, n))
         if got is None or got[0] != writes:
             mine = np.flatnonzero(self._tenant == code)
             if len(mine) > n:  # seeded by the tenant's size: the same store draws the same sample
                 mine = np.sort(np.random.default_rng(len(mine)).choice(mine, n, replace=False))
-            got = (writes, mine)
+            got = (writes, self.vectors(self.live(mine.tolist(), tenant, purpose, now))[1])
             if len(self._samples) >= MAX_SAMPLED:
                 self._samples.clear()
-            self._samples[(tenant, n)] = got
-        return self.vectors(self.live(got[1].tolist(), tenant, purpose, now))[1]
+            self._samples[(tenant, purpose, n)] = got
+        return got[1]
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``ids`` whose vector is held here (records counted live), in the order
