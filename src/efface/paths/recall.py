@@ -27,8 +27,9 @@ candidates the leg had, and the scores summed:
   apartment" above "Alice prefers green tea" (cosine 0.38 against 0.67). As a share, those
   matches are worth 2% of what the query could score, and the cosine decides;
 - the vector leg votes in proportion to how far its best cosine stands above the cosines
-  the query has with records it did not propose (the records only the words found: a sample
-  of the tenant that the cosine did not choose), in their standard deviations: fully from
+  the query has with a random sample of the tenant's live records (:data:`SAMPLE`, where the
+  origin offers one: :class:`~efface.origin.base.VectorSample`; else with the records only
+  the words found, a sample the cosine did not choose), in their standard deviations: fully from
   :data:`SPREAD` (the edge of the scale above), not at all at ``SPREAD - 1`` or below,
   linearly between (:func:`_standing`). On chat turns every record is about as close to a
   question as the next (MiniLM: the best cosine stands 2.4 sd above the tenant's median
