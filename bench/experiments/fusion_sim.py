@@ -173,6 +173,8 @@ class Index:
         if not ids_all:
             return np.empty(0, dtype=np.int64), np.empty((0, len(terms))), [self.df(t) for t in terms]
         cands = np.unique(np.concatenate(ids_all))
+        if not len(cands):
+            return cands, np.empty((0, len(terms))), [self.df(t) for t in terms]
         m = np.zeros((len(cands), len(terms)))
         for j, t in enumerate(terms):
             if t not in self.post:
@@ -223,6 +225,7 @@ def text_scores(ix: Index, terms: list[str], tenant: int, weight=None, idf_rows=
     """BM25 of the tenant's records the query's words find (finders within the posting
     budget), scored over every term; ``weight(idfs, dfs) -> per-term weights`` replaces idf."""
     cands, m, dfs = ix.per_term(terms, tenant)
+    ix.current_tenant, ix.current_terms = tenant, terms  # for a weight scoped to the tenant
     present = sorted((j for j, d in enumerate(dfs) if d), key=lambda j: dfs[j])
     finders, read = [], 0
     for j in present:

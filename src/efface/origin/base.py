@@ -11,9 +11,10 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 of an origin that keeps files, or None: then its erased epoch is its current one) and
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
 Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
-:class:`NearestVectors`, :class:`Maintained`, :class:`CopyChecks`, :class:`SharedByProcesses`, on
-its transactions :class:`StoredForms`, and on its word index :class:`UncheckedRanking`,
-:class:`HeldInMemory`), asked for with ``isinstance``: every use is typed, none is probed by name.
+:class:`NearestVectors`, :class:`VectorSample`, :class:`Maintained`, :class:`CopyChecks`,
+:class:`SharedByProcesses`, on its transactions :class:`StoredForms`, and on its word index
+:class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with ``isinstance``: every use is
+typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
 the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
@@ -404,6 +405,20 @@ class NearestVectors(Protocol):
 
     def vector_count(self, tenant: str) -> int:
         """How many of the tenant's records have a vector."""
+        ...
+
+
+@runtime_checkable
+class VectorSample(Protocol):
+    """An origin that can draw a few of a tenant's live records' vectors at random, cheaply
+    (recall judges how far the vector leg's best stands out against them:
+    :func:`efface.paths.recall._standing`)."""
+
+    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """At most ``n`` vectors (rows of float32, unit length) of ``tenant``'s records live
+        for ``purpose`` at ``now``, chosen at random once per tenant and state of the store
+        (the same draw until a write); empty when it cannot tell (then recall judges against
+        the records only the words found)."""
         ...
 
 

@@ -27,8 +27,9 @@ candidates the leg had, and the scores summed:
   apartment" above "Alice prefers green tea" (cosine 0.38 against 0.67). As a share, those
   matches are worth 2% of what the query could score, and the cosine decides;
 - the vector leg votes in proportion to how far its best cosine stands above the cosines
-  the query has with records it did not propose (the records only the words found: a sample
-  of the tenant that the cosine did not choose), in their standard deviations: fully from
+  the query has with a random sample of the tenant's live records (:data:`SAMPLE`, where the
+  origin offers one: :class:`~efface.origin.base.VectorSample`; else with the records only
+  the words found, a sample the cosine did not choose), in their standard deviations: fully from
   :data:`SPREAD` (the edge of the scale above), not at all at ``SPREAD - 1`` or below,
   linearly between (:func:`_standing`). On chat turns every record is about as close to a
   question as the next (MiniLM: the best cosine stands 2.4 sd above the tenant's median
@@ -84,6 +85,7 @@ import numpy as np
 
 from .. import foreground
 from ..model import Hit
+from ..origin.base import VectorSample
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
@@ -107,6 +109,11 @@ five of each leg's cost recall@10 on both corpora (all of Debian, MiniLM: 0.843 
 MIN_BACKGROUND = 10
 """Records the vector leg did not propose that its vote is judged against, at least
 (:func:`_standing`); with fewer it votes fully."""
+
+SAMPLE = 256
+"""Records of the tenant, drawn at random, that the vector leg's best cosine is judged
+against (:func:`_background`): a mean and a spread, to a few hundredths of a standard
+deviation (bench/experiments/exp_fusion_standing.py: 128 and 256 judge alike)."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -270,7 +277,7 @@ def _hybrid(
             vote = not (lexical and vector_leg)
             where, scaled = np.searchsorted(union, ids), _scaled(vector_leg, ids, raw, ceilings.get(p.name))
             if vote:
-                weight = _standing(ids, raw, ranked[p.name]) if vector_leg and judged else 1.0
+                weight = _standing(ids, raw, ranked[p.name], _background(origin, q)) if vector_leg and judged else 1.0
                 total[where] += weight * scaled
                 if weight >= 1.0:
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
@@ -444,12 +451,34 @@ def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | N
     return out
 
 
-def _standing(ids: np.ndarray, cosines: np.ndarray, proposed: Sequence[int]) -> float:
+def _background(origin, q: Query) -> np.ndarray | None:
+    """The query's cosines with a random sample of its tenant's live records
+    (:data:`SAMPLE` of them, :class:`~efface.origin.base.VectorSample`), or None where the
+    origin offers no sample (or too small a one: then the union's records only the words
+    found stand for the tenant)."""
+    if not isinstance(origin, VectorSample):
+        return None
+    m = origin.vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
+    if len(m) < MIN_BACKGROUND or m.shape[1] != len(q.vector):
+        return None
+    return (m @ np.asarray(q.vector, dtype=np.float32)).astype(np.float64)
+
+
+def _standing(
+    ids: np.ndarray, cosines: np.ndarray, proposed: Sequence[int], background: np.ndarray | None = None
+) -> float:
     """How fully the vector leg votes, in [0, 1]: how far its best cosine (of ``cosines``, of
-    the union's ``ids``, ascending) stands above the cosines of the records it did not propose (not in
-    ``proposed``, its own candidates), in their standard deviations, from ``SPREAD - 1``
-    (not at all) to :data:`SPREAD` (fully). 1 when fewer than :data:`MIN_BACKGROUND` records
-    are not its own, or they all score alike."""
+    the union's ``ids``, ascending) stands above the ``background`` cosines (the query's with
+    a random sample of its tenant: :func:`_background`) or, without one, the cosines of the
+    union's records it did not propose (not in ``proposed``, its own candidates), in their
+    standard deviations, from ``SPREAD - 1`` (not at all) to :data:`SPREAD` (fully). 1 when
+    fewer than :data:`MIN_BACKGROUND` records are not its own, or they all score alike."""
+    if background is not None:
+        sd = float(background.std())
+        if sd == 0.0:
+            return 1.0
+        z = (float(cosines.max()) - float(background.mean())) / sd
+        return min(1.0, max(0.0, z - (SPREAD - 1.0)))
     mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
     at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
     own = np.zeros(len(ids), dtype=bool)

@@ -21,7 +21,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from ...model import Check
+from ...vectors import read_many as read_vectors
 from ..base import ClaimRow, RecordRow, require_epoch
 from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
@@ -48,6 +51,9 @@ class MemoryOrigin:
         self._closed = False
         self.text = MemoryText(self._st, self.current_epoch)
         """The word index: see :class:`MemoryText`."""
+        self._samples: dict[tuple[str, int], tuple[tuple[int, int], list[int]]] = {}
+        """Per tenant and size: the state its sample of records was drawn in (epoch, next record id),
+        and their ids."""
 
     # -- states ---------------------------------------------------------------------------
     def _st(self) -> _State:
@@ -187,6 +193,24 @@ class MemoryOrigin:
     ) -> dict[int, bytes]:
         s = self._st()
         return {i: s.records[i].embedding or b"" for i in _live_ids(s, ids, tenant, purpose, subject, now)}
+
+    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """At most ``n`` vectors of ``tenant``'s live records, drawn at random once per
+        committed state (:class:`efface.origin.base.VectorSample`)."""
+        s = self._st()
+        got = self._samples.get((tenant, n))
+        drawn = (s.epoch, s.next_record)
+        if got is None or got[0] != drawn:
+            mine = sorted(rid for (t, _k), rid in s.by_key.items() if t == tenant)
+            if len(mine) > n:  # seeded by the tenant's size, as the SQLite origin's copy draws
+                mine = sorted(np.random.default_rng(len(mine)).choice(mine, n, replace=False).tolist())
+            got = (drawn, mine)
+            if len(self._samples) >= 1024:
+                self._samples.clear()
+            self._samples[(tenant, n)] = got
+        live = _live_ids(s, got[1], tenant, purpose, None, now)
+        blobs = [s.records[i].embedding for i in got[1] if i in live and s.records[i].embedding]
+        return read_vectors(blobs) if blobs else np.empty((0, 0), dtype=np.float32)
 
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         s = self._st()

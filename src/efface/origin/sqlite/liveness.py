@@ -57,6 +57,8 @@ LOAD_CHUNK = 50_000
 BLOCK_BITS = 16
 BLOCK = 1 << BLOCK_BITS
 """Record ids per block of vectors (a block is allocated when its first live record comes)."""
+MAX_SAMPLED = 1024
+"""Tenants whose sample of records (:meth:`Liveness.sample`) is kept between recalls."""
 _RECORDS = (
     "SELECT r.id, r.tenant, EXISTS (SELECT 1 FROM quarantine q WHERE q.record_id=r.id), r.embedding FROM records r"
 )
@@ -104,6 +106,10 @@ class Liveness:
         self._sig_codes: dict[frozenset[str], int] = {frozenset(): 0}
         self._by_purpose: dict[str, np.ndarray] = {}
         self._ready = False
+        self._writes = 0
+        """Commits applied to the copy (a tenant's sample is drawn again after one)."""
+        self._samples: dict[tuple[str, str, int], tuple[int, np.ndarray]] = {}
+        """Per tenant, purpose and size: the write count it was drawn at, and the vectors drawn."""
         self._pending: set[int] | None = None
         """While a load runs: ids committed meanwhile, read again once it ends."""
         self._later = False
@@ -183,6 +189,7 @@ class Liveness:
             made = {rid: row for rid, row in (fresh or {}).items() if rid not in touched}
             if not touched and not made:
                 return
+            self._writes += 1
             if self._pending is not None:
                 self._pending |= touched | made.keys()
                 return
@@ -305,6 +312,26 @@ class Liveness:
         self._tenant[ids] = codes
 
     # -- vectors -------------------------------------------------------------------------------
+    def sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """At most ``n`` vectors of ``tenant``'s records live for ``purpose``, drawn at random
+        from the tenant's records once per commit applied here, and kept until the next (a
+        recall's background: :class:`efface.origin.base.VectorSample`; a claim that expires
+        in between leaves it at the next commit); empty while not loaded."""
+        code = self._tenants.get(tenant)
+        if not self._ready or code is None or n <= 0:
+            return np.empty((0, 0), dtype=np.float32)
+        writes = self._writes
+        got = self._samples.get((tenant, purpose, n))
+        if got is None or got[0] != writes:
+            mine = np.flatnonzero(self._tenant == code)
+            if len(mine) > n:  # seeded by the tenant's size: the same store draws the same sample
+                mine = np.sort(np.random.default_rng(len(mine)).choice(mine, n, replace=False))
+            got = (writes, self.vectors(self.live(mine.tolist(), tenant, purpose, now))[1])
+            if len(self._samples) >= MAX_SAMPLED:
+                self._samples.clear()
+            self._samples[(tenant, purpose, n)] = got
+        return got[1]
+
     def vectors(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``ids`` whose vector is held here (records counted live), in the order
         given, and their vectors as rows of float32."""

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+import numpy as np
+
 from ...errors import EffaceError, StoreUnwritable
 from ...model import Check
 from ..base import require_epoch
@@ -105,6 +107,11 @@ class SQLiteOrigin(SQLiteReads):
     def writer(self) -> Any:
         """The writer connection; use it only with :attr:`write_lock` held."""
         return self._c
+
+    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """A few of ``tenant``'s live records' vectors, from the copy of liveness in memory
+        (:meth:`.liveness.Liveness.sample`; empty while it loads)."""
+        return self.liveness.sample(tenant, purpose, now, n)
 
     @contextlib.contextmanager
     def snapshot(self, at_least: int | None = None) -> Iterator[SQLiteOrigin]:
