@@ -72,9 +72,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import foreground
-from ..model import Hit
+from ..model import Hit, Turn
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
+from . import turns
 from .base import Query, ReadPath, Scoring, VectorSearch
 
 RRF_K = 60
@@ -132,14 +133,16 @@ def hybrid(
     *,
     lexical: bool = False,
     vector: Callable[[], np.ndarray] | None = None,
+    window: int = 0,
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
     hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
-    while the full-text leg already runs."""
+    while the full-text leg already runs. ``q.where`` narrows the records that count as live
+    and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
     with foreground.reading():  # background loops give way meanwhile (efface.foreground)
-        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector)
+        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window)
 
 
 def _hybrid(
@@ -150,6 +153,7 @@ def _hybrid(
     *,
     lexical: bool,
     vector: Callable[[], np.ndarray] | None,
+    window: int = 0,
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
@@ -230,6 +234,8 @@ def _hybrid(
             if p.name in early:
                 take(p)
         check_new()
+        if q.where is not None:
+            _all_eligible(ranked, vector_legs, seen, k, n, check_new)
         via: dict[int, list[str]] = {}
         for p in sorted(paths, key=lambda p: p.name):  # 'ann' before 'fts', as the hits' via says
             for rid in ranked[p.name]:
@@ -260,6 +266,7 @@ def _hybrid(
         else:
             best = _keeping(fused, best_of, k)
             rows = snap.records_by_id(best)
+        around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [
         Hit(
@@ -268,9 +275,54 @@ def _hybrid(
             score=round(x, 6),
             via=tuple(via[r]),
             metadata=json.loads(rows[r].metadata),
+            window=around.get(r, ()),
         )
         for r, x in zip(best, scores, strict=True)
     ]
+
+
+def _all_eligible(ranked: dict[str, list[int]], vector_legs: set[str], seen: _Checks, k: int, n: int, check_new) -> None:
+    """A recall narrowed by ``q.where`` (:mod:`efface.paths.turns`) whose candidates hold fewer
+    than ``k`` matching live records, or whose filter lets at most ``n`` records through at all:
+    every matching record of the tenant joins the vector leg's candidates (judged by exact
+    cosine there, live-checked like the rest), so a filter never returns fewer than ``k`` while
+    more match, whatever the indexes proposed."""
+    if not vector_legs:
+        return
+    found = {i for ids in ranked.values() for i in ids if i in seen.live}
+    allowed = seen.eligible
+    if len(found) >= k and len(allowed) > n:
+        return
+    leg = min(vector_legs)
+    extra = sorted(allowed.difference(ranked[leg]))
+    if extra:
+        ranked[leg] = ranked[leg] + extra
+        check_new()
+
+
+def _windows(snap, q: Query, best: list[int], rows: dict, n: int, seen: _Checks, memo) -> dict[int, tuple[Turn, ...]]:
+    """Each hit's session window (:func:`efface.paths.turns.windows`): neighbouring turns that
+    pass the recall's own live check (claims, purpose, subject, filters), their rows read in
+    this snapshot (re-checked live there when the check was the copy in memory)."""
+    if n <= 0:
+        return {}
+
+    def live(ids: list[int]) -> set[int]:
+        return seen.live_of(ids) & set(ids)
+
+    groups = turns.windows(snap, q, {r: rows[r].metadata for r in best}, n, live)
+    want = [r for r in turns.flat(groups.values()) if r not in rows]
+    if memo is not None:
+        got = snap.live_records_by_id(want, q.tenant, q.purpose, q.subject, q.now)
+        if q.where is not None:
+            got = {r: row for r, row in got.items() if q.where.matches(json.loads(row.metadata))}
+    else:
+        got = snap.records_by_id(want)
+    got.update({r: rows[r] for r in best})
+    return {
+        r: tuple(Turn(got[i].key, got[i].text, json.loads(got[i].metadata)) for i in ids if i in got)
+        for r, ids in groups.items()
+    }
 
 
 def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> tuple[list[int], dict]:
@@ -286,6 +338,8 @@ def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> t
         if not ask:
             return best, rows
         got = snap.live_records_by_id(ask, q.tenant, q.purpose, q.subject, q.now)
+        if q.where is not None:  # the filter, again on the rows returned (read in this snapshot)
+            got = {r: row for r, row in got.items() if q.where.matches(json.loads(row.metadata))}
         rows.update(got)
         gone = {r for r in ask if r not in got}
         if gone:
@@ -379,11 +433,23 @@ class _Checks:
         self.checked: set[int] = set()
         self.live: set[int] = set()
         self.blobs: dict[int, bytes] = {}
+        self._eligible: frozenset[int] | None = None
+
+    @property
+    def eligible(self) -> frozenset[int]:
+        """The tenant's records that ``q.where`` lets through, read in this snapshot once."""
+        if self._eligible is None:
+            where = self._q.where
+            assert where is not None
+            self._eligible = turns.eligible(self._snap, self._q.tenant, where)
+        return self._eligible
 
     def check(self, ids: list[int]) -> None:
         new = [i for i in dict.fromkeys(ids) if i not in self.checked]
         self.checked.update(new)
         q = self._q
+        if q.where is not None:  # a record the filter leaves out is, for this recall, not live
+            new = [i for i in new if i in self.eligible]
         if self._memo is not None:  # the copy in memory (the vectors are read after)
             self.live.update(self._memo.live(new, q.tenant, q.purpose, q.now))
         elif self._vectors:

@@ -254,6 +254,10 @@ class MemoryOrigin:
         s = self._st()
         return [(rid, r.embedding) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
 
+    def metadata_of(self, tenant: str) -> Iterable[tuple[int, str]]:
+        s = self._st()
+        return [(rid, r.metadata) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
+
     def tenants(self) -> list[str]:
         return list(dict.fromkeys(r.tenant for r in self._st().records.values()))
 

@@ -249,6 +249,13 @@ class PgReads:
         rows = self._all("SELECT id, embedding FROM {s}.records WHERE tenant = %s ORDER BY id", (tenant,))
         return [(int(i), vector_bytes(v)) for i, v in rows]
 
+    def metadata_of(self, tenant: str) -> Iterable[tuple[int, str]]:
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT id, key, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
+            ).fetchall()
+            return [(int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, k))) for i, k, m in rows]
+
     def count_records(self) -> int:
         return int(self._one("SELECT count(*) FROM {s}.records")[0])
 

@@ -279,6 +279,9 @@ class SQLiteReads:
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         return self._r().execute("SELECT id, embedding FROM records WHERE tenant=?", (tenant,)).fetchall()
 
+    def metadata_of(self, tenant: str) -> Iterable[tuple[int, str]]:
+        return self._r().execute("SELECT id, metadata FROM records WHERE tenant=? ORDER BY id", (tenant,)).fetchall()
+
     def tenants(self) -> list[str]:
         return [r[0] for r in self._r().execute("SELECT DISTINCT tenant FROM records")]
 
