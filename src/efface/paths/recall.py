@@ -310,12 +310,12 @@ def _windows(snap, q: Query, best: list[int], rows: dict, n: int, seen: _Checks,
     def live(ids: list[int]) -> set[int]:
         return seen.live_of(ids) & set(ids)
 
-    groups = turns.windows(snap, q, {r: rows[r].metadata for r in best}, n, live)
+    groups = turns.windows(seen.fields(), {r: rows[r].metadata for r in best}, n, live)
     want = [r for r in turns.flat(groups.values()) if r not in rows]
     if memo is not None:
         got = snap.live_records_by_id(want, q.tenant, q.purpose, q.subject, q.now)
         if q.where is not None:
-            got = {r: row for r, row in got.items() if q.where.matches(json.loads(row.metadata))}
+            got = {r: row for r, row in got.items() if q.where.matches(row.metadata)}
     else:
         got = snap.records_by_id(want)
     got.update({r: rows[r] for r in best})
@@ -339,7 +339,7 @@ def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> t
             return best, rows
         got = snap.live_records_by_id(ask, q.tenant, q.purpose, q.subject, q.now)
         if q.where is not None:  # the filter, again on the rows returned (read in this snapshot)
-            got = {r: row for r, row in got.items() if q.where.matches(json.loads(row.metadata))}
+            got = {r: row for r, row in got.items() if q.where.matches(row.metadata)}
         rows.update(got)
         gone = {r for r in ask if r not in got}
         if gone:
@@ -434,14 +434,21 @@ class _Checks:
         self.live: set[int] = set()
         self.blobs: dict[int, bytes] = {}
         self._eligible: frozenset[int] | None = None
+        self._fields: turns.Fields | None = None
+
+    def fields(self) -> turns.Fields:
+        """The tenant's turn fields (:mod:`efface.paths.turns`), read in this snapshot once."""
+        if self._fields is None:
+            self._fields = list(self._snap.turn_fields(self._q.tenant))
+        return self._fields
 
     @property
     def eligible(self) -> frozenset[int]:
-        """The tenant's records that ``q.where`` lets through, read in this snapshot once."""
+        """The tenant's records that ``q.where`` lets through."""
         if self._eligible is None:
             where = self._q.where
             assert where is not None
-            self._eligible = turns.eligible(self._snap, self._q.tenant, where)
+            self._eligible = turns.eligible(self.fields(), where)
         return self._eligible
 
     def check(self, ids: list[int]) -> None:

@@ -11,9 +11,9 @@ applied where liveness is checked (``efface.paths.recall._Checks``), so every pa
 candidates are checked against it before fusion and the top-``k`` cut, and recall widens its
 candidate lists while too few survive, as it does for purpose and subject; when the
 candidates still hold fewer than ``k`` that match, every matching record of the tenant is
-judged (:func:`eligible`). The records that match are found from the tenant's metadata, read
-in the recall's own snapshot (:meth:`efface.origin.base.Reads.metadata_of`): a pass over the
-tenant's records, opt-in with the filter.
+judged (:func:`eligible`). The records that match are found from the tenant's turn fields,
+read in the recall's own snapshot (:meth:`efface.origin.base.Reads.turn_fields`: on SQLite by
+``json_extract`` in the query): a pass over the tenant's records, opt-in with the filter.
 
 A recall can also widen each hit to its session (``window=n``): the ``n`` turns before and
 after it in the same ``session``, ordered by ``at`` (then by when they were written),
@@ -69,18 +69,24 @@ class Where:
     before: float | None = None
     said_by: str | None = None
 
-    def matches(self, meta: dict[str, Any]) -> bool:
-        if self.said_by is not None and meta.get("speaker") != self.said_by:
+    def lets(self, speaker: Any, at: Any) -> bool:
+        """Whether a turn said by ``speaker`` at ``at`` (its metadata's values) passes."""
+        if self.said_by is not None and speaker != self.said_by:
             return False
         if self.after is not None or self.before is not None:
-            at = seconds(meta.get("at"))
-            if at is None:
+            when = seconds(at)
+            if when is None:
                 return False
-            if self.after is not None and at < self.after:
+            if self.after is not None and when < self.after:
                 return False
-            if self.before is not None and at >= self.before:
+            if self.before is not None and when >= self.before:
                 return False
         return True
+
+    def matches(self, metadata: str) -> bool:
+        """Whether a record with this metadata (JSON, as stored) passes."""
+        meta = _meta(metadata)
+        return self.lets(meta.get("speaker"), meta.get("at"))
 
 
 def _meta(raw: str) -> dict[str, Any]:
@@ -91,13 +97,17 @@ def _meta(raw: str) -> dict[str, Any]:
     return got if isinstance(got, dict) else {}
 
 
-def eligible(snap: Any, tenant: str, where: Where) -> frozenset[int]:
-    """The ids of ``tenant``'s records (live or not: liveness is checked apart) that ``where``
-    lets through, in the snapshot ``snap``."""
-    return frozenset(rid for rid, raw in snap.metadata_of(tenant) if where.matches(_meta(raw)))
+Fields = list[tuple[int, Any, Any, Any]]
+"""A tenant's records as ``(id, speaker, session, at)``: :meth:`efface.origin.base.Reads.turn_fields`."""
 
 
-def windows(snap: Any, q: Any, hits: dict[int, str], n: int, live: Any) -> dict[int, list[int]]:
+def eligible(fields: Fields, where: Where) -> frozenset[int]:
+    """The ids of the records (live or not: liveness is checked apart) that ``where`` lets through."""
+    lets = where.lets
+    return frozenset(rid for rid, speaker, _, at in fields if lets(speaker, at))
+
+
+def windows(fields: Fields, hits: dict[int, str], n: int, live: Any) -> dict[int, list[int]]:
     """For each hit (id -> its metadata as stored): the ids of the ``n`` turns before and
     after it in its session that ``live(ids)`` (the recall's own check: claims, purpose,
     subject, filters) lets through, in session order; the hit itself is not among them."""
@@ -108,12 +118,10 @@ def windows(snap: Any, q: Any, hits: dict[int, str], n: int, live: Any) -> dict[
     if not wanted:
         return {}
     members: dict[str, list[tuple[float, int]]] = {s: [] for s in wanted}
-    for rid, raw in snap.metadata_of(q.tenant):
-        meta = _meta(raw)
-        s = meta.get("session")
+    for rid, _, s, at in fields:
         if s in members:
-            at = seconds(meta.get("at"))
-            members[s].append((math.inf if at is None else at, rid))
+            when = seconds(at)
+            members[s].append((math.inf if when is None else when, rid))
     allowed = set(live([rid for ms in members.values() for _, rid in ms]))
     out: dict[int, list[int]] = {}
     for rid, s in sessions.items():

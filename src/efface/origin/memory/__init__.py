@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ...model import Check
-from ..base import ClaimRow, RecordRow, require_epoch
+from ..base import ClaimRow, RecordRow, require_epoch, turn_fields
 from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
 from .tx import MemoryTx
@@ -254,9 +254,9 @@ class MemoryOrigin:
         s = self._st()
         return [(rid, r.embedding) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
 
-    def metadata_of(self, tenant: str) -> Iterable[tuple[int, str]]:
+    def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
         s = self._st()
-        return [(rid, r.metadata) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
+        return [turn_fields(rid, r.metadata) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
 
     def tenants(self) -> list[str]:
         return list(dict.fromkeys(r.tenant for r in self._st().records.values()))

@@ -16,7 +16,7 @@ import numpy as np
 from pgvector import Vector
 
 from ...vectors import F16
-from ..base import ClaimRow, RecordRow
+from ..base import ClaimRow, RecordRow, turn_fields
 from . import epochs
 from .sealing import Sealer
 
@@ -249,12 +249,14 @@ class PgReads:
         rows = self._all("SELECT id, embedding FROM {s}.records WHERE tenant = %s ORDER BY id", (tenant,))
         return [(int(i), vector_bytes(v)) for i, v in rows]
 
-    def metadata_of(self, tenant: str) -> Iterable[tuple[int, str]]:
+    def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
+        # sealed: opened here, then read as the other origins read them
         with self._reading() as conn:
             rows = conn.execute(
                 f"SELECT id, key, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
             ).fetchall()
-            return [(int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, k))) for i, k, m in rows]
+            opened = [(int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, k))) for i, k, m in rows]
+        return [turn_fields(i, m) for i, m in opened]
 
     def count_records(self) -> int:
         return int(self._one("SELECT count(*) FROM {s}.records")[0])
