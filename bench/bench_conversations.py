@@ -189,7 +189,9 @@ def run_efface(root: Path, c: cv.Conversations, dvec, qvec, emb, out: dict, list
         "efface.recall window=1": lambda i: store.recall(
             qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=10, window=1
         ),
-        "efface.recall k=30": lambda i: store.recall(qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=30),
+        "efface.recall k=30": lambda i: store.recall(
+            qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=30
+        ),
     }.items():
         got, lat = timed(fn, len(qs))
         out[name] = returned_figures(got, c, lat)

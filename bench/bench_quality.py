@@ -79,7 +79,11 @@ def encode(emb, texts: list[str], label: str) -> np.ndarray:
     """Vectors of ``texts``, cached per text (any subset of a corpus reuses the cache)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     # a named model's name holds a path: the cache file is named by a hash of it
-    tag = emb.name if emb.name.replace("-", "").isalnum() else hashlib.blake2b(emb.name.encode(), digest_size=6).hexdigest()
+    tag = (
+        emb.name
+        if emb.name.replace("-", "").isalnum()
+        else hashlib.blake2b(emb.name.encode(), digest_size=6).hexdigest()
+    )
     path = CACHE / f"{label}-{tag}.npz"
     keys = [hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in texts]
     have: dict[str, np.ndarray] = {}

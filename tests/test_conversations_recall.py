@@ -8,9 +8,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from conftest import LADDER_ON_POSTGRES
 
 from efface.errors import InvalidInput
+
+from conftest import LADDER_ON_POSTGRES
 
 HTTP_CONTRACT = True
 
@@ -80,7 +81,15 @@ def test_bad_turn_fields_are_refused_at_write(store, meta):
 
 @pytest.mark.parametrize(
     "options",
-    [{"after": "soon"}, {"before": [1]}, {"said_by": ""}, {"said_by": 3}, {"window": -1}, {"window": 51}, {"window": True}],
+    [
+        {"after": "soon"},
+        {"before": [1]},
+        {"said_by": ""},
+        {"said_by": 3},
+        {"window": -1},
+        {"window": 51},
+        {"window": True},
+    ],
 )
 def test_bad_recall_filters_are_refused(chat, options):
     with pytest.raises(InvalidInput):

@@ -57,9 +57,7 @@ def offline(monkeypatch):
 def test_names_are_canonical():
     assert named.canonical("minilm") is None
     assert named.canonical("st:org/model") == "sentence-transformers:org/model"  # a model id stays an id
-    assert named.canonical("sentence-transformers:./models/x") == "sentence-transformers:" + os.path.abspath(
-        "models/x"
-    )
+    assert named.canonical("sentence-transformers:./models/x") == "sentence-transformers:" + os.path.abspath("models/x")
     assert named.canonical("onnx:models/x.onnx") == "onnx:" + os.path.abspath("models/x.onnx")
     for empty in ("st:", "onnx: ", "sentence-transformers:"):
         with pytest.raises(efface.InvalidInput):

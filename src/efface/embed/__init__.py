@@ -29,8 +29,8 @@ import numpy as np
 from ..errors import EmbedderMismatch, InvalidInput
 from .hashing import HashingEmbedder
 from .minilm_onnx import ready as onnx_ready
-from .named import canonical, load
 from .minilm_onnx import runtime_available
+from .named import canonical, load
 
 log = logging.getLogger(__name__)
 

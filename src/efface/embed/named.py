@@ -126,13 +126,17 @@ class OnnxModelEmbedder:
             opts.log_severity_level = 3
             self._session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime and tokenizers raise their own types for a bad file
-            raise InvalidInput(f"that ONNX model or its tokenizer.json cannot be loaded ({type(exc).__name__})") from None
+            raise InvalidInput(
+                f"that ONNX model or its tokenizer.json cannot be loaded ({type(exc).__name__})"
+            ) from None
         limit = config.get("max_seq_length")
         self._tok.enable_truncation(int(limit) if isinstance(limit, int) and limit > 0 else 512)
         self._tok.enable_padding(pad_id=self._tok.token_to_id("[PAD]") or 0)
         self._inputs = {i.name for i in self._session.get_inputs()}
         if not {"input_ids", "attention_mask"} <= self._inputs:
-            raise InvalidInput("that ONNX model does not take input_ids and attention_mask: export it from sentence-transformers")
+            raise InvalidInput(
+                "that ONNX model does not take input_ids and attention_mask: export it from sentence-transformers"
+            )
         self._lock = threading.Lock()
         self.dim = int(self._run(["dimension"]).shape[1])
 

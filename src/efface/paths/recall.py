@@ -281,7 +281,9 @@ def _hybrid(
     ]
 
 
-def _all_eligible(ranked: dict[str, list[int]], vector_legs: set[str], seen: _Checks, k: int, n: int, check_new) -> None:
+def _all_eligible(
+    ranked: dict[str, list[int]], vector_legs: set[str], seen: _Checks, k: int, n: int, check_new
+) -> None:
     """A recall narrowed by ``q.where`` (:mod:`efface.paths.turns`) whose candidates hold fewer
     than ``k`` matching live records, or whose filter lets at most ``n`` records through at all:
     every matching record of the tenant joins the vector leg's candidates (judged by exact

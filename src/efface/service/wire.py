@@ -115,7 +115,8 @@ class RecallBody(_Body):
     subject: Str = None
     k: Int = 10
     after: Annotated[Any, WithJsonSchema({"type": ["number", "string"]})] = Field(
-        default=None, description="Only records whose metadata 'at' is at or after this time (unix seconds or ISO 8601)."
+        default=None,
+        description="Only records whose metadata 'at' is at or after this time (unix seconds or ISO 8601).",
     )
     before: Annotated[Any, WithJsonSchema({"type": ["number", "string"]})] = Field(
         default=None, description="Only records whose metadata 'at' is before this time (unix seconds or ISO 8601)."
