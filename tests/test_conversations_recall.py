@@ -181,3 +181,31 @@ def test_forget_erases_the_turn_fields_with_the_record(store):
     assert store.recall("remark", tenant="pair", purpose="chat", said_by=speaker) == []
     store.wait(receipt.handle, timeout=30, tenant="pair")
     assert store.verify(receipt.handle, tenant="pair").level == "erased"
+
+
+def test_the_mcp_recall_tool_filters_and_widens(tmp_path):
+    pytest.importorskip("mcp", reason="the MCP server is the serve extra's")
+    import asyncio
+
+    from mcp import Client
+
+    import efface
+    from efface.service.mcp import build_mcp
+
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        for i, who in enumerate(("alice", "bob", "alice")):
+            meta = {"speaker": who, "session": "s1", "at": f"2018-05-01T10:0{i}:00"}
+            store.write(f"t{i}", f"turn {i} about the band", tenant="acme", subject=who, purpose="chat", metadata=meta)
+
+        async def call() -> dict:
+            async with Client(build_mcp(store, tenant="acme", purpose="chat")) as client:
+                result = await client.call_tool(
+                    "recall", {"query": "band", "said_by": "bob", "after": "2018-05-01", "window": 1}
+                )
+                assert not result.is_error, result.content
+                assert isinstance(result.structured_content, dict)
+                return result.structured_content
+
+        (hit,) = asyncio.run(call())["hits"]
+    assert hit["key"] == "t1"
+    assert hit["window"] == []  # its neighbours are alice's: the said_by filter applies to the window too

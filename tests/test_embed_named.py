@@ -160,3 +160,31 @@ def test_the_store_records_the_named_model_and_refuses_another_on_reopen(onnx_di
         with pytest.raises(efface.EmbedderMismatch) as caught:
             open_store(store_path, embedder=other)
         assert spec in str(caught.value)  # it says which one to open it with
+
+
+def test_a_recorded_model_id_is_reopened_as_it_was_recorded(tmp_path, monkeypatch):
+    """A model id recorded by a store stays an id on reopen, even where the working directory
+    holds a folder of the same name (which, named afresh, would be taken as a directory)."""
+    (tmp_path / "org" / "model").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert named.canonical("st:org/model") == "sentence-transformers:" + str(tmp_path / "org" / "model")
+    loaded: list[str] = []
+    monkeypatch.setattr(named, "load", lambda name: loaded.append(name) or HashingStandIn(name))
+    import efface.embed as embed
+
+    monkeypatch.setattr(embed, "load", named.load)
+    got = embed.for_store(None, "sentence-transformers:org/model")
+    assert got.name == "sentence-transformers:org/model" and loaded == ["sentence-transformers:org/model"]
+
+
+class HashingStandIn:
+    """A stand-in for a loaded model (only its name is looked at): this unit test checks the
+    name handling, not a model."""
+
+    dim = 8
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def embed(self, texts):
+        return np.zeros((len(texts), 8), dtype=np.float32)

@@ -30,7 +30,7 @@ from ..errors import EmbedderMismatch, InvalidInput
 from .hashing import HashingEmbedder
 from .minilm_onnx import ready as onnx_ready
 from .minilm_onnx import runtime_available
-from .named import canonical, load
+from .named import canonical, is_named, load
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,9 @@ def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedde
         from .minilm import MiniLMEmbedder
 
         return MiniLMEmbedder()
-    named = canonical(wanted)
+    # the recorded name as it is (made canonical when it was recorded: a model id stays an id
+    # even where the working directory holds a folder of that name)
+    named = wanted if wanted == recorded and is_named(recorded) else canonical(wanted)
     if named is not None:
         if recorded is not None and recorded != named:
             raise _mismatch(recorded, named)  # before loading a model the store cannot use

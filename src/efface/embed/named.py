@@ -42,6 +42,11 @@ ALIASES = {"st:": ST}
 _OFFLINE = "nothing is downloaded: put the model's files on this machine"
 
 
+def is_named(name: str) -> bool:
+    """Whether ``name`` (as a store records it) is one of this module's."""
+    return name.startswith((ST, ONNX))
+
+
 def canonical(spec: str) -> str | None:
     """The name a store records for ``spec`` (a directory made absolute), or None when
     ``spec`` names no model of this module."""
