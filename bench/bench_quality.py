@@ -159,7 +159,12 @@ def run_efface(root: Path, docs, queries, dvec, qvec, emb, out: dict) -> None:
         from efface.embed import resolve
 
         emb = resolve("minilm")
-    store = efface.open(root / "efface", embedder=emb, background=False)
+    if ORIGIN is None:
+        store = efface.open(root / "efface", embedder=emb, background=False)
+    else:  # a fresh database on the PostgreSQL of --origin (bench/pg_local.py)
+        store = efface.open(
+            ORIGIN.fresh(), embedder=emb, background=False, kek_file=str(root / "kek"), cache_dir=str(root / "cache")
+        )
     for s in range(0, len(docs), 5000):
         store.write_many(
             [{"key": f"d{i}", "text": docs[i], "subject": f"s{i % 997}"} for i in range(s, min(s + 5000, len(docs)))],
@@ -168,6 +173,8 @@ def run_efface(root: Path, docs, queries, dvec, qvec, emb, out: dict) -> None:
             embeddings=dvec[s : s + 5000],
         )
     store.compact()
+    if ORIGIN is not None:
+        ORIGIN.analyze(store)  # the planner's statistics, as autovacuum would have them after a bulk load
     log(f"[efface] built in {time.perf_counter() - t0:.1f}s")
     origin = store._origin
     import inspect
@@ -273,6 +280,8 @@ def run_lancedb(root: Path, docs, queries, dvec, qvec, out: dict) -> None:
 
 
 REL: list[set[int]] = []
+ORIGIN = None
+"""``--origin``: the PostgreSQL cluster (bench/pg_local.Cluster) efface's stores are made on."""
 
 
 def run_baseline(src: str, c: corpora.Corpus, emb_name: str, n_docs: int, n_q: int, out: dict) -> None:
@@ -340,8 +349,31 @@ def main() -> None:
         metavar="SRC",
         help="also run efface from this src directory (e.g. a worktree of the old commit), side by side",
     )
+    ap.add_argument(
+        "--origin",
+        metavar="PG",
+        help="run efface on PostgreSQL: 'postgres' starts one (bench/pg_local.py), or a postgresql:// URL of a "
+        "server to make a database on (dropped after)",
+    )
     ap.add_argument("--efface-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.origin:
+        import contextlib
+
+        import pg_local
+
+        global ORIGIN
+        stack = contextlib.ExitStack()
+        ORIGIN = stack.enter_context(pg_local.cluster("start" if args.origin == "postgres" else args.origin))
+        try:
+            _main(args)
+        finally:
+            stack.close()
+        return
+    _main(args)
+
+
+def _main(args) -> None:
     if args.quick:
         args.docs, args.queries = args.docs or 10000, min(args.queries, 300)
         args.minilm_docs, args.minilm_queries = args.minilm_docs or 2000, args.minilm_queries or 200
@@ -354,6 +386,7 @@ def main() -> None:
         "load_before": [round(x, 2) for x in load],
         "quick": args.quick,
         "baseline": args.baseline,
+        "origin": "postgres" if args.origin else "sqlite",
         "runs": [],
     }
     for name in args.corpora.split(","):

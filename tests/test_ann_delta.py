@@ -14,7 +14,10 @@ import pytest
 
 from conftest import record_id_of
 
-pytestmark = pytest.mark.local_only("holds the ANN index's lock, as an absorption in progress does")
+pytestmark = [
+    pytest.mark.local_only("holds the ANN index's lock, as an absorption in progress does"),
+    pytest.mark.ann_files("the delta of the ANN files"),
+]
 
 N = 1500
 

@@ -26,7 +26,7 @@ import efface
 from efface import BackupCorrupt, BackupMismatch
 from efface.backups.format import read_header
 
-from conftest import LADDER_ON_POSTGRES, on_postgres, pg_rows, raw_db
+from conftest import on_postgres, pg_rows, raw_db
 
 T = "acme"
 ALICE_TEXTS = {
@@ -349,7 +349,6 @@ def test_a_subject_released_earlier_keeps_the_backup_readable_so_the_receipt_say
     assert (result.restored, result.replayed) == (1, 1)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_verify_counts_backups_on_the_erased_rung(store, tmp_path):
     """Rung 3 for backups is crypto-shredding (docs/concepts.md §3): a forget that destroyed the keys
     can be proven erased, with the key bytes themselves among the fingerprints the byte scan

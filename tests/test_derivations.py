@@ -39,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import efface
 from efface import InvalidInput, NotFound
 
-from conftest import LADDER_ON_POSTGRES, behind, fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
+from conftest import behind, fts_ids, in_memory, ledger_rows, receipt_rows, record_id_of
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -603,7 +603,6 @@ def test_redact_leaves_no_byte_of_the_identifiers_in_the_store(open_store, store
     assert store.read("m:1", tenant=T, purpose="analytics").text == expected["m:1"]
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_redact_rewrites_the_metadata_that_names_the_subject_too(open_store, store_path, backend):
     """Under redact, a record whose text names the subject may name them in its metadata
     too, in any form: every string of it (object keys too) is redacted like the text, so

@@ -21,7 +21,7 @@ import pytest
 import efface
 from efface.text import fold, index_text, words
 
-from conftest import LADDER_ON_POSTGRES, fts_ids
+from conftest import fts_ids
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -430,7 +430,6 @@ def test_a_legal_hold_of_another_subject_is_never_replaced(store):
     assert text_of(store, "k1", "audit") == "the signed contract terms"
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_replace_erases_the_old_record_with_its_claims_and_a_receipt(store):
     old = "alice prefers zephyrine tea at the quayside"
     write(store, "k1", old, subject="alice", purpose="support")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import LADDER_ON_POSTGRES, behind, ledger_rows
+from conftest import behind, ledger_rows
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -102,7 +102,6 @@ def _handle(receipt):
 
 
 @pytest.mark.parametrize("how", HOWS)
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_the_last_claim_takes_the_identifiers_whatever_removed_it(open_store, clock, how):
     store = _open(open_store, how)
     _world(store, ttl=None if how in ("key", "prefix", "purpose") else 60)
@@ -277,7 +276,6 @@ def test_a_policy_reason_goes_when_the_policy_is_replaced(open_store, store_path
     assert store.verify_ledger().ok
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_a_policy_reason_goes_with_the_tenant(open_store, store_path, backend):
     """A policy's reason is free text about the tenant (it may name anyone): it is no
     subject's, so a forget by subject leaves it; it goes, fingerprinted and proven by

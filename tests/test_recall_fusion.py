@@ -214,3 +214,35 @@ def test_a_text_leg_checked_before_a_forget_is_checked_again(open_store, backend
     assert len(hits) == 10
     assert all(int(h.key[1:]) % 2 == 1 for h in hits), [h.key for h in hits]
     assert np.all([("fts" in h.via) for h in hits])
+
+
+def test_the_vector_leg_votes_as_far_as_its_best_stands_out_from_what_only_the_words_found():
+    """``_standing``: 0 when the best cosine is within SPREAD - 1 standard deviations of the
+    cosines of records the vector leg did not propose, 1 from SPREAD, linear between; 1 when
+    too few records are the words' alone to say what a typical cosine is."""
+    import numpy as np
+
+    from efface.paths.recall import MIN_BACKGROUND, SPREAD, _standing
+
+    others = np.repeat([0.25, 0.35], 100)  # mean 0.3, sd 0.05, none above 1 sd
+    ids = np.arange(210, dtype=np.int64)
+    proposed = list(range(200, 210))  # the vector leg's own candidates: ids 200-209
+
+    def with_best(z: float) -> float:
+        cos = np.concatenate([others, np.full(10, 0.3 + 0.05 * (SPREAD - 1.5))])
+        cos[200] = 0.3 + 0.05 * z
+        return _standing(ids, cos, proposed)
+
+    assert with_best(SPREAD + 2) == 1.0
+    assert with_best(SPREAD) == pytest.approx(1.0)
+    assert with_best(SPREAD - 0.5) == pytest.approx(0.5)
+    assert with_best(SPREAD - 1) == pytest.approx(0.0, abs=1e-9)
+    assert with_best(1.0) == 0.0
+    # a best that is one of the words' own records counts too (the union's best)
+    cos = np.concatenate([others, np.full(10, 0.3)])
+    cos[5] = 0.3 + 0.05 * (SPREAD + 2)
+    assert _standing(ids, cos, proposed) == 1.0
+    # too few records the vector leg did not propose: it votes fully
+    few = np.arange(MIN_BACKGROUND - 1 + 10, dtype=np.int64)
+    assert _standing(few, np.linspace(0.1, 0.2, len(few)), list(range(MIN_BACKGROUND - 1, len(few)))) == 1.0
+    assert _standing(ids, np.full(210, 0.4), proposed) == 1.0  # every cosine alike: nothing to judge by

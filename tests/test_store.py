@@ -304,6 +304,7 @@ def test_recall_is_isolated_per_tenant(store):
 
 
 # -- read-safety while the ANN lags -------------------------------------------------------------
+@pytest.mark.ann_files("asserts the ANN is pending after a forget")
 def test_recall_never_returns_erased_records_while_ann_is_pending(store):
     secrets = {
         f"al{i}": f"alice secret {w} number {i}"
@@ -348,6 +349,7 @@ def test_recall_never_returns_erased_records_while_ann_is_pending(store):
     assert recall_keys(store, secrets["al3"]) == ["bob1"]
 
 
+@pytest.mark.ann_files("asserts a forget is not settled at once")
 def test_status_reports_paths_and_counts(store):
     put(store, "n1", "one", subject="alice")
     put(store, "n2", "two", subject="alice")
@@ -540,6 +542,7 @@ def test_register_subject_is_a_mutation_and_touches_no_record(store):
 
 
 # -- receipts ----------------------------------------------------------------------------------
+@pytest.mark.ann_files("asserts a propagation bound above 0 s")
 def test_receipt_to_dict_has_every_field_of_the_contract(store, clock):
     put(store, "n1", "kept for audit", purpose="support")
     store.retain("n1", tenant="acme", subject="alice", purpose="audit", basis="legal_hold", ttl=30 * DAY)

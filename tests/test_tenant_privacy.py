@@ -19,8 +19,6 @@ from efface.gate.state import GateState
 from efface.service.keys import KeyRing, key_path
 from test_backup import lose_everything
 
-from conftest import LADDER_ON_POSTGRES
-
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
 
@@ -119,7 +117,6 @@ def test_forget_everything_erases_the_whole_tenant_and_only_it(store):
     assert store.forget(tenant=OTHER, subject="ana").identifiers_erased
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_receipts_of_an_erased_tenant_stay_reachable_by_handle(store):
     _fill(store, USER)
     first = store.forget(tenant=USER, key="n3")

@@ -16,7 +16,7 @@ import pytest
 import efface
 from efface.erasure.fingerprint import Fingerprinter, Fingerprints
 
-from conftest import LADDER_ON_POSTGRES, behind, in_memory, raw_db, record_id_of, set_ledger_body
+from conftest import behind, in_memory, raw_db, record_id_of, set_ledger_body
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -67,7 +67,6 @@ def outcome(v, name: str) -> str:
     return next(c.outcome for c in v.checks if c.name == name)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_forget_wait_verify_reaches_erased_and_the_disk_agrees(store):
     fill(store)
     r = store.forget(tenant=TENANT, subject="alice")
@@ -106,7 +105,6 @@ def test_right_after_forget_it_is_unreadable_not_erased_and_says_why(store):
     assert not [h for h in store.recall(alice_text(1), tenant=TENANT, purpose="support") if h.key.startswith("alice")]
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_a_stray_copy_in_any_file_fails_the_byte_check_and_is_named(store, scan_kernel):
     fill(store)
     r = store.forget(tenant=TENANT, subject="alice")
@@ -191,7 +189,6 @@ def test_a_fingerprint_is_keyed(tmp_path):
     assert not Fingerprinter(b"j" * 32).scan([str(path)], a)[0]  # another store's key finds nothing
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_too_short_to_fingerprint_is_cannot_verify_not_a_pass(store):
     store.write("tiny", "ok tea", tenant=TENANT, subject="carol", purpose="support")
     store.write("other", bob_text(1), tenant=TENANT, subject="bob", purpose="support")
@@ -203,7 +200,6 @@ def test_too_short_to_fingerprint_is_cannot_verify_not_a_pass(store):
     assert v.receipt_level == "unreadable"
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_a_live_duplicate_is_told_apart_from_residue(store, scan_kernel):
     fill(store, 5)
     store.write("copy", alice_text(2), tenant=TENANT, subject="bob", purpose="support")  # bob keeps a copy
@@ -215,7 +211,6 @@ def test_a_live_duplicate_is_told_apart_from_residue(store, scan_kernel):
         assert "held by live records" in next(c for c in v.checks if c.name == "bytes").detail
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_fingerprints_are_discarded_once_erased_and_later_verifies_replay_the_proof(store, reopen):
     fill(store, 5)
     r = store.forget(tenant=TENANT, subject="alice")
@@ -234,7 +229,6 @@ def test_fingerprints_are_discarded_once_erased_and_later_verifies_replay_the_pr
     assert store.verify_ledger().ok
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_verification_holds_no_personal_data(store):
     fill(store, 5)
     store.register_subject("alice", tenant=TENANT, identifiers=["Alice Smith", "alice@example.com"])
@@ -260,7 +254,6 @@ def test_verify_checks_the_tenant_and_the_handle(store):
         store.verify("")
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_expiry_receipts_verify_too(store, clock):
     store.write("note", alice_text(1), tenant=TENANT, subject="alice", purpose="support", ttl=60)
     store.write("keep", bob_text(1), tenant=TENANT, subject="bob", purpose="support")
@@ -315,7 +308,6 @@ def test_a_tampered_verification_entry_is_detected(store):
     assert not check.ok and any(f"seq {v.ledger_seq}" in p for p in check.problems)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_every_erasure_overwrites_its_vectors_in_the_index_file(store):
     """Not just the first: usearch reuses the oldest freed slots first, so a scrub that freed
     its own noise again would leave the next erasure's vectors in the file."""

@@ -26,10 +26,11 @@ from .erasure.ledger import SECRET_KEY, Hasher
 from .erasure.propagation import Propagation
 from .erasure.release import Releaser
 from .erasure.verify import Verifier
-from .origin.base import Origin
+from .origin.base import NearestVectors, Origin
 from .paths.ann import VectorIndex
 from .paths.base import ReadPath
 from .paths.fts import FullTextIndex
+from .paths.indexed import OriginVectors
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,9 @@ class Parts:
     """Whether the embedder's vectors come from the words alone (recall's tie-break only)."""
     derivations: Derivations
     fts: FullTextIndex
-    ann: VectorIndex
+    ann: VectorIndex | OriginVectors
+    """The vector path: the origin's own index where it has one (PostgreSQL's pgvector),
+    else this process's ANN files."""
     paths: list[ReadPath]
     """Every derived read path, in the order recall and verify visit them."""
     propagation: Propagation
@@ -84,14 +87,18 @@ def assemble(
         origin.meta_set("embedder", chosen.name)
     derivations = Derivations(origin, chosen)
     fts = FullTextIndex(origin, secret)
-    ann = VectorIndex(
-        origin,
-        ann_dir or os.path.join(path, "ann"),
-        chosen.dim,
-        lambda tenant: "t" + hasher("tenant-file", tenant),
-        max_propagation_s=ann_max_propagation_s,
-        instance=ann_instance,
-    )
+    ann: VectorIndex | OriginVectors
+    if isinstance(origin, NearestVectors):
+        ann = OriginVectors(origin, origin)
+    else:
+        ann = VectorIndex(
+            origin,
+            ann_dir or os.path.join(path, "ann"),
+            chosen.dim,
+            lambda tenant: "t" + hasher("tenant-file", tenant),
+            max_propagation_s=ann_max_propagation_s,
+            instance=ann_instance,
+        )
     paths: list[ReadPath] = [fts, ann]
     fingerprinter = Fingerprinter(secret)
     propagation = Propagation(origin, paths, clock, erase_bound_s)

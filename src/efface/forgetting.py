@@ -27,7 +27,7 @@ from .erasure.release import Releaser
 from .erasure.verify import Verifier
 from .errors import InvalidInput, NotFound, ScopeError
 from .model import QuarantineItem, Receipt, Selector, Status, Verification
-from .origin.base import Origin
+from .origin.base import CopyChecks, Origin
 from .reading import quarantined
 
 log = logging.getLogger("efface")
@@ -230,11 +230,17 @@ class Erasures:
         """Run the ladder's checks for the erasure and record the outcome in the ledger
         (``Store.verify``)."""
         row = self.row(handle, tenant)
+        if isinstance(self.origin, CopyChecks):  # one verification of a handle at a time, across processes
+            with self.origin.verifying(handle):
+                return self._verify(handle, row)
+        return self._verify(handle, row)
+
+    def _verify(self, handle: str, row: dict) -> Verification:
         tenant_id = row["tenant_h"]  # the receipt's keyed tenant hash is the tenant's id
         evidence = self.origin.evidence(handle)
         row = backups_now(row, tenant_id, self.origin)
         proof = self.origin.erased_proof(handle)
-        level, checks, scanned, files = self.verifier.verify(handle, row, evidence, tenant_id, proof)
+        level, checks, scanned, files, copies = self.verifier.verify(handle, row, evidence, tenant_id, proof)
         receipt_level = max(row["body"]["level"], level, key=_LADDER.index)
         discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
         now = self.clock()
@@ -245,6 +251,7 @@ class Erasures:
             "checks": [c.to_dict() for c in checks],
             "scanned_bytes": scanned,
             "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None),
+            "copies": {k: v.to_dict() for k, v in copies.items()},
         }
         self.check_open()
         seq, digest = self.origin.record_verification(handle, body, receipt_level, discard, now)
@@ -260,4 +267,5 @@ class Erasures:
             fingerprints_discarded=body["fingerprints_discarded"],
             ledger_seq=seq,
             ledger_hash=digest,
+            copies=copies,
         )

@@ -315,6 +315,30 @@ class Check:
         return asdict(self)
 
 
+COPY_STATES = ("erased", "shredded", "present", "cannot_verify")
+"""What a verification says of one copy of the store's data (docs/evidence-ladder.md)."""
+
+
+@dataclass(frozen=True)
+class CopyState:
+    """Where one copy of the store's data stands for one erasure (docs/evidence-ladder.md).
+
+    ``erased``: a byte scan of the copy found none of the erasure's fingerprints (or an
+    earlier verification did, recorded in the ledger). ``shredded``: the copy is not
+    scanned, and what it can still hold of the erasure is ciphertext under data keys that
+    were destroyed, their wrapped copies under key-encryption keys that were destroyed too.
+    ``present``: a scan found the erasure's bytes there (the maintenance that removes them
+    is owed). ``cannot_verify``: neither scanned nor shredded; ``reason`` says why."""
+
+    state: str
+    """One of :data:`COPY_STATES`."""
+    reason: str
+    """Why, in counts and file or copy names; never content, keys or subjects."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class Verification:
     """What ``verify(handle)`` found, as appended to the ledger."""
@@ -336,6 +360,10 @@ class Verification:
     """True once ``erased`` was proven and the fingerprints were deleted."""
     ledger_seq: int
     ledger_hash: str
+    copies: Mapping[str, CopyState] = field(default_factory=dict)
+    """Each copy of the store's data (the store's files; on PostgreSQL the primary's data
+    files, its WAL, each replica; backups) and its state for this erasure. ``level`` is
+    ``erased`` only when every copy is ``erased`` or ``shredded``."""
 
     @property
     def failed(self) -> tuple[Check, ...]:
@@ -345,6 +373,7 @@ class Verification:
         d = asdict(self)
         d["checks"] = [c.to_dict() for c in self.checks]
         d["scanned_files"] = list(self.scanned_files)
+        d["copies"] = {k: v.to_dict() for k, v in self.copies.items()}
         return d
 
 

@@ -2,7 +2,8 @@
 
 Builds the PostgreSQL origin (:mod:`efface.origin.postgres`) and the store over it. Unlike
 the embedded store, nothing is locked: any number of efface processes may open one
-database. What each process derives for itself (the ANN files of recall, and their meta)
+database. Recall's vectors are searched in the database (pgvector's index:
+:mod:`efface.paths.indexed`); what each process keeps for itself (a little meta, its lock)
 lives in a local directory of its own, ``cache_dir``:
 
 * given, it is used as is, and kept at close (a later open with the same directory starts
@@ -33,6 +34,21 @@ from .store import Store
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
+def check_url(url: str) -> None:
+    """:class:`InvalidInput` unless ``url`` parses as a PostgreSQL connection string; the
+    message never repeats it (it may hold a password), nor psycopg's, which may."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as e:
+        raise InvalidInput(
+            f"the PostgreSQL URL is malformed ({type(e).__name__}): write it as "
+            "postgresql://user:password@host:port/database (a query string may add libpq's own options only)"
+        ) from None
+
+
 def default_cache_dir(url: str, schema_name: str) -> str:
     """Where a process keeps its derived files of the store at ``url`` (see the module docstring)."""
     from psycopg.conninfo import conninfo_to_dict
@@ -61,6 +77,20 @@ def _recorded_embedder(url: str, schema_name: str) -> str | None:
         return None if row is None else str(row[0])
 
 
+def _first_comer(url: str, schema_name: str, embedder: str) -> None:
+    """Record the store's keyed-hash secret and embedder if no process has yet, the first
+    one's winning. Servers started together on a new database would otherwise each make a
+    secret and overwrite the other's (the store's own first use sets it unconditionally),
+    and hash every tenant and key differently from then on."""
+    import psycopg
+
+    from .erasure.ledger import SECRET_KEY, Hasher
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        for k, v in ((SECRET_KEY, Hasher.new_secret()), ("embedder", embedder)):
+            conn.execute(f"INSERT INTO {schema_name}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING", (k, v))
+
+
 def open_postgres(
     url: str,
     embedder: str | Embedder | None = None,
@@ -85,6 +115,7 @@ def open_postgres(
         ) from None
     from .origin.postgres.origin import PostgresOrigin
 
+    check_url(url)
     name = pg_schema.check_name(schema)
     chosen = for_store(embedder, _recorded_embedder(url, name))
     owned = cache_dir is None
@@ -111,6 +142,7 @@ def open_postgres(
     o: Origin | None = None
     try:
         o = PostgresOrigin(url, dim=chosen.dim, kek_file=kek_file, local_dir=root, schema_name=name)
+        _first_comer(url, name, chosen.name)
         return Store(root, chosen, origin=o, on_close=release, **options)
     except BaseException:
         if o is not None:

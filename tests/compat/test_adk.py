@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 require_framework("google.adk", "adk", venv="adk")
@@ -223,7 +222,6 @@ def _adk_session(app: str, user: str, texts: list[str]) -> Session:
     return asyncio.run(make())
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_delete_memory_is_a_forget_that_reaches_erased(memory, store):
     assert isinstance(memory, BaseMemoryService)
     session = _adk_session("helpdesk", "alice", ["I keep the spare key under the blue flowerpot", "Noted."])

@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 import efface
 from efface.embed import resolve
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 # CrewAI sends telemetry and traces to its servers; offline each attempt waits for a timeout
@@ -218,7 +217,6 @@ def test_is_a_crewai_storage_backend(storage):
     assert isinstance(storage, StorageBackend)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_a_scope_prefix_is_that_scope_and_below(storage, store):
     for i, scope in enumerate(["/", "/users", "/users/alice", "/users/alice/notes", "/users/alicia"]):
         storage.save([_record((f"r{i}", scope, f"note number {i} about the house", [], 0, "alice", 0))])
@@ -229,7 +227,6 @@ def test_a_scope_prefix_is_that_scope_and_below(storage, store):
     assert store.wait(receipt.handle, timeout=30).erased and store.verify(receipt.handle).level == "erased"
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_crewai_memory_on_efface_without_an_llm(storage, store):
     # Every field given to remember() and depth="shallow": CrewAI calls no LLM (its docs' advice).
     memory = Memory(storage=storage, embedder=lambda texts: EMBED.embed(list(texts)).tolist(), llm="gpt-4o-mini")

@@ -35,7 +35,7 @@ from langgraph.store.memory import InMemoryStore
 import efface
 from efface.compat.langgraph import EffaceStore
 
-from conftest import LADDER_ON_POSTGRES, backend_options
+from conftest import backend_options
 
 LABELS = st.sampled_from(["a", "b", "c"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
@@ -190,7 +190,6 @@ def test_item_fields_as_langgraph_returns_them(lg, clock):
     assert asyncio.run(lg.aget(("alice", "prefs"), "k")).value == {"food": "coffee"}
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_delete_is_a_forget_that_reaches_erased(lg, store):
     lg.put(("alice",), "diary", {"text": "Alice hides the key under the blue flowerpot"})
     lg.delete(("alice",), "diary")
@@ -269,7 +268,6 @@ def test_bad_input_is_refused_clearly(lg):
     assert lg.get(("a",), "never") is None and lg.search(("a",)) == [] and lg.list_namespaces() == []
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_langmem_tools_on_the_efface_store(store):
     langmem = pytest.importorskip("langmem")
     lg_mem = EffaceStore(store, tenant="acme", template=("*", "subject"))

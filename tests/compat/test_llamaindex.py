@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 require_framework("llama_index.core", "llamaindex")
@@ -172,7 +171,6 @@ def test_nodes_come_back_as_added_and_queries_filter(vectors):
         vectors.add([TextNode(id_="empty", text="")])
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_vector_store_index_delete_ref_doc_reaches_erased(vectors, store):
     embed = MockEmbedding(embed_dim=8)
     docs = [

@@ -19,8 +19,6 @@ import pytest
 import efface
 from efface.compat.mem0 import Memory, MemoryNotFound
 
-from conftest import LADDER_ON_POSTGRES
-
 MESSAGES = [
     {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},
     {"role": "assistant", "content": "How about thriller movies? They can be quite engaging."},
@@ -117,7 +115,6 @@ def test_quick_start_port(m, store, mem0_shapes):
     assert m.get_all(user_id="bob") == {"results": []}
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_history_after_delete_holds_no_deleted_text_and_the_text_is_erased(m, store, mem0_shapes):
     added = m.add("Alice's locker code is 4471", user_id="alice", infer=False)
     memory_id = added["results"][0]["id"]

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 agents = require_framework("agents", "openai-agents", venv="openai-agents")
@@ -117,7 +116,6 @@ def test_is_the_sdk_session_type(session):
     assert session.session_id == "conv-1" and session.session_settings == SessionSettings()
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_clear_session_is_a_forget_that_reaches_erased(session, store):
     items = [
         {"role": "user", "content": "Alice hides the key under the blue flowerpot"},
@@ -135,7 +133,6 @@ def test_clear_session_is_a_forget_that_reaches_erased(session, store):
     assert not store.recall("blue flowerpot", tenant="acme", purpose="conversation")
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_pop_item_is_a_forget_and_numbers_are_not_reused(session, store):
     asyncio.run(session.add_items([{"role": "user", "content": "first"}, {"role": "user", "content": "second"}]))
     assert asyncio.run(session.pop_item()) == {"role": "user", "content": "second"}

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import efface
 
-from conftest import LADDER_ON_POSTGRES
 from peer_stores import require_framework
 
 require_framework("pydantic_ai", "pydantic-ai")
@@ -82,7 +81,6 @@ def tools(store):
     return EffaceToolset(store, tenant="acme", subject=lambda ctx: ctx.deps.user_id)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_remember_recall_forget_through_an_agent(tools, store):
     assert isinstance(tools, FunctionToolset)
     model = FunctionModel(
@@ -337,7 +335,6 @@ def test_same_conversations_as_pydantic_ai_in_memory_store(store, ops):
     asyncio.run(main())
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_an_agent_conversation_saved_then_deleted_reaches_erased(store):
     conversations = EffaceConversationStore(store, tenant="acme")
     agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("Noted, Alice.")])))

@@ -163,16 +163,20 @@ def test_the_change_log_is_pruned_only_as_far_as_every_open_store_has_replayed_i
 
 
 def test_verify_on_postgres_never_claims_erased_by_assumption(pg_db, kek, tmp_path):
-    """The byte ladder on PostgreSQL is not built: a forget is unreadable at once from every
-    store on the database, and verify stops there, saying why (``cannot_verify``), whatever
-    ``wait`` answers about this process's own files."""
+    """A forget is unreadable at once from every store on the database; until the maintenance
+    that removes the bytes has run past it (``wait(..., until="erased")``, ``compact()``,
+    or the compactor), verify stops at ``unreadable`` and says why, per copy."""
     with _open(pg_db, kek, tmp_path / "a", background=False) as a, _open(pg_db, kek, tmp_path / "b") as b:
         a.write("k", "Alice prefers green tea", tenant="t", subject="alice", purpose="p")
         receipt = a.forget(tenant="t", subject="alice")
         assert b.read("k", tenant="t", purpose="p") is None  # the other store's next read
-        a.wait(receipt.handle, 30)
+        a.wait(receipt.handle, 30, until="absorbed")
         v = a.verify(receipt.handle)
         assert v.level == "unreadable"
-        own = [c for c in v.checks if c.name == "origin.postgres"]
-        assert [c.outcome for c in own] == ["cannot_verify"]
+        own = [c for c in v.checks if c.name == "origin.maintenance"]
+        assert [c.outcome for c in own] == ["fail"]
+        assert v.copies["postgres.primary.files"].state == "cannot_verify"
+        assert "has not run past this erasure" in v.copies["postgres.primary.wal"].reason
         assert "origin.wal" not in {c.name for c in v.checks}
+        a.wait(receipt.handle, 30)  # the maintenance runs; the server's files are scanned
+        assert a.verify(receipt.handle).level == "erased"

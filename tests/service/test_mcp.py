@@ -35,8 +35,6 @@ from efface.errors import InvalidInput
 from efface.service.keys import KeyRing, key_path
 from efface.service.mcp import build_mcp, mcp_http_app
 
-from conftest import LADDER_ON_POSTGRES
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 LEVELS = ["intent", "unreadable", "erased"]
 TOOLS = {
@@ -147,7 +145,6 @@ def test_tools_declare_their_hints_and_output_schemas(store):
             assert words in tools[name].description, (name, words)
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_write_recall_forget_and_prove_in_memory(store):
     async def body():
         async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:

@@ -1,6 +1,7 @@
 """The ``efface`` command line: parse, call the library, render. Nothing else.
 
-Every command takes ``--store DIR`` (or ``EFFACE_STORE``), ``--tenant`` (or
+Every command takes ``--store DIR`` (or ``EFFACE_STORE``), or ``--origin URL`` (or
+``EFFACE_ORIGIN``) with ``--kek-file`` for a store in PostgreSQL, ``--tenant`` (or
 ``EFFACE_TENANT``), ``--embedder`` and ``--json``, before or after the command name.
 With ``--json`` a command prints exactly one JSON document on stdout, errors included
 (``{"error": {"type": ..., "message": ...}}``). Library errors are turned into exit codes

@@ -22,6 +22,7 @@ from .render import (
 from .usage import quiet
 
 DEFAULT_TENANT = "default"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
@@ -31,6 +32,8 @@ class Settings:
     """The common options, gathered from the group and the command (the command wins)."""
 
     store: str | None = None
+    origin: str | None = None
+    kek_file: str | None = None
     url: str | None = None
     api_key: str | None = None
     tenant: str | None = None
@@ -118,6 +121,45 @@ def _setter(field: str) -> Callable:
     return callback
 
 
+def origin_options() -> Callable:
+    """A command's ``--origin URL`` and ``--kek-file FILE`` (see :func:`_origin_options`)."""
+
+    def decorate(f: Callable) -> Callable:
+        for option in reversed(_origin_options()):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _origin_options(*, root: bool = False) -> list[Callable]:
+    """``--origin URL`` and ``--kek-file FILE``: a store in a PostgreSQL database instead of
+    ``--store DIR`` (docs/postgres.md). On the root group they read the environment."""
+
+    def env(name: str) -> dict:
+        return {"envvar": name, "show_envvar": True} if root else {}
+
+    return [
+        click.option(
+            "--origin",
+            metavar="URL",
+            expose_value=False,
+            callback=_setter("origin"),
+            help="A store in PostgreSQL (postgresql://user@host/db; or EFFACE_ORIGIN) instead of --store DIR; "
+            "several efface servers and commands may share it. A password in it is never printed.",
+            **env("EFFACE_ORIGIN"),
+        ),
+        click.option(
+            "--kek-file",
+            metavar="FILE",
+            expose_value=False,
+            callback=_setter("kek_file"),
+            help="With --origin: the key-encryption key file every server of the store shares (or "
+            "EFFACE_KEK_FILE); created on the store's first use, with a warning to back it up.",
+        ),
+    ]
+
+
 def _common_options(*, root: bool = False, store: bool = True) -> Callable:
     """The shared options. On the root group they read the environment; on a command they
     override what the root was given."""
@@ -147,6 +189,7 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     help="The store's directory (created if missing).",
                     **env("EFFACE_STORE"),
                 ),
+                *_origin_options(root=root),
                 click.option(
                     "--url",
                     metavar="URL",
@@ -205,11 +248,33 @@ def _open() -> Any:
     ctx = click.get_current_context()
     if settings.url:
         return ctx.with_resource(efface.Client(settings.url, api_key=settings.api_key))
+    return ctx.with_resource(open_store(settings, background=False))
+
+
+def store_location(settings: Settings) -> str:
+    """The store named by ``--origin URL`` or ``--store DIR`` (exactly one), else a usage error."""
+    if settings.origin and settings.store:
+        raise click.UsageError("give either --store DIR or --origin URL (EFFACE_STORE or EFFACE_ORIGIN), not both")
+    if settings.origin:
+        if not settings.origin.startswith(POSTGRES_SCHEMES):
+            raise click.UsageError("--origin takes a postgresql:// URL (a directory is --store DIR)")
+        return settings.origin
     if not settings.store:
         raise click.UsageError(
-            "no store given: pass --store DIR or set EFFACE_STORE (or --url URL of a running server)"
+            "no store given: pass --store DIR or set EFFACE_STORE (or --origin URL of a PostgreSQL store, "
+            "or --url URL of a running server)"
         )
-    return ctx.with_resource(efface.open(settings.store, embedder=settings.embedder, background=False))
+    if settings.kek_file:
+        raise click.UsageError("--kek-file goes with --origin URL (a PostgreSQL store); a --store DIR has none")
+    return settings.store
+
+
+def open_store(settings: Settings, **options: Any) -> efface.Store:
+    """Open the store of ``--store DIR`` or ``--origin URL`` (with ``--kek-file``)."""
+    where = store_location(settings)
+    if settings.origin:
+        options["kek_file"] = settings.kek_file
+    return efface.open(where, embedder=settings.embedder, **options)
 
 
 def _stdin_text() -> str:

@@ -15,10 +15,19 @@ import sys
 
 import click
 
-import efface
-from efface.service.keys import KeyRing, key_path
+from efface.service.keys import KeyRing
 
-from .base import DEFAULT_TENANT, _setter, _settings, cli, require_serve
+from .base import (
+    DEFAULT_TENANT,
+    Settings,
+    _setter,
+    _settings,
+    cli,
+    open_store,
+    origin_options,
+    require_serve,
+    store_location,
+)
 
 
 @cli.command("mcp")
@@ -39,6 +48,7 @@ from .base import DEFAULT_TENANT, _setter, _settings, cli, require_serve
     callback=_setter("store"),
     help="The store's directory (or EFFACE_STORE).",
 )
+@origin_options()
 @click.option(
     "--tenant",
     metavar="TENANT",
@@ -63,7 +73,8 @@ from .base import DEFAULT_TENANT, _setter, _settings, cli, require_serve
     "--keys",
     "keys_file",
     metavar="FILE",
-    help="HTTP: the API key ring (default: DIR.keys.db beside the store's directory DIR).",
+    help="HTTP: the API key ring (default: DIR.keys.db beside the store's directory DIR; with --origin, the "
+    "store's database).",
 )
 @click.option(
     "--allow-forget-everything",
@@ -79,8 +90,11 @@ def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> N
     """
     require_serve("efface mcp")
     settings = _settings()
-    if not settings.store:
-        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    store_location(settings)  # a usage error before anything starts
+    if settings.origin and keys_file:
+        raise click.UsageError(
+            "--keys names an embedded store's key ring; an --origin store's keys are in its database"
+        )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="efface mcp: %(levelname)s %(message)s")
     # SIGTERM (what a client or a supervisor sends) ends the server like a normal exit, so the store
     # is closed (its compactor stopped, its lock released) on the way out. uvicorn re-raises the
@@ -90,26 +104,25 @@ def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> N
 
     serving_interpreter()
     if transport == "stdio":
-        _stdio(settings.store, settings.embedder, settings.tenant or DEFAULT_TENANT, purpose, forget_everything)
+        _stdio(settings, settings.tenant or DEFAULT_TENANT, purpose, forget_everything)
     else:
         if settings.tenant:
             click.echo("efface mcp: over HTTP each API key names its tenant; --tenant is not used", err=True)
-        _http(settings.store, settings.embedder, keys_file, host, port, path, purpose, forget_everything)
+        _http(settings, keys_file, host, port, path, purpose, forget_everything)
 
 
-def _stdio(directory: str, embedder: str | None, tenant: str, purpose: str | None, forget_everything: bool) -> None:
+def _stdio(settings: Settings, tenant: str, purpose: str | None, forget_everything: bool) -> None:
     from efface.service.mcp import build_mcp
 
     # A model loading may print; stdout is the protocol's from the first byte.
     with contextlib.redirect_stdout(sys.stderr):
-        store = efface.open(directory, embedder=embedder)
+        store = open_store(settings)
     with store:
         build_mcp(store, tenant=tenant, purpose=purpose, forget_everything=forget_everything).run("stdio")
 
 
 def _http(
-    directory: str,
-    embedder: str | None,
+    settings: Settings,
     keys_file: str | None,
     host: str,
     port: int,
@@ -121,7 +134,10 @@ def _http(
 
     from efface.service.mcp import mcp_http_app
 
-    with efface.open(directory, embedder=embedder) as store, KeyRing(keys_file or key_path(directory)) as ring:
+    from .serve import open_ring
+
+    ring = KeyRing(keys_file) if keys_file else open_ring(settings)
+    with open_store(settings) as store, ring:
         # The SDK's app runs its own lifespan (the session manager) when served alone.
         app, _lifespan = mcp_http_app(
             store, ring, path=path, host=host, purpose=purpose, forget_everything=forget_everything

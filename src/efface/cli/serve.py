@@ -1,9 +1,11 @@
 """``efface serve`` (the HTTP API, and the MCP server at ``/mcp`` when it is installed) and
 ``efface keys create|list|revoke`` (the API key ring).
 
-``keys`` opens only the key ring (``DIR.keys.db`` beside the store's directory), never the store nor
-the embedder, so it works in a second terminal while ``efface serve`` holds the store, and a
-revocation takes effect on the server's next request.
+``keys`` opens only the key ring, never the store nor the embedder, so it works in a second
+terminal while ``efface serve`` holds the store, and a revocation takes effect on the server's
+next request. An embedded store's ring is ``DIR.keys.db`` beside its directory
+(:class:`~efface.service.keys.KeyRing`); a PostgreSQL store's (``--origin URL``) is in its
+database (:class:`~efface.service.pgkeys.PgKeyRing`), shared by every server of the store.
 """
 
 from __future__ import annotations
@@ -20,20 +22,36 @@ from rich.console import Console
 from rich.table import Table
 
 import efface
-from efface.service.keys import ApiKey, KeyRing, key_path
+from efface.service.keys import ApiKey, KeyRing, Ring, key_path
 
-from .base import _common_options, _emit, _setter, _settings, cli, require_serve
+from .base import (
+    Settings,
+    _common_options,
+    _emit,
+    _setter,
+    _settings,
+    cli,
+    open_store,
+    origin_options,
+    require_serve,
+    store_location,
+)
 
 
-def _ring() -> KeyRing:
-    settings = _settings()
-    if not settings.store:
-        raise click.UsageError(
-            "no store given: pass --store DIR (or EFFACE_STORE); the key ring is DIR.keys.db beside it"
-        )
-    os.makedirs(os.path.dirname(os.path.abspath(settings.store)) or ".", exist_ok=True)
-    ctx = click.get_current_context()
-    return ctx.with_resource(KeyRing(key_path(settings.store)))
+def open_ring(settings: Settings) -> Ring:
+    """The key ring of the store of ``--store DIR`` (``DIR.keys.db``) or ``--origin URL`` (its
+    database), opened alone: no store, no embedder."""
+    where = store_location(settings)
+    if settings.origin:
+        from efface.service.pgkeys import PgKeyRing
+
+        return PgKeyRing(where, kek_file=settings.kek_file)
+    os.makedirs(os.path.dirname(os.path.abspath(where)) or ".", exist_ok=True)
+    return KeyRing(key_path(where))
+
+
+def _ring() -> Ring:
+    return click.get_current_context().with_resource(open_ring(_settings()))
 
 
 def _key_doc(k: ApiKey) -> dict:
@@ -41,7 +59,7 @@ def _key_doc(k: ApiKey) -> dict:
 
 
 def _mcp_hook(
-    store: efface.Store, ring: KeyRing, host: str, purpose: str | None = None, forget_everything: bool = False
+    store: efface.Store, ring: Ring, host: str, purpose: str | None = None, forget_everything: bool = False
 ) -> Any:
     """The MCP streamable-HTTP app and its lifespan, when efface's MCP server is installed."""
     try:
@@ -89,12 +107,17 @@ def _mcp_hook(
     callback=_setter("store"),
     help="The store's directory (or EFFACE_STORE; created if missing).",
 )
+@origin_options()
 @_common_options(store=False)
 def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everything) -> None:
     """Serve the store over HTTP (/v1/..., /docs, /openapi.json; /mcp when available) until
     interrupted. Clients need an API key: `efface keys create --tenant T`. A new store gets
     the best embedder installed (MiniLM with the minilm extra); `--embedder hashing` serves
-    without a model."""
+    without a model.
+
+    With --origin postgresql://... (and --kek-file) the store is in that database: start as
+    many servers on it as you like (each on its own port); they share the store and its API
+    keys, and a forget acknowledged by one is never served by another (docs/postgres.md)."""
     require_serve("efface serve")
     import uvicorn
 
@@ -102,11 +125,14 @@ def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everyth
     from efface.service.runner import serving_interpreter, uvicorn_config
 
     settings = _settings()
-    if not settings.store:
-        raise click.UsageError("no store given: pass --store DIR or set EFFACE_STORE")
+    store_location(settings)  # a usage error before anything is opened
     logging.basicConfig(level=logging.INFO)
     serving_interpreter()
-    with efface.open(settings.store, embedder=settings.embedder) as store, KeyRing(key_path(settings.store)) as ring:
+    with open_store(settings) as store, open_ring(settings) as ring:
+        if settings.origin:
+            from efface.service.pgkeys import redact
+
+            logging.getLogger("efface.serve").info("serving the PostgreSQL store at %s", redact(settings.origin))
         app = create_app(
             store,
             ring,
@@ -134,6 +160,7 @@ def _key_options(tenant_help: str | None) -> Callable:
             callback=_setter("store"),
             help="The store's directory (or EFFACE_STORE); its key ring is DIR.keys.db beside it.",
         )(f)
+        f = origin_options()(f)
         return _common_options(store=False)(f)
 
     return decorate
@@ -145,7 +172,11 @@ def _date(seconds: float) -> str:
 
 @cli.group()
 def keys() -> None:
-    """API keys for `efface serve`: each acts for exactly one tenant; only hashes are kept."""
+    """API keys for `efface serve`: each acts for exactly one tenant; only hashes are kept.
+
+    With --store DIR they live in DIR.keys.db beside the store; with --origin URL in the
+    PostgreSQL store's database (its tenant names sealed: give --kek-file), where every
+    server of the store sees a new or revoked key from its next request."""
 
 
 @keys.command("create")

@@ -116,9 +116,12 @@ class ByteScanner:
         root: str = "",
         copies: dict[str, bytes] | None = None,
         only: dict[str, list[tuple[int, int]]] | None = None,
+        read_copies: bool = False,
     ) -> tuple[Hits, int]:
         """:meth:`scan`, its hits as arrays. ``only`` limits the scan of a file (by path) to
-        windows starting in its ``[start, end)`` byte ranges (8-aligned starts)."""
+        windows starting in its ``[start, end)`` byte ranges (8-aligned starts).
+        ``read_copies``: read every file as a copy, never mapped (files another process may
+        truncate under the scan: a database server's relations, which VACUUM shortens)."""
         only = only or {}
         tables = self.tables(fp)
         scanned = 0
@@ -137,7 +140,7 @@ class ByteScanner:
                     continue
                 name = os.path.relpath(path, root) if root else path
                 with open(path, "rb") as f:
-                    if path.endswith(SHRINKING):
+                    if read_copies or path.endswith(SHRINKING):
                         # The scan runs beside the compactor, which truncates these files: a mapped
                         # page cut off under the scan would kill the process (SIGBUS), so read a copy.
                         data: Any = f.read()

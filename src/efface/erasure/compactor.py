@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..origin.base import Origin
+from ..origin.base import Maintained, Origin
 from ..paths.base import ReadPath
 from .changelog import ChangeLog
 from .propagation import Propagation
@@ -124,7 +124,8 @@ class Compactor:
         is behind the newest erasure woken for. The asynchronous paths erase last in a
         saving round, with the epoch they absorbed at its start, so one behind means the
         round began before that erasure committed (or failed): the next round owes it."""
-        return any(p.erased_epoch() < self._owed for p in self._async or self._paths)
+        owed = any(p.erased_epoch() < self._owed for p in self._async or self._paths)
+        return owed or (isinstance(self._origin, Maintained) and self._origin.erased_epoch() < self._owed)
 
     @property
     def rounds(self) -> int:
@@ -176,6 +177,8 @@ class Compactor:
                 if physical is not None:
                     physical.rebuild_indexes()
                     self._checkpoint_owed = not physical.checkpoint()
+                if isinstance(self._origin, Maintained):  # a database server's rewrite, checkpoint, WAL, KEK
+                    self._origin.maintain()
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
                 self._step()
                 erased = self._propagation.erased_epochs()
@@ -184,7 +187,9 @@ class Compactor:
                         p.persist()
                     else:
                         p.erase()
-                lagging = [p.replay_epoch() for p in self._async]
+                # no asynchronous path (an origin that indexes its own vectors): nothing of this
+                # process replays the log but the origin's own readers, which it holds back for
+                lagging = [p.replay_epoch() for p in self._async] or [self._origin.current_epoch()]
                 if lagging:
                     self._changes.prune(min(lagging))
                 now = time.monotonic()

@@ -7,6 +7,11 @@ fingerprints of every erased byte: texts, keys, embeddings, the forms the read p
 went (whatever selector or expiry removed it), the stated reasons of the erased records'
 releases, and the data keys destroyed for crypto-shredding (see :mod:`.fingerprint`). Never the content: it is
 gone with the transaction.
+
+Where the origin stores content in another form (:class:`~efface.origin.base.StoredForms`:
+on PostgreSQL, sealed ciphertexts, wrapped data keys and ``vector`` values as pgvector lays
+them out), those forms are fingerprinted too, under the kinds the origin names, so a scan of
+the database's files looks for what they can hold (:data:`STORED_KINDS`).
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..model import probe_sample
-from ..origin.base import Tx
+from ..origin.base import StoredForms, Tx
 from ..paths.base import Erased, ReadPath
 from ..vectors import read as read_vector
-from .fingerprint import VECTOR_REGION, Fingerprinter, Fingerprints
+from .fingerprint import REGION, VECTOR_REGION, Fingerprinter, Fingerprints
 
 
 def id_blob(ids: Sequence[int]) -> bytes:
@@ -28,6 +33,11 @@ def id_blob(ids: Sequence[int]) -> bytes:
 
 def blob_ids(blob: bytes) -> list[int]:
     return np.frombuffer(blob, dtype="<i8").tolist() if blob else []
+
+
+STORED_KINDS = {"sealed": "", "sealed.live": "", "wrapped": "", "pgvector": "vector"}
+"""Kinds of stored forms an origin may name (:class:`~efface.origin.base.StoredForms`), and
+the sampling of their fingerprints (``vector``: :data:`.fingerprint.VECTOR_REGION`)."""
 
 
 class Evidence:
@@ -77,6 +87,11 @@ class Evidence:
             for path in self._paths:
                 for held in path.held(erased):
                     self._fp.add_many(fp, held.kind, held.items, held.region)
+        if isinstance(tx, StoredForms):
+            for kind, items in tx.stored_forms():
+                if items:
+                    region = VECTOR_REGION if STORED_KINDS.get(kind) == "vector" else REGION
+                    self._fp.add_many(fp, kind, items, region)
         if identifiers:
             self._fp.add_many(fp, "identifier", [i.encode("utf-8") for i in identifiers], uniform=True)
         if tenant_name is not None:  # erased with the tenant's last record, subject and key

@@ -122,6 +122,18 @@ class Fingerprints:
     def whole(self, kind: str, item: int) -> int:
         return int(self.item_h[kind][item])
 
+    def only(self, kinds: Sequence[str]) -> Fingerprints:
+        """These fingerprints limited to items of ``kinds`` (what a scan of a copy that can
+        hold only those forms looks for: a database's files hold ciphertext, not text)."""
+        keep = set(kinds)
+        out = Fingerprints(
+            items={k: n for k, n in self.items.items() if k in keep},
+            too_short={k: n for k, n in self.too_short.items() if k in keep},
+        )
+        for group in ("w16", "w8", "u8", "site_h", "site_i", "site_o", "item_h", "item_n"):
+            getattr(out, group).update({k: a for k, a in getattr(self, group).items() if k in keep})
+        return out
+
     def to_blob(self) -> bytes:
         """A compact serialisation: a JSON header and the arrays (no content, only hashes)."""
         import json

@@ -34,14 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Check
-from ..origin.base import Origin
+from ..model import Check, CopyState
+from ..origin.base import CopyChecks, Origin, ScanFn
 from ..paths.base import ReadPath, check
 from .evidence import blob_ids
 from .fingerprint import Fingerprinter, Fingerprints
 from .hits import Hit, Hits
-from .residue import Judge, Judgement, Reader, in_live_cells, strays
+from .residue import SHORT, Judge, Judgement, Reader, in_live_cells, strays
 
+SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
+"""What a database server's files can hold of an erasure, the kinds its copies are scanned
+for: ciphertexts, wrapped data keys, vectors as pgvector stores them, subject names (kept
+in clear in claims and mentions); never a text, which never reaches it."""
 KEEP_SCANS, KEEP_HITS = 16, 2_000_000
 """How many of wait's clean scans the verifier keeps for the next verify of the same erasure,
 and the most hits one may hold (40 bytes each): a scan not kept only costs verify a full one."""
@@ -90,8 +94,8 @@ class Verifier:
 
     def verify(
         self, handle: str, receipt: dict, evidence: dict | None, tenant: str | None, previous_proof: dict | None
-    ) -> tuple[str, list[Check], int, list[str]]:
-        """Run every check; returns (level, checks, bytes scanned, files scanned)."""
+    ) -> tuple[str, list[Check], int, list[str], dict[str, CopyState]]:
+        """Run every check; returns (level, checks, bytes scanned, files scanned, copies)."""
         checks: list[Check] = []
         epoch = receipt["epoch"]
         if evidence is None:
@@ -105,7 +109,8 @@ class Verifier:
                     0.0,
                 )
             )
-            return "intent", self._stamped(checks), 0, []
+            copy = CopyState("cannot_verify", "this erasure has no recorded evidence")
+            return "intent", self._stamped(checks), 0, [], {self._local_copy(): copy}
         erased = blob_ids(evidence["erased_ids"])
         quarantined = blob_ids(evidence["quarantined_ids"])
         checks += self._origin_probes(erased, quarantined)
@@ -146,16 +151,53 @@ class Verifier:
                     0.0,
                 )
             )
+        copies = {self._local_copy(): _local_state(checks[-1], scanned)}
+        if isinstance(self._origin, CopyChecks):
+            blob = evidence["fingerprints"]
+            items = None if blob is None else Fingerprints.from_blob(blob).items
+            tally = [0]
+            scan = None if blob is None else self._scan_fn(blob, tally)
+            for name, state, c in self._origin.copy_checks(epoch, items, scan):
+                copies[name] = state
+                checks.append(c)
+            scanned += tally[0]
         backups = _backups_check(receipt["body"].get("backups"))
         if backups is not None:
             checks.append(backups)
+            copies["backups"] = _backups_state(receipt["body"].get("backups"), backups)
         checks = self._stamped(checks)
         level = "intent"
         if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "unreadable"):
             level = "unreadable"
-            if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "erased"):
+            if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "erased") and all(
+                c.state in ("erased", "shredded") for c in copies.values()
+            ):
                 level = "erased"
-        return level, checks, scanned, files
+        return level, checks, scanned, files, copies
+
+    def _local_copy(self) -> str:
+        """The name of the copy the store's own directory holds: ``store``; ``cache`` where
+        the origin's data lives elsewhere (the process's derived files, on PostgreSQL)."""
+        return "cache" if isinstance(self._origin, CopyChecks) else "store"
+
+    def _scan_fn(self, blob: bytes, tally: list[int]) -> ScanFn:
+        """A scan of files for what a database's files can hold of this erasure (the kinds
+        :data:`efface.origin.postgres.maintenance.SCANNED_KINDS` names), reading copies of
+        the files (a server may shorten them under the scan)."""
+        fp = Fingerprints.from_blob(blob).only(SERVER_KINDS)
+
+        def scan(files: list[str], root: str) -> tuple[dict[str, dict[str, int]], int]:
+            copies: dict[str, bytes] = {}
+            found, n = self._fp.scan_arrays(files, fp, root, copies, read_copies=True)
+            tally[0] += n
+            found = found.take(_whole(self._fp, fp, found, Reader(root, copies)))
+            out: dict[str, dict[str, int]] = {}
+            for f, k in zip(found.file.tolist(), found.kind.tolist(), strict=True):
+                per = out.setdefault(found.files[f], {})
+                per[found.kinds[k]] = per.get(found.kinds[k], 0) + 1
+            return out, n
+
+        return scan
 
     def _origin_probes(self, erased: list[int], quarantined: list[int]) -> list[Check]:
         o = self._origin
@@ -472,3 +514,35 @@ def _backups_check(state: str | None) -> Check | None:
         t0,
         0.0,
     )
+
+
+def _local_state(check: Check, scanned: int) -> CopyState:
+    """The store directory's copy, from its byte check (the last check so far)."""
+    if check.outcome in ("pass", "recorded"):
+        return CopyState("erased", check.detail)
+    if check.outcome == "fail" and scanned:
+        return CopyState("present", check.detail)
+    return CopyState("cannot_verify", check.detail)
+
+
+def _backups_state(state: str | None, check: Check) -> CopyState:
+    if state == "shredded":
+        return CopyState("shredded", check.detail)
+    if state == "absorbed":
+        return CopyState("erased", check.detail)
+    return CopyState("cannot_verify", check.detail)
+
+
+def _whole(fpr: Fingerprinter, fp: Fingerprints, found: Hits, reader: Reader) -> np.ndarray:
+    """Which hits count in a scan of a database server's files: every hit of a long item (a
+    ciphertext, a wrapped key, a vector: its windows are its own), and a hit of a short one (a
+    subject name, which shares its first bytes with every other: "subject-03", "subject-04")
+    only where the whole item lies around it."""
+    keep = ~strays(fpr, fp, found, reader)
+    for i in np.flatnonzero(keep).tolist():
+        sites = fp.sites_all(int(found.hash[i]))
+        if not sites or any(n >= SHORT for *_, n in sites):
+            continue
+        f, off = found.files[int(found.file[i])], int(found.offset[i])
+        keep[i] = any(fpr.whole(reader.read(f, off - o, n)) == fp.whole(kind, item) for kind, item, o, n in sites)
+    return keep

@@ -11,8 +11,9 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 of an origin that keeps files, or None: then its erased epoch is its current one) and
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
 Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
-and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with
-``isinstance``: every use is typed, none is probed by name.
+:class:`NearestVectors`, :class:`Maintained`, :class:`CopyChecks`, on its transactions
+:class:`StoredForms`, and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`),
+asked for with ``isinstance``: every use is typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
 the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
@@ -33,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import ErasureNotSettled
-from ..model import Check
+from ..model import Check, CopyState
 
 CHANGES_CONSUMER = "changes.consumer."
 """Meta keys under which each consumer of the change log (one read path's files in one process)
@@ -308,6 +309,55 @@ class HeldInMemory(Protocol):
         ...
 
 
+@runtime_checkable
+class StoredForms(Protocol):
+    """A transaction whose origin stores content in another form than the store hands it
+    (sealed, or as a database type lays it out): the forms of what this transaction
+    erased, for the erasure's evidence to fingerprint (the PostgreSQL origin's
+    ciphertexts, wrapped data keys and ``vector`` values)."""
+
+    def stored_forms(self) -> list[tuple[str, list[bytes]]]:
+        """(kind, items) of the bytes this transaction deleted or replaced, as stored."""
+        ...
+
+
+ScanFn = Callable[[list[str], str], tuple[dict[str, dict[str, int]], int]]
+"""A byte scan for one erasure's fingerprints: (files, root) -> (per file relative to root,
+hits per kind of item; bytes read). The verifier hands it to an origin that checks copies of its own."""
+
+
+@runtime_checkable
+class Maintained(Protocol):
+    """An origin whose storage keeps erased bytes until a maintenance removes them (the
+    PostgreSQL origin: rewrites, checkpoint, WAL switches, key rotation). The compactor
+    runs it in each round that erases bytes; the origin's own locks keep processes apart."""
+
+    def maintain(self) -> bool:
+        """Run the maintenance; True when it covered every epoch committed when it began
+        (False: another process runs it now, or it failed; the next round tries again)."""
+        ...
+
+
+@runtime_checkable
+class CopyChecks(Protocol):
+    """An origin whose data lives in copies the store's directory does not hold (a
+    database's files, its WAL, replicas): it says, for one erasure, where each stands."""
+
+    def copy_checks(
+        self, epoch: int, items: Mapping[str, int] | None, scan: ScanFn | None
+    ) -> list[tuple[str, CopyState, Check]]:
+        """(copy name, state, the check behind it) for the erasure at ``epoch``.
+        ``items``: how many items of each kind the erasure's fingerprints hold, None once
+        an earlier verification proved it erased and they were deleted; ``scan`` looks for
+        them in files (None with them)."""
+        ...
+
+    def verifying(self, handle: str) -> AbstractContextManager[None]:
+        """Held while one erasure is verified: one verification of a handle at a time,
+        across processes."""
+        ...
+
+
 class LiveCells(Protocol):
     """The bytes of the live cells of the origin's database file, held for one scan."""
 
@@ -331,6 +381,30 @@ class LivenessCopy(Protocol):
     def live(self, ids: Sequence[int], tenant: str, purpose: str, now: float) -> list[int]: ...
     def holding(self, ids: Sequence[int]) -> int:
         """How many of ``ids`` it still counts live or holds a vector of."""
+        ...
+
+
+@runtime_checkable
+class NearestVectors(Protocol):
+    """An origin that indexes its records' vectors itself (PostgreSQL: pgvector's HNSW): the
+    vector read path searches them there (:class:`efface.paths.indexed.OriginVectors`),
+    filtered to live records in the same statement, instead of keeping copies of its own."""
+
+    def nearest(
+        self, vector: np.ndarray, n: int, tenant: str, purpose: str, subject: str | None, now: float
+    ) -> dict[int, bytes]:
+        """Up to ``n`` records live for the tenant and purpose (and subject), nearest to
+        ``vector`` first (approximately: an index's order), each id with its stored vector
+        (:mod:`efface.vectors`); inside a snapshot, read in it."""
+        ...
+
+    def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
+        """Up to ``n`` ids of the tenant's records nearest to ``vector``, live or not (verify's
+        probes: which records the index itself leads to)."""
+        ...
+
+    def vector_count(self, tenant: str) -> int:
+        """How many of the tenant's records have a vector."""
         ...
 
 

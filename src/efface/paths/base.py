@@ -142,6 +142,19 @@ class VectorSearch(Protocol):
 
 
 @runtime_checkable
+class LiveVectorSearch(Protocol):
+    """A vector path whose search checks its candidates live itself, in the recall's snapshot
+    (an origin's own vector index, filtered in the same statement), and reads their vectors
+    with them: recall takes them as checked, without looking them up again."""
+
+    name: str
+
+    def live_candidates(self, query: Query, n: int) -> dict[int, bytes]:
+        """Up to ``n`` records live for the query, best first, each with its stored vector."""
+        ...
+
+
+@runtime_checkable
 class Scoring(Protocol):
     """A read path that scores its own matches and checks them live in its own query (full
     text): recall fuses its scores as a share of the query's best possible score."""

@@ -26,10 +26,21 @@ candidates the leg had, and the scores summed:
   text leg: two memories matched "alice" and "to", one "alice") put "Alice moved to a new
   apartment" above "Alice prefers green tea" (cosine 0.38 against 0.67). As a share, those
   matches are worth 2% of what the query could score, and the cosine decides;
+- the vector leg votes in proportion to how far its best cosine stands above the cosines
+  the query has with records it did not propose (the records only the words found: a sample
+  of the tenant that the cosine did not choose), in their standard deviations: fully from
+  :data:`SPREAD` (the edge of the scale above), not at all at ``SPREAD - 1`` or below,
+  linearly between (:func:`_standing`). On chat turns every record is about as close to a
+  question as the next (MiniLM: the best cosine stands 2.4 sd above the tenant's median
+  cosine, against 5.0 on the man pages and 6.5 on Debian), and there the cosine's
+  standard scores out-voted BM25 and put the right turn lower than the words alone would
+  (issue #36; bench/experiments/fusion_sim.py). Where fewer than :data:`MIN_BACKGROUND`
+  records are only the words' (a store smaller than a leg's depth), nothing says what a
+  typical cosine is, and the vector leg votes fully;
 - then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a
-  record one leg ranks at its very top is not pushed out by records both legs find middling.
-  It takes the place of the lowest fused record that no leg ranks first, and every record
-  keeps its fused score and place.
+  record one leg ranks at its very top is not pushed out by records both legs find middling
+  (the vector leg's, when it votes fully). It takes the place of the lowest fused record that
+  no leg ranks first, and every record keeps its fused score and place.
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
@@ -76,7 +87,7 @@ from ..model import Hit, Turn
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from . import turns
-from .base import Query, ReadPath, Scoring, VectorSearch
+from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
 
 RRF_K = 60
 """Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
@@ -93,6 +104,10 @@ KEEP_BEST = 1
 words, where it lifted recall@10 from 0.932 to 0.948); with every query word scoring, keeping
 five of each leg's cost recall@10 on both corpora (all of Debian, MiniLM: 0.843 with five,
 0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
+
+MIN_BACKGROUND = 10
+"""Records the vector leg did not propose that its vote is judged against, at least
+(:func:`_standing`); with fewer it votes fully."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -203,6 +218,14 @@ def _hybrid(
                 ranked[p.name] = [rid for rid, _ in got]
                 if leg.ceiling is not None:
                     ceilings[p.name] = leg.ceiling
+            elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
+                got_live = p.live_candidates(q, n)
+                checked.update(got_live)
+                ranked[p.name] = list(got_live)
+                if q.where is not None:  # a turn filter: those it leaves out are not live here
+                    got_live = {i: b for i, b in got_live.items() if i in seen.eligible}
+                live.update(got_live)
+                blobs.update(got_live)
             else:
                 ranked[p.name] = p.candidates(q, n)
 
@@ -219,13 +242,12 @@ def _hybrid(
         for p in paths:
             if not isinstance(p, VectorSearch):
                 continue  # a path that filters in its own query (full text) is not widened here
-            held = p.size(q.tenant)
             m = n
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
             while (
                 sum(1 for i in ranked[p.name] if i in live) < k
                 and len(ranked[p.name]) == m
-                and m < min(held, MAX_ANN_CANDIDATES)
+                and m < min(p.size(q.tenant), MAX_ANN_CANDIDATES)
             ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
@@ -247,6 +269,8 @@ def _hybrid(
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
+        # the vector leg's vote is weighed only against another leg's (with none, its order is all)
+        judged = len(vector_legs) < len(paths)
         for p, ids, raw in _judgements(snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo):
             if not len(ids):
                 continue
@@ -254,8 +278,10 @@ def _hybrid(
             vote = not (lexical and vector_leg)
             where, scaled = np.searchsorted(union, ids), _scaled(vector_leg, ids, raw, ceilings.get(p.name))
             if vote:
-                total[where] += scaled
-                best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
+                weight = _standing(ids, raw, ranked[p.name]) if vector_leg and judged else 1.0
+                total[where] += weight * scaled
+                if weight >= 1.0:
+                    best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
         # best first; then the tie-break (a lexical embedder's cosine); then by id
@@ -493,6 +519,26 @@ def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | N
     out = np.empty(len(v), dtype=np.float64)
     out[np.lexsort((ids, -v))] = (RRF_K + 1) / (RRF_K + np.arange(len(v), dtype=np.float64) + 1)
     return out
+
+
+def _standing(ids: np.ndarray, cosines: np.ndarray, proposed: Sequence[int]) -> float:
+    """How fully the vector leg votes, in [0, 1]: how far its best cosine (of ``cosines``, of
+    the union's ``ids``, ascending) stands above the cosines of the records it did not propose (not in
+    ``proposed``, its own candidates), in their standard deviations, from ``SPREAD - 1``
+    (not at all) to :data:`SPREAD` (fully). 1 when fewer than :data:`MIN_BACKGROUND` records
+    are not its own, or they all score alike."""
+    mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
+    at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
+    own = np.zeros(len(ids), dtype=bool)
+    own[at[ids[at] == mine]] = True
+    others = cosines[~own]
+    if len(others) < MIN_BACKGROUND:
+        return 1.0
+    sd = float(others.std())
+    if sd == 0.0:
+        return 1.0
+    z = (float(cosines.max()) - float(others.mean())) / sd
+    return min(1.0, max(0.0, z - (SPREAD - 1.0)))
 
 
 def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:

@@ -46,7 +46,7 @@ from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
 from . import wire as w
 from .edges import PHASES, BodyLimit, QuietErrors, ServerTiming, efface_error, http_error, validation_error
-from .keys import KeyRing
+from .keys import Ring
 
 try:
     __version__ = version("efface")
@@ -130,7 +130,7 @@ class Lanes:
 # -- the app --------------------------------------------------------------------------------------------
 def create_app(
     store: Store,
-    ring: KeyRing,
+    ring: Ring,
     *,
     max_body: int = MAX_BODY,
     max_wait: float = MAX_WAIT,
@@ -168,10 +168,12 @@ def create_app(
     bearer = HTTPBearer(auto_error=False, description="An API key from `efface keys create`.")
     lanes = Lanes()
 
-    # Async, so the key check runs on the event loop (one indexed SQLite read) and costs no
-    # thread hop; a default, not Annotated: the string annotation could not see ``bearer``.
+    # Async, so a local ring's key check runs on the event loop (one indexed SQLite read) and
+    # costs no thread hop; a remote ring's (a database round trip) runs in a thread. A default,
+    # not Annotated: the string annotation could not see ``bearer``.
     async def key_tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:  # noqa: B008
-        tenant = ring.resolve(creds.credentials if creds is not None else None)
+        token = creds.credentials if creds is not None else None
+        tenant = await anyio.to_thread.run_sync(ring.resolve, token) if ring.remote else ring.resolve(token)
         if tenant is None:
             raise w.Unauthorized(
                 "no valid API key: send 'Authorization: Bearer efk_...' with a key from `efface keys create` "

@@ -5,10 +5,19 @@ revocations and is not secret; ``secret`` is 32 random bytes. The key ring keeps
 the whole key (a key has 256 bits of entropy, so a plain digest cannot be reversed by guessing),
 never the key itself: it is shown once, by ``create``.
 
-The ring is its own SQLite file (``DIR.keys.db`` beside the store directory by default), so
-``efface keys create|list|revoke`` works while a server holds the store open, and a server sees a
-revocation on the next request. The tenant name is kept here because the server needs it to act
-for the key; revoking a key deletes its row (``secure_delete``), tenant name included.
+Every key ring does what :class:`Ring` declares; the server (:mod:`.http`, :mod:`.mcp`) and
+the CLI use nothing else, so a store's ring is chosen once, where the store is:
+
+* :class:`KeyRing`, an embedded store's: its own SQLite file (``DIR.keys.db`` beside the store
+  directory by default), so ``efface keys create|list|revoke`` works while a server holds the
+  store open, and a server sees a revocation on the next request. The tenant name is kept here
+  because the server needs it to act for the key; revoking a key deletes its row
+  (``secure_delete``), tenant name included.
+* :class:`efface.service.pgkeys.PgKeyRing`, a PostgreSQL store's: the store's database, so
+  every server of the store sees a key created or revoked anywhere from its next request.
+
+What a key looks like, what is checked at creation and how a presented key is parsed are
+here, shared by both (:func:`checked`, :func:`new_token`, :func:`key_id_of`, :func:`parse`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import apsw
 
@@ -100,8 +110,87 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("ascii")).digest()
 
 
+digest = _digest
+"""The SHA-256 of a whole key: what a ring keeps instead of the key."""
+
+
+def checked(tenant: object, label: object) -> tuple[str, str | None]:
+    """``tenant`` and ``label`` as a ring takes them for a new key, or :class:`InvalidInput`."""
+    if not isinstance(tenant, str) or not tenant.strip():
+        raise InvalidInput("tenant must be a non-empty string")
+    v.name(tenant, "tenant")  # as the store takes it: a key for a tenant it refuses is no use
+    if label is not None and (not isinstance(label, str) or len(label) > 200):
+        raise InvalidInput("label must be a string of at most 200 characters")
+    if label is not None:
+        v.reason(label, "label", blank=True)
+    return tenant, label
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh key and its id: ``(id, "efk_<id>_<secret>")``."""
+    kid = secrets.token_hex(6)
+    return kid, f"{PREFIX}{kid}_{secrets.token_urlsafe(32)}"
+
+
+def key_id_of(key_id: object) -> str:
+    """The id named by ``key_id`` (an id, or a whole key), or :class:`InvalidInput`."""
+    m = _KEY.match(key_id) if isinstance(key_id, str) else None
+    kid = m.group(1) if m else key_id
+    if not isinstance(kid, str) or not _ID.match(kid):
+        raise InvalidInput("give a key id (12 hex digits, as `efface keys list` shows it) or the key itself")
+    return kid
+
+
+def parse(token: object) -> str | None:
+    """The id of a well-formed presented key, else None."""
+    if not isinstance(token, str):
+        return None
+    m = _KEY.match(token)
+    return None if m is None else m.group(1)
+
+
+def matches(stored: bytes, token: str) -> bool:
+    """Whether ``token`` is the key whose digest is ``stored`` (in constant time)."""
+    return hmac.compare_digest(stored, _digest(token))
+
+
+class Ring(Protocol):
+    """What a key ring does; the server and the CLI use nothing else. Every call is one
+    transaction of the ring's storage, and a key created or revoked through one ring object
+    is honoured or refused by every other over the same storage from its next call."""
+
+    remote: bool
+    """True when :meth:`resolve` makes a network round trip (the server calls it off its
+    event loop then); False for a local file."""
+
+    def create(self, tenant: str, *, label: str | None = None) -> tuple[str, ApiKey]:
+        """A new key for ``tenant``: returns the key (shown only now) and its listing."""
+        ...
+
+    def list(self, *, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (or one tenant's), oldest first."""
+        ...
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Delete a key by its id (or by the whole key): it stops working at once."""
+        ...
+
+    def resolve(self, token: str | None) -> str | None:
+        """The tenant a presented key acts for, or None (malformed, unknown or revoked)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Ring: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class KeyRing:
-    """Create, list, revoke and resolve API keys. Thread-safe; every call is one transaction."""
+    """An embedded store's :class:`Ring`: create, list, revoke and resolve API keys in a
+    SQLite file. Thread-safe; every call is one transaction."""
+
+    remote = False
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
@@ -136,15 +225,8 @@ class KeyRing:
 
     def create(self, tenant: str, *, label: str | None = None) -> tuple[str, ApiKey]:
         """A new key for ``tenant``: returns the key (shown only now) and its listing."""
-        if not isinstance(tenant, str) or not tenant.strip():
-            raise InvalidInput("tenant must be a non-empty string")
-        v.name(tenant, "tenant")  # as the store takes it: a key for a tenant it refuses is no use
-        if label is not None and (not isinstance(label, str) or len(label) > 200):
-            raise InvalidInput("label must be a string of at most 200 characters")
-        if label is not None:
-            v.reason(label, "label", blank=True)
-        kid = secrets.token_hex(6)
-        token = f"{PREFIX}{kid}_{secrets.token_urlsafe(32)}"
+        tenant, label = checked(tenant, label)
+        kid, token = new_token()
         now = time.time()
         with self._lock, _unless_busy():
             self._db.execute(
@@ -167,10 +249,7 @@ class KeyRing:
 
     def revoke(self, key_id: str) -> ApiKey:
         """Delete a key by its id (or by the whole key): it stops working at once."""
-        m = _KEY.match(key_id) if isinstance(key_id, str) else None
-        kid = m.group(1) if m else key_id
-        if not isinstance(kid, str) or not _ID.match(kid):
-            raise InvalidInput("give a key id (12 hex digits, as `efface keys list` shows it) or the key itself")
+        kid = key_id_of(key_id)
         with self._lock, _unless_busy():
             row = next(
                 iter(self._db.execute("SELECT id, tenant, label, created_at FROM api_keys WHERE id=?", (kid,))), None
@@ -185,13 +264,11 @@ class KeyRing:
 
     def resolve(self, token: str | None) -> str | None:
         """The tenant a presented key acts for, or None (malformed, unknown or revoked)."""
-        if not isinstance(token, str):
-            return None
-        m = _KEY.match(token)
-        if m is None:
+        kid = parse(token)
+        if kid is None or token is None:
             return None
         with self._lock, _unless_busy():
-            row = next(iter(self._db.execute("SELECT digest, tenant FROM api_keys WHERE id=?", (m.group(1),))), None)
-        if row is None or not hmac.compare_digest(row[0], _digest(token)):
+            row = next(iter(self._db.execute("SELECT digest, tenant FROM api_keys WHERE id=?", (kid,))), None)
+        if row is None or not matches(row[0], token):
             return None
         return row[1]

@@ -9,7 +9,7 @@ shape), never a traceback.
 
 The tenant is never a tool argument. Over stdio it is the server's configuration
 (``build_mcp(store, tenant=...)``). Over HTTP every request carries an API key as a bearer
-token; :class:`KeyVerifier` maps it to its one tenant (:meth:`KeyRing.resolve`) and each tool
+token; :class:`KeyVerifier` maps it to its one tenant (:meth:`Ring.resolve`) and each tool
 acts for the tenant of the request's own access token, so a key never sees or forgets another
 tenant's data. :func:`mcp_http_app` is the ASGI app the HTTP server mounts.
 """
@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 
 from ..errors import EffaceError, InvalidInput, ScopeError
 from ..store import Store
-from .keys import KeyRing
+from .keys import Ring
 from .mcp_guard import guard_endpoint, quiet_sdk_logs
 from .mcp_models import (
     LADDER,
@@ -97,7 +97,7 @@ class KeyVerifier:
     (the SDK answers 401 before any tool runs). The ring is asked on every request, so a
     revocation takes effect on the next one."""
 
-    def __init__(self, ring: KeyRing) -> None:
+    def __init__(self, ring: Ring) -> None:
         self.ring = ring
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -177,7 +177,7 @@ def build_mcp(
     *,
     tenant: str | None = None,
     purpose: str | None = None,
-    ring: KeyRing | None = None,
+    ring: Ring | None = None,
     name: str = "efface",
     forget_everything: bool = False,
 ) -> MCPServer:
@@ -450,7 +450,7 @@ def _version() -> str:
 
 def mcp_http_app(
     store: Store,
-    ring: KeyRing,
+    ring: Ring,
     *,
     path: str = "/mcp",
     host: str = "127.0.0.1",

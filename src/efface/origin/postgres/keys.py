@@ -70,6 +70,9 @@ NONCE_LEN = 12
 _ID_LABEL = b"efface key-encryption key id v1"
 _WRAP_AAD = b"efface data key v1|"
 
+KEK_WAIT_S = 5.0
+"""How long a server waits for its copy of the KEK file to hold a KEK the database names
+(rotated by another server, the file still syncing here) before :class:`KeyFileMismatch`."""
 KEYS_LOCK = 0x65666661_00000002
 """Advisory lock ('effa' + 2) held by whoever registers a KEK or rewrites the file, from the
 database's change to the file's rename, so no two servers write the file from different views."""
@@ -276,6 +279,12 @@ class Keys:
 
     def _kek(self, kid_of_kek: str) -> bytes:
         key = self.file.keys().get(kid_of_kek)
+        deadline = time.monotonic() + KEK_WAIT_S
+        while key is None and time.monotonic() < deadline:
+            # Another server rotated the KEK: this host's copy of the file may lag behind
+            # the database (a secrets mount that syncs); wait for it a little.
+            time.sleep(0.05)
+            key = self.file.keys().get(kid_of_kek)
         if key is None:
             raise KeyFileMismatch(
                 f"the key file {self.file.path} does not hold the key-encryption key a data key is wrapped by",

@@ -24,34 +24,43 @@ database that several efface processes may share.
   far it has replayed the log (what the compactor passes to :meth:`prune_changes`), and the
   log is pruned only up to the oldest reader seen in the last :data:`READER_TTL_S` seconds.
 
-Not yet (docs/postgres.md): ``physical`` and ``liveness`` are None; :meth:`erased_epoch`
-answers as the memory origin does, which on PostgreSQL is **not a byte proof** (heap pages,
-WAL and replicas keep sealed copies and vectors until the maintenance of the byte ladder runs).
+* **The ladder** (:mod:`.maintenance`, docs/evidence-ladder.md): the compactor runs
+  :meth:`maintain` (a declared :class:`~efface.origin.base.Maintained`): KEK rotation after
+  destroyed data keys, the touched relations rewritten, checkpoint, WAL switched past its
+  retention, under an advisory lock; :meth:`erased_epoch` is the epoch the last run covered
+  (kept in the database, shared by every server). ``verify`` asks :meth:`copy_checks` (a
+  :class:`~efface.origin.base.CopyChecks`) where each copy on the server stands: the
+  primary's files and WAL scanned when this process reads the data directory, else
+  ``shredded`` or ``cannot_verify`` with the reason; each replica likewise. ``physical``
+  and ``liveness`` are None: no byte-level side in this process's files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from ...model import Check
-from ..base import require_epoch
-from . import epochs, schema
+from ...model import Check, CopyState
+from ..base import ScanFn, require_epoch
+from . import epochs, maintenance, schema
 from .keys import Keys
-from .reads import PgReads
+from .reads import HNSW_SETTINGS, PgReads
 from .sealing import Sealer
 from .text import PRUNED, PgText
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
     import psycopg
+
+log = logging.getLogger("efface")
 
 LOCAL_META = ("ann.",)
 """Meta key prefixes kept per process (see the module docstring)."""
@@ -61,6 +70,9 @@ epoch at open (its files, none yet, hold nothing older)."""
 LOCAL_FILES = "ann.file."
 """The ANN path's "this tenant's file was saved once" keys: always yes here (a missing file is
 rebuilt from the origin)."""
+DATA_DIR_ENV = "EFFACE_PG_DATA_DIR"
+"""Names the server's data directory as this process reads it, when ``SHOW data_directory``
+is not allowed (:mod:`.maintenance`)."""
 READER_TTL_S = 600.0
 """A reader of the change log not seen for this long (a process that died) no longer holds
 the log back."""
@@ -70,13 +82,16 @@ def _configure(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    for name, value in HNSW_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 class PostgresOrigin(PgReads):
     """The origin on PostgreSQL (see the module docstring)."""
 
     physical = None
-    """Not yet: the byte-level ladder on PostgreSQL is a later step (docs/postgres.md)."""
+    """No byte-level side in this process's files: the server's are checked per copy
+    (:meth:`copy_checks`) after :meth:`maintain`."""
     liveness = None
     """No copy of liveness in memory: every check reads the database."""
 
@@ -89,6 +104,7 @@ class PostgresOrigin(PgReads):
         local_dir: str | None = None,
         schema_name: str = schema.DEFAULT_SCHEMA,
         pool_size: int = 8,
+        data_dir: str | None = None,
     ) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
@@ -101,6 +117,7 @@ class PostgresOrigin(PgReads):
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
         self._sealer = Sealer(self._keys)
+        self._maint = maintenance.Maintenance(self._s, self._keys, data_dir or os.environ.get(DATA_DIR_ENV) or None)
         self._w = psycopg.connect(url, autocommit=True)
         try:
             schema.migrate(self._w, dim=dim, schema=self._s)
@@ -146,8 +163,13 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self._local.epoch = epochs.current(conn, schema=self._s)  # the snapshot is taken here
+            # one round trip: the transaction begins and its snapshot is taken by the SELECT
+            cur = conn.execute(
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT epoch FROM {self._s}.epoch_counter"
+            )
+            cur.nextset()  # past BEGIN's result to the SELECT's
+            row = cur.fetchone()
+            self._local.epoch = 0 if row is None else int(row[0])
             self._local.conn = conn
             try:
                 require_epoch(self, at_least)
@@ -249,6 +271,7 @@ class PostgresOrigin(PgReads):
         How far it was pruned is kept in meta, so a process whose word index or ANN files
         are older rebuilds them instead of missing changes."""
         s, now = self._s, time.time()
+        upto = min(upto, self.text.applied())  # this process's word index replays the log too
         with self._maintenance() as conn:
             conn.execute(
                 f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
@@ -286,34 +309,61 @@ class PostgresOrigin(PgReads):
         return seq, digest
 
     def erased_epoch(self) -> int:
-        """The current epoch, as the memory origin answers. On PostgreSQL this is **not yet a
-        byte proof**: a deleted row's sealed bytes and its vector stay in heap pages, the WAL
-        and replicas until maintenance removes them (docs/postgres.md); the byte ladder that
-        checks that is a later step."""
-        return self.current_epoch()
+        """The newest epoch the last finished maintenance covered (:mod:`.maintenance`),
+        as the database records it for every server. That it ran is not a byte proof:
+        :meth:`copy_checks` says, per copy, what was checked."""
+        with self._reading() as conn:
+            return maintenance.maintained(conn, self._s)
+
+    def maintain(self) -> bool:
+        """One maintenance run (:class:`~efface.origin.base.Maintained`); False when another
+        server runs it now or it failed (the compactor's next round tries again)."""
+        if self._closed:
+            return False
+        target = self.current_epoch()
+        try:
+            with self._pool.connection() as conn:
+                report = self._maint.run(conn)
+        except Exception as e:  # a lock timeout, a lost connection: the next round retries
+            log.warning("maintenance on PostgreSQL failed (%s); the next compactor round retries", type(e).__name__)
+            return False
+        return report is not None and self.erased_epoch() >= target
 
     def erased_checks(self, epoch: int) -> list[Check]:
-        """``origin.postgres``: ``cannot_verify``, always, for now. The database's files are not
-        this process's to scan (another host, as a rule), and a deleted row's sealed bytes and
-        its vector stay in heap pages, the WAL, replicas and backups until maintenance removes
-        them (docs/postgres.md); the subject's data key is destroyed at the forget, but the
-        key-encryption key is not yet rotated after it, so a wrapped copy of the data key left
-        in those pages is not yet useless. So ``verify`` never says ``erased`` here."""
+        """``origin.maintenance``: the maintenance that removes the bytes ran past the
+        erasure (what it could not do, the copies' checks say)."""
         t0 = time.time()
+        with self._reading() as conn:
+            done, noted = maintenance.maintained(conn, self._s), maintenance.note(conn, self._s)
+        lacking = "; ".join(x for x in noted.get("lacking", []) if isinstance(x, str))
+        detail = f"maintenance covered epoch {done} (erasure epoch {epoch})" + (
+            f"; it could not: {lacking}" if lacking else ""
+        )
         return [
             Check(
-                name="origin.postgres",
+                name="origin.maintenance",
                 rung="erased",
-                outcome="cannot_verify",
-                detail=(
-                    "the PostgreSQL database's data directory, WAL, replicas and backups are not scanned by this "
-                    "efface, and the key-encryption key has not been rotated since the data keys were destroyed: "
-                    "the erased rows' sealed bytes and vectors may remain there"
-                ),
+                outcome="pass" if done >= epoch else "fail",
+                detail=detail,
                 at=round(t0, 6),
                 duration_s=round(time.time() - t0, 6),
             )
         ]
+
+    def copy_checks(
+        self, epoch: int, items: Mapping[str, int] | None, scan: ScanFn | None
+    ) -> list[tuple[str, CopyState, Check]]:
+        """Per copy on the server (the primary's files and WAL, each replica), its state for
+        the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
+        with self._reading() as conn:
+            return maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+
+    @contextlib.contextmanager
+    def verifying(self, handle: str) -> Iterator[None]:
+        """One verification of ``handle`` at a time across servers (an advisory lock on a
+        connection of its own, held for the block)."""
+        with self._pool.connection() as conn, maintenance.verifying(conn, handle):
+            yield
 
     def close(self) -> None:
         with self.write_lock:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pgvector import Vector
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from ...vectors import F16
 from ..base import ClaimRow, RecordRow, turn_fields
@@ -28,6 +30,15 @@ NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM {s}.quarantine q WHERE q.record_id 
 REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
 CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
 
+HNSW_SETTINGS = {"hnsw.ef_search": "128", "hnsw.iterative_scan": "relaxed_order"}
+"""Set on every connection of the origin (pgvector 0.8): the search width of a query (recall
+asks for 100 candidates at least, so about the least that returns them, as the ANN files'
+``EXPANSION_SEARCH``), and iterative scans, so a query whose filters (tenant, purpose,
+subject, expiry, quarantine) drop rows goes on through the graph until it has ``n`` live ones
+(up to pgvector's ``hnsw.max_scan_tuples``) instead of returning fewer. ``relaxed_order``: the
+rows may come slightly out of distance order, which costs nothing here (recall scores every
+candidate by exact cosine)."""
+
 
 def vector_bytes(v: Any) -> bytes:
     """A ``vector`` column's value in the store's stored form (:mod:`efface.vectors`: a tag,
@@ -40,6 +51,33 @@ def vector_bytes(v: Any) -> bytes:
     if not np.array_equal(half.astype(np.float32), values):  # written as float32 (an older store's form)
         return values.astype("<f4").tobytes()
     return F16 + half.tobytes()
+
+
+class _RawVector(Loader):
+    """A ``vector`` value in binary as it came (a dimension, 2 bytes unused, big-endian
+    float32s), for :func:`stored_many` to convert many at once."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> bytes:
+        return bytes(data)
+
+
+def stored_many(raws: Sequence[bytes | None]) -> list[bytes]:
+    """:func:`vector_bytes` of many binary ``vector`` values (:class:`_RawVector`) in one numpy
+    pass: per row, the conversions cost more than the rest of a recall's reads."""
+    present = [r for r in raws if r]
+    if not present:
+        return [b""] * len(raws)
+    dim = int.from_bytes(present[0][:2], "big")
+    m = np.frombuffer(b"".join(r[4:] for r in present), dtype=">f4").reshape(len(present), dim).astype(np.float32)
+    half = m.astype("<f2")
+    exact = (half.astype(np.float32) == m).all(axis=1)
+    done = iter(
+        F16 + half[i].tobytes() if exact[i] else m[i].astype("<f4").tobytes()  # float32: an older store's form
+        for i in range(len(present))
+    )
+    return [next(done) if r else b"" for r in raws]
 
 
 def to_vector(stored: bytes) -> np.ndarray | None:
@@ -96,6 +134,14 @@ class PgReads:
         with self._reading() as conn:
             return conn.execute(sql.format(s=self._s), args, binary=True).fetchone()
 
+    def _vectors(self, sql: str, args: Sequence[Any], *, prepare: bool | None = None) -> dict[int, bytes]:
+        """``(id, embedding)`` rows as ids and stored vectors, in the rows' order."""
+        with self._reading() as conn:
+            cur = conn.cursor(binary=True)
+            cur.adapters.register_loader("vector", _RawVector)
+            rows = cur.execute(sql.format(s=self._s), args, prepare=prepare).fetchall()
+        return dict(zip((int(r[0]) for r in rows), stored_many([r[1] for r in rows]), strict=True))
+
     # -- records and claims
     def read(self, tenant: str, key: str, purpose: str, now: float) -> tuple[RecordRow, list[ClaimRow]] | None:
         with self._reading() as conn:
@@ -126,9 +172,46 @@ class PgReads:
         if not ids:
             return {}
         args: list[Any] = [list(ids), tenant, purpose, now] + ([subject] if subject else [])
-        col = "r.embedding" if vectors else "NULL"
-        rows = self._all(f"SELECT r.id, {col} FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
-        return {int(i): vector_bytes(v) for i, v in rows}
+        if not vectors:
+            rows = self._all(f"SELECT r.id FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
+            return {int(r[0]): b"" for r in rows}
+        return self._vectors(
+            f"SELECT r.id, r.embedding FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args
+        )
+
+    # -- vectors: pgvector's HNSW index (efface.paths.indexed.OriginVectors searches it)
+    def nearest(
+        self, vector: np.ndarray, n: int, tenant: str, purpose: str, subject: str | None, now: float
+    ) -> dict[int, bytes]:
+        """Up to ``n`` live records nearest to ``vector`` (cosine), each with its stored vector
+        (:func:`vector_bytes`), through the HNSW index on ``records.embedding``, the live
+        conditions checked in the same statement
+        (pgvector's iterative scan goes on through the graph while they filter rows out:
+        :data:`HNSW_SETTINGS`). In a snapshot, in it: what the same recall resolves and reads."""
+        s = self._s
+        args: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
+        sql = (
+            f"SELECT r.id, r.embedding FROM {s}.records r WHERE r.tenant = %s AND r.embedding IS NOT NULL"
+            f" AND {NOT_QUARANTINED.format(s=s)} AND EXISTS (SELECT 1 FROM {s}.claims c"
+            f" WHERE c.record_id = r.id AND c.purpose = %s AND {LIVE}" + (" AND c.subject = %s)" if subject else ")")
+        )
+        query = np.asarray(vector, dtype=np.float32)
+        # never a prepared statement: a generic plan, made without the tenant and the limit,
+        # may leave the index for a scan of every row; a custom plan costs well under a millisecond
+        return self._vectors(sql + " ORDER BY r.embedding <=> %s LIMIT %s", [*args, query, n], prepare=False)
+
+    def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
+        query = np.asarray(vector, dtype=np.float32)
+        rows = self._all(
+            "SELECT id FROM {s}.records WHERE tenant = %s AND embedding IS NOT NULL ORDER BY embedding <=> %s LIMIT %s",
+            (tenant, query, n),
+        )
+        return [int(r[0]) for r in rows]
+
+    def vector_count(self, tenant: str) -> int:
+        return int(
+            self._one("SELECT count(*) FROM {s}.records WHERE tenant = %s AND embedding IS NOT NULL", (tenant,))[0]
+        )
 
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         if not ids:
@@ -242,8 +325,7 @@ class PgReads:
     def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]:
         if not ids:
             return {}
-        rows = self._all("SELECT id, embedding FROM {s}.records WHERE id = ANY(%s)", (list(ids),))
-        return {int(i): vector_bytes(v) for i, v in rows}
+        return self._vectors("SELECT id, embedding FROM {s}.records WHERE id = ANY(%s)", (list(ids),))
 
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         rows = self._all("SELECT id, embedding FROM {s}.records WHERE tenant = %s ORDER BY id", (tenant,))

@@ -22,7 +22,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...text import words as text_words
+import apsw
+import numpy as np
+
+from ...ranking import Ranking
+from ...text import index_text
 from ..base import CHANGES_PRUNED
 from ..memory.state import bm25_ceiling, bm25_scores
 from .reads import REC_COLS, unseal_record
@@ -37,6 +41,13 @@ imports this module, and importing it back, even for types, would close a circle
 PRUNED = CHANGES_PRUNED
 """Meta key: the newest epoch whose change-log rows may have been pruned (every origin's)."""
 
+TOKENIZE = ("porter", ["unicode61", "remove_diacritics", "2"])
+"""The tokenizer the SQLite origin's index holds its words through (English stems: "runs",
+"running" -> "run"), SQLite's own, run here on a private in-memory connection: both origins
+hold the same terms for a text, so they find and score the same records."""
+TERM_MEMO = 200_000
+"""Query words whose stems are memoised at most (cleared when full)."""
+
 
 class PgText:
     """Postings in memory over the origin's unsealed texts (see the module docstring)."""
@@ -46,6 +57,10 @@ class PgText:
 
     def __init__(self, origin: PostgresOrigin) -> None:
         self._o = origin
+        self._tok_db = apsw.Connection(":memory:")
+        self._tok = self._tok_db.fts5_tokenizer(*TOKENIZE)
+        self._tok_mu = threading.Lock()
+        self._term_memo: dict[str, str | None] = {}
         self._mu = threading.RLock()
         self._applied = 0
         self._doc_terms: dict[int, Counter[str]] = {}
@@ -96,6 +111,10 @@ class PgText:
                 self._add(rec.id, rec.tenant, rec.text)
             self._applied = at
 
+    def applied(self) -> int:
+        """The epoch these postings have replayed the change log up to."""
+        return self._applied
+
     def refresh(self) -> None:
         """Replay the change log since this index's epoch (see the module docstring)."""
         for _attempt in range(8):
@@ -125,8 +144,29 @@ class PgText:
                 self._applied = now
                 return
 
+    # -- terms -----------------------------------------------------------------------------------
+    def _tokens(self, text: str) -> list[str]:
+        """The terms the tokenizer makes of ``text``'s words (:data:`TOKENIZE`)."""
+        with self._tok_mu:
+            got = self._tok(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
+        return [t if isinstance(t, str) else str(t[0]) for t in got]
+
+    def _term(self, word: str) -> str | None:
+        got = self._term_memo.get(word, "")
+        if got != "":
+            return got
+        tokens = self._tokens(word)
+        term = tokens[0] if len(tokens) == 1 else None
+        if len(self._term_memo) >= TERM_MEMO:
+            self._term_memo.clear()
+        self._term_memo[word] = term
+        return term
+
+    def _terms(self, words: Sequence[str]) -> list[str]:
+        return [t for t in dict.fromkeys(self._term(w) for w in words) if t is not None]
+
     def _add(self, rid: int, tenant: str, text: str, epoch: int = 0) -> None:
-        terms = Counter(text_words(text))
+        terms = Counter(self._tokens(index_text(text)))
         self._doc_terms[rid] = terms
         if epoch:
             self._doc_epoch[rid] = epoch
@@ -162,7 +202,7 @@ class PgText:
         """Ids whose texts hold every one of ``words`` (candidates for a phrase)."""
         self.refresh()
         with self._mu:
-            sets = [self._postings.get(w, set()) for w in dict.fromkeys(words)]
+            sets = [self._postings.get(t, set()) for t in self._terms(words)]
             return set.intersection(*map(set, sets)) if sets else set()
 
     def doc_count(self) -> int:
@@ -175,20 +215,29 @@ class PgText:
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         self.refresh()
         with self._mu:
-            return {w: len(self._postings[w]) for w in words if w in self._postings}
+            return {
+                w: len(self._postings[t]) for w in words if (t := self._term(w)) is not None and t in self._postings
+            }
 
     def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
-        """The word itself: this index does not stem and memoises nothing."""
-        return list(words)
+        """The term this index holds for each word (its stem: :data:`TOKENIZE`), None for a
+        word the tokenizer would not keep as one token; ``remember=False``: not memoised."""
+        if remember:
+            return [self._term(w) for w in words]
+        out: list[str | None] = []
+        for w in words:
+            tokens = self._tokens(w)
+            out.append(tokens[0] if len(tokens) == 1 else None)
+        return out
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:
         """As :meth:`efface.origin.memory.text.MemoryText.bm25_ceiling`."""
         return bm25_ceiling(len(self._doc_terms), dfs)
 
-    def _matches(self, words: Sequence[str]) -> set[int]:
+    def _matches(self, terms: Sequence[str]) -> set[int]:
         out: set[int] = set()
-        for w in dict.fromkeys(words):
-            out |= self._postings.get(w, set())
+        for t in dict.fromkeys(terms):
+            out |= self._postings.get(t, set())
         pinned = self._o.snapshot_epoch()
         if pinned is not None and self._doc_epoch:
             out = {rid for rid in out if self._doc_epoch.get(rid, 0) <= pinned}
@@ -196,8 +245,8 @@ class PgText:
 
     def _scores(self, words: Sequence[str], scoring: Sequence[str]) -> dict[int, float]:
         with self._mu:
-            found = self._matches(words)
-            return bm25_scores(found, self._doc_terms, self._postings, self._len_total, [*words, *scoring])
+            found = self._matches(self._terms(words))
+            return bm25_scores(found, self._doc_terms, self._postings, self._len_total, self._terms([*words, *scoring]))
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
@@ -239,10 +288,25 @@ class PgText:
         live = self._o.live_ids(ranked, tenant, purpose, subject, now)
         return [(r, scores[r]) for r in ranked if r in live][:limit], min(depth, len(scores))
 
+    def ranked_unchecked(
+        self, words: Sequence[str], tenant: str | None, *, narrow: bool = True, scoring: Sequence[str] = ()
+    ) -> Ranking:
+        """Every record of ``tenant`` that ``words`` find, with its BM25 over ``scoring``'s
+        words too, **not checked live** (:class:`~efface.origin.base.UncheckedRanking`):
+        recall checks them best first in its own snapshot, beside its other legs' candidates."""
+        self.refresh()
+        scores = self._scores(words, scoring)
+        if tenant is not None:
+            with self._mu:
+                of = self._doc_tenant
+                scores = {r: x for r, x in scores.items() if of.get(r) == tenant}
+        ids = np.fromiter(sorted(scores), dtype=np.int64, count=len(scores))
+        return Ranking(ids, np.fromiter((scores[i] for i in ids.tolist()), dtype=np.float64, count=len(ids)))
+
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         self.refresh()
         with self._mu:
-            return min(cap, len(self._matches(words)))
+            return min(cap, len(self._matches(self._terms(words))))
 
     def terms(self) -> Iterable[str]:
         with self._mu:

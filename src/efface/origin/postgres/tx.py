@@ -175,9 +175,12 @@ class PostgresTx(TxMore):
 
     def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes, str]]:
         out = {}
-        for rid, tenant, key, text, emb, meta in self._all(
-            "SELECT id, tenant, key, text, embedding, metadata FROM {s}.records WHERE id = ANY(%s)", (list(record_ids),)
+        for rid, tenant, key, text, emb, meta, sources in self._all(
+            "SELECT id, tenant, key, text, embedding, metadata, sources FROM {s}.records WHERE id = ANY(%s)",
+            (list(record_ids),),
         ):
+            self.note_stored("sealed", text, meta, sources)
+            self.note_vector(emb)
             out[int(rid)] = (
                 key,
                 self._open(text, record_aad("text", tenant, key)),
@@ -203,21 +206,24 @@ class PostgresTx(TxMore):
             self._c.execute(f"DELETE FROM {self._s}.{table} WHERE {col} = ANY(%s)", (ids,))
 
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
-        row = self._one("SELECT tenant, key, sealed_by, text FROM {s}.records WHERE id = %s", (record_id,))
+        row = self._one("SELECT tenant, key, sealed_by, text, embedding FROM {s}.records WHERE id = %s", (record_id,))
         if row is None:
             return
-        tenant, key, kid, old = row
+        tenant, key, kid, old, old_emb = row
         self._remember([(record_id, tenant, key, old)])
+        self.note_stored("sealed", old)
+        self.note_vector(old_emb)
         self._c.execute(
             f"UPDATE {self._s}.records SET text = %s, embedding = %s, updated_at = %s WHERE id = %s",
             (self._seal(bytes(kid), text, record_aad("text", tenant, key)), to_vector(embedding), now, record_id),
         )
 
     def _rewrite(self, record_id: int, column: str, value: str) -> None:
-        row = self._one("SELECT tenant, key, sealed_by FROM {s}.records WHERE id = %s", (record_id,))
+        row = self._one(f"SELECT tenant, key, sealed_by, {column} FROM {{s}}.records WHERE id = %s", (record_id,))
         if row is None:
             return
-        tenant, key, kid = row
+        tenant, key, kid, was = row
+        self.note_stored("sealed", was)
         self._c.execute(
             f"UPDATE {self._s}.records SET {column} = %s WHERE id = %s",
             (self._seal(bytes(kid), value, record_aad(column, tenant, key)), record_id),

@@ -8,8 +8,13 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from pgvector import Vector
+
+from ...vectors import read as read_vector
 from ..base import ClaimRow
 from ..ledger import GENESIS, chain_hash
+from .keys import KID_LEN
 from .reads import record_aad, vector_bytes
 from .sealing import TENANT_SUBJECT, kid_of
 
@@ -35,6 +40,8 @@ class TxMore:
         self._s = origin._s
         self.epoch = epoch
         self._kids: dict[tuple[str, str], bytes] = {}
+        self._forms: dict[str, list[bytes]] = {"sealed": [], "wrapped": [], "pgvector": []}
+        """What this transaction deleted or replaced, as stored (:meth:`stored_forms`)."""
 
     # -- helpers ----------------------------------------------------------------------------
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
@@ -56,6 +63,51 @@ class TxMore:
             kid = self._o._keys.ensure_subject(self._c, tenant, subject, now)
             self._kids[(tenant, subject)] = kid
         return kid
+
+    # -- stored forms, for the erasure's evidence (efface.origin.base.StoredForms) ------------
+    def note_stored(self, kind: str, *values: Any) -> None:
+        """Note sealed values or wrapped keys, as stored, that this transaction deletes or replaces."""
+        self._forms[kind].extend(bytes(v) for v in values if v is not None)
+
+    def note_vector(self, value: Any) -> None:
+        """Note a ``vector`` value this transaction deletes or replaces, as pgvector stores
+        it: float32, little-endian (after a header the scan does not need)."""
+        raw = vector_bytes(value)
+        if raw:
+            self._forms["pgvector"].append(np.asarray(read_vector(raw), dtype="<f4").tobytes())
+
+    def stored_forms(self) -> list[tuple[str, list[bytes]]]:
+        """What this transaction deleted or replaced, as the database stored it: sealed
+        values (``sealed`` under data keys destroyed by now, ``sealed.live`` under keys that
+        live), wrapped data keys destroyed (``wrapped``), and ``vector`` values
+        (``pgvector``) no live record still holds (an identical vector a live record holds
+        is that record's, not residue)."""
+        sealed = list(dict.fromkeys(self._forms["sealed"]))
+        kids = sorted({kid_of(v) for v in sealed})
+        live = (
+            {bytes(r[0]) for r in self._all("SELECT kid FROM {s}.data_keys WHERE kid = ANY(%s)", (kids,))}
+            if kids
+            else set()
+        )
+        vectors = list(dict.fromkeys(self._forms["pgvector"]))
+        if vectors:
+            held = {
+                np.asarray(read_vector(vector_bytes(r[0])), dtype="<f4").tobytes()
+                for r in self._all(
+                    "SELECT DISTINCT r.embedding FROM {s}.records r WHERE r.embedding = ANY(%s)",
+                    ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],),
+                )
+            }
+            vectors = [v for v in vectors if v not in held]
+        # Without the version byte and the kid: every value a key seals starts with them, so a
+        # window over them would meet the key's live values; from the nonce on, a value is its own.
+        head = 1 + KID_LEN
+        return [
+            ("sealed", [v[head:] for v in sealed if kid_of(v) not in live]),
+            ("sealed.live", [v[head:] for v in sealed if kid_of(v) in live]),
+            ("wrapped", list(dict.fromkeys(self._forms["wrapped"]))),
+            ("pgvector", vectors),
+        ]
 
     # -- change log, receipts, evidence, ledger ----------------------------------------------
     def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
@@ -139,6 +191,7 @@ class TxMore:
         row = self._one("DELETE FROM {s}.tenants WHERE tenant = %s RETURNING name", (tenant,))
         if row is None:
             return None
+        self.note_stored("sealed", row[0])
         name = self._open(row[0], f"tenants|{tenant}")
         if self._one("SELECT 1 FROM {s}.policies WHERE tenant = %s AND reason IS NOT NULL", (tenant,)) is None:
             self._destroy(tenant, TENANT_SUBJECT)
@@ -179,7 +232,11 @@ class TxMore:
         """Erase a subject's registered identifiers and the mention rows that point at it; a
         subject left with no claim loses the data key its identifiers were sealed with."""
         self._c.execute(f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s", (tenant, subject))
-        cur = self._c.execute(f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        cur = self._c.execute(
+            f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s RETURNING identifiers",
+            (tenant, subject),
+        )
+        self.note_stored("sealed", *(r[0] for r in cur.fetchall()))
         if cur.rowcount > 0 and not self.subject_has_claims(tenant, subject):
             self._destroy(tenant, subject)
         return cur.rowcount > 0
@@ -203,6 +260,8 @@ class TxMore:
     def drop_policy(self, tenant: str) -> str | None:
         """Delete the tenant's policy; once its name is gone too, so is the tenant's own key."""
         row = self._one("DELETE FROM {s}.policies WHERE tenant = %s RETURNING reason", (tenant,))
+        if row is not None:
+            self.note_stored("sealed", row[0])
         reason = None if row is None or row[0] is None else self._open(row[0], f"policies|{tenant}")
         if self._one("SELECT 1 FROM {s}.tenants WHERE tenant = %s", (tenant,)) is None:
             self._destroy(tenant, TENANT_SUBJECT)
@@ -242,7 +301,15 @@ class TxMore:
         if row is None:
             return None
         kid, dek = bytes(row[0]), self._o._keys.unwrap_row(row[2], bytes(row[0]), bytes(row[1]))
+        self.note_stored("wrapped", row[1])
         # open what still lives under the key, destroy it, then seal those values again
+        kept = self._all(
+            "SELECT text, metadata, sources FROM {s}.records WHERE sealed_by = %s"
+            " UNION ALL SELECT text, NULL, NULL FROM {s}.reasons WHERE substring(text FROM 2 FOR 16) = %s"
+            " UNION ALL SELECT identifiers, NULL, NULL FROM {s}.subjects WHERE tenant = %s AND subject = %s",
+            (kid, kid, tenant, subject),
+        )
+        self.note_stored("sealed", *(v for row in kept for v in row))  # sealed again below, under a live key
         recs = [
             (
                 int(rid),

@@ -1,0 +1,396 @@
+"""The maintenance that removes an erasure's bytes from a PostgreSQL server, and the copies
+the ladder reports there (issue #34 item 3; docs/evidence-ladder.md, docs/postgres.md).
+
+What PostgreSQL keeps after a ``DELETE`` is measured in docs/postgres.md: dead tuples and
+the free space of heap and index pages, the DELETE's own WAL record, page images written
+since, recycled WAL segments. One run of :meth:`Maintenance.run`, under the advisory lock
+:data:`LOCK` (one server at a time per database; a server that finds it held leaves the
+work to the holder, whose recorded epoch covers it):
+
+1. **Rotates the key-encryption key** when data keys were destroyed since the last rotation
+   (:meth:`.keys.Keys.rotate`), so every wrapped copy of a destroyed key, wherever it lies
+   (heap pages, WAL, replicas, backups), is useless. Needs the KEK file writable here.
+2. **Rewrites the relations an erasure touches** (:data:`TOUCHED`) with ``VACUUM FULL``:
+   a new file for each table, its TOAST table and every index (the pgvector HNSW index of
+   ``records`` included: VACUUM FULL rebuilds indexes, so no separate ``REINDEX``). Needs
+   the tables' owner (efface's role is). Takes an ``ACCESS EXCLUSIVE`` lock on each table
+   for its rewrite: reads and writes of every server wait for it.
+3. ``CHECKPOINT``, so the old files are unlinked and the pages are on disk. Needs superuser
+   or the ``pg_checkpoint`` role (PostgreSQL 15+).
+4. **Switches the WAL past its retention**: rounds of (a small write, ``pg_switch_wal()``,
+   ``CHECKPOINT``), one more than the segments in ``pg_wal`` (a recycled segment keeps its
+   old bytes until it is written over and switched out of). Needs ``EXECUTE`` on
+   ``pg_switch_wal()`` (superuser, or granted) and the checkpoint right.
+
+What it could not do it records with the epoch it covered (meta :data:`EPOCH`,
+:data:`NOTE`), shared by every server: the ladder then says ``cannot_verify`` for the copies
+that needed it, with the reason. It never claims: :meth:`Copies.checks` scans the server's
+files (when this process can read them) after it, and says per copy what it found.
+
+``GRANT pg_checkpoint TO efface; GRANT EXECUTE ON FUNCTION pg_switch_wal() TO efface;``
+gives a non-superuser role what steps 3 and 4 need; reading the data directory needs the
+server's files on this host, readable by this process (``data_dir=``, else ``SHOW
+data_directory``, which needs superuser or ``pg_read_all_settings``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...model import Check, CopyState
+from ..base import ScanFn
+from . import epochs
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .keys import Keys
+
+LOCK = 0x65666661_00000005
+"""Advisory lock ('effa' + 5) held for a whole maintenance run: one server at a time."""
+VERIFY_CLASS = 0x65666676
+"""Advisory lock class ('effv'), with a hash of the handle: one verification of a handle at
+a time, across servers (two-key form, apart from the bigint keys above)."""
+TOUCHED = (
+    "records",
+    "claims",
+    "lineage",
+    "mentions",
+    "quarantine",
+    "reasons",
+    "subjects",
+    "data_keys",
+    "tenants",
+    "policies",
+)
+"""The tables an erasure deletes from or rewrites (sealed values, vectors, wrapped keys,
+subject names in clear): the maintenance rewrites them."""
+EPOCH = "maintenance.epoch"
+"""Meta key: the newest epoch the last finished maintenance covered."""
+NOTE = "maintenance.note"
+"""Meta key: what that maintenance did and could not do (JSON: counts and reasons)."""
+TICK = "maintenance.tick"
+"""Meta key written between WAL switches (a switch needs WAL written since the last one)."""
+MAX_ROUNDS = 256
+LOCK_TIMEOUT = "30s"
+"""How long a rewrite waits for a table's lock (a long read holds it) before this run gives up."""
+SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+
+
+@dataclass(frozen=True)
+class Rights:
+    """What this process may do and read on the server (see the module docstring)."""
+
+    checkpoint: bool
+    switch_wal: bool
+    data_dir: str | None
+    """The server's data directory as this process reads it; None: not readable here."""
+    db_dir: str | None
+    """``base/<database oid>`` inside it."""
+    lacking: tuple[str, ...]
+    """Why a right or the directory is missing, one reason each."""
+
+
+def rights(conn: psycopg.Connection, data_dir: str | None, schema: str) -> Rights:
+    """What the connection's role may do, and whether this process reads the server's files."""
+    row = conn.execute(
+        "SELECT r.rolsuper, to_regrole('pg_checkpoint') IS NOT NULL"
+        " AND pg_has_role(current_user, 'pg_checkpoint', 'MEMBER'),"
+        " has_function_privilege('pg_switch_wal()', 'EXECUTE'),"
+        " (SELECT setting FROM pg_settings WHERE name = 'data_directory'),"
+        " (SELECT oid FROM pg_database WHERE datname = current_database()),"
+        " pg_relation_filepath(%s::regclass)"
+        " FROM pg_roles r WHERE r.rolname = current_user",
+        (f"{schema}.records",),
+    ).fetchone()
+    assert row is not None
+    sup, ckpt, switch, shown, dboid, relpath = row
+    lacking: list[str] = []
+    checkpoint = bool(sup or ckpt)
+    if not checkpoint:
+        lacking.append("CHECKPOINT needs superuser or the pg_checkpoint role")
+    switch_wal = bool(switch)
+    if not switch_wal:
+        lacking.append("pg_switch_wal() needs superuser or EXECUTE granted on it")
+    where = data_dir or shown
+    readable: str | None = None
+    if where is None:
+        lacking.append(
+            "the data directory is not known: pass data_dir= (SHOW data_directory needs superuser or "
+            "pg_read_all_settings)"
+        )
+    elif not os.path.exists(os.path.join(where, str(relpath))):
+        lacking.append("the server's data directory is not on this host or not readable by this process")
+    elif not all(os.access(os.path.join(where, d), os.R_OK | os.X_OK) for d in ("base", "pg_wal")):
+        lacking.append("the server's data directory is not readable by this process")
+    else:
+        readable = where
+    db_dir = None if readable is None else os.path.join(readable, "base", str(dboid))
+    return Rights(checkpoint, switch_wal, readable, db_dir, tuple(lacking))
+
+
+def wal_files(data_dir: str) -> list[str]:
+    """The WAL segment files in ``pg_wal`` (not its status folders)."""
+    wal = os.path.join(data_dir, "pg_wal")
+    return sorted(os.path.join(wal, f) for f in os.listdir(wal) if SEGMENT.match(f))
+
+
+def db_files(db_dir: str) -> list[str]:
+    """Every file of the database's directory (relations, their forks and segments)."""
+    return sorted(os.path.join(db_dir, f) for f in os.listdir(db_dir) if os.path.isfile(os.path.join(db_dir, f)))
+
+
+@dataclass
+class Maintenance:
+    """Runs the maintenance for one origin (see the module docstring)."""
+
+    schema: str
+    keys: Keys
+    data_dir: str | None = None
+
+    def run(self, conn: psycopg.Connection) -> dict[str, Any] | None:
+        """One maintenance run on ``conn`` (autocommit, this run's own); None when another
+        server holds :data:`LOCK` (its run covers what this one would have). Returns what
+        it did, as recorded in meta."""
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK,)).fetchone()
+        if not got or not got[0]:
+            return None
+        try:
+            return self._run(conn)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK,))
+
+    def _run(self, conn: psycopg.Connection) -> dict[str, Any]:
+        s = self.schema
+        t0 = time.monotonic()
+        target = epochs.current(conn, schema=s)
+        done = maintained(conn, s)
+        if target <= done:
+            return note(conn, s)
+        owed = conn.execute(
+            f"SELECT 1 FROM {s}.receipts WHERE epoch > %s AND epoch <= %s LIMIT 1", (done, target)
+        ).fetchone()
+        report: dict[str, Any] = {"epoch": target, "erasures": owed is not None, "lacking": []}
+        if owed is not None:
+            conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+            if self.keys.pending_destroyed(conn):
+                try:
+                    rotation = self.keys.rotate(conn)
+                    report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
+                except OSError as e:
+                    report["lacking"].append(
+                        f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
+                    )
+            for table in TOUCHED:
+                conn.execute(f"VACUUM (FULL) {s}.{table}")
+            report["rewritten"] = list(TOUCHED)
+            r = rights(conn, self.data_dir, s)
+            report["lacking"] += list(r.lacking)
+            if r.checkpoint:
+                conn.execute("CHECKPOINT")
+                report["checkpoint"] = True
+                if r.switch_wal:
+                    report["wal_rounds"] = self._switch_wal(conn, r)
+            conn.execute("RESET lock_timeout")
+        report["seconds"] = round(time.monotonic() - t0, 3)
+        with conn.transaction():
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
+                f" SET v = greatest({s}.meta.v::bigint, excluded.v::bigint)::text",
+                (EPOCH, str(target)),
+            )
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (NOTE, json.dumps(report)),
+            )
+        return report
+
+    def _switch_wal(self, conn: psycopg.Connection, r: Rights) -> int:
+        """Rounds of (a write, a switch, a checkpoint), one more than the segments ``pg_wal``
+        holds now (counted from the directory, else from ``max_wal_size``)."""
+        if r.data_dir is not None:
+            segments = len(wal_files(r.data_dir))
+        else:
+            row = conn.execute(
+                "SELECT ceil(pg_size_bytes(current_setting('max_wal_size'))::numeric"
+                " / pg_size_bytes(current_setting('wal_segment_size')))"
+            ).fetchone()
+            segments = int(row[0]) if row and row[0] is not None else 64
+        rounds = min(MAX_ROUNDS, segments + 1)
+        s = self.schema
+        for n in range(rounds):
+            conn.execute(
+                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (TICK, str(n)),
+            )
+            conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+        return rounds
+
+
+def maintained(conn: psycopg.Connection, schema: str) -> int:
+    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (EPOCH,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def note(conn: psycopg.Connection, schema: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (NOTE,)).fetchone()
+    return dict(json.loads(row[0])) if row else {}
+
+
+@contextlib.contextmanager
+def verifying(conn: psycopg.Connection, handle: str) -> Iterator[None]:
+    """Hold the verification lock of ``handle`` on ``conn`` (waits for another server's)."""
+    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (VERIFY_CLASS, handle))
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (VERIFY_CLASS, handle))
+
+
+SCANNED_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
+"""What a scan of the server's files looks for: what the database can hold of an erasure
+(ciphertexts, wrapped keys, vectors as pgvector stores them, subject names, which claims and
+mentions keep in clear); never the text, which never reaches it."""
+
+
+def _check(name: str, state: CopyState, t0: float, recorded: bool = False) -> Check:
+    outcome = (
+        "recorded"
+        if recorded
+        else {"erased": "pass", "shredded": "pass", "present": "fail"}.get(state.state, "cannot_verify")
+    )
+    return Check(name, "erased", outcome, f"{state.state}: {state.reason}", round(t0, 6), round(time.time() - t0, 6))
+
+
+def unscanned(items: Mapping[str, int] | None, covered: bool, where: str) -> CopyState:
+    """The state of a copy efface cannot scan: ``shredded`` only when all it can hold of the
+    erasure is ciphertext under destroyed keys whose KEK was rotated away."""
+    items = items or {}
+    if items.get("pgvector"):
+        return CopyState(
+            "cannot_verify",
+            f"{items['pgvector']} erased vectors are stored in clear by pgvector, and {where} is not scanned by efface",
+        )
+    if items.get("identifier"):
+        return CopyState(
+            "cannot_verify",
+            f"{items['identifier']} erased subject names and identifiers: subject names are stored in clear "
+            f"(claims, mentions), and {where} is not scanned by efface",
+        )
+    if items.get("sealed.live"):
+        return CopyState(
+            "cannot_verify",
+            f"{items['sealed.live']} sealed values were sealed under data keys that live (their subjects keep other "
+            f"claims): {where} may hold them, readable with those keys",
+        )
+    if not covered:
+        return CopyState(
+            "cannot_verify",
+            "a data key this erasure destroyed is still wrapped by a key-encryption key not rotated away yet "
+            "(the maintenance rotates it)",
+        )
+    return CopyState(
+        "shredded",
+        f"{where} is not scanned; what it can hold of this erasure is ciphertext under destroyed data keys, "
+        "their wrapped copies under retired key-encryption keys",
+    )
+
+
+def copy_checks(
+    conn: psycopg.Connection,
+    schema: str,
+    data_dir: str | None,
+    epoch: int,
+    items: Mapping[str, int] | None,
+    scan: ScanFn | None,
+) -> list[tuple[str, CopyState, Check]]:
+    """Where each copy on the server stands for the erasure at ``epoch`` (module docstring)."""
+    t0 = time.time()
+    s = schema
+    done = maintained(conn, s)
+    noted = note(conn, s)
+    row = conn.execute(
+        f"SELECT count(*) FROM {s}.destroyed_keys d JOIN {s}.keks k USING (kek_id)"
+        f" JOIN {s}.mutations m ON m.epoch = %s WHERE k.state <> 'retired' AND d.destroyed_at <= m.at",
+        (epoch,),
+    ).fetchone()
+    covered = not (row and row[0])
+    r = rights(conn, data_dir, s)
+    out: list[tuple[str, CopyState, Check]] = []
+    copies = {"postgres.primary.files": "the primary's data files", "postgres.primary.wal": "the primary's WAL"}
+    for name, where in copies.items():
+        if done < epoch:
+            state = CopyState(
+                "cannot_verify",
+                f"the maintenance that removes the bytes has not run past this erasure yet (it covers epoch {done}): "
+                "run compact(), or wait(handle)",
+            )
+        elif r.data_dir is None or r.db_dir is None:
+            state = unscanned(items, covered, where)
+            state = CopyState(state.state, f"{state.reason} ({'; '.join(r.lacking)})")
+        elif items is None or scan is None:
+            state = CopyState(
+                "erased", "proven by an earlier verification's scan (its ledger entry); not scanned again"
+            )
+            out.append((name, state, _check(name, state, t0, recorded=True)))
+            continue
+        else:
+            lacking = [x for x in noted.get("lacking", []) if isinstance(x, str)]
+            state = _scanned(conn, r, name, scan, lacking)
+        out.append((name, state, _check(name, state, t0)))
+    for replica in replicas(conn):
+        where = f"replica {replica}"
+        state = unscanned(items, covered, f"the {where} (its files are on its own host)")
+        name = f"postgres.replica.{replica}"
+        out.append((name, state, _check(name, state, t0)))
+    return out
+
+
+def _scanned(conn: psycopg.Connection, r: Rights, name: str, scan: ScanFn, lacking: list[str]) -> CopyState:
+    assert r.data_dir is not None and r.db_dir is not None
+    if name.endswith(".wal"):
+        files, root = wal_files(r.data_dir), r.data_dir
+    else:
+        files, root = db_files(r.db_dir), r.data_dir
+    found, scanned = scan(files, root)
+    if not found:
+        return CopyState("erased", f"none found in {len(files)} files, {scanned:,} bytes scanned")
+    where = ", ".join(
+        f"{_relation(conn, f)}: " + " ".join(f"{n} {kind}" for kind, n in sorted(per.items()))
+        for f, per in sorted(found.items())
+    )
+    why = f" (the maintenance could not: {'; '.join(lacking)})" if lacking else ""
+    return CopyState("present", f"fingerprint windows of this erasure found in {len(found)} files: {where}{why}")
+
+
+def _relation(conn: psycopg.Connection, path: str) -> str:
+    """``base/<db>/<filenode>[.n|_fsm|_vm]`` named by its relation where PostgreSQL knows it."""
+    m = re.match(r"^base/\d+/(\d+)", path)
+    if m is None:
+        return path
+    row = conn.execute("SELECT pg_filenode_relation(0, %s)::text", (int(m.group(1)),)).fetchone()
+    return f"{path} ({row[0]})" if row and row[0] else path
+
+
+def replicas(conn: psycopg.Connection) -> list[str]:
+    """The replicas this primary streams to, and the physical slots that keep WAL for one
+    not connected now (it will receive what they keep)."""
+    names = [
+        str(r[0] or f"pid{r[1]}")
+        for r in conn.execute("SELECT application_name, pid FROM pg_stat_replication ORDER BY pid").fetchall()
+    ]
+    names += [
+        f"slot:{r[0]}"
+        for r in conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE NOT active AND slot_type = 'physical' ORDER BY slot_name"
+        ).fetchall()
+    ]
+    return names

@@ -1,0 +1,119 @@
+"""Recall on PostgreSQL (issue #34 item 2): vectors searched in pgvector's HNSW index, filtered
+live in the recall's own snapshot, in the same statement; words in each process's index,
+stemmed as the SQLite origin's. No copy of the vectors outside the database."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import numpy as np
+import pytest
+
+import efface
+from efface.origin.base import NearestVectors
+from efface.origin.postgres.keys import KekFile
+from efface.paths.base import LiveVectorSearch, Seeing, VectorSearch
+from efface.paths.indexed import OriginVectors
+
+T = "acme"
+
+
+@pytest.fixture
+def kek(tmp_path):
+    path = tmp_path / "store.kek"
+    KekFile(path).create(secrets.token_bytes(32))
+    return path
+
+
+def _open(pg_db, kek, cache, **options):
+    options.setdefault("background", False)
+    return efface.open(pg_db.url, embedder="hashing", kek_file=kek, cache_dir=cache, **options)
+
+
+def test_the_vector_path_is_the_databases_index_and_keeps_no_copy(pg_db, kek, tmp_path):
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(s._origin, NearestVectors)
+        assert isinstance(ann, OriginVectors) and ann.synchronous
+        assert isinstance(ann, VectorSearch) and isinstance(ann, LiveVectorSearch) and not isinstance(ann, Seeing)
+        s.write("n1", "Zebulon keeps a vermilion kettle on the stove", tenant=T, subject="zq", purpose="support")
+        s.write("n2", "the weekly report goes out on fridays", tenant=T, subject="zq", purpose="support")
+        s.compact()
+        hits = s.recall("vermilion kettle", tenant=T, purpose="support", k=1)
+        assert [h.key for h in hits] == ["n1"] and "ann" in hits[0].via
+        assert not list((tmp_path / "a").rglob("*.usearch"))  # no ANN file: the vectors stay in the database
+        with pg_db.connect() as conn:
+            plan = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = 'efface' AND indexname = 'records_embedding'"
+            ).fetchone()
+        assert plan is not None and "hnsw" in plan[0]
+
+
+def test_candidates_are_live_in_the_recalls_own_snapshot(pg_db, kek, tmp_path):
+    """What the vector search proposes inside a snapshot is what was live when it was taken: a
+    forget committed by another store after it is not seen there (the read is consistent),
+    and the next snapshot never proposes the forgotten record."""
+    with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
+        a.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        a.write("n2", "Bob prefers black coffee in the morning", tenant=T, subject="bob", purpose="p")
+        tenant = b._tenant(T)
+        vec = b.embedder.embed(["green tea in the morning"])[0]
+        ann = {p.name: p for p in b._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        from efface.paths.base import Query
+
+        q = Query(tenant, "green tea", vec, "p", None, time.time())
+        with b._origin.snapshot():
+            before = ann.live_candidates(q, 10)
+            a.forget(tenant=T, subject="alice")  # committed by the other store meanwhile
+            during = ann.live_candidates(q, 10)
+        after = ann.live_candidates(q, 10)
+        ids = {rid for rid, _ in b._origin.records_of_tenant(tenant)}
+        assert len(before) == 2 and during.keys() == before.keys()
+        assert set(after) == ids and len(after) == 1
+        assert all(blob for blob in after.values())  # each with its stored vector
+        assert [h.key for h in b.recall("green tea", tenant=T, purpose="p")] == ["n2"]
+
+
+def test_a_filtered_search_still_finds_k_live_records(pg_db, kek, tmp_path):
+    """Many records nearer the query under another purpose do not crowd out the few under
+    the purpose asked (pgvector's iterative scan goes on past the filtered rows)."""
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        dim = s.embedder.dim
+        rng = np.random.default_rng(7)
+        query = rng.standard_normal(dim).astype(np.float32)
+        query /= np.linalg.norm(query)
+
+        def near(scale: float, n: int) -> np.ndarray:
+            v = query + scale * rng.standard_normal((n, dim)).astype(np.float32)
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+        crowd = [{"key": f"c{i}", "text": f"crowd note {i}", "subject": "x"} for i in range(600)]
+        s.write_many(crowd, tenant=T, purpose="other", embeddings=near(0.05, 600))
+        few = [{"key": f"f{i}", "text": f"rare memo {i}", "subject": "y"} for i in range(12)]
+        s.write_many(few, tenant=T, purpose="asked", embeddings=near(0.6, 12))
+        with pg_db.connect() as conn:
+            conn.execute("ANALYZE efface.records, efface.claims")
+        tenant = s._tenant(T)
+        o = s._origin
+        with o.snapshot():
+            conn = o._local.conn  # the snapshot's: plan this query through the HNSW index, as a large table would
+            for off in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+                conn.execute(f"SET LOCAL {off} = off")
+            sql = "EXPLAIN SELECT id FROM efface.records ORDER BY embedding <=> %s LIMIT 10"
+            assert "records_embedding" in " ".join(r[0] for r in conn.execute(sql, (query,)))
+            got = o.nearest(query, 10, tenant, "asked", None, time.time())
+        assert len(got) == 10 and set(got) <= {rid for rid, _ in o.records_of_tenant(tenant)}
+        keys = {h.key for h in s.recall("zzz", tenant=T, purpose="asked", k=10)}
+        assert len(keys) == 10 and all(k.startswith("f") for k in keys)
+
+
+def test_the_word_index_stems_as_the_sqlite_one(pg_db, kek, tmp_path):
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        s.write("n1", "She was running along the rivers", tenant=T, subject="zq", purpose="support")
+        s.write("n2", "a note about kettles", tenant=T, subject="zq", purpose="support")
+        text = s._origin.text
+        assert text.index_terms(["running", "runs", "rivers"]) == ["run", "run", "river"]
+        hits = s.recall("runs river", tenant=T, purpose="support", k=1)
+        assert [h.key for h in hits] == ["n1"] and "fts" in hits[0].via
