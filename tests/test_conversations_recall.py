@@ -11,8 +11,6 @@ import pytest
 
 from efface.errors import InvalidInput
 
-from conftest import LADDER_ON_POSTGRES
-
 HTTP_CONTRACT = True
 
 DAY = 86_400.0
@@ -171,7 +169,6 @@ def test_a_hit_without_a_session_has_no_window(store):
     assert hit.key == "n" and hit.window == ()
 
 
-@pytest.mark.postgres_pending(LADDER_ON_POSTGRES)
 def test_forget_erases_the_turn_fields_with_the_record(store):
     speaker = "Zebulon Quartermaine-Oyelaran"
     session = "session-7f3a9c1e-quartermaine"
