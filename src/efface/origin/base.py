@@ -24,7 +24,6 @@ transaction, which fingerprints it for ``verify``).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -529,9 +528,7 @@ class Reads(Protocol):
     def embeddings(self, ids: Sequence[int]) -> dict[int, bytes]: ...
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]: ...
     def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
-        """Every record of ``tenant`` (live or not) as ``(id, speaker, session, at)``, the
-        values of those metadata fields (None where absent), by id: what recall's turn filters
-        and session windows read (:mod:`efface.paths.turns`)."""
+        """``(id, speaker, session, at)`` of every record of ``tenant``, by id: :mod:`efface.origin.fields`."""
         ...
 
     def count_records(self) -> int: ...
@@ -555,18 +552,6 @@ class Reads(Protocol):
     def meta_items(self, prefix: str) -> dict[str, str]:
         """Every meta entry whose key starts with ``prefix`` (the change log's consumers)."""
         ...
-
-
-def turn_fields(rid: int, metadata: str) -> tuple[int, Any, Any, Any]:
-    """``(rid, speaker, session, at)`` from a record's metadata JSON (for origins that cannot
-    read JSON fields in their own queries: :meth:`Reads.turn_fields`)."""
-    try:
-        meta = json.loads(metadata) if metadata else {}
-    except ValueError:
-        meta = {}
-    if not isinstance(meta, dict):
-        meta = {}
-    return rid, meta.get("speaker"), meta.get("session"), meta.get("at")
 
 
 def require_epoch(reads: Reads, at_least: int | None) -> None:

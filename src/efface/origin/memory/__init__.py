@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ...model import Check
-from ..base import ClaimRow, RecordRow, require_epoch, turn_fields
+from ..base import ClaimRow, RecordRow, require_epoch
+from ..fields import turn_fields
 from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
 from .tx import MemoryTx

@@ -18,7 +18,8 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 
 from ...vectors import F16
-from ..base import ClaimRow, RecordRow, turn_fields
+from ..base import ClaimRow, RecordRow
+from ..fields import turn_fields
 from . import epochs
 from .sealing import Sealer
 
