@@ -2,6 +2,9 @@
 
     python tests/crash_verify_worker.py STORE SEED
 
+STORE is a directory, or this process's cache directory of a PostgreSQL store (see
+``crash_worker.open_store``).
+
 Each round writes a batch for two subjects, forgets one of them, then alternates
 ``verify`` and ``compact`` on that erasure until ``verify`` says ``erased``, and goes on to
 the next round. It prints one JSON line per event, flushed, so the parent knows what was
@@ -23,11 +26,11 @@ def text(seed: int, r: int, subject: str, i: int) -> str:
 
 
 def main(path: str, seed: int) -> None:
-    import efface
+    from crash_worker import open_store  # a directory, or PostgreSQL (crash_worker's environment)
 
     rng = random.Random(seed)
     # The background compactor runs too, so kills also land inside its saves.
-    store = efface.open(path, embedder="hashing", background=True, compact_interval=0.02)
+    store = open_store(path, background=True, compact_interval=0.02)
 
     def emit(obj):
         sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")

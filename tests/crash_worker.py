@@ -1,8 +1,12 @@
 """The process that test_crash.py kills with SIGKILL.
 
-    python tests/crash_worker.py STORE SEED MODE
+    python tests/crash_worker.py STORE SEED MODE [TENANTS]
 
-Opens STORE (hashing embedder, background compactor on) and runs a seeded random sequence
+Opens STORE (hashing embedder, background compactor on): a directory, or, with
+``EFFACE_CRASH_PG_URL`` (and ``EFFACE_CRASH_KEK``, the key file) set, the store in that
+PostgreSQL database with STORE as this process's cache directory. TENANTS (comma-separated,
+default ``acme,globex``) are the tenants it writes to: two workers on one database are given
+disjoint ones, so each one's acknowledged operations make a model of their own. It and runs a seeded random sequence
 of writes, batch writes, retains, forgets and compactions until it is killed. Around each
 operation it prints one JSON line to stdout, flushed:
 
@@ -63,7 +67,23 @@ def generated_items(gen: dict) -> list[dict]:
     ]
 
 
-def main(path: str, seed: int, mode: str) -> None:
+def open_store(path: str, **options):
+    """The store at ``path`` (a directory), or on the PostgreSQL database the environment names
+    (``path``: this process's cache directory)."""
+    import os
+
+    import efface
+
+    url = os.environ.get(PG_URL)
+    if url:
+        return efface.open(url, embedder="hashing", kek_file=os.environ[PG_KEK], cache_dir=path, **options)
+    return efface.open(path, embedder="hashing", **options)
+
+
+PG_URL, PG_KEK = "EFFACE_CRASH_PG_URL", "EFFACE_CRASH_KEK"
+
+
+def main(path: str, seed: int, mode: str, tenants: tuple[str, ...] = TENANTS) -> None:
     import efface
 
     rng = random.Random(seed)
@@ -88,17 +108,17 @@ def main(path: str, seed: int, mode: str) -> None:
 
     # In ``compact`` mode only the explicit compactions absorb erasures, so each one starts
     # with a batch's worth pending; elsewhere the background compactor runs all along.
-    store = efface.open(path, embedder="hashing", background=mode != "compact", compact_interval=0.05)
+    store = open_store(path, background=mode != "compact", compact_interval=0.05)
     emit({"ev": "ready"})
 
     def next_op(i: int) -> dict:
-        tenant = rng.choice(TENANTS)
+        tenant = rng.choice(tenants)
         if mode == "compact":
             r, step = divmod(i, 4)
             if step == 0:
                 return {
                     "kind": "write_many",
-                    "tenant": "acme",
+                    "tenant": tenants[0],
                     "gen": {"prefix": f"c{r}/", "n": 1500, "tag": f"{seed}c{r}"},
                 }
             if step == 1:  # the vector index takes the batch in, and it is saved
@@ -106,7 +126,7 @@ def main(path: str, seed: int, mode: str) -> None:
             if step == 2:  # erases a third of the batch: alice's or bob's records
                 return {
                     "kind": "forget",
-                    "tenant": "acme",
+                    "tenant": tenants[0],
                     "selector": {"prefix": f"c{r}/", "subject": SUBJECTS[r % 2]},
                 }
             return {"kind": "compact", "erasures_pending": True}
@@ -189,4 +209,4 @@ def main(path: str, seed: int, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], *([tuple(sys.argv[4].split(","))] if len(sys.argv) > 4 else []))

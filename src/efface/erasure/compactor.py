@@ -12,16 +12,26 @@ short steps that give way to the next mutation (:mod:`efface.origin.sqlite.segme
 
 Reads never wait for it: it takes the origin's write lock only for the origin's own
 maintenance writes, and the paths let searches run beside their absorption.
+
+On an origin several processes share (:class:`~efface.origin.base.SharedByProcesses`,
+PostgreSQL), each process runs a compactor for its own paths, and what is the store's rather
+than the process's runs under a lock every process sees, so it never runs twice at once and no
+process undoes another's: the origin's physical work (its ``physical`` side: rebuilds,
+checkpoints, the maintenance that removes erased bytes) under the shared lock
+``maintenance``, skipped and owed to the next round while another process holds it; the
+change log's pruning under the origin's own lock, only as far as every live process replays
+it (:mod:`.changelog`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..origin.base import Maintained, Origin
+from ..origin.base import Maintained, Origin, SharedByProcesses
 from ..paths.base import ReadPath
 from .changelog import ChangeLog
 from .propagation import Propagation
@@ -175,10 +185,15 @@ class Compactor:
                     if p.synchronous:
                         p.persist()
                 if physical is not None:
-                    physical.rebuild_indexes()
-                    self._checkpoint_owed = not physical.checkpoint()
+                    # Store.compact (``merge``) waits for another process's maintenance to end.
+                    with self._shared("maintenance", wait=merge) as mine:
+                        if mine:
+                            physical.rebuild_indexes()
+                            self._checkpoint_owed = not physical.checkpoint()
+                        else:  # another process runs it now, perhaps from before this erasure
+                            self._checkpoint_owed = True
                 if isinstance(self._origin, Maintained):  # a database server's rewrite, checkpoint, WAL, KEK
-                    self._origin.maintain()
+                    self._origin.maintain()  # under its own advisory lock: a try, another server's run counts
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
                 self._step()
                 erased = self._propagation.erased_epochs()
@@ -201,11 +216,13 @@ class Compactor:
                 # A reader held the last checkpoint back: the erased page images are still
                 # in the WAL. Retry just the checkpoint each round, not the whole save.
                 erased = self._propagation.erased_epochs()
-                self._checkpoint_owed = not physical.checkpoint()
+                with self._shared("maintenance") as mine:
+                    self._checkpoint_owed = not (mine and physical.checkpoint())
                 self._propagation.measure("erase", erased, self._propagation.erased_epochs())
             applied = min(p.applied_epoch() for p in self._paths)
         if merge and (merging := self._merge()) is not None:
-            merging(always=True)
+            with self._shared("maintenance", wait=True):
+                merging(always=True)
         self._step()
         return applied
 
@@ -227,8 +244,18 @@ class Compactor:
             return self._tidy_done
         until = now + (TIDY_S if budget_s is None else budget_s)
         woken = self._wake.is_set if self.running else lambda: False  # driven by a caller: no wake-ups
-        self._tidy_done = bool(merge(lambda: woken() or self._stop.is_set() or time.monotonic() > until))
+        with self._shared("maintenance") as mine:
+            if mine:
+                self._tidy_done = bool(merge(lambda: woken() or self._stop.is_set() or time.monotonic() > until))
         return self._tidy_done
+
+    def _shared(self, name: str, wait: bool = False) -> contextlib.AbstractContextManager[bool]:
+        """The origin's lock ``name`` across processes, where several share it (without
+        ``wait``: yields False while another process holds it); else held at once (this
+        process owns the origin, and ``_mu`` orders its rounds)."""
+        if isinstance(self._origin, SharedByProcesses):
+            return self._origin.shared_lock(name, wait)
+        return contextlib.nullcontext(True)
 
     def _merge(self) -> Callable[..., bool] | None:
         """The origin's merge of its word index's segments, where it has one."""
@@ -254,6 +281,8 @@ class Compactor:
                 periodic = self.save_due(now, urgent)
                 hurry = self.erasure_unsaved and (urgent or now - self._last_erase > ERASE_PERSIST_S)
                 self.run(persist=periodic or hurry, whole=periodic)
+                if self._async:  # on a shared origin: still one of the change log's readers
+                    self._changes.alive(min(p.replay_epoch() for p in self._async))
                 if not self._wake.is_set():
                     self.tidy()
             except Exception:  # keep the worker alive; the next round retries

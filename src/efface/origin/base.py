@@ -11,9 +11,9 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 of an origin that keeps files, or None: then its erased epoch is its current one) and
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
 Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
-:class:`NearestVectors`, :class:`Maintained`, :class:`CopyChecks`, on its transactions
-:class:`StoredForms`, and on its word index :class:`UncheckedRanking`, :class:`HeldInMemory`),
-asked for with ``isinstance``: every use is typed, none is probed by name.
+:class:`NearestVectors`, :class:`Maintained`, :class:`CopyChecks`, :class:`SharedByProcesses`, on
+its transactions :class:`StoredForms`, and on its word index :class:`UncheckedRanking`,
+:class:`HeldInMemory`), asked for with ``isinstance``: every use is typed, none is probed by name.
 
 Every ``tenant`` an origin is handed is the tenant's id, a keyed hash of its name made by
 the store (docs/concepts.md §8: tenant names are personal data). An origin keeps the name itself in
@@ -414,6 +414,30 @@ class GroupCommit(Protocol):
     def group(self, members: int | None = None) -> AbstractContextManager[Callable[..., AbstractContextManager[Any]]]:
         """A block whose ``member(kind, tenant, now)`` opens one member transaction (a
         savepoint with its own epoch); all of them commit at the block's end."""
+        ...
+
+
+@runtime_checkable
+class SharedByProcesses(Protocol):
+    """An origin that several efface processes use at once (PostgreSQL): work that is the
+    store's, not one process's (pruning the change log, maintenance that removes erased bytes,
+    verification), runs under a lock all of them see, and what one process derives for itself
+    is registered under its own :attr:`instance`.
+
+    On such an origin :meth:`Origin.prune_changes` is per process: ``upto`` is how far *this*
+    instance replays the change log, noted in the origin's register of readers, and the log is
+    pruned only to the oldest reader seen within the origin's bound (a process that died stops
+    holding it back then). Origins one process owns (SQLite, memory) lack this protocol: the
+    store's own lock orders everything, and :class:`efface.erasure.changelog.ChangeLog` keeps
+    their consumers in meta."""
+
+    instance: str
+    """This process's id among the origin's users (its row in the readers' register)."""
+
+    def shared_lock(self, name: str, wait: bool = False) -> AbstractContextManager[bool]:
+        """Hold the lock ``name`` (one of the origin's named locks) across every process of the
+        store for the block. Yields True when held; without ``wait``, False at once when another
+        holder has it (the block then must skip the work). A process that dies lets go of it."""
         ...
 
 

@@ -188,6 +188,12 @@ class VectorIndex:
                 if name.endswith(".usearch"):
                     os.unlink(os.path.join(self._dir, name))
         epoch = self._origin.current_epoch()  # the records read below are at least this new
+        # What was held (a tenant since erased whole too) goes: nothing is left to scrub.
+        self._indexes, self._noise = {}, {}
+        self._removed.clear()
+        self._layouts.clear()
+        self._churn.clear()
+        self._dirty.clear()
         for tenant in self._origin.tenants():
             idx = self._new()
             self._rebuild(idx, tenant)
@@ -234,6 +240,12 @@ class VectorIndex:
         if self.yielding:
             self._delta.take(target)  # searchable at once; absorbed below, slice by slice
         changes = self._origin.changes_since(self._applied, target)
+        if self._applied < int(self._origin.meta_get(CHANGES_PRUNED) or 0):
+            # Read after the changes: the log was pruned past this index (another process
+            # pruned while this one had gone silent), so what was read may lack changes.
+            self._renew()
+            self._delta.absorbed(self._applied)
+            return self._catch_up(upto)
         # An erasure in the range has a propagation bound to keep: absorb it without standing back.
         self._urgent = any(op == "drop" for _e, _r, _t, op in changes)
         # Slices of about ABSORB_CHUNK changes, cut between epochs: the applied epoch moves

@@ -11,9 +11,10 @@
                   per-process meta, the change log's readers
 * :mod:`.reads`   the origin's reads; :mod:`.tx` and :mod:`.txmore` its write transaction
 * :mod:`.text`    the word index, in this process's memory, kept up from the change log
+* :mod:`.locks`   named advisory locks every efface process of the store sees
 
-Not yet: the byte ladder (``physical``), replicas, several servers' compaction and
-verification under advisory locks (see docs/postgres.md, "What is built").
+Not yet: the byte ladder (``physical``), replicas, verification under its advisory lock (see
+docs/postgres.md, "What is built").
 
 Importing this package needs the ``postgres`` extra (psycopg 3) only where a module talks to
 the database; :mod:`.errors` and :mod:`.schema` import nothing beyond efface.

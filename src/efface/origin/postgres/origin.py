@@ -20,9 +20,14 @@ database that several efface processes may share.
   the origin (``ann.file.*`` answer "saved once", so a missing file is rebuilt, never
   replayed from a change log another process may have pruned); so does a directory whose
   saved epoch the change log was pruned past.
-* **The change log's readers.** Each origin registers itself in ``change_readers`` with how
-  far it has replayed the log (what the compactor passes to :meth:`prune_changes`), and the
-  log is pruned only up to the oldest reader seen in the last :data:`READER_TTL_S` seconds.
+* **The change log's readers.** Each origin registers itself (its :attr:`~PostgresOrigin.instance`)
+  in ``change_readers`` with how far it has replayed the log (what the compactor passes to
+  :meth:`prune_changes`), and the log is pruned only up to the oldest reader seen in the last
+  :data:`READER_TTL_S` seconds. Pruning and a registration at open hold the advisory lock
+  ``changes`` (:mod:`.locks`), so no process prunes past one that is registering.
+* **Locks across processes** (:class:`~efface.origin.base.SharedByProcesses`): :meth:`shared_lock`
+  holds one of :mod:`.locks`' named advisory locks; the compactor's shared physical work runs
+  under ``maintenance``.
 
 * **The ladder** (:mod:`.maintenance`, docs/evidence-ladder.md): the compactor runs
   :meth:`maintain` (a declared :class:`~efface.origin.base.Maintained`): KEK rotation after
@@ -50,7 +55,7 @@ from typing import TYPE_CHECKING
 
 from ...model import Check, CopyState
 from ..base import ScanFn, require_epoch
-from . import epochs, maintenance, schema
+from . import epochs, locks, maintenance, schema
 from .keys import Keys
 from .reads import HNSW_SETTINGS, PgReads
 from .sealing import Sealer
@@ -75,7 +80,8 @@ DATA_DIR_ENV = "EFFACE_PG_DATA_DIR"
 is not allowed (:mod:`.maintenance`)."""
 READER_TTL_S = 600.0
 """A reader of the change log not seen for this long (a process that died) no longer holds
-the log back."""
+the log back. A live process says it is alive more often (``SHARED_REFRESH_S`` of
+:mod:`efface.erasure.changelog`)."""
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -132,8 +138,8 @@ class PostgresOrigin(PgReads):
             raise
         self._local_path = None if local_dir is None else os.path.join(local_dir, "local-meta.json")
         self._local_mu = threading.Lock()
-        self._reader = secrets.token_hex(8)
-        """This origin's id among the change log's readers."""
+        self.instance = secrets.token_hex(8)
+        """This process's id among the store's users: its row among the change log's readers."""
         self._local_meta: dict[str, str] = self._start_local(local_dir)
         self.text = PgText(self)
         """The word index, in this process's memory: see :mod:`.text`."""
@@ -223,17 +229,20 @@ class PostgresOrigin(PgReads):
                     kept = {str(k): str(v) for k, v in json.load(f).items()}
             except (OSError, ValueError):
                 kept = {}  # a torn file: start afresh, the ANN files are rebuilt from the origin
-        now = self.current_epoch()
         saved = int(kept.get(LOCAL_EPOCHS[0], 0))
-        if not kept or int(super().meta_get(PRUNED) or 0) > saved:
-            if local_dir is not None:
-                shutil.rmtree(os.path.join(local_dir, "ann"), ignore_errors=True)
-            kept = {key: str(now) for key in LOCAL_EPOCHS}
-            saved = now
         with self._w.transaction():
+            # Checked and registered under the lock pruning holds, so no process prunes past
+            # ``saved`` between this check of how far the log was pruned and the registration.
+            self._w.execute("SELECT pg_advisory_xact_lock(%s)", (locks.key("changes"),))
+            now = self.current_epoch()
+            if not kept or int(super().meta_get(PRUNED) or 0) > saved:
+                if local_dir is not None:
+                    shutil.rmtree(os.path.join(local_dir, "ann"), ignore_errors=True)
+                kept = {key: str(now) for key in LOCAL_EPOCHS}
+                saved = now
             self._w.execute(
                 f"INSERT INTO {self._s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)",
-                (self._reader, saved, time.time()),
+                (self.instance, saved, time.time()),
             )
         self._local_meta = kept
         self._write_local()
@@ -276,8 +285,13 @@ class PostgresOrigin(PgReads):
             conn.execute(
                 f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
                 " ON CONFLICT (reader) DO UPDATE SET upto = excluded.upto, seen_at = excluded.seen_at",
-                (self._reader, upto, now),
+                (self.instance, upto, now),
             )
+            # One process prunes at a time; one that finds another pruning has said where it
+            # is (above), which is all it owes: the other prunes for both.
+            row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (locks.key("changes"),)).fetchone()
+            if row is None or not row[0]:
+                return
             conn.execute(f"DELETE FROM {s}.change_readers WHERE seen_at < %s", (now - READER_TTL_S,))
             row = conn.execute(f"SELECT min(upto) FROM {s}.change_readers").fetchone()
             floor = min(upto, int(row[0])) if row is not None and row[0] is not None else upto
@@ -287,6 +301,14 @@ class PostgresOrigin(PgReads):
                 f" SET v = greatest({s}.meta.v::bigint, excluded.v::bigint)::text",
                 (PRUNED, str(floor)),
             )
+
+    def shared_lock(self, name: str, wait: bool = False) -> contextlib.AbstractContextManager[bool]:
+        """Hold the advisory lock ``name`` (:data:`.locks.LOCKS`) for the block, across every
+        process of the store; yields whether it is held (without ``wait``: False at once when
+        another process has it). Let go at the block's end, or when this process dies."""
+        if self._closed:
+            raise RuntimeError("the origin is closed")
+        return locks.hold(self._pool, name, wait)
 
     def record_verification(
         self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
@@ -372,7 +394,7 @@ class PostgresOrigin(PgReads):
             self.text.clear()
             self._sealer.forget_all()
             with contextlib.suppress(Exception):  # a reader that is gone holds the log back no more
-                self._w.execute(f"DELETE FROM {self._s}.change_readers WHERE reader = %s", (self._reader,))
+                self._w.execute(f"DELETE FROM {self._s}.change_readers WHERE reader = %s", (self.instance,))
             self._closed = True
             try:
                 self._pool.close()

@@ -123,12 +123,13 @@ class PgText:
             now = self._o.current_epoch() if pinned is None else pinned
             if now <= start:
                 return
-            if int(self._o.meta_get(PRUNED) or 0) > start:
+            changes = self._o.changes_since(start, now)
+            if int(self._o.meta_get(PRUNED) or 0) > start:  # read after: another process may prune meanwhile
                 self.rebuild()
                 continue
             last: dict[int, tuple[str, str]] = {}
             when: dict[int, int] = {}
-            for epoch, rid, tenant, op in self._o.changes_since(start, now):
+            for epoch, rid, tenant, op in changes:
                 last[rid] = (tenant, op)
                 when[rid] = epoch
             if any(op == "drop" for _t, op in last.values()):
