@@ -346,7 +346,7 @@ def _windows(snap, q: Query, best: list[int], rows: dict, n: int, seen: _Checks,
             got = {r: row for r, row in got.items() if q.where.matches(row.metadata)}
     else:
         got = snap.records_by_id(want)
-    got.update({r: rows[r] for r in best})
+    got.update(rows)  # every row read already was checked live (and by the filter) in this snapshot
     return {
         r: tuple(Turn(got[i].key, got[i].text, json.loads(got[i].metadata)) for i in ids if i in got)
         for r, ids in groups.items()
