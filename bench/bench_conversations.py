@@ -23,7 +23,18 @@ system searches one tenant (one pair's turns) per question:
 - ``bm25_porter``: SQLite FTS5 bm25 (porter) over every query word, one table per tenant, on
   the folded words efface indexes; ``rrf_exact_bm25``: reciprocal-rank fusion of the two;
 - ``lancedb.hybrid`` / ``lancedb.fts``: LanceDB 0.40, one table per tenant (flat vector
-  search, its FTS index, its default RRF reranker).
+  search, its FTS index, its default RRF reranker);
+- ``efface.recall+said_by`` / ``lancedb.hybrid+speaker``: the same, narrowed to the turns of
+  the person the question names (every question names one): efface's ``said_by`` filter on
+  the turn's ``speaker`` metadata, LanceDB's prefiltering ``where`` on a speaker column;
+- ``efface.recall window=1`` beside ``efface.recall k=30``: the share of a question's evidence
+  among every turn returned (the 10 hits and each one's neighbouring turn either side in its
+  session, or 30 hits), with how many turns that was.
+
+Each turn is written with its speaker, session and the session's date as metadata
+(``speaker``, ``session``, ``at``: docs/conversations.md). The temporal questions ask *when*
+something happened and name no period, so no time filter applies to them: the ``after`` /
+``before`` filters are exercised by the tests (tests/test_conversations_recall.py), not here.
 
 ``--quick``: every fourth tenant (13 of 51), a few minutes once the vectors are cached
 (``~/.cache/efface-bench/vectors``). Latency is measured on whatever machine runs it: the
@@ -85,6 +96,25 @@ def score(ranked: list[list[int]], c: cv.Conversations, lat: list[float] | None)
     return out
 
 
+def returned_figures(results: list, c: cv.Conversations, lat: list[float]) -> dict:
+    """The share of a question's evidence turns among every turn a recall returned (its hits
+    and their session windows), overall and by kind, and how many turns that was on average."""
+    found, sizes = [], []
+    for hits, q in zip(results, c.questions, strict=True):
+        turns = {int(h.key[1:]) for h in hits} | {int(t.key[1:]) for h in hits for t in h.window}
+        sizes.append(len(turns))
+        found.append(len(q.evidence & turns) / len(q.evidence))
+    got, kinds = np.asarray(found), np.array([q.kind for q in c.questions])
+    ms = np.asarray(lat) * 1000
+    return {
+        "evidence_found": round(float(got.mean()), 4),
+        "by_kind": {k: round(float(got[kinds == k].mean()), 4) if (kinds == k).any() else 0.0 for k in KINDS},
+        "turns_returned": round(float(np.mean(sizes)), 2),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+    }
+
+
 def brief(d: dict) -> str:
     k = " ".join(f"{n[:4]} {v['recall@10']:.3f}" for n, v in d["by_kind"].items())
     return f"r@5 {d['recall@5']:.3f} r@10 {d['recall@10']:.3f} mrr {d['mrr@10']:.3f} | {k} | p50 {d.get('p50_ms')}"
@@ -109,7 +139,16 @@ def run_efface(root: Path, c: cv.Conversations, dvec, qvec, emb, out: dict, list
         by_tenant.setdefault(t, []).append(i)
     for t, ids in sorted(by_tenant.items()):
         store.write_many(
-            [{"key": f"d{i}", "text": c.turns[i], "subject": c.speakers[i]} for i in ids],
+            [
+                {
+                    "key": f"d{i}",
+                    "text": c.turns[i],
+                    "subject": c.speakers[i],
+                    # a turn's speaker, session and (session) date, as recall filters and windows use them
+                    "metadata": {"speaker": c.speakers[i], "session": f"s{c.sessions[i]}", "at": c.dates[i]},
+                }
+                for i in ids
+            ],
             tenant=tenant_name(t),
             purpose=PURPOSE,
             embeddings=dvec[ids],
@@ -134,12 +173,29 @@ def run_efface(root: Path, c: cv.Conversations, dvec, qvec, emb, out: dict, list
         "efface.hybrid": lambda i: ids(hybrid(origin, store._paths, q(i), 10, **fuse)),
         "efface.fts_leg": lambda i: ids(hybrid(origin, [store._fts], q(i), 10)),
         "efface.ann_leg": lambda i: ids(hybrid(origin, [store._ann], q(i), 10)),
+        # the speaker filter: every question names the person it asks about, so a caller can say so
+        "efface.recall+said_by": lambda i: ids(
+            store.recall(qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=10, said_by=qs[i].speaker)
+        ),
     }
     for name, fn in systems.items():
         ranked, lat = timed(fn, len(qs))
         lists[name] = ranked
         out[name] = score(ranked, c, lat)
         log(f"  {name:16s} {brief(out[name])}")
+    # Session windows return more turns than k: measured as the evidence found among everything
+    # returned, beside a plain recall asked for as many turns.
+    for name, fn in {
+        "efface.recall window=1": lambda i: store.recall(
+            qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=10, window=1
+        ),
+        "efface.recall k=30": lambda i: store.recall(
+            qs[i].text, tenant=tenant_name(qs[i].tenant), purpose=PURPOSE, k=30
+        ),
+    }.items():
+        got, lat = timed(fn, len(qs))
+        out[name] = returned_figures(got, c, lat)
+        log(f"  {name:16s} {out[name]}")
     store.close()
 
 
@@ -205,6 +261,7 @@ def run_lancedb(root: Path, c: cv.Conversations, dvec, qvec, out: dict, lists: d
             {
                 "id": pa.array(ids, pa.int64()),
                 "text": pa.array([c.turns[i] for i in ids]),
+                "speaker": pa.array([c.speakers[i] for i in ids]),
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(dvec[ids].reshape(-1), pa.float32()), dim),
             }
         )
@@ -221,7 +278,12 @@ def run_lancedb(root: Path, c: cv.Conversations, dvec, qvec, out: dict, lists: d
     def fts(i: int) -> list[int]:
         return [r["id"] for r in tables[qs[i].tenant].search(qs[i].text, query_type="fts").limit(10).to_list()]
 
-    for name, fn in (("lancedb.hybrid", hyb), ("lancedb.fts", fts)):
+    def by_speaker(i: int) -> list[int]:  # its where-filter on the speaker column (names from a fixed list)
+        t = tables[qs[i].tenant]
+        search = t.search(query_type="hybrid").vector(qvec[i]).text(qs[i].text)
+        return [r["id"] for r in search.where(f"speaker = '{qs[i].speaker}'", prefilter=True).limit(10).to_list()]
+
+    for name, fn in (("lancedb.hybrid", hyb), ("lancedb.fts", fts), ("lancedb.hybrid+speaker", by_speaker)):
         ranked, lat = timed(fn, len(qs))
         lists[name] = ranked
         out[name] = score(ranked, c, lat)

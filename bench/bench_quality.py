@@ -71,13 +71,20 @@ def embedder(name: str):
         return MiniLMEmbedder(batch_size=64)
     from efface.embed import resolve
 
-    return resolve("hashing", None)
+    # any other name efface takes ("sentence-transformers:<dir>", "onnx:<dir>": efface.embed.named)
+    return resolve("hashing" if name == "hashing" else name, None)
 
 
 def encode(emb, texts: list[str], label: str) -> np.ndarray:
     """Vectors of ``texts``, cached per text (any subset of a corpus reuses the cache)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{label}-{emb.name}.npz"
+    # a named model's name holds a path: the cache file is named by a hash of it
+    tag = (
+        emb.name
+        if emb.name.replace("-", "").isalnum()
+        else hashlib.blake2b(emb.name.encode(), digest_size=6).hexdigest()
+    )
+    path = CACHE / f"{label}-{tag}.npz"
     keys = [hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in texts]
     have: dict[str, np.ndarray] = {}
     if path.exists():

@@ -91,6 +91,8 @@ class Conversations:
     """For each turn: its tenant (a pair of people) and its speaker's name."""
     sessions: list[int] = field(default_factory=list)
     """For each turn: its session's index, unique across tenants."""
+    dates: list[str] = field(default_factory=list)
+    """For each turn: its session's date (ISO 8601; the dataset dates conversations, not messages)."""
     pairs: list[tuple[str, str]] = field(default_factory=list)
     """For each tenant: its two people's names."""
     questions: list[Question] = field(default_factory=list)
@@ -115,6 +117,7 @@ class Conversations:
             [self.speakers[i] for i in keep],
             [t_new[self.tenants[i]] for i in keep],
             [self.sessions[i] for i in keep],
+            [self.dates[i] for i in keep],
             [self.pairs[t] for t in tenants],
             [
                 Question(t_new[q.tenant], q.speaker, q.text, q.kind, {new[e] for e in q.evidence}, q.pattern)
@@ -367,7 +370,7 @@ def build(path: Path | None = None, max_tenants: int = 0) -> Conversations:
         past_q: dict[tuple[str, str], str] = {}
         rel: dict[tuple[str, str], list[int]] = defaultdict(list)
         for start, _, messages in sorted(by_pair[pair], key=lambda c: (c[0], c[1])):
-            _, spoken = _date(start)
+            iso, spoken = _date(start)
             for m in messages:
                 who = names[m[0]["sender"]]
                 words = " ".join(u["text"].strip() for u in m if u["text"].strip())
@@ -378,6 +381,7 @@ def build(path: Path | None = None, max_tenants: int = 0) -> Conversations:
                 out.speakers.append(who)
                 out.tenants.append(tenant)
                 out.sessions.append(session)
+                out.dates.append(iso)
                 for key, q in _single(who, words):
                     if i not in single[(who, key)]:
                         single[(who, key)].append(i)

@@ -64,20 +64,37 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """A neighbouring turn of a recall hit in its session (``recall(..., window=n)``),
+    read from the origin like the hit, live for the recall's purpose."""
+
+    key: str
+    text: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "text": self.text, "metadata": dict(self.metadata)}
+
+
+@dataclass(frozen=True)
 class Hit:
     """One recall result. ``text`` always comes from the origin, never from an index."""
 
     key: str
     text: str
     score: float
-    """Reciprocal-rank-fusion score; higher is better."""
+    """The fused score (paths/recall.py); higher is better."""
     via: tuple[str, ...]
     """Which indexes proposed it (``ann``, ``fts``)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    window: tuple[Turn, ...] = ()
+    """With ``recall(..., window=n)``: the turns around it in its session, in order (the
+    ``n`` before it, then the ``n`` after), without it."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["metadata"] = dict(self.metadata)
+        d["window"] = [t.to_dict() for t in self.window]
         return d
 
 

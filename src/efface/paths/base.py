@@ -22,6 +22,7 @@ from ..model import Check
 
 if TYPE_CHECKING:
     from ..ranking import Ranking
+    from .turns import Where
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Query:
     purpose: str
     subject: str | None
     now: float
+    where: Where | None = None
+    """What the recall is narrowed to besides purpose and subject (:mod:`efface.paths.turns`)."""
 
 
 @dataclass(frozen=True)

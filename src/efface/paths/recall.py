@@ -84,10 +84,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import foreground
-from ..model import Hit
+from ..model import Hit, Turn
 from ..origin.base import VectorSample
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
+from . import turns
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
 
 RRF_K = 60
@@ -154,14 +155,16 @@ def hybrid(
     *,
     lexical: bool = False,
     vector: Callable[[], np.ndarray] | None = None,
+    window: int = 0,
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
     hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
-    while the full-text leg already runs."""
+    while the full-text leg already runs. ``q.where`` narrows the records that count as live
+    and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
     with foreground.reading():  # background loops give way meanwhile (efface.foreground)
-        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector)
+        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window)
 
 
 def _hybrid(
@@ -172,6 +175,7 @@ def _hybrid(
     *,
     lexical: bool,
     vector: Callable[[], np.ndarray] | None,
+    window: int = 0,
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
@@ -224,9 +228,11 @@ def _hybrid(
             elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
                 got_live = p.live_candidates(q, n)
                 checked.update(got_live)
+                ranked[p.name] = list(got_live)
+                if q.where is not None:  # a turn filter: those it leaves out are not live here
+                    got_live = {i: b for i, b in got_live.items() if i in seen.eligible}
                 live.update(got_live)
                 blobs.update(got_live)
-                ranked[p.name] = list(got_live)
             else:
                 ranked[p.name] = p.candidates(q, n)
 
@@ -257,6 +263,8 @@ def _hybrid(
             if p.name in early:
                 take(p)
         check_new()
+        if q.where is not None:
+            _all_eligible(ranked, vector_legs, seen, k, n, check_new)
         via: dict[int, list[str]] = {}
         for p in sorted(paths, key=lambda p: p.name):  # 'ann' before 'fts', as the hits' via says
             for rid in ranked[p.name]:
@@ -291,6 +299,7 @@ def _hybrid(
         else:
             best = _keeping(fused, best_of, k)
             rows = snap.records_by_id(best)
+        around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [
         Hit(
@@ -299,9 +308,56 @@ def _hybrid(
             score=round(x, 6),
             via=tuple(via[r]),
             metadata=json.loads(rows[r].metadata),
+            window=around.get(r, ()),
         )
         for r, x in zip(best, scores, strict=True)
     ]
+
+
+def _all_eligible(
+    ranked: dict[str, list[int]], vector_legs: set[str], seen: _Checks, k: int, n: int, check_new
+) -> None:
+    """A recall narrowed by ``q.where`` (:mod:`efface.paths.turns`) whose candidates hold fewer
+    than ``k`` matching live records, or whose filter lets at most ``n`` records through at all:
+    every matching record of the tenant joins the vector leg's candidates (judged by exact
+    cosine there, live-checked like the rest), so a filter never returns fewer than ``k`` while
+    more match, whatever the indexes proposed."""
+    if not vector_legs:
+        return
+    found = {i for ids in ranked.values() for i in ids if i in seen.live}
+    allowed = seen.eligible
+    if len(found) >= k and len(allowed) > n:
+        return
+    leg = min(vector_legs)
+    extra = sorted(allowed.difference(ranked[leg]))
+    if extra:
+        ranked[leg] = ranked[leg] + extra
+        check_new()
+
+
+def _windows(snap, q: Query, best: list[int], rows: dict, n: int, seen: _Checks, memo) -> dict[int, tuple[Turn, ...]]:
+    """Each hit's session window (:func:`efface.paths.turns.windows`): neighbouring turns that
+    pass the recall's own live check (claims, purpose, subject, filters), their rows read in
+    this snapshot (re-checked live there when the check was the copy in memory)."""
+    if n <= 0:
+        return {}
+
+    def live(ids: list[int]) -> set[int]:
+        return seen.live_of(ids) & set(ids)
+
+    groups = turns.windows(seen.fields(), {r: rows[r].metadata for r in best}, n, live)
+    want = [r for r in turns.flat(groups.values()) if r not in rows]
+    if memo is not None:
+        got = snap.live_records_by_id(want, q.tenant, q.purpose, q.subject, q.now)
+        if q.where is not None:
+            got = {r: row for r, row in got.items() if q.where.matches(row.metadata)}
+    else:
+        got = snap.records_by_id(want)
+    got.update(rows)  # every row read already was checked live (and by the filter) in this snapshot
+    return {
+        r: tuple(Turn(got[i].key, got[i].text, json.loads(got[i].metadata)) for i in ids if i in got)
+        for r, ids in groups.items()
+    }
 
 
 def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> tuple[list[int], dict]:
@@ -317,6 +373,8 @@ def _confirmed(snap, q: Query, fused: list[int], best_of: set[int], k: int) -> t
         if not ask:
             return best, rows
         got = snap.live_records_by_id(ask, q.tenant, q.purpose, q.subject, q.now)
+        if q.where is not None:  # the filter, again on the rows returned (read in this snapshot)
+            got = {r: row for r, row in got.items() if q.where.matches(row.metadata)}
         rows.update(got)
         gone = {r for r in ask if r not in got}
         if gone:
@@ -410,11 +468,30 @@ class _Checks:
         self.checked: set[int] = set()
         self.live: set[int] = set()
         self.blobs: dict[int, bytes] = {}
+        self._eligible: frozenset[int] | None = None
+        self._fields: turns.Fields | None = None
+
+    def fields(self) -> turns.Fields:
+        """The tenant's turn fields (:mod:`efface.paths.turns`), read in this snapshot once."""
+        if self._fields is None:
+            self._fields = list(self._snap.turn_fields(self._q.tenant))
+        return self._fields
+
+    @property
+    def eligible(self) -> frozenset[int]:
+        """The tenant's records that ``q.where`` lets through."""
+        if self._eligible is None:
+            where = self._q.where
+            assert where is not None
+            self._eligible = turns.eligible(self.fields(), where)
+        return self._eligible
 
     def check(self, ids: list[int]) -> None:
         new = [i for i in dict.fromkeys(ids) if i not in self.checked]
         self.checked.update(new)
         q = self._q
+        if q.where is not None:  # a record the filter leaves out is, for this recall, not live
+            new = [i for i in new if i in self.eligible]
         if self._memo is not None:  # the copy in memory (the vectors are read after)
             self.live.update(self._memo.live(new, q.tenant, q.purpose, q.now))
         elif self._vectors:

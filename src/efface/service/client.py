@@ -71,9 +71,13 @@ def _opt(**values: Any) -> dict[str, Any]:
 def _metadata(value: Any) -> Any:
     # Checked here with the library's own rule as well: JSON would turn {1: "a"} into
     # {"1": "a"}, and a structure nested 50,000 deep cannot be encoded at all.
-    if value is not None:
-        v.metadata(value)
-    return value
+    # Sent as the library stores it: a datetime ``at`` as ISO 8601 (docs/conversations.md).
+    return None if value is None else json.loads(v.metadata(value))
+
+
+def _time(value: Any) -> Any:
+    """A recall bound as JSON: a datetime or date as ISO 8601 (naive stays naive: UTC)."""
+    return value.isoformat() if isinstance(value, _dt.date) else value
 
 
 def _seq(values: Iterable[str] | None) -> Any:
@@ -282,10 +286,21 @@ class Client:
         return self._as(list[Memory], "/v1/scan", body)
 
     def recall(
-        self, query: str, *, tenant: str | None = None, purpose: str, subject: str | None = None, k: int = 10
+        self,
+        query: str,
+        *,
+        tenant: str | None = None,
+        purpose: str,
+        subject: str | None = None,
+        k: int = 10,
+        after: Any = None,
+        before: Any = None,
+        said_by: str | None = None,
+        window: int = 0,
     ) -> list[Hit]:
         """As :meth:`efface.Store.recall`."""
-        body = {"query": query, "purpose": purpose, "k": k} | _opt(tenant=tenant, subject=subject)
+        body = {"query": query, "purpose": purpose, "k": k, "window": window} | _opt(tenant=tenant, subject=subject)
+        body |= _opt(after=_time(after), before=_time(before), said_by=said_by)
         return self._as(list[Hit], "/v1/recall", body)
 
     # -- forget and the erasure's life

@@ -309,7 +309,17 @@ def create_app(
         return await lanes.run(
             READ,
             _HITS,
-            lambda: store.recall(body.query, tenant=t, purpose=body.purpose, subject=body.subject, k=body.k),
+            lambda: store.recall(
+                body.query,
+                tenant=t,
+                purpose=body.purpose,
+                subject=body.subject,
+                k=body.k,
+                after=body.after,
+                before=body.before,
+                said_by=body.said_by,
+                window=body.window,
+            ),
         )
 
     # -- forget and the erasure's life

@@ -300,12 +300,32 @@ def build_mcp(
         purpose: Purpose = None,
         subject: Annotated[str | None, Field(description="Only memories with a live claim of this subject.")] = None,
         k: Annotated[int, Field(description="How many hits at most.", ge=1, le=1000)] = 10,
+        said_by: Annotated[str | None, Field(description="Only memories whose metadata 'speaker' is this.")] = None,
+        after: Annotated[
+            str | None, Field(description="Only memories whose metadata 'at' is at or after this ISO 8601 time.")
+        ] = None,
+        before: Annotated[
+            str | None, Field(description="Only memories whose metadata 'at' is before this ISO 8601 time.")
+        ] = None,
+        window: Annotated[
+            int, Field(description="Also give each hit this many turns before and after it in its 'session'.")
+        ] = 0,
     ) -> RecallResult:
         """Find memories by meaning (vector index) and by words (full text), fused by rank.
         Every hit's text is read from the origin, so nothing forgotten is ever returned, even
-        while an index still holds its entries."""
+        while an index still holds its entries. Turns written with metadata 'speaker', 'at' and
+        'session' can be narrowed by speaker and time, and widened to their session's turns."""
         hits = await _call(
-            store.recall, query, tenant=acting_tenant(), purpose=purpose_for(purpose), subject=subject, k=k
+            store.recall,
+            query,
+            tenant=acting_tenant(),
+            purpose=purpose_for(purpose),
+            subject=subject,
+            k=k,
+            said_by=said_by,
+            after=after,
+            before=before,
+            window=window,
         )
         return RecallResult.model_validate({"hits": [h.to_dict() for h in hits]})
 

@@ -76,12 +76,19 @@ class ReadResult(_Out):
     memory: MemoryOut | None
 
 
+class TurnOut(_Out):
+    key: str
+    text: str
+    metadata: dict[str, Any]
+
+
 class HitOut(_Out):
     key: str
     text: str = Field(description="Read from the origin at query time, never from an index.")
     score: float = Field(description="Reciprocal-rank-fusion score; higher is better.")
     via: list[str] = Field(description="Which indexes proposed it: ann (meaning), fts (words).")
     metadata: dict[str, Any]
+    window: list[TurnOut] = Field(default_factory=list, description="Its session's turns around it, when asked.")
 
 
 class RecallResult(_Out):

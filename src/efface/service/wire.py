@@ -114,6 +114,15 @@ class RecallBody(_Body):
     purpose: Str
     subject: Str = None
     k: Int = 10
+    after: Annotated[Any, WithJsonSchema({"type": ["number", "string"]})] = Field(
+        default=None,
+        description="Only records whose metadata 'at' is at or after this time (unix seconds or ISO 8601).",
+    )
+    before: Annotated[Any, WithJsonSchema({"type": ["number", "string"]})] = Field(
+        default=None, description="Only records whose metadata 'at' is before this time (unix seconds or ISO 8601)."
+    )
+    said_by: Str = Field(default=None, description="Only records whose metadata 'speaker' is this.")
+    window: Int = Field(default=0, description="Each hit's neighbouring turns in its metadata 'session', each side.")
 
 
 class ForgetBody(_Body):

@@ -26,6 +26,7 @@ import numpy as np
 from ...model import Check
 from ...vectors import read_many as read_vectors
 from ..base import ClaimRow, RecordRow, require_epoch
+from ..fields import turn_fields
 from .state import _all_subjects, _exposed, _live, _live_ids, _live_subject_hashes, _State, _subject_keys
 from .text import MemoryText
 from .tx import MemoryTx
@@ -277,6 +278,10 @@ class MemoryOrigin:
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         s = self._st()
         return [(rid, r.embedding) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
+
+    def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
+        s = self._st()
+        return [turn_fields(rid, r.metadata) for rid, r in sorted(s.records.items()) if r.tenant == tenant]
 
     def tenants(self) -> list[str]:
         return list(dict.fromkeys(r.tenant for r in self._st().records.values()))

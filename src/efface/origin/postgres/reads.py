@@ -19,6 +19,7 @@ from psycopg.pq import Format
 
 from ...vectors import F16
 from ..base import ClaimRow, RecordRow
+from ..fields import turn_fields
 from . import epochs
 from .sealing import Sealer
 
@@ -330,6 +331,15 @@ class PgReads:
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         rows = self._all("SELECT id, embedding FROM {s}.records WHERE tenant = %s ORDER BY id", (tenant,))
         return [(int(i), vector_bytes(v)) for i, v in rows]
+
+    def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
+        # sealed: opened here, then read as the other origins read them
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT id, key, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
+            ).fetchall()
+            opened = [(int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, k))) for i, k, m in rows]
+        return [turn_fields(i, m) for i, m in opened]
 
     def count_records(self) -> int:
         return int(self._one("SELECT count(*) FROM {s}.records")[0])

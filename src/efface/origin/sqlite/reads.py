@@ -279,6 +279,17 @@ class SQLiteReads:
     def records_of_tenant(self, tenant: str) -> Iterable[tuple[int, bytes]]:
         return self._r().execute("SELECT id, embedding FROM records WHERE tenant=?", (tenant,)).fetchall()
 
+    def turn_fields(self, tenant: str) -> Iterable[tuple[int, Any, Any, Any]]:
+        return (
+            self._r()
+            .execute(
+                "SELECT id, json_extract(metadata, '$.speaker'), json_extract(metadata, '$.session'),"
+                " json_extract(metadata, '$.at') FROM records WHERE tenant=? AND json_valid(metadata) ORDER BY id",
+                (tenant,),
+            )
+            .fetchall()
+        )
+
     def tenants(self) -> list[str]:
         return [r[0] for r in self._r().execute("SELECT DISTINCT tenant FROM records")]
 
