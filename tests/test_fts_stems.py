@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from efface.paths.base import Query, VectorSearch
-from efface.paths.recall import _scaled
+from efface.paths.scores import _scaled
 
 from conftest import raw_db, record_id_of
 

@@ -222,7 +222,7 @@ def test_the_vector_leg_votes_as_far_as_its_best_stands_out_from_what_only_the_w
     too few records are the words' alone to say what a typical cosine is."""
     import numpy as np
 
-    from efface.paths.recall import MIN_BACKGROUND, SPREAD, _standing
+    from efface.paths.scores import MIN_BACKGROUND, SPREAD, _standing
 
     others = np.repeat([0.25, 0.35], 100)  # mean 0.3, sd 0.05, none above 1 sd
     ids = np.arange(210, dtype=np.int64)
@@ -253,7 +253,7 @@ def test_the_vector_leg_is_judged_against_a_sample_of_its_tenant_when_there_is_o
     tenant): the best cosine is judged against it, not against the union's records."""
     import numpy as np
 
-    from efface.paths.recall import SPREAD, _standing
+    from efface.paths.scores import SPREAD, _standing
 
     ids = np.arange(20, dtype=np.int64)
     # the words' records at 0.35 and 0.45 (mean 0.4, sd 0.05), the vector leg's at 0.44: against
@@ -277,7 +277,7 @@ def test_an_origin_samples_only_its_tenants_live_vectors_for_the_purpose(open_st
     until a write."""
     import numpy as np
 
-    from efface.origin.base import VectorSample
+    from efface.origin.capabilities import VectorSample
 
     store = open_store()
     origin = store._origin

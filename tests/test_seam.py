@@ -13,7 +13,7 @@ import pytest
 
 import efface
 from efface.embed import Lexical, QueryEmbedder
-from efface.origin.base import GroupCommit, HeldInMemory, UncheckedRanking
+from efface.origin.capabilities import GroupCommit, HeldInMemory, UncheckedRanking
 from efface.paths.base import Scoring, Seeing, VectorSearch
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "efface"

@@ -26,7 +26,8 @@ from .erasure.ledger import SECRET_KEY, Hasher
 from .erasure.propagation import Propagation
 from .erasure.release import Releaser
 from .erasure.verify import Verifier
-from .origin.base import NearestVectors, Origin
+from .origin.base import Origin
+from .origin.capabilities import NearestVectors
 from .paths.ann import VectorIndex
 from .paths.base import ReadPath
 from .paths.fts import FullTextIndex

@@ -34,7 +34,7 @@ from threading import get_ident
 from typing import Any
 
 from .errors import EffaceError
-from .origin.base import GroupCommit
+from .origin.capabilities import GroupCommit
 
 INTERRUPTED = "the write was interrupted before it was committed: nothing of it was kept; send it again"
 

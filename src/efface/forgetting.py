@@ -27,7 +27,8 @@ from .erasure.release import Releaser
 from .erasure.verify import Verifier
 from .errors import InvalidInput, NotFound, ScopeError
 from .model import QuarantineItem, Receipt, Selector, Status, Verification
-from .origin.base import CopyChecks, Origin
+from .origin.base import Origin
+from .origin.capabilities import CopyChecks
 from .reading import quarantined
 
 log = logging.getLogger("efface")

@@ -27,7 +27,8 @@ import pytest
 
 import efface
 from efface.erasure import changelog
-from efface.origin.base import CHANGES_PRUNED, SharedByProcesses
+from efface.origin.base import CHANGES_PRUNED
+from efface.origin.capabilities import SharedByProcesses
 from efface.origin.postgres import locks
 from efface.origin.postgres import origin as pg_origin
 from efface.origin.postgres.keys import KekFile

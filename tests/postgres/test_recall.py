@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import efface
-from efface.origin.base import NearestVectors
+from efface.origin.capabilities import NearestVectors
 from efface.origin.postgres.keys import KekFile
 from efface.paths.base import LiveVectorSearch, Seeing, VectorSearch
 from efface.paths.indexed import OriginVectors

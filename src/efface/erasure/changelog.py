@@ -28,7 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..origin.base import CHANGES_CONSUMER, CHANGES_PRUNED, Origin, SharedByProcesses
+from ..origin.base import CHANGES_CONSUMER, CHANGES_PRUNED, Origin
+from ..origin.capabilities import SharedByProcesses
 
 STALE_S = 7 * 24 * 3600.0
 """A consumer that has not spoken for this long no longer holds the change log back."""

@@ -31,7 +31,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..origin.base import Maintained, Origin, SharedByProcesses
+from ..origin.base import Origin
+from ..origin.capabilities import Maintained, SharedByProcesses
 from ..paths.base import ReadPath
 from .changelog import ChangeLog
 from .propagation import Propagation

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..model import probe_sample
-from ..origin.base import StoredForms, Tx
+from ..origin.base import Tx
+from ..origin.capabilities import StoredForms
 from ..paths.base import Erased, ReadPath
 from ..vectors import read as read_vector
 from .fingerprint import REGION, VECTOR_REGION, Fingerprinter, Fingerprints

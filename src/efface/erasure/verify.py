@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..model import Check, CopyState
-from ..origin.base import CopyChecks, Origin, ScanFn
+from ..origin.base import Origin
+from ..origin.capabilities import CopyChecks, ScanFn
 from ..paths.base import ReadPath, check
 from .evidence import blob_ids
 from .fingerprint import Fingerprinter, Fingerprints

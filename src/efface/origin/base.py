@@ -10,7 +10,7 @@ Beside the methods, an origin has ``text`` (its word index, :class:`WordIndex`),
 ``write_lock`` (held for every write), ``physical`` (:class:`Physical`, the byte-level side
 of an origin that keeps files, or None: then its erased epoch is its current one) and
 ``liveness`` (:class:`LivenessCopy`, a copy in memory of which records are live, or None).
-Capabilities an origin may lack are small ``runtime_checkable`` protocols (:class:`GroupCommit`,
+Capabilities an origin may lack are small ``runtime_checkable`` protocols in :mod:`.capabilities` (:class:`GroupCommit`,
 :class:`NearestVectors`, :class:`VectorSample`, :class:`Maintained`, :class:`CopyChecks`,
 :class:`SharedByProcesses`, on its transactions :class:`StoredForms`, and on its word index
 :class:`UncheckedRanking`, :class:`HeldInMemory`), asked for with ``isinstance``: every use is
@@ -29,12 +29,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ErasureNotSettled
-from ..model import Check, CopyState
+from ..model import Check
 
 CHANGES_CONSUMER = "changes.consumer."
 """Meta keys under which each consumer of the change log (one read path's files in one process)
@@ -288,76 +288,6 @@ class WordIndex(Protocol):
         ...
 
 
-@runtime_checkable
-class UncheckedRanking(Protocol):
-    """A word index that ranks every match without checking it live (recall checks them, best
-    first, in its own snapshot: :meth:`efface.paths.fts.FullTextIndex.ranked_within`)."""
-
-    def ranked_unchecked(
-        self, words: Sequence[str], tenant: str | None, *, narrow: bool, scoring: Sequence[str]
-    ) -> Any:
-        """A :class:`efface.ranking.Ranking` of every record ``words`` find (BM25)."""
-        ...
-
-
-@runtime_checkable
-class HeldInMemory(Protocol):
-    """A word index that keeps postings in this process's memory (verify probes them too)."""
-
-    def held_in_memory(self, ids: Sequence[int]) -> list[int]:
-        """Which of ``ids`` the postings in memory still hold."""
-        ...
-
-
-@runtime_checkable
-class StoredForms(Protocol):
-    """A transaction whose origin stores content in another form than the store hands it
-    (sealed, or as a database type lays it out): the forms of what this transaction
-    erased, for the erasure's evidence to fingerprint (the PostgreSQL origin's
-    ciphertexts, wrapped data keys and ``vector`` values)."""
-
-    def stored_forms(self) -> list[tuple[str, list[bytes]]]:
-        """(kind, items) of the bytes this transaction deleted or replaced, as stored."""
-        ...
-
-
-ScanFn = Callable[[list[str], str], tuple[dict[str, dict[str, int]], int]]
-"""A byte scan for one erasure's fingerprints: (files, root) -> (per file relative to root,
-hits per kind of item; bytes read). The verifier hands it to an origin that checks copies of its own."""
-
-
-@runtime_checkable
-class Maintained(Protocol):
-    """An origin whose storage keeps erased bytes until a maintenance removes them (the
-    PostgreSQL origin: rewrites, checkpoint, WAL switches, key rotation). The compactor
-    runs it in each round that erases bytes; the origin's own locks keep processes apart."""
-
-    def maintain(self) -> bool:
-        """Run the maintenance; True when it covered every epoch committed when it began
-        (False: another process runs it now, or it failed; the next round tries again)."""
-        ...
-
-
-@runtime_checkable
-class CopyChecks(Protocol):
-    """An origin whose data lives in copies the store's directory does not hold (a
-    database's files, its WAL, replicas): it says, for one erasure, where each stands."""
-
-    def copy_checks(
-        self, epoch: int, items: Mapping[str, int] | None, scan: ScanFn | None
-    ) -> list[tuple[str, CopyState, Check]]:
-        """(copy name, state, the check behind it) for the erasure at ``epoch``.
-        ``items``: how many items of each kind the erasure's fingerprints hold, None once
-        an earlier verification proved it erased and they were deleted; ``scan`` looks for
-        them in files (None with them)."""
-        ...
-
-    def verifying(self, handle: str) -> AbstractContextManager[None]:
-        """Held while one erasure is verified: one verification of a handle at a time,
-        across processes."""
-        ...
-
-
 class LiveCells(Protocol):
     """The bytes of the live cells of the origin's database file, held for one scan."""
 
@@ -381,78 +311,6 @@ class LivenessCopy(Protocol):
     def live(self, ids: Sequence[int], tenant: str, purpose: str, now: float) -> list[int]: ...
     def holding(self, ids: Sequence[int]) -> int:
         """How many of ``ids`` it still counts live or holds a vector of."""
-        ...
-
-
-@runtime_checkable
-class NearestVectors(Protocol):
-    """An origin that indexes its records' vectors itself (PostgreSQL: pgvector's HNSW): the
-    vector read path searches them there (:class:`efface.paths.indexed.OriginVectors`),
-    filtered to live records in the same statement, instead of keeping copies of its own."""
-
-    def nearest(
-        self, vector: np.ndarray, n: int, tenant: str, purpose: str, subject: str | None, now: float
-    ) -> dict[int, bytes]:
-        """Up to ``n`` records live for the tenant and purpose (and subject), nearest to
-        ``vector`` first (approximately: an index's order), each id with its stored vector
-        (:mod:`efface.vectors`); inside a snapshot, read in it."""
-        ...
-
-    def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
-        """Up to ``n`` ids of the tenant's records nearest to ``vector``, live or not (verify's
-        probes: which records the index itself leads to)."""
-        ...
-
-    def vector_count(self, tenant: str) -> int:
-        """How many of the tenant's records have a vector."""
-        ...
-
-
-@runtime_checkable
-class VectorSample(Protocol):
-    """An origin that can draw a few of a tenant's live records' vectors at random, cheaply
-    (recall judges how far the vector leg's best stands out against them:
-    :func:`efface.paths.recall._standing`)."""
-
-    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
-        """At most ``n`` vectors (rows of float32, unit length) of ``tenant``'s records live
-        for ``purpose`` at ``now``, chosen at random once per tenant and state of the store
-        (the same draw until a write); empty when it cannot tell (then recall judges against
-        the records only the words found)."""
-        ...
-
-
-@runtime_checkable
-class GroupCommit(Protocol):
-    """An origin that commits several write transactions together (:mod:`efface.chokepoint`)."""
-
-    def group(self, members: int | None = None) -> AbstractContextManager[Callable[..., AbstractContextManager[Any]]]:
-        """A block whose ``member(kind, tenant, now)`` opens one member transaction (a
-        savepoint with its own epoch); all of them commit at the block's end."""
-        ...
-
-
-@runtime_checkable
-class SharedByProcesses(Protocol):
-    """An origin that several efface processes use at once (PostgreSQL): work that is the
-    store's, not one process's (pruning the change log, maintenance that removes erased bytes,
-    verification), runs under a lock all of them see, and what one process derives for itself
-    is registered under its own :attr:`instance`.
-
-    On such an origin :meth:`Origin.prune_changes` is per process: ``upto`` is how far *this*
-    instance replays the change log, noted in the origin's register of readers, and the log is
-    pruned only to the oldest reader seen within the origin's bound (a process that died stops
-    holding it back then). Origins one process owns (SQLite, memory) lack this protocol: the
-    store's own lock orders everything, and :class:`efface.erasure.changelog.ChangeLog` keeps
-    their consumers in meta."""
-
-    instance: str
-    """This process's id among the origin's users (its row in the readers' register)."""
-
-    def shared_lock(self, name: str, wait: bool = False) -> AbstractContextManager[bool]:
-        """Hold the lock ``name`` (one of the origin's named locks) across every process of the
-        store for the block. Yields True when held; without ``wait``, False at once when another
-        holder has it (the block then must skip the work). A process that dies lets go of it."""
         ...
 
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 from .. import foreground
 from ..model import Check, probe_sample
-from ..origin.base import HeldInMemory, UncheckedRanking, WordIndex
+from ..origin.base import WordIndex
+from ..origin.capabilities import HeldInMemory, UncheckedRanking
 from ..ranking import Ranking
 from ..text import query_words
 from .base import Erased, Held, Query, check

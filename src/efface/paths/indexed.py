@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ..model import Check
-from ..origin.base import NearestVectors, Origin
+from ..origin.base import Origin
+from ..origin.capabilities import NearestVectors
 from ..vectors import read_many as read_vectors
 from .base import Erased, Held, Query, check
 

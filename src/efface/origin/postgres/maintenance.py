@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...model import Check, CopyState
-from ..base import ScanFn
+from ..capabilities import ScanFn
 from . import epochs
 
 if TYPE_CHECKING:

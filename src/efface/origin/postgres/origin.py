@@ -54,7 +54,8 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ...model import Check, CopyState
-from ..base import ScanFn, require_epoch
+from ..base import require_epoch
+from ..capabilities import ScanFn
 from . import epochs, locks, maintenance, schema
 from .keys import Keys
 from .reads import HNSW_SETTINGS, PgReads

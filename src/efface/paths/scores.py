@@ -1,0 +1,98 @@
+"""How recall puts each leg's scores on one scale, and how fully the vector leg votes.
+
+:func:`_scaled` maps a leg's scores to a scale that does not depend on its candidate list's
+length; :func:`_standing` says how far the vector leg's best cosine stands out from its tenant
+(:func:`_background`, a random sample of the tenant's live vectors, where the origin offers one),
+so a vector leg that cannot tell its best from the rest (chat turns under MiniLM) stops voting.
+Used by :mod:`.recall`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..origin.capabilities import VectorSample
+from .base import Query
+
+RRF_K = 60
+"""Reciprocal rank constant (Cormack et al. 2009), for a path that gives an order only."""
+
+SPREAD = 3.0
+"""Standard deviations either side of the mean that map a vector leg's cosines to [0, 1]
+(DBSF's convention: nearly all of a leg's scores fall inside), the range a text leg's share
+spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
+measured and neither was better on both corpora (docs/benchmarks-history.md)."""
+
+MIN_BACKGROUND = 10
+"""Records the vector leg did not propose that its vote is judged against, at least
+(:func:`_standing`); with fewer it votes fully."""
+
+SAMPLE = 256
+"""Records of the tenant, drawn at random, that the vector leg's best cosine is judged
+against (:func:`_background`): a mean and a spread, to a few hundredths of a standard
+deviation (bench/experiments/exp_fusion_standing.py: 128 and 256 judge alike)."""
+
+
+def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
+    """A leg's scores ``v`` (of ``ids``) on a scale that does not depend on its candidate
+    list's length: standard scores of cosines over the union for a vector path, a share of
+    the query's best possible score for a scoring path that knows it, and reciprocal rank
+    (scaled so the first is 1; ties by id) for one that gives only an order or no ceiling."""
+    if not len(v):
+        return np.empty(0, dtype=np.float64)
+    if vector_leg:
+        mu, sd = float(v.mean()), float(v.std())
+        if sd == 0.0:
+            return np.full(len(v), 0.5)
+        # no floor above: a cosine far above the rest is the strongest evidence there is; below,
+        # 3 sd under the mean is no evidence at all (and a fused score stays >= 0)
+        return np.maximum(0.0, (v - mu) / (2 * SPREAD * sd) + 0.5)
+    if ceiling:
+        return v / ceiling
+    out = np.empty(len(v), dtype=np.float64)
+    out[np.lexsort((ids, -v))] = (RRF_K + 1) / (RRF_K + np.arange(len(v), dtype=np.float64) + 1)
+    return out
+
+
+def _background(origin, q: Query) -> np.ndarray | None:
+    """The query's cosines with a random sample of its tenant's live records
+    (:data:`SAMPLE` of them, :class:`~efface.origin.base.VectorSample`), or None where the
+    origin offers no sample (or too small a one: then the union's records only the words
+    found stand for the tenant)."""
+    if not isinstance(origin, VectorSample):
+        return None
+    m = origin.vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
+    if len(m) < MIN_BACKGROUND or m.shape[1] != len(q.vector):
+        return None
+    return (m @ np.asarray(q.vector, dtype=np.float32)).astype(np.float64)
+
+
+def _standing(
+    ids: np.ndarray, cosines: np.ndarray, proposed: Sequence[int], background: np.ndarray | None = None
+) -> float:
+    """How fully the vector leg votes, in [0, 1]: how far its best cosine (of ``cosines``, of
+    the union's ``ids``, ascending) stands above the ``background`` cosines (the query's with
+    a random sample of its tenant: :func:`_background`) or, without one, the cosines of the
+    union's records it did not propose (not in ``proposed``, its own candidates), in their
+    standard deviations, from ``SPREAD - 1`` (not at all) to :data:`SPREAD` (fully). 1 when
+    fewer than :data:`MIN_BACKGROUND` records are not its own, or they all score alike."""
+    if background is not None:
+        sd = float(background.std())
+        if sd == 0.0:
+            return 1.0
+        z = (float(cosines.max()) - float(background.mean())) / sd
+        return min(1.0, max(0.0, z - (SPREAD - 1.0)))
+    mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
+    at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
+    own = np.zeros(len(ids), dtype=bool)
+    own[at[ids[at] == mine]] = True
+    others = cosines[~own]
+    if len(others) < MIN_BACKGROUND:
+        return 1.0
+    sd = float(others.std())
+    if sd == 0.0:
+        return 1.0
+    z = (float(cosines.max()) - float(others.mean())) / sd
+    return min(1.0, max(0.0, z - (SPREAD - 1.0)))
