@@ -56,7 +56,9 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     several efface processes may share: ``kek_file=`` names the key-encryption key file (else
     ``EFFACE_KEK_FILE``), ``cache_dir=`` this process's local directory for derived files
     (default: one under ``~/.cache/efface/postgres``, removed at close), ``schema=`` the
-    database schema (``efface``). See docs/postgres.md.
+    database schema (``efface``), ``data_dir=`` the server's data directory as this process
+    reads it (else ``EFFACE_PG_DATA_DIR``), for the byte scan behind ``erased``. See
+    docs/postgres.md.
     """
     try:
         target = os.fspath(path_or_url)

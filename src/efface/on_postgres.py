@@ -98,12 +98,16 @@ def open_postgres(
     kek_file: str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     schema: str = pg_schema.DEFAULT_SCHEMA,
+    data_dir: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> Store:
     """Open (or create) the store in the PostgreSQL database at ``url``. ``kek_file``: the
     key-encryption key file (else ``EFFACE_KEK_FILE``; created on a store's first use, with
     a warning to back it up). ``cache_dir``: this process's local directory (module docstring).
-    Other options as for the embedded store."""
+    ``data_dir``: the server's data directory as this process reads it (else
+    ``EFFACE_PG_DATA_DIR``, else ``SHOW data_directory`` where the role may), for the byte scan
+    that proves ``erased`` (docs/evidence-ladder.md); without one readable, ``verify`` says per
+    copy ``shredded`` or ``cannot_verify``. Other options as for the embedded store."""
     if "origin" in options:
         raise InvalidInput("a postgresql:// store is its own origin: leave origin= out")
     try:
@@ -141,7 +145,14 @@ def open_postgres(
 
     o: Origin | None = None
     try:
-        o = PostgresOrigin(url, dim=chosen.dim, kek_file=kek_file, local_dir=root, schema_name=name)
+        o = PostgresOrigin(
+            url,
+            dim=chosen.dim,
+            kek_file=kek_file,
+            local_dir=root,
+            schema_name=name,
+            data_dir=None if data_dir is None else os.path.abspath(os.fspath(data_dir)),
+        )
         _first_comer(url, name, chosen.name)
         return Store(root, chosen, origin=o, on_close=release, **options)
     except BaseException:

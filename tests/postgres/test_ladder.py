@@ -84,8 +84,7 @@ def test_a_forget_is_erased_on_a_server_whose_files_this_process_reads(pg_db, ke
 def test_where_the_files_are_not_readable_each_copy_says_why_and_the_level_stays_unreadable(pg_db, kek, tmp_path):
     """A data directory elsewhere (here: named wrong, as for a managed server): no scan; the
     erased vectors are in clear in pgvector, so the server's copies cannot be verified."""
-    with _open(pg_db.url, kek, tmp_path / "a") as s:
-        s._origin._maint.data_dir = str(tmp_path / "elsewhere")
+    with _open(pg_db.url, kek, tmp_path / "a", data_dir=tmp_path / "elsewhere") as s:
         s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
         receipt = s.forget(tenant=T, subject="zq")
         assert s.wait(receipt.handle, 60, until="erased").erased  # the maintenance ran
