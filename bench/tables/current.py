@@ -37,6 +37,8 @@ SOURCES = {
     "sqlite_alone": "session22/sqlite-alone-200k.json",
     "erasure": "session22/erasure-cfffbf0.json",
     "extremes": "session23/extremes.json",
+    "postgres": ["postgres/scale-100k.json"],
+    "postgres_quality": "postgres/quality.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 
@@ -366,6 +368,188 @@ def extremes() -> str:
     return note + _table(head, rows, right_from=1)
 
 
+# -- PostgreSQL (bench/bench_postgres.py) -------------------------------------------------------------
+_PG_SYSTEMS = (
+    ("efface_postgres", "efface, PostgreSQL"),
+    ("efface_sqlite", "efface, SQLite"),
+    ("langgraph", "LangGraph"),
+)
+
+
+def _pg_note(rel: str, doc: dict[str, Any]) -> str:
+    m, pg = doc["machine"], doc["postgres"]
+    lg = doc.get("versions", {}).get("langgraph-checkpoint-postgres", "?")
+    return (
+        f"`{rel}`: `bench/bench_postgres.py {' '.join(doc['argv'])}`, commit {doc['commit']}, {_when(doc)}, "
+        f"{m['cpu_model']} {m['cpus']} cores, {m['ram_gib']} GiB, load {doc['load_at_start'][0]:.1f} at the start, "
+        f"{doc['load_during']['mean']:.1f} mean / {doc['load_during']['max']:.1f} max during; PostgreSQL "
+        f"{pg['version'].split()[0]}, fsync {pg['settings']['fsync']}, synchronous_commit "
+        f"{pg['settings']['synchronous_commit']}, shared_buffers {pg['settings']['shared_buffers']}; "
+        f"langgraph-checkpoint-postgres {lg}.\n\n"
+    )
+
+
+def _p(d: dict[str, float] | None, nd: int = 1) -> str:
+    return "–" if d is None else f"{d['p50']:,.{nd}f} / {d['p99']:,.{nd}f}"
+
+
+def postgres() -> str:
+    out = []
+    for rel in SOURCES["postgres"]:
+        doc = _load(rel)
+        sy = doc["systems"]
+        pg, sq, lg = sy["efface_postgres"], sy["efface_sqlite"], sy["langgraph"]
+        ratio = pg["recall"]["latency_ms"]["p50"] / sq["recall"]["latency_ms"]["p50"]
+        conc = pg["concurrent"]
+
+        def unread(s: dict[str, Any], who: str, what: str) -> str:
+            u = s["forget"].get(f"unreadable_{who}")
+            return "–" if u is None else _p(u[what], 2)
+
+        def levels(s: dict[str, Any]) -> str:
+            lv = s["forget"]["levels_after_wait_verify"]
+            return ", ".join(f"`{k}` {v}" for k, v in lv.items() if v)
+
+        def clean(s: dict[str, Any]) -> str:
+            us = [u for who in ("same", "second") if (u := s["forget"].get(f"unreadable_{who}"))]
+            return "yes" if all(u["first_read_clean_all"] and u["first_recall_clean_all"] for u in us) else "**no**"
+
+        rows = [
+            [
+                "`write_many` / `batch` of `PutOp`, 1,000 a call (records/s, embedding excluded)",
+                _n(pg["write_many"]["records_per_s"]),
+                _n(sq["write_many"]["records_per_s"]),
+                _n(lg["put"]["records_per_s"]),
+            ],
+            [
+                "first recall after the bulk write (s)",
+                f"{pg['write_many']['first_recall_s']:.2f}",
+                f"{sq['write_many']['first_recall_s']:.2f}",
+                "–",
+            ],
+            [
+                "recall / `search`, k=10, p50 / p99 (ms, query embedding included)",
+                f"**{_p(pg['recall']['latency_ms'])}** ({ratio:.1f}× SQLite's p50)",
+                f"**{_p(sq['recall']['latency_ms'])}**",
+                f"{_p(lg['search']['latency_ms'])} (vectors only)",
+            ],
+            [
+                "`forget` of a 100-record subject / `delete` of 100 items, p50 / p99 (ms)",
+                _p(pg["forget"]["forget_ms"], 0),
+                _p(sq["forget"]["forget_ms"], 0),
+                _p(lg["delete"]["latency_ms"], 1),
+            ],
+            [
+                "ack → a read of an erased key is empty, p50 / p99 (ms): same server",
+                unread(pg, "same", "ack_to_read_clean_ms"),
+                unread(sq, "same", "ack_to_read_clean_ms"),
+                "–",
+            ],
+            ["… seen from a second server", unread(pg, "second", "ack_to_read_clean_ms"), "–", "–"],
+            [
+                "ack → a recall by an erased text is clean, p50 / p99 (ms): same server",
+                unread(pg, "same", "ack_to_recall_clean_ms"),
+                unread(sq, "same", "ack_to_recall_clean_ms"),
+                "–",
+            ],
+            ["… seen from a second server", unread(pg, "second", "ack_to_recall_clean_ms"), "–", "–"],
+            ["the first read and recall after every ack clean", clean(pg), clean(sq), "–"],
+            [
+                '`wait(until="erased")` + `verify`: levels reached',
+                levels(pg),
+                levels(sq),
+                f"none: `delete` returns {lg['delete']['returns'].split(' ')[0]}",
+            ],
+            [
+                "… ack → `verify`'s answer, p50 (s)",
+                f"{pg['forget']['wait_s']['p50'] + pg['forget']['verify_s']['p50']:.3f}",
+                f"{sq['forget']['ack_to_erased_s']['p50']:.3f}" if sq["forget"]["ack_to_erased_s"] else "–",
+                "–",
+            ],
+            [
+                "a second server: open / its first recall (s); its recall p50 / p99 (ms)",
+                f"{pg['second_store']['open_s']:.2f} / {pg['second_store']['first_recall_s']:.2f}; "
+                f"{_p(pg['second_store']['recall']['latency_ms'])}",
+                "–",
+                "–",
+            ],
+            [
+                "1 / 2 processes writing at once: `write_many` (records/s, all processes)",
+                f"{_n(conc['write_1']['records_per_s_total'])} / {_n(conc['write_2']['records_per_s_total'])}",
+                "–",
+                "–",
+            ],
+            [
+                "1 / 2 processes recalling at once: p50 (ms); queries/s, all processes",
+                f"{conc['recall_1']['latency_ms']['p50']:.1f} / {conc['recall_2']['latency_ms']['p50']:.1f}; "
+                f"{_n(conc['recall_1']['queries_per_s_total'])} / {_n(conc['recall_2']['queries_per_s_total'])}",
+                "–",
+                "–",
+            ],
+            ["database size after the build (MiB)", _n(pg["database_mib"]), "–", _n(lg["database_mib"])],
+        ]
+        head = [f"{_n(doc['n'])} records, hashing vectors", *(label for _, label in _PG_SYSTEMS)]
+        out.append(_pg_note(rel, doc) + _table(head, rows))
+    return "\n".join(out)
+
+
+def postgres_residue() -> str:
+    rel = SOURCES["postgres"][-1]
+    doc = _load(rel)
+    sy = doc["systems"]
+
+    def where(scan: dict[str, Any], what: str) -> str:
+        rels = ", ".join(f"`{r}`" for r in sorted(scan["base"][what]))
+        segs = scan["wal_segments"][what]
+        parts = ([f"base/: {rels}"] if rels else []) + ([f"pg_wal/: {segs} segment{'s' * (segs != 1)}"] if segs else [])
+        return "; ".join(parts) or "nowhere"
+
+    pr, lr = sy["efface_postgres"]["residue"], sy["langgraph"]["residue"]
+    stages = [
+        ("written, CHECKPOINT", pr["written"], lr["written"]),
+        ("forgotten (`wait` + `verify`) / deleted, CHECKPOINT", pr["forgotten_waited"], lr["deleted"]),
+        ("+ `VACUUM` + CHECKPOINT", pr["vacuumed"], lr["vacuumed"]),
+    ]
+    rows = [
+        [stage, where(p, "text"), where(p, "vector"), where(lg, "text"), where(lg, "vector")] for stage, p, lg in stages
+    ]
+    head = [
+        "one marked record among the others",
+        "efface: its text",
+        "efface: its vector",
+        "LangGraph: its text",
+        "LangGraph: its vector",
+    ]
+    note = (
+        f"`{rel}` (as above): the marked record's unique word and its vector's first 32 bytes, searched in "
+        f"`base/<database>` (by relation) and `pg_wal/` with `bench/experiments/pg_residue.py`'s scanners; "
+        f"efface's marked subject reached `{pr['marker_level']}`.\n\n"
+    )
+    return note + _table(head, rows, right_from=len(head))
+
+
+def postgres_quality() -> str:
+    rel = SOURCES["postgres_quality"]
+    doc = _load(rel)
+    runs = doc["quality"]["runs"]
+    head = [
+        "MiniLM vectors: recall@1 / recall@10 / MRR@10; p50 / p99 (ms)",
+        *(f"{r['corpus']} ({_n(r['docs'])} documents, {_n(r['queries'])} queries)" for r in runs),
+    ]
+
+    def cell(r: dict[str, Any], key: str) -> str:
+        m = r["systems"][key]
+        return f"{m['recall@1']:.3f} / {m['recall@10']:.3f} / {m['mrr@10']:.3f}; {m['p50_ms']:.1f} / {m['p99_ms']:.1f}"
+
+    labels = (
+        ("efface_postgres", "efface on PostgreSQL (recall)"),
+        ("efface_sqlite", "efface on SQLite (recall)"),
+        ("langgraph", "LangGraph `PostgresStore` (`search`, HNSW)"),
+    )
+    rows = [[label, *(cell(r, key) for r in runs)] for key, label in labels]
+    return _pg_note(rel, doc) + _table(head, rows, right_from=len(head))
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "quality": quality,
     "recall-latency": recall_latency,
@@ -374,6 +558,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "erasure": erasure,
     "verify-scan": verify_scan,
     "extremes": extremes,
+    "postgres": postgres,
+    "postgres-residue": postgres_residue,
+    "postgres-quality": postgres_quality,
 }
 
 
