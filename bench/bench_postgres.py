@@ -427,7 +427,8 @@ def child(args) -> None:
             corpus = Corpus(m, seed=sum(map(ord, args.proc)))
             vecs = HashingEmbedder().embed(corpus.texts)
             items = [
-                {**corpus.item(i), "key": f"{args.proc}/{i}", "subject": f"{args.proc}-{i % max(1, m // 100)}"} for i in range(m)
+                {**corpus.item(i), "key": f"{args.proc}/{i}", "subject": f"{args.proc}-{i % max(1, m // 100)}"}
+                for i in range(m)
             ]
         else:
             queries = [q for _, q in Corpus(min(args.n, 20000)).queries(args.queries, seed=202)]
