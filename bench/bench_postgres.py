@@ -157,7 +157,17 @@ def _marker() -> tuple[str, np.ndarray]:
 
 
 def _needles(word: str, vec: np.ndarray) -> dict[str, bytes]:
-    return {"text": word.encode(), "vector": struct.pack("<8f", *vec[:8].tolist())}
+    """The word; the vector's first 8 floats as stored in the table; and as pgvector's HNSW
+    index for cosine distance stores them: normalised again (``l2_normalize``: a double norm,
+    each value divided by it and cast back to float), which changes the last bits of a vector
+    whose norm in float is not exactly 1."""
+    v64 = vec.astype(np.float64)
+    normed = (v64 / np.sqrt(np.sum(v64 * v64))).astype(np.float32)
+    return {
+        "text": word.encode(),
+        "vector": struct.pack("<8f", *vec[:8].tolist()),
+        "vector_normalised": struct.pack("<8f", *normed[:8].tolist()),
+    }
 
 
 def residue_scan(server: Server, dbname: str, needles: dict[str, bytes]) -> dict[str, Any]:

@@ -499,9 +499,15 @@ def postgres_residue() -> str:
     sy = doc["systems"]
 
     def where(scan: dict[str, Any], what: str) -> str:
-        rels = ", ".join(f"`{r}`" for r in sorted(scan["base"][what]))
-        segs = scan["wal_segments"][what]
-        parts = ([f"base/: {rels}"] if rels else []) + ([f"pg_wal/: {segs} segment{'s' * (segs != 1)}"] if segs else [])
+        """Where the needle is; for the vector, also its copy normalised again (HNSW, cosine), marked "(n)"."""
+        kinds = [(what, "")] + (
+            [("vector_normalised", " (n)")] if what == "vector" and what + "_normalised" in scan["base"] else []
+        )
+        rels = sorted({f"`{r}`{mark}" for k, mark in kinds for r in scan["base"][k]})
+        segs = [f"{scan['wal_segments'][k]}{mark}" for k, mark in kinds if scan["wal_segments"][k]]
+        parts = ([f"base/: {', '.join(rels)}"] if rels else []) + (
+            [f"pg_wal/: {' + '.join(segs)} segments"] if segs else []
+        )
         return "; ".join(parts) or "nowhere"
 
     pr, lr = sy["efface_postgres"]["residue"], sy["langgraph"]["residue"]
@@ -521,7 +527,9 @@ def postgres_residue() -> str:
         "LangGraph: its vector",
     ]
     note = (
-        f"`{rel}` (as above): the marked record's unique word and its vector's first 32 bytes, searched in "
+        f"`{rel}` (as above): the marked record's unique word and its vector's first 32 bytes (as written, and "
+        "as pgvector's HNSW index for cosine distance keeps them, normalised again: marked (n), where the run "
+        "looked for them), searched in "
         f"`base/<database>` (by relation) and `pg_wal/` with `bench/experiments/pg_residue.py`'s scanners; "
         f"efface's marked subject reached `{pr['marker_level']}`.\n\n"
     )
