@@ -37,7 +37,8 @@ SOURCES = {
     "sqlite_alone": "session22/sqlite-alone-200k.json",
     "erasure": "session22/erasure-cfffbf0.json",
     "extremes": "session23/extremes.json",
-    "postgres": ["postgres/scale-100k.json"],
+    "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json"],
+    "postgres_residue": "postgres/scale-10k.json",
     "postgres_quality": "postgres/quality.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
@@ -494,7 +495,7 @@ def postgres() -> str:
 
 
 def postgres_residue() -> str:
-    rel = SOURCES["postgres"][-1]
+    rel = SOURCES["postgres_residue"]
     doc = _load(rel)
     sy = doc["systems"]
 
@@ -506,7 +507,7 @@ def postgres_residue() -> str:
         rels = sorted({f"`{r}`{mark}" for k, mark in kinds for r in scan["base"][k]})
         segs = [f"{scan['wal_segments'][k]}{mark}" for k, mark in kinds if scan["wal_segments"][k]]
         parts = ([f"base/: {', '.join(rels)}"] if rels else []) + (
-            [f"pg_wal/: {' + '.join(segs)} segments"] if segs else []
+            [f"pg_wal/ segments: {' + '.join(segs)}"] if segs else []
         )
         return "; ".join(parts) or "nowhere"
 
@@ -527,7 +528,8 @@ def postgres_residue() -> str:
         "LangGraph: its vector",
     ]
     note = (
-        f"`{rel}` (as above): the marked record's unique word and its vector's first 32 bytes (as written, and "
+        f"`{rel}` (as above), {_n(doc['n'])} records: the marked record's unique word and its vector's "
+        "first 32 bytes (as written, and "
         "as pgvector's HNSW index for cosine distance keeps them, normalised again: marked (n), where the run "
         "looked for them), searched in "
         f"`base/<database>` (by relation) and `pg_wal/` with `bench/experiments/pg_residue.py`'s scanners; "
