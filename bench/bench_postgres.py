@@ -32,8 +32,8 @@ each system (the same hashing embedder). Per system:
 * ``efface_sqlite``: the embedded store on the same records: ``write_many``, first recall,
   recall p50/p99, ``forget`` p50/p99, ``wait`` + ``verify``.
 * ``langgraph``: ``PostgresStore`` (langgraph-checkpoint-postgres, pinned in the ``test``
-  extra) with its pgvector HNSW index (``ann_index_config={"kind": "hnsw"}``, cosine, the
-  defaults m=16, ef_construction=64), the same vectors through its ``embed`` function:
+  extra) with its pgvector HNSW index (``ann_index_config={"kind": "hnsw"}``, cosine, pgvector's
+  defaults m=16, ef_construction=64, ef_search=40), the same vectors through its ``embed`` function:
   ``batch`` of 1,000 ``PutOp``\\ s, ``search`` p50/p99 (vector only: it has no word leg),
   ``delete`` of 100 items (one subject's worth) p50/p99.
 
