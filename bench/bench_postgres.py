@@ -186,6 +186,8 @@ def residue_scan(server: Server, dbname: str, needles: dict[str, bytes]) -> dict
 
 # -- efface on PostgreSQL -----------------------------------------------------------------------
 def open_pg(url: str, work: Path, name: str, embedder: Any = "hashing"):
+    """A store on the database at ``url``; the server's data directory is ``work/pg/primary``
+    (``tests/pgserver.py``), named for the ladder's byte scan (same host)."""
     import efface
 
     return efface.open(
@@ -193,6 +195,7 @@ def open_pg(url: str, work: Path, name: str, embedder: Any = "hashing"):
         embedder=embedder,
         kek_file=str(work / "efface.kek"),
         cache_dir=str(work / f"cache-{name}"),
+        data_dir=str(work / "pg" / "primary"),
         background=False,
     )
 
