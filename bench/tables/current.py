@@ -38,8 +38,8 @@ SOURCES = {
     "erasure": "session22/erasure-cfffbf0.json",
     "extremes": "session23/extremes.json",
     "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json"],
-    "postgres_residue": "postgres/scale-10k.json",
-    "postgres_quality": "postgres/quality.json",
+    "postgres_residue": "postgres/scale-100k.json",
+    "postgres_quality": "postgres/quality-269be82.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 
