@@ -368,7 +368,6 @@ class Store:
         if subject is not None:
             subject = v.name(subject, "subject")
         self._check_open()
-        known_purpose(self._origin, tenant, purpose)
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
             e = self.embedder  # one that encodes queries its own way: the ONNX MiniLM's int8 copy
@@ -378,7 +377,16 @@ class Store:
             return got
 
         q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock(), where)
-        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector, window=window)
+        return hybrid(
+            self._origin,
+            self._paths,
+            q,
+            k,
+            lexical=self._lexical,
+            vector=vector,
+            window=window,
+            first=lambda snap: known_purpose(snap, tenant, purpose),  # in the recall's snapshot
+        )
 
     # -- forget ----------------------------------------------------------------------------
     def forget(
