@@ -223,7 +223,10 @@ class PgReads:
         )
         args: list[Any] = [*live, np.asarray(vector, dtype=np.float32), n]
         if also:
-            sql += f" UNION ALL (SELECT false, {cols} FROM {s}.records r WHERE r.id = ANY(%s) AND r.tenant = %s AND {claim})"
+            sql += (
+                f" UNION ALL (SELECT false, {cols} FROM {s}.records r"
+                f" WHERE r.id = ANY(%s) AND r.tenant = %s AND {claim})"
+            )
             args += [list(also), *live]
         # never a prepared statement: a generic plan, made without the tenant and the limit,
         # may leave the index for a scan of every row; a custom plan costs well under a millisecond
