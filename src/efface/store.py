@@ -38,6 +38,7 @@ and backups.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -377,16 +378,8 @@ class Store:
             return got
 
         q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock(), where)
-        return hybrid(
-            self._origin,
-            self._paths,
-            q,
-            k,
-            lexical=self._lexical,
-            vector=vector,
-            window=window,
-            first=lambda snap: known_purpose(snap, tenant, purpose),  # in the recall's snapshot
-        )
+        first = functools.partial(known_purpose, tenant=tenant, purpose=purpose)  # in the recall's snapshot
+        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector, window=window, first=first)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(
