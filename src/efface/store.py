@@ -38,7 +38,6 @@ and backups.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -369,6 +368,7 @@ class Store:
         if subject is not None:
             subject = v.name(subject, "subject")
         self._check_open()
+        known_purpose(self._origin, tenant, purpose)
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
             e = self.embedder  # one that encodes queries its own way: the ONNX MiniLM's int8 copy
@@ -378,8 +378,7 @@ class Store:
             return got
 
         q = Query(tenant, query, np.empty(0, dtype=np.float32), purpose, subject, self._clock(), where)
-        first = functools.partial(known_purpose, tenant=tenant, purpose=purpose)  # in the recall's snapshot
-        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector, window=window, first=first)
+        return hybrid(self._origin, self._paths, q, k, lexical=self._lexical, vector=vector, window=window)
 
     # -- forget ----------------------------------------------------------------------------
     def forget(

@@ -98,7 +98,6 @@ def test_a_filtered_search_still_finds_k_live_records(pg_db, kek, tmp_path):
         tenant = s._tenant(T)
         o = s._origin
         with o.snapshot():
-            o.snapshot_epoch()  # its transaction begun (a snapshot begins it with its first read)
             conn = o._local.conn  # the snapshot's: plan this query through the HNSW index, as a large table would
             for off in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
                 conn.execute(f"SET LOCAL {off} = off")

@@ -101,20 +101,6 @@ class NearestVectors(Protocol):
         (:mod:`efface.vectors`); inside a snapshot, read in it."""
         ...
 
-    def nearest_and(
-        self,
-        vector: np.ndarray,
-        n: int,
-        tenant: str,
-        purpose: str,
-        subject: str | None,
-        now: float,
-        also: Sequence[int] = (),
-    ) -> tuple[dict[int, bytes], dict[int, bytes]]:
-        """:meth:`nearest`, and which of ``also`` are live (with their vectors), read in the
-        same statement."""
-        ...
-
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
         """Up to ``n`` ids of the tenant's records nearest to ``vector``, live or not (verify's
         probes: which records the index itself leads to)."""

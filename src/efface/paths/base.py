@@ -153,11 +153,6 @@ class LiveVectorSearch(Protocol):
         """Up to ``n`` records live for the query, best first, each with its stored vector."""
         ...
 
-    def live_search(self, query: Query, n: int, also: Sequence[int] = ()) -> tuple[dict[int, bytes], dict[int, bytes]]:
-        """:meth:`live_candidates`, and those of ``also`` (another leg's candidates) that are
-        live for the query, each with its stored vector, checked in the same search."""
-        ...
-
 
 @runtime_checkable
 class Scoring(Protocol):

@@ -85,12 +85,7 @@ class OriginVectors:
     def live_candidates(self, query: Query, n: int) -> dict[int, bytes]:
         """:meth:`candidates` with their stored vectors, checked live in the same statement
         (in the recall's snapshot: :class:`~efface.paths.base.LiveVectorSearch`)."""
-        return self.live_search(query, n)[0]
-
-    def live_search(self, query: Query, n: int, also: Sequence[int] = ()) -> tuple[dict[int, bytes], dict[int, bytes]]:
-        """:meth:`live_candidates`, and which of ``also`` (another leg's candidates) are live,
-        with their vectors: one statement (:meth:`~efface.origin.capabilities.NearestVectors.nearest_and`)."""
-        return self._index.nearest_and(query.vector, n, query.tenant, query.purpose, query.subject, query.now, also)
+        return self._index.nearest(query.vector, n, query.tenant, query.purpose, query.subject, query.now)
 
     def size(self, tenant: str) -> int:
         return self._index.vector_count(tenant)

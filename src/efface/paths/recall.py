@@ -80,7 +80,6 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -139,18 +138,15 @@ def hybrid(
     lexical: bool = False,
     vector: Callable[[], np.ndarray] | None = None,
     window: int = 0,
-    first: Callable[[Any], None] | None = None,
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
     hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs. ``q.where`` narrows the records that count as live
-    and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`). ``first``:
-    called with the snapshot as it opens, before any candidate is read (the store's purpose
-    check: on an origin across a network it goes with the snapshot's first round trip)."""
+    and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
     with foreground.reading():  # background loops give way meanwhile (efface.foreground)
-        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window, first=first)
+        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window)
 
 
 def _hybrid(
@@ -162,7 +158,6 @@ def _hybrid(
     lexical: bool,
     vector: Callable[[], np.ndarray] | None,
     window: int = 0,
-    first: Callable[[Any], None] | None = None,
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
@@ -174,17 +169,12 @@ def _hybrid(
     # union): read with its live check, one look-up per row.
     vector_legs = {p.name for p in paths if isinstance(p, VectorSearch)}
     vectors = bool(vector_legs)
-    # A vector path that checks its candidates live in its own search (an origin's index, in
-    # one statement) checks the words' candidates in that same search: the words' leg is not
-    # checked on its worker then, and is taken before that path in the snapshot.
-    joint = next((p for p in paths if isinstance(p, LiveVectorSearch)), None) if memo is None else None
     # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
     # takes microseconds, and handing the leg to a worker and waking this thread again costs
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
         if isinstance(p, Scoring) and p.name not in vector_legs:
-            worker_checks = memo is None and joint is None
-            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors, worker_checks))
+            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None))
     try:
         if vector is not None:
             q = replace(q, vector=vector())
@@ -193,12 +183,9 @@ def _hybrid(
             f.cancel()
         raise
     with origin.snapshot() as snap:
-        if first is not None:
-            first(snap)
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
-        deferred: list[tuple[Scoring, _Leg]] = []  # legs whose candidates ``joint`` checks
 
         # Everything that does not need the full-text leg first (the ANN search, the live check
         # of its candidates, their vectors), while that leg runs on its worker; it is waited
@@ -213,37 +200,23 @@ def _hybrid(
                     blobs.update(leg.blobs)
                     got = leg.found
                 elif leg.ranking is not None:
-                    if joint is not None and joint.name not in ranked:
-                        deferred.append((p, leg))  # its head is checked in joint's search
-                        return
                     got = live_first(leg.ranking, n, seen.live_of)
                 else:
                     got = leg.found  # checked by the index in its own statement: again below
-                settle(p, leg, got)
+                scored[p.name] = dict(got)
+                ranked[p.name] = [rid for rid, _ in got]
+                if leg.ceiling is not None:
+                    ceilings[p.name] = leg.ceiling
             elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
-                heads = [i for _p, leg in deferred if leg.ranking is not None for i in leg.ranking.head(n)[0].tolist()]
-                also = [i for i in dict.fromkeys(heads) if i not in checked]
-                got_live, got_also = p.live_search(q, n, also)
+                got_live = p.live_candidates(q, n)
                 checked.update(got_live)
-                checked.update(also)
                 ranked[p.name] = list(got_live)
-                for got in (got_live, got_also):
-                    if q.where is not None:  # a turn filter: those it leaves out are not live here
-                        got = {i: b for i, b in got.items() if i in seen.eligible}
-                    live.update(got)
-                    blobs.update(got)
-                while deferred:  # their heads are checked now: live_first reads only past them
-                    dp, dleg = deferred.pop(0)
-                    assert dleg.ranking is not None
-                    settle(dp, dleg, live_first(dleg.ranking, n, seen.live_of))
+                if q.where is not None:  # a turn filter: those it leaves out are not live here
+                    got_live = {i: b for i, b in got_live.items() if i in seen.eligible}
+                live.update(got_live)
+                blobs.update(got_live)
             else:
                 ranked[p.name] = p.candidates(q, n)
-
-        def settle(p, leg: _Leg, got: list[tuple[int, float]]) -> None:
-            scored[p.name] = dict(got)
-            ranked[p.name] = [rid for rid, _ in got]
-            if leg.ceiling is not None:
-                ceilings[p.name] = leg.ceiling
 
         seen = _Checks(snap, q, vectors, memo)
         checked, live, blobs, check = seen.checked, seen.live, seen.blobs, seen.check
@@ -251,12 +224,9 @@ def _hybrid(
         def check_new() -> None:
             check([i for ids in ranked.values() for i in ids])
 
-        if joint is None:
-            before = [p for p in paths if p.name not in early]
-        else:  # the words' legs first, so that joint's search checks their candidates too
-            before = sorted(paths, key=lambda p: not (isinstance(p, Scoring) and p.name not in vector_legs))
-        for p in before:
-            take(p)
+        for p in paths:
+            if p.name not in early:
+                take(p)
         check_new()
         for p in paths:
             if not isinstance(p, VectorSearch):
@@ -272,7 +242,7 @@ def _hybrid(
                 ranked[p.name] = p.candidates(q, m)
                 check_new()
         for p in paths:
-            if p.name in early and p not in before:
+            if p.name in early:
                 take(p)
         check_new()
         if q.where is not None:

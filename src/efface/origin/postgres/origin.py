@@ -51,7 +51,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...model import Check, CopyState
 from ..base import require_epoch
@@ -151,12 +151,6 @@ class PostgresOrigin(PgReads):
     def _reading(self) -> Iterator[psycopg.Connection]:
         held = getattr(self._local, "conn", None)
         if held is not None:
-            if getattr(self._local, "epoch_cur", None) is None:
-                # A snapshot's first statement: its BEGIN and epoch ride with it (:meth:`snapshot`).
-                with held.pipeline():
-                    self._begin(held)
-                    yield held
-                return
             yield held
             return
         if self._closed:
@@ -164,23 +158,11 @@ class PostgresOrigin(PgReads):
         with self._pool.connection() as conn:
             yield conn
 
-    def _begin(self, conn: psycopg.Connection) -> None:
-        """Open the snapshot's transaction on ``conn`` and ask its epoch, without waiting for
-        either: in a pipeline, they go with the statement that follows."""
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        self._local.epoch_cur = conn.execute(f"SELECT epoch FROM {self._s}.epoch_counter")
-
     @contextlib.contextmanager
     def snapshot(self, at_least: int | None = None) -> Iterator[PostgresOrigin]:
         """Every read made in this thread inside the block sees one committed state, holding
         epoch ``at_least`` (else :class:`~efface.errors.ErasureNotSettled`: see
-        :meth:`efface.origin.base.Origin.snapshot`).
-
-        Its transaction begins with the block's first read, in one round trip with it (a
-        pipeline: ``BEGIN``, the epoch, the read), or where the block first asks the epoch;
-        a block that reads nothing costs none. Rows a read of the block fetched with their
-        sealed columns are kept for the block (:meth:`records_by_id` takes them there): they
-        are of this same state."""
+        :meth:`efface.origin.base.Origin.snapshot`)."""
         if getattr(self._local, "conn", None) is not None:
             require_epoch(self, at_least)
             yield self
@@ -188,43 +170,25 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            self._local.conn, self._local.epoch_cur, self._local.epoch = conn, None, None
-            self._local.rows = {}
+            # one round trip: the transaction begins and its snapshot is taken by the SELECT
+            cur = conn.execute(
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT epoch FROM {self._s}.epoch_counter"
+            )
+            cur.nextset()  # past BEGIN's result to the SELECT's
+            row = cur.fetchone()
+            self._local.epoch = 0 if row is None else int(row[0])
+            self._local.conn = conn
             try:
                 require_epoch(self, at_least)
                 yield self
             finally:
-                begun = self._local.epoch_cur is not None
-                self._local.conn, self._local.epoch_cur, self._local.epoch = None, None, None
-                self._local.rows = None
-                if begun:
-                    conn.execute("COMMIT")
+                self._local.conn = None
+                self._local.epoch = None
+                conn.execute("COMMIT")
 
     def snapshot_epoch(self) -> int | None:
-        """The epoch of this thread's snapshot, inside :meth:`snapshot` (its transaction begun
-        now if no read began it yet); else None."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            return None
-        if self._local.epoch is None:
-            cur = self._local.epoch_cur
-            if cur is None:
-                with conn.pipeline():
-                    self._begin(conn)
-                cur = self._local.epoch_cur
-            row = cur.fetchone()
-            self._local.epoch = 0 if row is None else int(row[0])
-        return int(self._local.epoch)
-
-    def current_epoch(self) -> int:
-        """In a snapshot, its epoch (read as it began); else the newest committed."""
-        pinned = self.snapshot_epoch()
-        return super().current_epoch() if pinned is None else pinned
-
-    def _snapshot_rows(self) -> dict[int, Any] | None:
-        """Rows (as stored, sealed) this thread's snapshot has read already, by id; None
-        outside a snapshot."""
-        return getattr(self._local, "rows", None)
+        """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""
+        return getattr(self._local, "epoch", None)
 
     @contextlib.contextmanager
     def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[PostgresTx]:

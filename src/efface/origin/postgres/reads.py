@@ -126,10 +126,6 @@ class PgReads:
     def _reading(self) -> contextlib.AbstractContextManager[psycopg.Connection]:  # pragma: no cover
         raise NotImplementedError
 
-    def _snapshot_rows(self) -> dict[int, Any] | None:
-        """Rows as stored (:data:`REC_COLS`) the thread's snapshot read already; None outside one."""
-        return None
-
     # Results in binary: a vector's text form costs more to parse than the rest of a recall.
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as conn:
@@ -189,60 +185,21 @@ class PgReads:
         self, vector: np.ndarray, n: int, tenant: str, purpose: str, subject: str | None, now: float
     ) -> dict[int, bytes]:
         """Up to ``n`` live records nearest to ``vector`` (cosine), each with its stored vector
-        (:func:`vector_bytes`): :meth:`nearest_and` without other ids."""
-        return self.nearest_and(vector, n, tenant, purpose, subject, now)[0]
-
-    def nearest_and(
-        self,
-        vector: np.ndarray,
-        n: int,
-        tenant: str,
-        purpose: str,
-        subject: str | None,
-        now: float,
-        also: Sequence[int] = (),
-    ) -> tuple[dict[int, bytes], dict[int, bytes]]:
-        """Up to ``n`` live records nearest to ``vector`` (cosine), through the HNSW index on
-        ``records.embedding``, the live conditions checked in the same statement (pgvector's
-        iterative scan goes on through the graph while they filter rows out:
-        :data:`HNSW_SETTINGS`); and which of ``also`` (another leg's candidates) are live, in
-        the same statement. Each id with its stored vector (:func:`vector_bytes`). Both lists'
-        rows come with their sealed columns, kept for the snapshot (:meth:`records_by_id`
-        reads the ones recall returns from there). In a snapshot, in it: what the same recall
-        resolves and reads."""
+        (:func:`vector_bytes`), through the HNSW index on ``records.embedding``, the live
+        conditions checked in the same statement
+        (pgvector's iterative scan goes on through the graph while they filter rows out:
+        :data:`HNSW_SETTINGS`). In a snapshot, in it: what the same recall resolves and reads."""
         s = self._s
-        live: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
-        claim = (
-            f"{NOT_QUARANTINED.format(s=s)} AND EXISTS (SELECT 1 FROM {s}.claims c"
+        args: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
+        sql = (
+            f"SELECT r.id, r.embedding FROM {s}.records r WHERE r.tenant = %s AND r.embedding IS NOT NULL"
+            f" AND {NOT_QUARANTINED.format(s=s)} AND EXISTS (SELECT 1 FROM {s}.claims c"
             f" WHERE c.record_id = r.id AND c.purpose = %s AND {LIVE}" + (" AND c.subject = %s)" if subject else ")")
         )
-        cols = f"r.embedding, {REC_COLS}"
-        sql = (
-            f"(SELECT true, {cols} FROM {s}.records r WHERE r.tenant = %s AND r.embedding IS NOT NULL AND {claim}"
-            " ORDER BY r.embedding <=> %s LIMIT %s)"
-        )
-        args: list[Any] = [*live, np.asarray(vector, dtype=np.float32), n]
-        if also:
-            sql += (
-                f" UNION ALL (SELECT false, {cols} FROM {s}.records r"
-                f" WHERE r.id = ANY(%s) AND r.tenant = %s AND {claim})"
-            )
-            args += [list(also), *live]
+        query = np.asarray(vector, dtype=np.float32)
         # never a prepared statement: a generic plan, made without the tenant and the limit,
         # may leave the index for a scan of every row; a custom plan costs well under a millisecond
-        with self._reading() as conn:
-            cur = conn.cursor(binary=True)
-            cur.adapters.register_loader("vector", _RawVector)
-            rows = cur.execute(sql, args, prepare=False).fetchall()
-        kept = self._snapshot_rows()
-        if kept is not None:
-            kept.update((int(r[2]), r[2:]) for r in rows)
-        blobs = stored_many([r[1] for r in rows])
-        near: dict[int, bytes] = {}
-        other: dict[int, bytes] = {}
-        for r, b in zip(rows, blobs, strict=True):
-            (near if r[0] else other)[int(r[2])] = b
-        return near, other
+        return self._vectors(sql + " ORDER BY r.embedding <=> %s LIMIT %s", [*args, query, n], prepare=False)
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
         query = np.asarray(vector, dtype=np.float32)
@@ -260,15 +217,9 @@ class PgReads:
     def records_by_id(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         if not ids:
             return {}
-        kept = self._snapshot_rows() or {}
-        missing = [i for i in ids if i not in kept]
         with self._reading() as conn:
-            got = [kept[i] for i in ids if i in kept]
-            if missing:
-                got += conn.execute(
-                    f"SELECT {REC_COLS} FROM {self._s}.records r WHERE r.id = ANY(%s)", (missing,)
-                ).fetchall()
-            return {int(r[0]): unseal_record(self._sealer, conn, r) for r in got}
+            rows = conn.execute(f"SELECT {REC_COLS} FROM {self._s}.records r WHERE r.id = ANY(%s)", (list(ids),))
+            return {int(r[0]): unseal_record(self._sealer, conn, r) for r in rows}
 
     def purposes(self, tenant: str) -> list[str]:
         return [r[0] for r in self._all("SELECT purpose FROM {s}.purposes WHERE tenant = %s ORDER BY 1", (tenant,))]
