@@ -293,3 +293,32 @@ def test_rotation_beside_writers_leaves_no_key_under_the_old_kek(db, kek_path):
         assert list(KekFile(kek_path).keys()) == [rotation.new_kek]
         for kid in made:
             assert keys.open_sealed(conn, keys.seal(conn, kid, TEXT, b"w"), b"w") == TEXT
+
+
+def test_a_snapshot_from_before_a_rotation_still_opens_what_it_reads(db, kek_path, monkeypatch):
+    """Regression (found by test_concurrency on postgres): a read whose snapshot began before a
+    rotation committed sees data keys wrapped by the KEK the rotation retired and removed from
+    the file; it failed with KeyFileMismatch. This process keeps a KEK that left the file for
+    RETIRED_GRACE_S, then forgets it (the file and the database never hold it again)."""
+    from efface.origin.postgres import keys as keys_mod
+
+    with db.connect() as conn, db.connect() as reader:
+        keys = _opened(conn, kek_path)
+        old_kek = keys.open(conn)
+        kids = [keys.ensure(conn, "t1", f"s{i}", 1.0) for i in range(3)]
+        sealed = {kid: keys.seal(conn, kid, TEXT + bytes([i]), kid) for i, kid in enumerate(kids)}
+        with conn.transaction():
+            keys.destroy(conn, "t1", "s0", 2.0)
+        fresh = Keys(kek_path)  # another reader of the same file, no data key cached
+        with reader.transaction():
+            reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            assert fresh.open_sealed(reader, sealed[kids[1]], kids[1]).startswith(TEXT)  # its snapshot begins
+            rotation = keys.rotate(conn)
+            assert rotation.retired == (old_kek,) and old_kek not in KekFile(kek_path).keys()
+            # the snapshot still sees kids[2] wrapped by the old KEK, and opens it
+            assert fresh.open_sealed(reader, sealed[kids[2]], kids[2]).startswith(TEXT)
+        # after the grace the old KEK is gone from this process too
+        monkeypatch.setattr(keys_mod, "RETIRED_GRACE_S", 0.0)
+        assert fresh.file.recently_held(old_kek) is None
+        # and a fresh snapshot opens everything under the new KEK
+        assert fresh.open_sealed(reader, sealed[kids[2]], kids[2]).startswith(TEXT)

@@ -73,6 +73,11 @@ _WRAP_AAD = b"efface data key v1|"
 KEK_WAIT_S = 5.0
 """How long a server waits for its copy of the KEK file to hold a KEK the database names
 (rotated by another server, the file still syncing here) before :class:`KeyFileMismatch`."""
+RETIRED_GRACE_S = 120.0
+"""How long this process still opens data keys wrapped by a KEK that left the file (a
+rotation's last step), for reads in a snapshot taken before the rotation committed: such a
+snapshot sees the data key wrapped by the old KEK. The old KEK is then dropped from memory too;
+the file, the database and every backup of them never hold it again."""
 KEYS_LOCK = 0x65666661_00000002
 """Advisory lock ('effa' + 2) held by whoever registers a KEK or rewrites the file, from the
 database's change to the file's rename, so no two servers write the file from different views."""
@@ -111,6 +116,7 @@ class KekFile:
         self.path = path
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, bytes] = {}
+        self._left: dict[str, tuple[bytes, float]] = {}  # id -> (key, when it left the file)
 
     def keys(self) -> dict[str, bytes]:
         """id -> key, as the file holds them now (read again only when the file changed)."""
@@ -121,9 +127,21 @@ class KekFile:
             return {}
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
-            self._keys = self._read()
+            held = self._read()
+            now = time.monotonic()
+            self._left.update({i: (k, now) for i, k in self._keys.items() if i not in held})
+            self._keys = held
             self._stamp = stamp
         return dict(self._keys)
+
+    def recently_held(self, ident: str) -> bytes | None:
+        """A key that left the file less than :data:`RETIRED_GRACE_S` ago (as this process
+        saw it), else None; older ones are forgotten here."""
+        now = time.monotonic()
+        for i in [i for i, (_k, at) in self._left.items() if now - at > RETIRED_GRACE_S]:
+            del self._left[i]
+        got = self._left.get(ident)
+        return None if got is None else got[0]
 
     def _read(self) -> dict[str, bytes]:
         try:
@@ -278,7 +296,8 @@ class Keys:
         return tuple(sorted(retired))
 
     def _kek(self, kid_of_kek: str) -> bytes:
-        key = self.file.keys().get(kid_of_kek)
+        # (a read in a snapshot from before a rotation names the KEK it retired)
+        key = self.file.keys().get(kid_of_kek) or self.file.recently_held(kid_of_kek)
         deadline = time.monotonic() + KEK_WAIT_S
         while key is None and time.monotonic() < deadline:
             # Another server rotated the KEK: this host's copy of the file may lag behind
