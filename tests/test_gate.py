@@ -29,7 +29,7 @@ from efface.errors import (
 from efface.gate import ForgetAck, Gate, MemoryTool, ToolHit, VerificationRead, assert_deleted, classify
 from efface.gate.state import GateState
 
-from conftest import T0, FakeClock
+from conftest import T0, FakeClock, on_postgres
 
 SCOPE = "acme"
 SECRET_KEY = "acme:alice:note-7731"
@@ -788,7 +788,8 @@ def test_efface_tool_ack_is_evidence_once_paths_absorbed_and_window_elapsed(effa
     assert {"origin", "fts", "ann", "derivations"} <= set(ack.derived_covered)
     assert ack.verification.routed_to == "origin" and ack.verification.found == ()
     c = classify(ack, ["support"], required_structures=efface_tool.derived_structures, now=clock())
-    assert [ch.name for ch in c.checks if not ch.met] == ["propagation"]
+    # (on PostgreSQL every read path absorbs an erasure in the forget's own transaction)
+    assert [ch.name for ch in c.checks if not ch.met] == ([] if on_postgres(store) else ["propagation"])
 
     assert store.wait(ack.handle).settled
     clock.advance(ack.max_propagation_s)

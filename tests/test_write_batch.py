@@ -116,6 +116,7 @@ def test_a_rewritten_record_in_a_batch_is_read_and_recalled_with_its_new_text(st
 
 
 @pytest.mark.local_only("reaches the vector index's absorption")
+@pytest.mark.ann_files("it pauses the process's ANN absorption")
 def test_a_background_absorption_stands_back_while_a_write_runs(store, monkeypatch):
     """A write_many of 1000 records lasts longer than the absorption's quiet window; an
     absorption that only looked at the last write's commit ran beside the write (usearch

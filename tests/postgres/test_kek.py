@@ -314,7 +314,8 @@ def test_a_snapshot_from_before_a_rotation_still_opens_what_it_reads(db, kek_pat
             reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             assert fresh.open_sealed(reader, sealed[kids[1]], kids[1]).startswith(TEXT)  # its snapshot begins
             rotation = keys.rotate(conn)
-            assert rotation.retired == (old_kek,) and old_kek not in KekFile(kek_path).keys()
+            held = KekFile(kek_path).keys()
+            assert rotation.retired == (old_kek,) and old_kek not in held
             # the snapshot still sees kids[2] wrapped by the old KEK, and opens it
             assert fresh.open_sealed(reader, sealed[kids[2]], kids[2]).startswith(TEXT)
         # after the grace the old KEK is gone from this process too
