@@ -221,3 +221,26 @@ def test_the_embedded_origins_report_their_copies_too(tmp_path, origin):
     wire = TypeAdapter(efface.model.Verification)
     back = wire.validate_json(wire.dump_json(v))
     assert back.copies == v.copies and back.to_dict()["copies"]["store"]["state"] == "erased"
+
+
+def test_what_analyze_samples_never_holds_an_erased_subject(pg_db, kek, tmp_path):
+    """Regression: ANALYZE (autovacuum runs it on every table that grows) sampled sealed values,
+    subject names and wrapped data keys into pg_statistic, a catalog the maintenance cannot
+    rewrite: at 100k records verify found them there and said 'present'. efface's columns of
+    content, names and keys now carry no statistics (schema migration 5)."""
+    with _open(pg_db.url, kek, tmp_path / "a") as s:
+        items = [{"key": f"k{i}", "text": f"note number {i} about topic {i % 17}"} for i in range(300)]
+        for n in range(20):
+            s.write_many(items[n * 15 : (n + 1) * 15], tenant=T, subject=f"subject-{n:03d}", purpose="support")
+        with pg_db.connect() as conn:
+            conn.execute("ANALYZE")
+            sampled = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = 'efface' AND attname IN "
+                "('subject', 'text', 'wrapped', 'identifiers', 'name') AND most_common_vals IS NOT NULL"
+            ).fetchone()[0]
+        assert sampled == 0
+        receipt = s.forget(tenant=T, subject="subject-007")
+        assert s.wait(receipt.handle, 60, until="erased").erased
+        v = s.verify(receipt.handle)
+        assert v.level == "erased", [(c.name, c.detail) for c in v.failed]
+        assert v.copies["postgres.primary.files"].state == "erased"

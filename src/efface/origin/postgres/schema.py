@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
 the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
 2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
@@ -57,7 +57,12 @@ the key sealing a tenant's own values (its name, its policy's reason: subject ''
 processes replaying the change log (``change_readers``), so none prunes what another needs.
 3: API keys carry their tenant's name and label sealed (``api_keys.sealed``,
 :mod:`efface.service.pgkeys`).
-4: ``records.embedding`` stored MAIN (in the row), so an exact scan reads no TOAST table."""
+4: ``records.embedding`` stored MAIN (in the row), so an exact scan reads no TOAST table.
+5: no planner statistics on the columns that hold content, names, identifiers or keys
+(``SET STATISTICS 0``): ``ANALYZE`` (autovacuum runs it on any table that grows) copies sample
+values of a column into ``pg_statistic``, a catalog efface does not own and cannot rewrite, where
+an erased subject's name, its sealed values and its wrapped data key stayed after the maintenance
+(found by the byte scan: ``verify`` said ``present``)."""
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -259,11 +264,36 @@ _V4 = (
     "ALTER TABLE {s}.records ALTER COLUMN embedding SET STORAGE MAIN",
 )
 
+# (table, column): what ANALYZE must never sample into pg_statistic (migration 5)
+_NO_STATISTICS = (
+    ("records", "key"),
+    ("records", "text"),
+    ("records", "metadata"),
+    ("records", "sources"),
+    ("records", "sealed_by"),
+    ("records", "embedding"),
+    ("tenants", "name"),
+    ("claims", "subject"),
+    ("lineage", "source_key"),
+    ("subjects", "subject"),
+    ("subjects", "identifiers"),
+    ("mentions", "subject"),
+    ("policies", "reason"),
+    ("reasons", "text"),
+    ("data_keys", "subject"),
+    ("data_keys", "wrapped"),
+    ("data_keys", "kid"),
+    ("destroyed_keys", "kid"),
+    ("api_keys", "sealed"),
+)
+_V5 = tuple(f"ALTER TABLE {{s}}.{t} ALTER COLUMN {c} SET STATISTICS 0" for t, c in _NO_STATISTICS)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the first schema", _V1),
     Migration(2, "the origin: data keys by subject, the change log's order", _V2),
     Migration(3, "API keys: their tenant's name and label sealed", _V3),
     Migration(4, "vectors kept in the row, never in the TOAST table", _V4),
+    Migration(5, "no planner statistics sampled from content, names or keys", _V5),
 )
 
 TABLES = (
