@@ -131,9 +131,12 @@ def main() -> None:
                 with efface.open(str(tmp / "sqlite"), embedder="hashing", background=False) as store:
                     result["origins"]["sqlite"] = run(store, corpus, vecs, args, "sqlite")
                 continue
-            with pg_local.database(args.pg) as url, efface.open(
-                url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
-            ) as store:
+            with (
+                pg_local.database(args.pg) as url,
+                efface.open(
+                    url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
+                ) as store,
+            ):
                 result["origins"]["postgres"] = run(store, corpus, vecs, args, "postgres")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
