@@ -244,3 +244,27 @@ def test_what_analyze_samples_never_holds_an_erased_subject(pg_db, kek, tmp_path
         v = s.verify(receipt.handle)
         assert v.level == "erased", [(c.name, c.detail) for c in v.failed]
         assert v.copies["postgres.primary.files"].state == "erased"
+
+
+def test_a_maintenance_that_gives_up_on_a_lock_leaves_no_lock_timeout_on_the_pool(pg_db, kek, tmp_path, monkeypatch):
+    """Regression (test_concurrency on postgres, in CI's rehearsal): a maintenance run whose
+    VACUUM FULL timed out waiting for a reader's lock left its ``lock_timeout`` on the pooled
+    connection, and a later read given that connection failed (LockNotAvailable) instead of
+    waiting for the next run's rewrite."""
+    monkeypatch.setattr(maintenance, "LOCK_TIMEOUT", "200ms")
+    with _open(pg_db.url, kek, tmp_path / "a") as s:
+        s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
+        s.forget(tenant=T, subject="zq")
+        with pg_db.connect() as holder:
+            holder.execute("BEGIN")
+            holder.execute("LOCK TABLE efface.records IN ACCESS SHARE MODE")  # a long read
+            assert s._origin.maintain() is False  # gave up on the lock: the next round retries
+            holder.execute("ROLLBACK")
+        pool = s._origin._pool
+        held = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]  # every one it holds
+        try:
+            assert {c.execute("SHOW lock_timeout").fetchone()[0] for c in held} == {"0"}
+        finally:
+            for c in held:
+                pool.putconn(c)
+        assert s._origin.maintain() is True

@@ -179,26 +179,30 @@ class Maintenance:
         ).fetchone()
         report: dict[str, Any] = {"epoch": target, "erasures": owed is not None, "lacking": []}
         if owed is not None:
+            # only this run waits no longer than LOCK_TIMEOUT for a table: the setting must not
+            # stay on the pooled connection (a reader given it later would fail, not wait)
             conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-            if self.keys.pending_destroyed(conn):
-                try:
-                    rotation = self.keys.rotate(conn)
-                    report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
-                except OSError as e:
-                    report["lacking"].append(
-                        f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
-                    )
-            for table in TOUCHED:
-                conn.execute(f"VACUUM (FULL) {s}.{table}")
-            report["rewritten"] = list(TOUCHED)
-            r = rights(conn, self.data_dir, s)
-            report["lacking"] += list(r.lacking)
-            if r.checkpoint:
-                conn.execute("CHECKPOINT")
-                report["checkpoint"] = True
-                if r.switch_wal:
-                    report["wal_rounds"] = self._switch_wal(conn, r)
-            conn.execute("RESET lock_timeout")
+            try:
+                if self.keys.pending_destroyed(conn):
+                    try:
+                        rotation = self.keys.rotate(conn)
+                        report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
+                    except OSError as e:
+                        report["lacking"].append(
+                            f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
+                        )
+                for table in TOUCHED:
+                    conn.execute(f"VACUUM (FULL) {s}.{table}")
+                report["rewritten"] = list(TOUCHED)
+                r = rights(conn, self.data_dir, s)
+                report["lacking"] += list(r.lacking)
+                if r.checkpoint:
+                    conn.execute("CHECKPOINT")
+                    report["checkpoint"] = True
+                    if r.switch_wal:
+                        report["wal_rounds"] = self._switch_wal(conn, r)
+            finally:
+                conn.execute("RESET lock_timeout")
         report["seconds"] = round(time.monotonic() - t0, 3)
         with conn.transaction():
             conn.execute(
