@@ -22,11 +22,14 @@ it fails instead, so CI never passes by skipping.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from efface.origin.postgres.keys import KekFile
 
 from pgserver import PgUnavailable, Server, start_replica, unavailable
 
@@ -81,3 +84,11 @@ def pg_replica(pg: Server) -> Iterator[Server]:
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
             ("efface_test_replica",),
         )
+
+
+@pytest.fixture
+def kek(tmp_path):
+    """A fresh key-encryption key file for one test's store."""
+    path = tmp_path / "store.kek"
+    KekFile(path).create(secrets.token_bytes(32))
+    return path

@@ -22,13 +22,6 @@ TEXT = "Zebulon Quaxworth keeps a vermilion kettle in the north annex"
 OTHER = "Ottoline Brackwater collects copper weathervanes"
 
 
-@pytest.fixture
-def kek(tmp_path):
-    path = tmp_path / "store.kek"
-    KekFile(path).create(secrets.token_bytes(32))
-    return path
-
-
 def _open(url, kek, cache, **options):
     options.setdefault("background", False)
     return efface.open(url, embedder="hashing", kek_file=kek, cache_dir=cache, **options)

@@ -16,7 +16,6 @@ and the change log's pruning, which none may run twice at once nor undo for anot
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -31,16 +30,8 @@ from efface.origin.base import CHANGES_PRUNED
 from efface.origin.capabilities import SharedByProcesses
 from efface.origin.postgres import locks
 from efface.origin.postgres import origin as pg_origin
-from efface.origin.postgres.keys import KekFile
 
 T = "acme"
-
-
-@pytest.fixture
-def kek(tmp_path):
-    path = tmp_path / "store.kek"
-    KekFile(path).create(secrets.token_bytes(32))
-    return path
 
 
 def _open(pg_db, kek, cache, **options):

@@ -5,14 +5,13 @@ is served by neither), and each epoch's commit LSN."""
 
 from __future__ import annotations
 
-import secrets
 import warnings
 
 import pytest
 
 import efface
 from efface.origin.postgres import DataKeyDestroyed
-from efface.origin.postgres.keys import ENV, KekFile, Keys
+from efface.origin.postgres.keys import ENV, Keys
 from efface.origin.postgres.reads import record_aad
 from efface.origin.postgres.schema import TABLES
 from efface.origin.postgres.sealing import Sealer
@@ -21,13 +20,6 @@ T = "acme"
 TEXT = "Zebulon Quaxworth keeps a vermilion kettle"
 META = {"note": "marmalade-ledger-7731"}
 IDENT = "quaxworth@example.org"
-
-
-@pytest.fixture
-def kek(tmp_path):
-    path = tmp_path / "store.kek"
-    KekFile(path).create(secrets.token_bytes(32))
-    return path
 
 
 def _open(pg_db, kek, cache, **options):

@@ -4,26 +4,16 @@ stemmed as the SQLite origin's. No copy of the vectors outside the database."""
 
 from __future__ import annotations
 
-import secrets
 import time
 
 import numpy as np
-import pytest
 
 import efface
 from efface.origin.capabilities import NearestVectors
-from efface.origin.postgres.keys import KekFile
 from efface.paths.base import LiveVectorSearch, Seeing, VectorSearch
 from efface.paths.indexed import OriginVectors
 
 T = "acme"
-
-
-@pytest.fixture
-def kek(tmp_path):
-    path = tmp_path / "store.kek"
-    KekFile(path).create(secrets.token_bytes(32))
-    return path
 
 
 def _open(pg_db, kek, cache, **options):
