@@ -23,6 +23,19 @@ def bm25_ceiling(n: int, dfs: Iterable[int]) -> float:
     return sum((BM25_K1 + 1) * math.log((max(n, df) - df + 0.5) / (df + 0.5) + 1.0) for df in dfs)
 
 
+def bm25_idf(n: int, df: int) -> float:
+    """BM25's idf of a word held by ``df`` of ``n`` records (the ``+ 1`` keeps it positive)."""
+    return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def bm25_term(idf: Any, tf: Any, length: Any, avg: float) -> Any:
+    """One word's BM25 in a record holding it ``tf`` times among ``length`` words (``avg``:
+    the index's mean length), of idf ``idf``: floats, or numpy arrays of them (the PostgreSQL
+    origin's postings score a query's candidates at once, :mod:`efface.origin.postgres.postings`);
+    the same operations in the same order either way, so the same scores to the last bit."""
+    return idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+
+
 def bm25_scores(
     found: Iterable[int],
     doc_terms: dict[int, Counter],
@@ -39,7 +52,7 @@ def bm25_scores(
     for w in dict.fromkeys(words):
         df = len(postings.get(w, ()))
         if df:
-            idf[w] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+            idf[w] = bm25_idf(n, df)
     scores = {}
     for rid in found:
         terms = doc_terms[rid]
@@ -48,7 +61,7 @@ def bm25_scores(
         for w, weight in idf.items():
             tf = terms.get(w, 0)
             if tf:
-                score += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+                score += bm25_term(weight, tf, length, avg)
         scores[rid] = score
     return scores
 

@@ -28,7 +28,8 @@ import numpy as np
 from ...ranking import Ranking
 from ...text import index_text
 from ..base import CHANGES_PRUNED
-from ..memory.state import bm25_ceiling, bm25_scores
+from ..memory.state import bm25_ceiling
+from .postings import Postings
 from .reads import REC_COLS, unseal_record
 
 if TYPE_CHECKING:
@@ -63,13 +64,9 @@ class PgText:
         self._term_memo: dict[str, str | None] = {}
         self._mu = threading.RLock()
         self._applied = 0
-        self._doc_terms: dict[int, Counter[str]] = {}
-        self._doc_tenant: dict[int, str] = {}
-        self._doc_epoch: dict[int, int] = {}
-        """The epoch of each text put since open (absent: at or before the build at open); a
-        query inside a snapshot leaves out texts newer than the snapshot's epoch."""
-        self._len_total = 0
-        self._postings: dict[str, set[int]] = {}
+        self._post = Postings()
+        """The postings (:mod:`.postings`), with each record's epoch: a query inside a
+        snapshot leaves out texts newer than the snapshot's epoch."""
 
     # -- keeping up -----------------------------------------------------------------------------
     def stage(
@@ -83,8 +80,7 @@ class PgText:
         with self._mu:
             if self._applied == tx.epoch - 1:
                 for tenant, puts, drops, texts in tx.staged:
-                    for rid in dict.fromkeys((*puts, *drops)):
-                        self._remove(rid)
+                    self._post.remove((*puts, *drops))
                     for rid in puts:
                         self._add(rid, tenant, texts[rid], tx.epoch)
                 self._applied = tx.epoch
@@ -99,16 +95,11 @@ class PgText:
             at = self._o.current_epoch()
             rows = conn.execute(f"SELECT {REC_COLS} FROM {self._o._s}.records r ORDER BY r.id").fetchall()
             recs = [unseal_record(self._o._sealer, conn, row) for row in rows]
+        built = Postings.build((rec.id, rec.tenant, self._counts(rec.text)) for rec in recs)
         with self._mu:
             if at < self._applied:
                 return
-            self._doc_terms.clear()
-            self._doc_tenant.clear()
-            self._doc_epoch.clear()
-            self._postings.clear()
-            self._len_total = 0
-            for rec in recs:
-                self._add(rec.id, rec.tenant, rec.text)
+            self._post = built
             self._applied = at
 
     def applied(self) -> int:
@@ -138,8 +129,7 @@ class PgText:
             with self._mu:
                 if self._applied != start:
                     continue  # another thread moved the index meanwhile: read again from there
-                for rid in last:
-                    self._remove(rid)
+                self._post.remove(last)
                 for rec in recs.values():
                     self._add(rec.id, rec.tenant, rec.text, when[rec.id])
                 self._applied = now
@@ -166,59 +156,41 @@ class PgText:
     def _terms(self, words: Sequence[str]) -> list[str]:
         return [t for t in dict.fromkeys(self._term(w) for w in words) if t is not None]
 
-    def _add(self, rid: int, tenant: str, text: str, epoch: int = 0) -> None:
-        terms = Counter(self._tokens(index_text(text)))
-        self._doc_terms[rid] = terms
-        if epoch:
-            self._doc_epoch[rid] = epoch
-        self._doc_tenant[rid] = tenant
-        self._len_total += sum(terms.values())
-        for w in terms:
-            self._postings.setdefault(w, set()).add(rid)
+    def _counts(self, text: str) -> Counter[str]:
+        return Counter(self._tokens(index_text(text)))
 
-    def _remove(self, rid: int) -> None:
-        old = self._doc_terms.pop(rid, None)
-        self._doc_tenant.pop(rid, None)
-        self._doc_epoch.pop(rid, None)
-        if old is None:
-            return
-        self._len_total -= sum(old.values())
-        for w in old:
-            posting = self._postings.get(w)
-            if posting is not None:
-                posting.discard(rid)
-                if not posting:
-                    del self._postings[w]
+    def _add(self, rid: int, tenant: str, text: str, epoch: int) -> None:
+        """A record not held (removed first), put at ``epoch``."""
+        self._post.add(rid, tenant, self._counts(text), epoch)
 
     def clear(self) -> None:
         with self._mu:
-            self._doc_terms.clear()
-            self._doc_tenant.clear()
-            self._doc_epoch.clear()
-            self._postings.clear()
-            self._len_total = 0
+            self._post = Postings()
 
     # -- queries ---------------------------------------------------------------------------------
     def holding_all(self, words: Sequence[str]) -> set[int]:
         """Ids whose texts hold every one of ``words`` (candidates for a phrase)."""
         self.refresh()
         with self._mu:
-            sets = [self._postings.get(t, set()) for t in self._terms(words)]
-            return set.intersection(*map(set, sets)) if sets else set()
+            terms = self._terms(words)
+            return set(self._post.holding_all(terms).tolist()) if terms else set()
 
     def doc_count(self) -> int:
-        return len(self._doc_terms)
+        return self._post.doc_count()
 
     def tenant_count(self, tenant: str) -> int:
         with self._mu:
-            return sum(1 for t in self._doc_tenant.values() if t == tenant)
+            return self._post.tenant_count(tenant)
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         self.refresh()
         with self._mu:
-            return {
-                w: len(self._postings[t]) for w in words if (t := self._term(w)) is not None and t in self._postings
-            }
+            out = {}
+            for w in words:
+                t = self._term(w)
+                if t is not None and (df := self._post.df(t)):
+                    out[w] = df
+            return out
 
     def index_terms(self, words: Sequence[str], *, remember: bool = True) -> list[str | None]:
         """The term this index holds for each word (its stem: :data:`TOKENIZE`), None for a
@@ -233,21 +205,19 @@ class PgText:
 
     def bm25_ceiling(self, dfs: Sequence[int]) -> float:
         """As :meth:`efface.origin.memory.text.MemoryText.bm25_ceiling`."""
-        return bm25_ceiling(len(self._doc_terms), dfs)
+        return bm25_ceiling(self._post.doc_count(), dfs)
 
-    def _matches(self, terms: Sequence[str]) -> set[int]:
-        out: set[int] = set()
-        for t in dict.fromkeys(terms):
-            out |= self._postings.get(t, set())
-        pinned = self._o.snapshot_epoch()
-        if pinned is not None and self._doc_epoch:
-            out = {rid for rid in out if self._doc_epoch.get(rid, 0) <= pinned}
-        return out
+    def _matches(self, terms: Sequence[str], tenant: str | None = None) -> np.ndarray:
+        """Ids (sorted) of the records holding any of ``terms`` (of ``tenant``, if given)
+        that this thread's snapshot, if any, holds."""
+        return self._post.matches(terms, tenant, self._o.snapshot_epoch())
 
-    def _scores(self, words: Sequence[str], scoring: Sequence[str]) -> dict[int, float]:
+    def _ranking(self, words: Sequence[str], scoring: Sequence[str], tenant: str | None = None) -> Ranking:
+        """The records ``words`` find (of ``tenant``, if given) and their BM25 over ``words``
+        and ``scoring`` (:meth:`.postings.Postings.scores`)."""
         with self._mu:
-            found = self._matches(self._terms(words))
-            return bm25_scores(found, self._doc_terms, self._postings, self._len_total, self._terms([*words, *scoring]))
+            found = self._matches(self._terms(words), tenant)
+            return Ranking(found, self._post.scores(found, self._terms([*words, *scoring])))
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
@@ -282,12 +252,15 @@ class PgText:
     ) -> tuple[list[tuple[int, float]], int]:
         """:meth:`ranked`, and how many matches were ranked (at most ``depth``)."""
         self.refresh()
-        scores = self._scores(words, scoring)
-        if not scores:
+        ranking = self._ranking(words, scoring)
+        if not len(ranking):
             return [], 0
-        ranked = sorted(scores, key=lambda r: (-scores[r], r))[:depth]
+        ids, scores = ranking.head(depth)
+        ranked = ids.tolist()
         live = self._o.live_ids(ranked, tenant, purpose, subject, now)
-        return [(r, scores[r]) for r in ranked if r in live][:limit], min(depth, len(scores))
+        return [(r, x) for r, x in zip(ranked, scores.tolist(), strict=True) if r in live][:limit], min(
+            depth, len(ranking)
+        )
 
     def ranked_unchecked(
         self, words: Sequence[str], tenant: str | None, *, narrow: bool = True, scoring: Sequence[str] = ()
@@ -296,13 +269,7 @@ class PgText:
         words too, **not checked live** (:class:`~efface.origin.base.UncheckedRanking`):
         recall checks them best first in its own snapshot, beside its other legs' candidates."""
         self.refresh()
-        scores = self._scores(words, scoring)
-        if tenant is not None:
-            with self._mu:
-                of = self._doc_tenant
-                scores = {r: x for r, x in scores.items() if of.get(r) == tenant}
-        ids = np.fromiter(sorted(scores), dtype=np.int64, count=len(scores))
-        return Ranking(ids, np.fromiter((scores[i] for i in ids.tolist()), dtype=np.float64, count=len(ids)))
+        return self._ranking(words, scoring, tenant)
 
     def count_matches(self, words: Sequence[str], cap: int) -> int:
         self.refresh()
@@ -311,7 +278,7 @@ class PgText:
 
     def terms(self) -> Iterable[str]:
         with self._mu:
-            return list(self._postings)
+            return list(self._post.terms)
 
     def terms_of_erased(self, ids: Sequence[int]) -> None:
         """Not kept: walking this index's words costs little (see :meth:`terms`)."""
@@ -319,13 +286,13 @@ class PgText:
 
     def matching_ids(self, terms: Sequence[str], ids: Sequence[int]) -> list[int]:
         with self._mu:
-            found = self._matches(terms)
+            found = set(self._matches(terms).tolist())
             return [i for i in ids if i in found]
 
     def held_in_memory(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` these postings still hold (verify probes them)."""
         with self._mu:
-            return [i for i in ids if i in self._doc_terms]
+            return [i for i in ids if self._post.holds(i)]
 
     def purge(self) -> bool:
         """Nothing to purge: a deleted entry leaves the postings once its change is seen."""
