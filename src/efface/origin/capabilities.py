@@ -101,6 +101,22 @@ class NearestVectors(Protocol):
         (:mod:`efface.vectors`); inside a snapshot, read in it."""
         ...
 
+    def nearest_scored(
+        self,
+        vector: np.ndarray,
+        n: int,
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        also: Sequence[int],
+    ) -> tuple[dict[int, float | None], dict[int, float | None]]:
+        """:meth:`nearest`, and which of ``also`` (another leg's candidates) are live, in one
+        round trip: each id with its vector's dot product with ``vector`` (the cosine recall
+        judges it by: stored vectors are unit length) instead of the vector, None for a record
+        without one. Inside a snapshot, read in it."""
+        ...
+
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
         """Up to ``n`` ids of the tenant's records nearest to ``vector``, live or not (verify's
         probes: which records the index itself leads to)."""

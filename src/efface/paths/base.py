@@ -153,6 +153,14 @@ class LiveVectorSearch(Protocol):
         """Up to ``n`` records live for the query, best first, each with its stored vector."""
         ...
 
+    def live_scored(
+        self, query: Query, n: int, also: Sequence[int]
+    ) -> tuple[dict[int, float | None], dict[int, float | None]]:
+        """:meth:`live_candidates` with each record's cosine to the query instead of its
+        vector (None: it has none), and which of ``also`` (other legs' candidates, not yet
+        checked) are live, with theirs: both in one look-up in the recall's snapshot."""
+        ...
+
 
 @runtime_checkable
 class Scoring(Protocol):

@@ -169,12 +169,17 @@ def _hybrid(
     # union): read with its live check, one look-up per row.
     vector_legs = {p.name for p in paths if isinstance(p, VectorSearch)}
     vectors = bool(vector_legs)
+    # A vector path that checks the words' candidates in its own search's look-up (an origin's
+    # own vector index: LiveVectorSearch) gets them first, so the words' leg only ranks.
+    together = any(isinstance(p, LiveVectorSearch) for p in paths)
     # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
     # takes microseconds, and handing the leg to a worker and waking this thread again costs
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
         if isinstance(p, Scoring) and p.name not in vector_legs:
-            early[p.name] = _beside(functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None))
+            early[p.name] = _beside(
+                functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None and not together)
+            )
     try:
         if vector is not None:
             q = replace(q, vector=vector())
@@ -186,13 +191,21 @@ def _hybrid(
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
+        legs: dict[str, _Leg] = {}
+
+        def leg_of(p: Scoring) -> _Leg:
+            if p.name not in legs:
+                legs[p.name] = early[p.name].result() if p.name in early else _text_leg(p, q, n)
+            return legs[p.name]
 
         # Everything that does not need the full-text leg first (the ANN search, the live check
         # of its candidates, their vectors), while that leg runs on its worker; it is waited
-        # for only then, and only its new candidates are checked and read after.
+        # for only then, and only its new candidates are checked and read after. A vector
+        # path that checks other legs' candidates in its own look-up (``together``) takes the
+        # words' first ones with it: the leg is waited for then, and found checked after.
         def take(p) -> None:
             if isinstance(p, Scoring):
-                leg = early[p.name].result() if p.name in early else _text_leg(p, q, n)
+                leg = leg_of(p)
                 if leg.epoch is not None and leg.epoch == snap.current_epoch():
                     # checked on its worker in a snapshot of this same state: not again
                     checked.update(leg.checked)
@@ -208,13 +221,26 @@ def _hybrid(
                 if leg.ceiling is not None:
                     ceilings[p.name] = leg.ceiling
             elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
-                got_live = p.live_candidates(q, n)
-                checked.update(got_live)
-                ranked[p.name] = list(got_live)
+                also = [
+                    i
+                    for i in dict.fromkeys(
+                        i for o in paths if isinstance(o, Scoring) and o.name not in vector_legs for i in _first(leg_of(o), n)
+                    )
+                    if i not in checked
+                ]
+                near, others = p.live_scored(q, n, also)
+                checked.update(also)
+                checked.update(near)
+                ranked[p.name] = list(near)
+                got = {**others, **near}
                 if q.where is not None:  # a turn filter: those it leaves out are not live here
-                    got_live = {i: b for i, b in got_live.items() if i in seen.eligible}
-                live.update(got_live)
-                blobs.update(got_live)
+                    got = {i: x for i, x in got.items() if i in seen.eligible}
+                live.update(got)
+                for i, x in got.items():
+                    if x is None:
+                        blobs[i] = b""  # no vector to judge it by
+                    else:
+                        seen.cosines[i] = x
             else:
                 ranked[p.name] = p.candidates(q, n)
 
@@ -224,8 +250,8 @@ def _hybrid(
         def check_new() -> None:
             check([i for ids in ranked.values() for i in ids])
 
-        for p in paths:
-            if p.name not in early:
+        for p in sorted(paths, key=lambda p: not isinstance(p, LiveVectorSearch)):
+            if p.name not in early or together:
                 take(p)
         check_new()
         for p in paths:
@@ -242,7 +268,7 @@ def _hybrid(
                 ranked[p.name] = p.candidates(q, m)
                 check_new()
         for p in paths:
-            if p.name in early:
+            if p.name in early and not together:
                 take(p)
         check_new()
         if q.where is not None:
@@ -260,7 +286,7 @@ def _hybrid(
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
         judged = len(vector_legs) < len(paths)
-        for p, ids, raw in _judgements(snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo):
+        for p, ids, raw in _judgements(snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo, seen.cosines):
             if not len(ids):
                 continue
             vector_leg = p.name in vector_legs
@@ -375,6 +401,7 @@ def _judgements(
     live,
     blobs: dict[int, bytes],
     memo=None,
+    cosines: dict[int, float] | None = None,
 ) -> list[tuple[ReadPath, np.ndarray, np.ndarray]]:
     """One set of scores per path, as ids and their scores: exact cosine over the whole union
     (in its order) for a vector path (``vector_legs``: :class:`VectorSearch`), the path's own scores of its live
@@ -382,7 +409,7 @@ def _judgements(
     out: list[tuple[ReadPath, np.ndarray, np.ndarray]] = []
     for p in sorted(paths, key=lambda p: p.name):
         if p.name in vector_legs:
-            out.append((p, *_cosine(snap, q, union, blobs, memo)))
+            out.append((p, *_cosine(snap, q, union, blobs, memo, cosines)))
             continue
         if p.name in scored:
             mine = [(rid, x) for rid, x in scored[p.name].items() if rid in live]
@@ -411,6 +438,11 @@ class _Leg:
     checked: frozenset[int] = frozenset()
     live: frozenset[int] = frozenset()
     blobs: dict[int, bytes] = field(default_factory=dict)
+
+
+def _first(leg: _Leg, n: int) -> list[int]:
+    """The first ``n`` of a leg's ranking not checked yet (none where its index checked them)."""
+    return [] if leg.ranking is None else leg.ranking.head(n)[0].tolist()
 
 
 def _text_leg(p: Scoring, q: Query, n: int) -> _Leg:
@@ -450,6 +482,8 @@ class _Checks:
         self.checked: set[int] = set()
         self.live: set[int] = set()
         self.blobs: dict[int, bytes] = {}
+        self.cosines: dict[int, float] = {}
+        """Live records' cosines to the query, where the origin computed them (LiveVectorSearch)."""
         self._eligible: frozenset[int] | None = None
         self._fields: turns.Fields | None = None
 
@@ -504,7 +538,9 @@ def _keeping(fused: list[int], kept: set[int], k: int) -> list[int]:
     return [r for r in fused if r in chosen]
 
 
-def _cosine(snap, q: Query, ids: np.ndarray, known: dict[int, bytes], memo=None) -> tuple[np.ndarray, np.ndarray]:
+def _cosine(
+    snap, q: Query, ids: np.ndarray, known: dict[int, bytes], memo=None, cosines: dict[int, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine of the query to the origin's vectors of ``ids`` (unit length, stored in
     half precision: :mod:`efface.vectors`): those of ``ids`` that have a vector, in the order
     asked, and their cosines. ``known``: vectors read already in this snapshot; ``memo``: the
@@ -517,6 +553,9 @@ def _cosine(snap, q: Query, ids: np.ndarray, known: dict[int, bytes], memo=None)
         if len(held) == len(ids):  # every one (the usual case): in the order asked already
             return held, (m @ query).astype(np.float64)
         sims = dict(zip(held.tolist(), (m @ query).tolist(), strict=True))
+        rest = [i for i in rest if i not in sims]
+    if cosines:  # computed where the vectors are (the origin's own index: LiveVectorSearch)
+        sims.update((i, cosines[i]) for i in rest if i in cosines)
         rest = [i for i in rest if i not in sims]
     blobs = {i: known[i] for i in rest if i in known}
     missing = [i for i in rest if i not in known]

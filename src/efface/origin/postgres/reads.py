@@ -111,9 +111,18 @@ def unseal_record(sealer: Sealer, conn: psycopg.Connection, row: Sequence[Any]) 
 def live_filter(s: str, subject: str | None) -> str:
     """The conditions for a record live for a tenant and purpose (and subject): arguments
     ``ids, tenant, purpose, now[, subject]``."""
+    return f"r.id = ANY(%s) AND {live_claim(s, subject)}"
+
+
+def live_claim(s: str, subject: str | None) -> str:
+    """The conditions for the record ``r`` live for a tenant and purpose (and subject):
+    arguments ``tenant, purpose, now[, subject]``. Its claims are looked up through their
+    index, record by record (a subquery the planner keeps as it is): as an ``EXISTS``, a
+    hundred candidates were joined to a scan of every claim (2 ms at 10k records, 0.35 ms so)."""
     return (
-        f"r.id = ANY(%s) AND r.tenant = %s AND {NOT_QUARANTINED.format(s=s)} AND EXISTS (SELECT 1 FROM {s}.claims c"
-        f" WHERE c.record_id = r.id AND c.purpose = %s AND {LIVE}" + (" AND c.subject = %s)" if subject else ")")
+        f"r.tenant = %s AND {NOT_QUARANTINED.format(s=s)} AND (SELECT true FROM {s}.claims c"
+        f" WHERE c.record_id = r.id AND c.purpose = %s AND {LIVE}"
+        + (" AND c.subject = %s LIMIT 1)" if subject else " LIMIT 1)")
     )
 
 
@@ -200,6 +209,42 @@ class PgReads:
         # never a prepared statement: a generic plan, made without the tenant and the limit,
         # may leave the index for a scan of every row; a custom plan costs well under a millisecond
         return self._vectors(sql + " ORDER BY r.embedding <=> %s LIMIT %s", [*args, query, n], prepare=False)
+
+    def nearest_scored(
+        self,
+        vector: np.ndarray,
+        n: int,
+        tenant: str,
+        purpose: str,
+        subject: str | None,
+        now: float,
+        also: Sequence[int],
+    ) -> tuple[dict[int, float | None], dict[int, float | None]]:
+        """:meth:`nearest` and the live ones of ``also`` (the words' candidates) in one
+        statement (one snapshot, one round trip), each with its vector's dot product with
+        ``vector`` computed by the server (pgvector's ``<#>``, in float32 as numpy's: the
+        cosine recall judges it by) instead of the vector itself: 1.5 KB a row less to send
+        and convert, for the 100 to 200 rows of a recall."""
+        s = self._s
+        query = np.asarray(vector, dtype=np.float32)
+        live = live_claim(s, subject)
+        live_args: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
+        sql = (
+            f"(SELECT r.id, -(r.embedding <#> %s), true FROM {s}.records r WHERE r.embedding IS NOT NULL AND {live}"
+            " ORDER BY r.embedding <=> %s LIMIT %s)"
+        )
+        args: list[Any] = [query, *live_args, query, n]
+        if also:
+            sql += f" UNION ALL (SELECT r.id, -(r.embedding <#> %s), false FROM {s}.records r WHERE r.id = ANY(%s) AND {live})"
+            args += [query, list(also), *live_args]
+        with self._reading() as conn:
+            # never prepared, as :meth:`nearest`
+            rows = conn.execute(sql, args, binary=True, prepare=False).fetchall()
+        near: dict[int, float | None] = {}
+        others: dict[int, float | None] = {}
+        for rid, dot, is_near in rows:
+            (near if is_near else others)[int(rid)] = None if dot is None else float(dot)
+        return near, others
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
         query = np.asarray(vector, dtype=np.float32)
