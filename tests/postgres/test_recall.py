@@ -107,3 +107,40 @@ def test_the_word_index_stems_as_the_sqlite_one(pg_db, kek, tmp_path):
         assert text.index_terms(["running", "runs", "rivers"]) == ["run", "run", "river"]
         hits = s.recall("runs river", tenant=T, purpose="support", k=1)
         assert [h.key for h in hits] == ["n1"] and "fts" in hits[0].via
+
+
+def test_the_vector_search_checks_the_words_candidates_in_its_statement(pg_db, kek, tmp_path):
+    """``live_scored``: the nearest live records and which of another leg's candidates are
+    live, read in one statement of the snapshot, each with its cosine to the query as the
+    server computes it (the dot product of the stored vector: what recall computes from it)."""
+    with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
+        a.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        a.write("n2", "Bob prefers black coffee in the morning", tenant=T, subject="bob", purpose="p")
+        a.write("n3", "Carol takes the night train", tenant=T, subject="carol", purpose="other")
+        tenant = b._tenant(T)
+        ids = {}
+        for key, purpose in (("n1", "p"), ("n2", "p"), ("n3", "other")):
+            got = b._origin.read(tenant, key, purpose, time.time())
+            assert got is not None
+            ids[key] = got[0].id
+        vec = b.embedder.embed(["green tea in the morning"])[0]
+        ann = {p.name: p for p in b._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        from efface.paths.base import Query
+
+        q = Query(tenant, "green tea", vec, "p", None, time.time())
+        stored = b._origin.embeddings(list(ids.values()))
+        with b._origin.snapshot():
+            near, others = ann.live_scored(q, 1, [ids["n2"], ids["n3"]])
+            a.forget(tenant=T, subject="bob")  # committed by the other store meanwhile
+            during = ann.live_scored(q, 10, [ids["n2"]])
+        after = ann.live_scored(q, 10, [ids["n1"], ids["n2"], ids["n3"]])
+        assert list(near) == [ids["n1"]] and list(others) == [ids["n2"]]  # n3: another purpose
+        assert set(during[0]) == {ids["n1"], ids["n2"]} and list(during[1]) == [ids["n2"]]
+        assert set(after[0]) == {ids["n1"]} and list(after[1]) == [ids["n1"]]
+        from efface.vectors import read_many
+
+        m = read_many([stored[ids["n1"]], stored[ids["n2"]]])
+        want = m @ np.asarray(vec, dtype=np.float32)
+        assert np.allclose([near[ids["n1"]], others[ids["n2"]]], want, atol=1e-6)
+        assert [h.key for h in b.recall("green tea", tenant=T, purpose="p")] == ["n1"]
