@@ -14,12 +14,15 @@ from typing import Any
 from .errors import UnknownPurpose
 from .model import Claim, Memory, QuarantineItem
 from .origin.base import Origin
+from .origin.capabilities import KnownPurposes
 from .paths.base import ReadPath, Seeing
 
 
 def known_purpose(origin: Origin, tenant: str, purpose: str) -> None:
     """Refuse a purpose the tenant has never written under (a misspelt purpose would
     otherwise read as an empty store)."""
+    if isinstance(origin, KnownPurposes) and origin.knows_purpose(tenant, purpose):
+        return
     known = origin.purposes(tenant)
     if purpose not in known:
         listing = ", ".join(known) if known else "none yet"

@@ -92,3 +92,13 @@ def test_postings_score_as_the_memory_origins_bm25(monkeypatch):
     p.remove(list(m.docs))
     assert p.doc_count() == 0 and not p.terms and p.len_total == 0
     assert not np.any(p.length) and p.matches(WORDS).tolist() == []
+
+
+def test_a_tenant_leaves_with_its_last_record():
+    p = Postings()
+    p.add(1, "t1", Counter({"a": 1}))
+    p.add(2, "t2", Counter({"a": 2}))
+    p.remove([1])
+    assert p.tenant_count("t1") == 0 and "t1" not in p._codes
+    p.add(3, "t3", Counter({"a": 1}))  # a new tenant never takes another's code
+    assert p.matches(["a"], "t2").tolist() == [2] and p.matches(["a"], "t3").tolist() == [3]

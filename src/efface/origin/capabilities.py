@@ -88,6 +88,17 @@ class CopyChecks(Protocol):
 
 
 @runtime_checkable
+class KnownPurposes(Protocol):
+    """An origin that can say a tenant has written under a purpose without a look-up each
+    time (PostgreSQL: a purpose once written is never removed, so this process remembers the
+    ones it has seen; a round trip less per read)."""
+
+    def knows_purpose(self, tenant: str, purpose: str) -> bool:
+        """Whether the tenant has written under ``purpose`` (False: it has not, as of now)."""
+        ...
+
+
+@runtime_checkable
 class NearestVectors(Protocol):
     """An origin that indexes its records' vectors itself (PostgreSQL: pgvector's HNSW): the
     vector read path searches them there (:class:`efface.paths.indexed.OriginVectors`),

@@ -119,6 +119,7 @@ class PostgresOrigin(PgReads):
         self._s = schema.check_name(schema_name)
         self.write_lock = threading.RLock()
         self._local = threading.local()
+        self._purposes_seen = set()
         self._closed = False
         self._tx: PostgresTx | None = None
         self._tx_thread: int | None = None

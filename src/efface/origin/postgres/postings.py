@@ -97,6 +97,8 @@ class Postings:
         self.newest = 0
         """The largest epoch in :attr:`epoch`: a snapshot at least as new needs no filter."""
         self._codes: dict[str, int] = {}
+        """Each tenant holding records here, and its code in :attr:`tenant` (until it holds none)."""
+        self._next_code = 0
         self._per_tenant: Counter[int] = Counter()
 
     # -- keeping up --------------------------------------------------------------------------
@@ -110,7 +112,8 @@ class Postings:
     def _code(self, tenant: str) -> int:
         code = self._codes.get(tenant)
         if code is None:
-            code = self._codes[tenant] = len(self._codes)
+            code = self._codes[tenant] = self._next_code
+            self._next_code += 1
         return code
 
     def _place(self, rid: int, tenant: str, counts: Counter[str], epoch: int) -> None:
@@ -162,7 +165,11 @@ class Postings:
             if terms is None:
                 continue
             self.len_total -= int(self.length[rid])
-            self._per_tenant[int(self.tenant[rid])] -= 1
+            code = int(self.tenant[rid])
+            self._per_tenant[code] -= 1
+            if not self._per_tenant[code]:  # the tenant's last record here: its id goes too
+                del self._per_tenant[code]
+                self._codes = {t: c for t, c in self._codes.items() if c != code}
             self.length[rid], self.tenant[rid], self.epoch[rid] = 0.0, ABSENT, 0
             for term in terms:
                 by_term.setdefault(term, []).append(rid)

@@ -31,6 +31,9 @@ NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM {s}.quarantine q WHERE q.record_id 
 REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
 CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
 
+PURPOSES_SEEN = 100_000
+"""(tenant, purpose) pairs :meth:`PgReads.knows_purpose` remembers at most (forgotten all at once past it)."""
+
 HNSW_SETTINGS = {"hnsw.ef_search": "128", "hnsw.iterative_scan": "relaxed_order"}
 """Set on every connection of the origin (pgvector 0.8): the search width of a query (recall
 asks for 100 candidates at least, so about the least that returns them, as the ANN files'
@@ -131,6 +134,8 @@ class PgReads:
 
     _s: str
     _sealer: Sealer
+    _purposes_seen: set[tuple[str, str]]
+    """(tenant, purpose) pairs this process has seen written (:meth:`knows_purpose`)."""
 
     def _reading(self) -> contextlib.AbstractContextManager[psycopg.Connection]:  # pragma: no cover
         raise NotImplementedError
@@ -268,6 +273,21 @@ class PgReads:
 
     def purposes(self, tenant: str) -> list[str]:
         return [r[0] for r in self._all("SELECT purpose FROM {s}.purposes WHERE tenant = %s ORDER BY 1", (tenant,))]
+
+    def knows_purpose(self, tenant: str, purpose: str) -> bool:
+        """Whether the tenant has written under ``purpose`` (:class:`~efface.origin.capabilities.KnownPurposes`):
+        from what this process has seen, else looked up. Nothing deletes from the purposes
+        table, so what was seen once stays true."""
+        seen = self._purposes_seen
+        if (tenant, purpose) in seen:
+            return True
+        row = self._one("SELECT 1 FROM {s}.purposes WHERE tenant = %s AND purpose = %s", (tenant, purpose))
+        if row is None:
+            return False
+        if len(seen) >= PURPOSES_SEEN:
+            seen.clear()
+        seen.add((tenant, purpose))
+        return True
 
     def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
         with self._reading() as conn:
