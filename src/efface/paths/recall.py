@@ -224,7 +224,10 @@ def _hybrid(
                 also = [
                     i
                     for i in dict.fromkeys(
-                        i for o in paths if isinstance(o, Scoring) and o.name not in vector_legs for i in _first(leg_of(o), n)
+                        i
+                        for o in paths
+                        if isinstance(o, Scoring) and o.name not in vector_legs
+                        for i in _first(leg_of(o), n)
                     )
                     if i not in checked
                 ]
@@ -232,11 +235,11 @@ def _hybrid(
                 checked.update(also)
                 checked.update(near)
                 ranked[p.name] = list(near)
-                got = {**others, **near}
+                found = {**others, **near}
                 if q.where is not None:  # a turn filter: those it leaves out are not live here
-                    got = {i: x for i, x in got.items() if i in seen.eligible}
-                live.update(got)
-                for i, x in got.items():
+                    found = {i: x for i, x in found.items() if i in seen.eligible}
+                live.update(found)
+                for i, x in found.items():
                     if x is None:
                         blobs[i] = b""  # no vector to judge it by
                     else:
@@ -250,7 +253,7 @@ def _hybrid(
         def check_new() -> None:
             check([i for ids in ranked.values() for i in ids])
 
-        for p in sorted(paths, key=lambda p: not isinstance(p, LiveVectorSearch)):
+        for p in sorted(paths, key=lambda p: not isinstance(p, LiveVectorSearch)) if together else paths:
             if p.name not in early or together:
                 take(p)
         check_new()
@@ -286,7 +289,9 @@ def _hybrid(
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
         judged = len(vector_legs) < len(paths)
-        for p, ids, raw in _judgements(snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo, seen.cosines):
+        for p, ids, raw in _judgements(
+            snap, paths, vector_legs, q, union, ranked, scored, live, blobs, memo, seen.cosines
+        ):
             if not len(ids):
                 continue
             vector_leg = p.name in vector_legs

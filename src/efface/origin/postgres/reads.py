@@ -240,7 +240,10 @@ class PgReads:
         )
         args: list[Any] = [query, *live_args, query, n]
         if also:
-            sql += f" UNION ALL (SELECT r.id, -(r.embedding <#> %s), false FROM {s}.records r WHERE r.id = ANY(%s) AND {live})"
+            sql += (
+                f" UNION ALL (SELECT r.id, -(r.embedding <#> %s), false FROM {s}.records r"
+                f" WHERE r.id = ANY(%s) AND {live})"
+            )
             args += [query, list(also), *live_args]
         with self._reading() as conn:
             # never prepared, as :meth:`nearest`
