@@ -376,7 +376,7 @@ def fts_ids(store, word: str) -> list[int]:
     if on_postgres(store):
         text = store._origin.text
         text.refresh()
-        return sorted(text._postings.get(word, ()))
+        return text._post.matches([word]).tolist()
     if in_memory(store):
         return sorted(store._origin._state.postings.get(word, ()))
     return sorted(r[0] for r in raw_db(store).execute("SELECT rowid FROM fts WHERE fts MATCH ?", (f'"{word}"',)))
