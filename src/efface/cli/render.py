@@ -163,6 +163,8 @@ def hits_table(hits) -> Table:
         table.add_column(col, overflow="fold")
     for i, h in enumerate(hits, 1):
         table.add_row(str(i), data(h.key), f"{h.score:.4f}", data("+".join(h.via)), data(h.text))
+        for turn in h.window:  # recall --window: the hit's neighbouring turns, under it
+            table.add_row("", data(turn.key), "", "window", data(turn.text))
     return table
 
 
