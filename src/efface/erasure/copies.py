@@ -26,11 +26,8 @@ from typing import Any
 from ..model import FINAL_COPY_STATES, CopyState
 from .verify import backups_check, backups_state
 
-PENDING = (
-    "the bytes may remain: the work that removes them (the compactor's saves and checkpoint; on "
-    "PostgreSQL its maintenance) has not run past this erasure yet; wait(handle) runs it"
-)
-UNCHECKED = "the work that removes the bytes ran past this erasure; no verification has checked this copy since: verify(handle)"
+PENDING = "the bytes may remain: the compactor's work that removes them has not run past this erasure yet; wait(handle) runs it"
+UNCHECKED = "the compactor's work that removes the bytes ran past this erasure; no verification has checked this copy since: verify(handle)"
 
 
 @dataclass(frozen=True)
