@@ -168,3 +168,29 @@ def test_a_status_at_erased_shows_only_final_copies_even_for_an_older_proof():
     assert got["store"].state == "erased" and "ledger seq 7" in got["store"].reason and got["store"].checked_at == 50.0
     for level in ("intent", "unreadable"):
         assert not allows_erased(copies.now(level, copies.Names("store"), {"origin": 0}, 5, None, None))
+
+
+def test_the_cli_shows_every_copy_on_forget_status_and_verify(tmp_path):
+    from click.testing import CliRunner
+
+    from efface.cli import cli
+
+    runner = CliRunner(env={"EFFACE_STORE": None, "EFFACE_TENANT": None, "COLUMNS": "200"})
+    base = ["--store", str(tmp_path / "s"), "--embedder", "hashing", "--tenant", T]
+
+    def run(*args: str, code: int = 0):
+        result = runner.invoke(cli, [*base, *args])
+        assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+        return result.stdout
+
+    run("write", "n1", TEXT, "--subject", "zq", "--purpose", "support")
+    receipt = json.loads(run("forget", "--subject", "zq", "--json"))
+    assert receipt["copies"]["store"]["state"] == "pending" and receipt["copies"]["store"]["checked_at"] is None
+    table = run("status", receipt["handle"])
+    assert "Copies" in table and "pending" in table
+    run("wait", receipt["handle"])
+    shown = run("verify", receipt["handle"])
+    assert "Copies" in shown and "erased" in shown
+    status = json.loads(run("status", receipt["handle"], "--json"))
+    assert status["level"] == "erased" and status["copies"]["store"]["state"] == "erased"
+    assert "Copies at acknowledgement" in run("forget", "--key", "nothing-here")  # a receipt as tables

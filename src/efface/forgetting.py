@@ -182,8 +182,9 @@ class Erasures:
         body = row["body"]
         verified = body.get("verified")
         proven = isinstance(verified, dict) and verified.get("level") == "erased"
-        if body["level"] == "erased" and proven:
-            names = copy_states.Names(self.verifier.local_copy())  # not asked: the proof's copies are shown
+        if body["level"] == "erased" and proven:  # the proof's copies are shown: the origin is not asked
+            found = [k for k in verified.get("copies", {}) if k not in (self.verifier.local_copy(), "backups")]
+            names = copy_states.Names(self.verifier.local_copy(), tuple(sorted(found)))
         else:
             names = copy_states.Names(*self.verifier.copy_names())
         proof = self.origin.erased_proof(row["handle"]) if body["level"] == "erased" and not proven else None

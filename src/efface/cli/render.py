@@ -91,7 +91,9 @@ def copies_table(copies: dict, title: str = "Copies") -> Table:
             c["state"], "yellow"
         )
         checked = c.get("checked_at")
-        table.add_row(data(name), data(c["state"], style), "-" if checked is None else fmt_time(checked), data(c["reason"]))
+        table.add_row(
+            data(name), data(c["state"], style), "-" if checked is None else fmt_time(checked), data(c["reason"])
+        )
     return table
 
 

@@ -26,8 +26,14 @@ from typing import Any
 from ..model import FINAL_COPY_STATES, CopyState
 from .verify import backups_check, backups_state
 
-PENDING = "the bytes may remain: the compactor's work that removes them has not run past this erasure yet; wait(handle) runs it"
-UNCHECKED = "the compactor's work that removes the bytes ran past this erasure; no verification has checked this copy since: verify(handle)"
+PENDING = (
+    "the bytes may remain: the compactor's work that removes them has not run past this erasure yet; "
+    "wait(handle) runs it"
+)
+UNCHECKED = (
+    "the compactor's work that removes the bytes ran past this erasure; no verification has checked "
+    "this copy since: verify(handle)"
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def now(
     recorded one); ``proof``: for a receipt proven ``erased`` before verifications recorded
     it there, the ledger entry that proved it (its body as JSON, its seq)."""
     if level == "erased":
-        return _proven(names, verified, proof)
+        return _ordered(_proven(names, verified, proof), names)
     found = decoded(verified["copies"]) if verified else {}
     was_reached = set(verified.get("reached", ())) if verified else set()
     reached_now = reached(names, erased_epochs, epoch)
@@ -120,7 +126,15 @@ def now(
     kept = found.get("backups") or backups(backups_coverage)
     if kept is not None:
         out["backups"] = kept
-    return out
+    return _ordered(out, names)
+
+
+def _ordered(copies: dict[str, CopyState], names: Names) -> dict[str, CopyState]:
+    """The store's own copy first, then the origin's in its order, any other, the backups last
+    (a database may keep JSON keys in another order)."""
+    first = [n for n in (names.local, *names.server) if n in copies]
+    rest = sorted(n for n in copies if n not in first and n != "backups")
+    return {n: copies[n] for n in (*first, *rest, *(["backups"] if "backups" in copies else []))}
 
 
 def _proven(names: Names, verified: Mapping[str, Any] | None, proof: Mapping[str, Any] | None) -> dict[str, CopyState]:
