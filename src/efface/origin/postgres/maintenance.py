@@ -329,8 +329,7 @@ def copy_checks(
     covered = not (row and row[0])
     r = rights(conn, data_dir, s)
     out: list[tuple[str, CopyState, Check]] = []
-    copies = {"postgres.primary.files": "the primary's data files", "postgres.primary.wal": "the primary's WAL"}
-    for name, where in copies.items():
+    for name, where in PRIMARY.items():
         if done < epoch:
             state = CopyState(
                 "cannot_verify",
@@ -356,6 +355,16 @@ def copy_checks(
         name = f"postgres.replica.{replica}"
         out.append((name, state, _check(name, state, t0)))
     return out
+
+
+PRIMARY = {"postgres.primary.files": "the primary's data files", "postgres.primary.wal": "the primary's WAL"}
+"""The primary's copies, and how a reason names them."""
+
+
+def copy_names(conn: psycopg.Connection) -> list[str]:
+    """The copies :func:`copy_checks` reports, as the server has them now: the primary's
+    files and WAL, then each replica (:func:`replicas`)."""
+    return [*PRIMARY, *(f"postgres.replica.{r}" for r in replicas(conn))]
 
 
 def _scanned(conn: psycopg.Connection, r: Rights, name: str, scan: ScanFn, lacking: list[str]) -> CopyState:

@@ -312,7 +312,7 @@ class PostgresOrigin(PgReads):
         return locks.hold(self._pool, name, wait)
 
     def record_verification(
-        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float, verified: dict | None = None
     ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level and (``discard``)
         drop the fingerprints and word hashes, in one transaction; no new epoch."""
@@ -324,6 +324,12 @@ class PostgresOrigin(PgReads):
                 " WHERE handle = %s",
                 (receipt_level, handle),
             )
+            if verified is not None:
+                conn.execute(
+                    f"UPDATE {self._s}.receipts SET body = jsonb_set(body, '{{verified}}', %s::jsonb)"
+                    " WHERE handle = %s",
+                    (json.dumps(verified, sort_keys=True), handle),
+                )
             if discard:
                 conn.execute(
                     f"UPDATE {self._s}.evidence SET fingerprints = NULL, tokens = %s WHERE handle = %s", (b"[]", handle)
@@ -380,6 +386,11 @@ class PostgresOrigin(PgReads):
         the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
         with self._reading() as conn:
             return maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+
+    def copy_names(self) -> list[str]:
+        """The copies on the server now (:func:`.maintenance.copy_names`)."""
+        with self._reading() as conn:
+            return maintenance.copy_names(conn)
 
     @contextlib.contextmanager
     def verifying(self, handle: str) -> Iterator[None]:
