@@ -232,7 +232,7 @@ class PgReads:
                 f" JOIN {self._s}.records r ON r.id = q.record_id WHERE q.tenant = %s",
                 (tenant,),
             ).fetchall()
-            opened = [(i, self._sealer.open(conn, ks, key_aad(ten)), *rest) for i, ks, *rest in rows]
+            opened = [(i, self._sealer.open(conn, ks, key_aad(tenant)), *rest) for i, ks, *rest in rows]
             # in key order (the keys are sealed: ordered here, as COLLATE "C" would)
             return [
                 (int(i), k, why, h, float(t), self._sealer.open(conn, src, record_aad("sources", ten, k)))
