@@ -98,7 +98,9 @@ def _mapped(conn: psycopg.Connection, sql: str, pairs: Sequence[tuple[str, str, 
     if pairs:
         cols = [list(c) for c in zip(*pairs, strict=True)]
         conn.execute(
-            sql.replace("{m}", "(SELECT unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[])) m(tenant, name, nh)"),
+            sql.replace(
+                "{m}", "(SELECT unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[])) m(tenant, name, nh)"
+            ),
             cols,
         )
 
@@ -139,7 +141,9 @@ def rewrite_clear_names(conn: psycopg.Connection, sealer: Sealer, s: str, now: f
     )
     for table in ("mentions", "subjects"):
         _mapped(
-            conn, f"UPDATE {s}.{table} x SET subject = m.nh FROM {{m}} WHERE m.tenant = x.tenant AND m.name = x.subject", pairs
+            conn,
+            f"UPDATE {s}.{table} x SET subject = m.nh FROM {{m}} WHERE m.tenant = x.tenant AND m.name = x.subject",
+            pairs,
         )
     done += len(pairs)
     # record keys: hashed, and sealed with the record's data key
@@ -147,10 +151,7 @@ def rewrite_clear_names(conn: psycopg.Connection, sealer: Sealer, s: str, now: f
     if rows:
         conn.cursor().executemany(
             f"UPDATE {s}.records SET key = %s, key_sealed = %s WHERE id = %s",
-            [
-                (keys.name_h("key", t, k), sealer.seal(conn, bytes(kid), k, key_aad(t)), rid)
-                for rid, t, k, kid in rows
-            ],
+            [(keys.name_h("key", t, k), sealer.seal(conn, bytes(kid), k, key_aad(t)), rid) for rid, t, k, kid in rows],
         )
     sources = conn.execute(f"SELECT DISTINCT tenant, source_key FROM {s}.lineage").fetchall()
     _mapped(

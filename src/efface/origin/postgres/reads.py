@@ -173,7 +173,9 @@ class PgReads:
     ) -> dict[int, bytes]:
         if not ids:
             return {}
-        args: list[Any] = [list(ids), tenant, purpose, now] + ([self._sealer.subject_h(tenant, subject)] if subject else [])
+        args: list[Any] = [list(ids), tenant, purpose, now] + (
+            [self._sealer.subject_h(tenant, subject)] if subject else []
+        )
         if not vectors:
             rows = self._all(f"SELECT r.id FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
             return {int(r[0]): b"" for r in rows}
@@ -258,7 +260,7 @@ class PgReads:
         ]
         args: list[Any] = [tenant, purpose, now] + ([self._sealer.subject_h(tenant, subject)] if subject else [])
         with self._reading() as conn:
-            rows = conn.execute(f'SELECT r.key_sealed FROM {s}.records r WHERE {" AND ".join(where)}', args).fetchall()
+            rows = conn.execute(f"SELECT r.key_sealed FROM {s}.records r WHERE {' AND '.join(where)}", args).fetchall()
             keys = (self._sealer.open(conn, r[0], key_aad(tenant)) for r in rows)
             return sorted(k for k in keys if k.startswith(prefix) and (after is None or k > after))[:limit]
 
@@ -334,7 +336,12 @@ class PgReads:
                 f"SELECT id, key_sealed, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
             ).fetchall()
             opened = [
-                (int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, self._sealer.open(conn, k, key_aad(tenant)))))
+                (
+                    int(i),
+                    self._sealer.open(
+                        conn, m, record_aad("metadata", tenant, self._sealer.open(conn, k, key_aad(tenant)))
+                    ),
+                )
                 for i, k, m in rows
             ]
         return [turn_fields(i, m) for i, m in opened]

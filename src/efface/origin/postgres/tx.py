@@ -106,7 +106,9 @@ class PostgresTx(TxMore):
         if old:
             self._c.execute(f"DELETE FROM {self._s}.lineage WHERE record_id = ANY(%s)", (old,))
         lineage = [
-            (rid, tenant, key_h(tenant, k)) for rid, rec in zip(rids, recs, strict=True) for k in dict.fromkeys(rec.sources)
+            (rid, tenant, key_h(tenant, k))
+            for rid, rec in zip(rids, recs, strict=True)
+            for k in dict.fromkeys(rec.sources)
         ]
         if lineage:
             cur.executemany(
@@ -249,7 +251,9 @@ class PostgresTx(TxMore):
         )
 
     def _rewrite(self, record_id: int, column: str, value: str) -> None:
-        row = self._one(f"SELECT tenant, key_sealed, sealed_by, {column} FROM {{s}}.records WHERE id = %s", (record_id,))
+        row = self._one(
+            f"SELECT tenant, key_sealed, sealed_by, {column} FROM {{s}}.records WHERE id = %s", (record_id,)
+        )
         if row is None:
             return
         tenant, key_sealed, kid, was = row

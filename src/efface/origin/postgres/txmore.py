@@ -467,9 +467,9 @@ class TxMore:
         ):
             claims.setdefault(int(rid), []).append((self._subject_name(t, nh), purpose, basis, expires_at))
         for row in self._all(
-            "SELECT r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at,"
-            " q.why, q.handle, q.since FROM {s}.records r LEFT JOIN {s}.quarantine q ON q.record_id = r.id"
-            " ORDER BY r.id"
+            "SELECT r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
+            " r.updated_at, q.why, q.handle, q.since FROM {s}.records r"
+            " LEFT JOIN {s}.quarantine q ON q.record_id = r.id ORDER BY r.id"
         ):
             rid, t, ks, text, meta, sources, emb, created, updated, why, handle, since = row
             if int(rid) not in claims:
