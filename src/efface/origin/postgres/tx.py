@@ -223,13 +223,15 @@ class PostgresTx(TxMore):
         if not ids:
             return
         self._remember(self._all("SELECT id, tenant, key_sealed, text FROM {s}.records WHERE id = ANY(%s)", (ids,)))
+        # Subject hashes are noted for the evidence, not the keys': a replace erases a record
+        # and writes its key again in the same transaction, so the key's hash lives on.
         for table, col, named in (
-            ("lineage", "record_id", "source_key"),
+            ("lineage", "record_id", "NULL"),
             ("mentions", "record_id", "subject"),
             ("quarantine", "record_id", "NULL"),
             ("reasons", "record_id", "NULL"),
             ("claims", "record_id", "subject"),
-            ("records", "id", "key"),
+            ("records", "id", "NULL"),
         ):
             cur = self._c.execute(f"DELETE FROM {self._s}.{table} WHERE {col} = ANY(%s) RETURNING {named}", (ids,))
             self.note_names(r[0] for r in cur.fetchall())

@@ -91,8 +91,8 @@ class TxMore:
         values (``sealed`` under data keys destroyed by now, ``sealed.live`` under keys that
         live), wrapped data keys destroyed (``wrapped``), ``vector`` values (``pgvector``) no
         live record still holds (an identical vector a live record holds is that record's,
-        not residue), and the name hashes of subjects and keys no live row names any more
-        (``name_h``, :mod:`.names`)."""
+        not residue), and the name hashes of subjects no live row names any more (``name_h``,
+        :mod:`.names`; not the keys': a replace writes the same key again in its transaction)."""
         sealed = list(dict.fromkeys(self._forms["sealed"]))
         kids = sorted({kid_of(v) for v in sealed})
         live = (
@@ -118,15 +118,13 @@ class TxMore:
                     " UNION ".join(
                         f"SELECT {col} FROM {{s}}.{table} WHERE {col} = ANY(%s)"
                         for table, col in (
-                            ("records", "key"),
-                            ("lineage", "source_key"),
                             ("claims", "subject"),
                             ("mentions", "subject"),
                             ("subjects", "subject"),
                             ("data_keys", "subject"),
                         )
                     ),
-                    [[n.decode("ascii") for n in names]] * 6,
+                    [[n.decode("ascii") for n in names]] * 4,
                 )
             }
             names = [n for n in names if n not in held]
