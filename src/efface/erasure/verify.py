@@ -43,10 +43,11 @@ from .fingerprint import Fingerprinter, Fingerprints
 from .hits import Hit, Hits
 from .residue import SHORT, Judge, Judgement, Reader, in_live_cells, strays
 
-SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
+SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "name_h", "identifier", "key", "tenant")
 """What a database server's files can hold of an erasure, the kinds its copies are scanned
-for: ciphertexts, wrapped data keys, vectors as pgvector stores them, subject names (kept
-in clear in claims and mentions); never a text, which never reaches it."""
+for: ciphertexts, wrapped data keys, vectors as pgvector stores them, the keyed hashes that
+stand for subject names and record keys; and, to prove they never reach it, the clear subject
+names and identifiers, record keys and tenant name (never a text: it is sealed)."""
 KEEP_SCANS, KEEP_HITS = 16, 2_000_000
 """How many of wait's clean scans the verifier keeps for the next verify of the same erasure,
 and the most hits one may hold (40 bytes each): a scan not kept only costs verify a full one."""
