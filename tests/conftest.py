@@ -358,7 +358,10 @@ def record_id_of(store, tenant: str, key: str) -> int | None:
     """The origin's record id for (tenant, key), read behind the store's API."""
     store = behind(store)
     if on_postgres(store):
-        rows = pg_rows(store, "SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (store._tenant(tenant), key))
+        t = store._tenant(tenant)  # the key is stored as its keyed hash (origin/postgres/names.py)
+        rows = pg_rows(
+            store, "SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (t, store._origin._sealer.key_h(t, key))
+        )
         return None if not rows else int(rows[0][0])
     if in_memory(store):
         return store._origin._state.by_key.get((store._tenant(tenant), key))

@@ -122,6 +122,35 @@ def test_write_read_recall(js, efc):
     assert "acme:n1" in human and "Alice prefers green tea in the afternoon" in human
 
 
+def test_recall_filters_turns_and_widens_to_their_session(js, efc):
+    """recall --after/--before/--said-by/--window: the library's turn filters (docs/conversations.md)."""
+    turns = [
+        ("t1", "Dave: I saw the band play in Lisbon", "dave", "2023-05-01"),
+        ("t2", "Ana: which band was that", "ana", "2023-05-01"),
+        ("t3", "Dave: the band from the festival, again in Porto", "dave", "2023-06-10"),
+    ]
+    for key, text, speaker, day in turns:
+        meta = json.dumps({"speaker": speaker, "session": f"s-{day}", "at": day})
+        js("write", key, text, "--subject", speaker, "--purpose", "support", "--metadata", meta)
+
+    def keys(*args: str) -> list[str]:
+        return [h["key"] for h in js("recall", "band", "--purpose", "support", *args)["hits"]]
+
+    assert set(keys()) == {"t1", "t2", "t3"}
+    assert set(keys("--said-by", "dave")) == {"t1", "t3"}
+    assert keys("--after", "2023-06-01") == ["t3"]
+    assert set(keys("--before", "2023-06-01")) == {"t1", "t2"}
+    june = str(1685577600)  # 2023-06-01T00:00:00Z as unix seconds
+    assert keys("--after", june) == ["t3"]
+    [hit] = js("recall", "Lisbon", "--purpose", "support", "-k", "1", "--window", "1")["hits"]
+    assert hit["key"] == "t1" and [t["key"] for t in hit["window"]] == ["t2"]
+    human = efc("recall", "Lisbon", "--purpose", "support", "-k", "1", "--window", "1").stdout
+    assert "window" in human and "which band was that" in human
+    err = js("recall", "band", "--purpose", "support", "--after", "not a date", code=2)["error"]
+    assert err["type"] == "InvalidInput" and "after" in err["message"]
+    assert js("recall", "band", "--purpose", "support", "--window", "99", code=2)["error"]["type"] == "InvalidInput"
+
+
 def test_text_dash_reads_stdin(js):
     js("write", "k", "-", "--subject", "s", "--purpose", "support", input="from a pipe\n")
     assert js("read", "k", "--purpose", "support")["memory"]["text"] == "from a pipe\n"

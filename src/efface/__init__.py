@@ -32,7 +32,7 @@ from .errors import (
     UnknownPurpose,
     UnverifiableDeletion,
 )
-from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status
+from .model import Claim, Hit, Memory, PathState, Receipt, Released, Retained, Selector, Status, Turn
 from .service.client import Client
 from .store import Store
 
@@ -115,6 +115,7 @@ __all__ = [
     "StoreDamaged",
     "StoreLocked",
     "StoreUnwritable",
+    "Turn",
     "UnknownBasis",
     "UnknownPurpose",
     "UnverifiableDeletion",

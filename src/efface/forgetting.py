@@ -20,13 +20,14 @@ from typing import Any
 from . import validate as v
 from .backups.coverage import backups_now, with_backups
 from .derivations import Derivations
+from .erasure import copies as copy_states
 from .erasure.compactor import Compactor
 from .erasure.propagation import Propagation
 from .erasure.receipts import Outcome, to_receipt
 from .erasure.release import Releaser
 from .erasure.verify import Verifier
 from .errors import InvalidInput, NotFound, ScopeError
-from .model import QuarantineItem, Receipt, Selector, Status, Verification
+from .model import CopyState, PathState, QuarantineItem, Receipt, Selector, Status, Verification
 from .origin.base import Origin
 from .origin.capabilities import CopyChecks
 from .reading import quarantined
@@ -150,7 +151,8 @@ class Erasures:
         """The receipt returned to the caller, its selector naming the tenant as the caller
         did (``name``; the tenant's id if the name is unknown)."""
         paths = with_backups(self.propagation.paths(epoch), out.backups, epoch, self.origin.erased_epoch())
-        receipt = to_receipt(epoch, out, paths, self.propagation.max_propagation())
+        copies = copy_states.at_ack(copy_states.Names(*self.verifier.copy_names()), out.backups)
+        receipt = to_receipt(epoch, out, paths, self.propagation.max_propagation(), copies)
         if name is None:
             return receipt
         return dataclasses.replace(receipt, selector=dataclasses.replace(receipt.selector, tenant=name))
@@ -171,7 +173,23 @@ class Erasures:
         paths = with_backups(
             self.propagation.paths(epoch), row["body"].get("backups"), epoch, self.origin.erased_epoch()
         )
-        return self.propagation.status(row, paths)
+        return self.propagation.status(row, paths, self._copies(row, paths))
+
+    def _copies(self, row: dict, paths: dict[str, PathState]) -> dict[str, CopyState]:
+        """Every copy's state for a status: as the last verification at the receipt's level
+        found it where that still holds, else ``pending`` or ``unchecked``
+        (:func:`efface.erasure.copies.now`)."""
+        body = row["body"]
+        verified = body.get("verified")
+        proven = isinstance(verified, dict) and verified.get("level") == "erased"
+        if body["level"] == "erased" and proven:  # the proof's copies are shown: the origin is not asked
+            found = [k for k in verified.get("copies", {}) if k not in (self.verifier.local_copy(), "backups")]
+            names = copy_states.Names(self.verifier.local_copy(), tuple(sorted(found)))
+        else:
+            names = copy_states.Names(*self.verifier.copy_names())
+        proof = self.origin.erased_proof(row["handle"]) if body["level"] == "erased" and not proven else None
+        erased = {n: p.erased_epoch for n, p in paths.items()}
+        return copy_states.now(body["level"], names, erased, row["epoch"], body.get("backups"), verified, proof)
 
     def wait(self, handle: str, tenant: str | None, until: str, deadline: float) -> Status:
         """``Store.wait``'s loop, until ``until`` is reached or the ``time.monotonic()``
@@ -241,6 +259,7 @@ class Erasures:
         evidence = self.origin.evidence(handle)
         row = backups_now(row, tenant_id, self.origin)
         proof = self.origin.erased_proof(handle)
+        erased_before = self.propagation.erased_epochs()  # before the checks: what they may have seen
         level, checks, scanned, files, copies = self.verifier.verify(handle, row, evidence, tenant_id, proof)
         receipt_level = max(row["body"]["level"], level, key=_LADDER.index)
         discard = level == "erased" and evidence is not None and evidence["fingerprints"] is not None
@@ -254,8 +273,14 @@ class Erasures:
             "fingerprints_discarded": discard or (evidence is not None and evidence["fingerprints"] is None),
             "copies": {k: v.to_dict() for k, v in copies.items()},
         }
+        verified = None
+        if level == receipt_level:  # at the receipt's level: its status shows these copies
+            local = self.verifier.local_copy()
+            names = copy_states.Names(local, tuple(k for k in copies if k not in (local, "backups")))
+            reached = copy_states.reached(names, erased_before, row["epoch"])
+            verified = copy_states.recorded(level, now, copies, reached)
         self.check_open()
-        seq, digest = self.origin.record_verification(handle, body, receipt_level, discard, now)
+        seq, digest = self.origin.record_verification(handle, body, receipt_level, discard, now, verified)
         return Verification(
             handle=handle,
             epoch=row["epoch"],

@@ -197,6 +197,50 @@ class PathState:
         return asdict(self)
 
 
+COPY_STATES = ("erased", "shredded", "present", "cannot_verify")
+"""What a verification says of one copy of the store's data (docs/evidence-ladder.md)."""
+
+NOT_YET_STATES = ("pending", "unchecked")
+"""What a receipt or a status says of a copy no verification has checked yet: ``pending``
+while the work that removes the erasure's bytes from it (the compactor's saves and
+checkpoint; on PostgreSQL the maintenance) has not run past the erasure, ``unchecked``
+once it has (``verify`` checks it next). Never ``erased`` by assumption."""
+
+FINAL_COPY_STATES = ("erased", "shredded")
+"""The copy states that allow the level ``erased``: a level is ``erased`` only when every
+copy is in one of them (:func:`allows_erased`)."""
+
+
+@dataclass(frozen=True)
+class CopyState:
+    """Where one copy of the store's data stands for one erasure (docs/evidence-ladder.md).
+
+    ``erased``: a byte scan of the copy found none of the erasure's fingerprints (or an
+    earlier verification did, recorded in the ledger). ``shredded``: the copy is not
+    scanned, and what it can still hold of the erasure is ciphertext under data keys that
+    were destroyed, their wrapped copies under key-encryption keys that were destroyed too.
+    ``present``: a scan found the erasure's bytes there (the maintenance that removes them
+    is owed). ``cannot_verify``: neither scanned nor shredded; ``reason`` says why.
+    On a receipt or a status also ``pending`` and ``unchecked`` (:data:`NOT_YET_STATES`)."""
+
+    state: str
+    """One of :data:`COPY_STATES`, or on a receipt or a status one of :data:`NOT_YET_STATES`."""
+    reason: str
+    """Why, in counts and file or copy names; never content, keys or subjects."""
+    checked_at: float | None = None
+    """Unix time of the verification that found this state; None when no verification did
+    (a receipt's or a status's state before one, or a backups state decided in the
+    erasure's own transaction)."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def allows_erased(copies: Mapping[str, CopyState]) -> bool:
+    """Whether these copies allow the level ``erased``: every one ``erased`` or ``shredded``."""
+    return all(c.state in FINAL_COPY_STATES for c in copies.values())
+
+
 @dataclass(frozen=True)
 class Receipt:
     """The answer to ``forget`` (and to a TTL expiry): never a bare boolean."""
@@ -234,6 +278,12 @@ class Receipt:
     """Where this erasure sits in the hash-chained ledger."""
     ledger_hash: str = ""
     """The ledger entry's hash: keep it, and a later rewrite of the ledger shows."""
+    copies: Mapping[str, CopyState] = field(default_factory=dict)
+    """Each copy of the store's data and its state at acknowledgement: ``pending`` (the
+    bytes may remain until the compactor's work and a ``verify``) for every copy but the
+    backups, whose state the erasure's transaction decided (``shredded``, ``erased`` when
+    nothing was released, ``cannot_verify`` under ``ledger-replay``). See
+    docs/evidence-ladder.md."""
 
     def to_dict(self) -> dict:
         return {
@@ -256,6 +306,7 @@ class Receipt:
             "acknowledged_at": self.acknowledged_at,
             "ledger_seq": self.ledger_seq,
             "ledger_hash": self.ledger_hash,
+            "copies": {k: v.to_dict() for k, v in self.copies.items()},
         }
 
 
@@ -284,10 +335,16 @@ class Status:
     """Paths that passed their declared bound for this erasure (also logged)."""
     erase_bound_s: float = 0.0
     """The declared bound from acknowledgement to physical erasure on every path."""
+    copies: Mapping[str, CopyState] = field(default_factory=dict)
+    """Each copy of the store's data and its state now: what the last verification at the
+    receipt's level found of it, where that still holds; else ``pending`` or ``unchecked``
+    (:data:`NOT_YET_STATES`). With ``level`` ``erased``, every copy is ``erased`` or
+    ``shredded``. See docs/evidence-ladder.md."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["paths"] = {k: v.to_dict() for k, v in self.paths.items()}
+        d["copies"] = {k: v.to_dict() for k, v in self.copies.items()}
         d["counts"] = dict(self.counts)
         d["alarms"] = list(self.alarms)
         return d
@@ -310,30 +367,6 @@ class Check:
     at: float
     """Unix time the check ran."""
     duration_s: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-COPY_STATES = ("erased", "shredded", "present", "cannot_verify")
-"""What a verification says of one copy of the store's data (docs/evidence-ladder.md)."""
-
-
-@dataclass(frozen=True)
-class CopyState:
-    """Where one copy of the store's data stands for one erasure (docs/evidence-ladder.md).
-
-    ``erased``: a byte scan of the copy found none of the erasure's fingerprints (or an
-    earlier verification did, recorded in the ledger). ``shredded``: the copy is not
-    scanned, and what it can still hold of the erasure is ciphertext under data keys that
-    were destroyed, their wrapped copies under key-encryption keys that were destroyed too.
-    ``present``: a scan found the erasure's bytes there (the maintenance that removes them
-    is owed). ``cannot_verify``: neither scanned nor shredded; ``reason`` says why."""
-
-    state: str
-    """One of :data:`COPY_STATES`."""
-    reason: str
-    """Why, in counts and file or copy names; never content, keys or subjects."""
 
     def to_dict(self) -> dict:
         return asdict(self)

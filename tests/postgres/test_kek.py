@@ -300,7 +300,7 @@ def test_a_snapshot_from_before_a_rotation_still_opens_what_it_reads(db, kek_pat
     rotation committed sees data keys wrapped by the KEK the rotation retired and removed from
     the file; it failed with KeyFileMismatch. This process keeps a KEK that left the file for
     RETIRED_GRACE_S, then forgets it (the file and the database never hold it again)."""
-    from efface.origin.postgres import keys as keys_mod
+    from efface.origin.postgres import kekfile as keys_mod
 
     with db.connect() as conn, db.connect() as reader:
         keys = _opened(conn, kek_path)

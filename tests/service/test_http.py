@@ -131,6 +131,33 @@ def test_the_openapi_document_names_every_route_its_bodies_and_the_bearer_scheme
     assert write["properties"]["text"]["type"] == "string" and "text" in write["required"]
 
 
+def test_every_copy_s_state_travels_on_the_receipt_the_status_and_the_verification(served):
+    """The JSON of /v1/forget, /v1/status, /v1/wait and /v1/verify carries ``copies``, and the
+    OpenAPI document declares them (issue #34 item 3; docs/evidence-ladder.md)."""
+    key = served.key(TENANT)
+    post(served, "/v1/write", {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"}, key)
+    receipt = post(served, "/v1/forget", {"subject": SUBJECT}, key).json()
+    assert receipt["copies"]["store"] == {
+        "state": "pending",
+        "reason": receipt["copies"]["store"]["reason"],
+        "checked_at": None,
+    }
+    handle = {"handle": receipt["handle"]}
+    assert post(served, "/v1/status", handle, key).json()["copies"]["store"]["state"] in ("pending", "unchecked")
+    waited = post(served, "/v1/wait", {**handle, "timeout": 20}, key).json()
+    assert waited["erased"] and waited["copies"]["store"]["state"] == "unchecked"
+    v = post(served, "/v1/verify", handle, key).json()
+    assert v["level"] == "erased" and v["copies"]["store"]["state"] == "erased"
+    st = post(served, "/v1/status", handle, key).json()
+    assert st["level"] == "erased" and st["copies"] == v["copies"]
+    assert isinstance(st["copies"]["store"]["checked_at"], float)
+    schemas = httpx.get(served.url + "/openapi.json").json()["components"]["schemas"]
+    for name in ("Receipt", "Status", "Verification"):
+        assert schemas[name]["properties"]["copies"]["additionalProperties"]["$ref"].endswith("/CopyState"), name
+        assert "copies" not in schemas[name].get("required", []), f"{name}: an older server's JSON still reads"
+    assert set(schemas["CopyState"]["properties"]) == {"state", "reason", "checked_at"}
+
+
 @pytest.fixture
 def uvicorn_logs(caplog):
     """uvicorn's loggers do not propagate: hand them the capture handler directly."""

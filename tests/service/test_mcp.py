@@ -105,14 +105,21 @@ async def erase_and_prove(client: Client, *, purpose: str | None = None) -> str:
     assert (await ok(client, "recall", {"query": "green tea", **with_purpose}, tools))["hits"] == []
 
     handle = receipt["handle"]
+    # every copy's state: nothing checked at acknowledgement, so nothing claimed
+    assert receipt["copies"] and {c["state"] for c in receipt["copies"].values()} == {"pending"}
     status = await ok(client, "erasure_status", {"handle": handle}, tools)
     assert status["handle"] == handle and status["level"] == "intent"
+    assert set(status["copies"]) == set(receipt["copies"])
+    assert {c["state"] for c in status["copies"].values()} <= {"pending", "unchecked"}
     waited = await ok(client, "wait_erasure", {"handle": handle, "timeout_s": 120}, tools)
     assert waited["erased"] is True and waited["settled"] is True
+    assert {c["state"] for c in waited["copies"].values()} == {"unchecked"}
     verified = await ok(client, "verify_erasure", {"handle": handle}, tools)
     assert verified["level"] == "erased" and verified["failed"] == []
     assert verified["receipt_level"] == "erased"
-    assert (await ok(client, "erasure_status", {"handle": handle}, tools))["level"] == "erased"
+    assert {c["state"] for c in verified["copies"].values()} <= {"erased", "shredded"}
+    final = await ok(client, "erasure_status", {"handle": handle}, tools)
+    assert final["level"] == "erased" and final["copies"] == verified["copies"]
     return handle
 
 

@@ -29,6 +29,17 @@ from .render import (
 )
 
 
+def _when(value: str | None) -> float | str | None:
+    """A --after/--before value: unix seconds when it is a number, else the ISO 8601 text
+    (the library says what is wrong with either)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 @cli.command()
 @click.argument("key")
 @click.argument("text")
@@ -150,10 +161,30 @@ def read(key, purpose) -> None:
 @click.option("--purpose", required=True, help="The purpose you recall for; only claims for it are visible.")
 @click.option("-k", "k", type=int, default=10, show_default=True, help="How many hits at most.")
 @click.option("--subject", help="Only records with a live claim of this subject.")
+@click.option("--after", help="Only turns whose metadata 'at' is at or after this time (ISO 8601 or unix seconds).")
+@click.option("--before", help="Only turns whose metadata 'at' is before this time (ISO 8601 or unix seconds).")
+@click.option("--said-by", "said_by", help="Only turns whose metadata 'speaker' is this name.")
+@click.option(
+    "--window",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Give each hit this many turns before and after it in its session.",
+)
 @_common_options()
-def recall(query, purpose, k, subject) -> None:
-    """Find memories by meaning and by words for QUERY."""
-    hits = _open().recall(query, tenant=_tenant(), purpose=purpose, subject=subject, k=k)
+def recall(query, purpose, k, subject, after, before, said_by, window) -> None:
+    """Find memories by meaning and by words for QUERY (docs/conversations.md for turns)."""
+    hits = _open().recall(
+        query,
+        tenant=_tenant(),
+        purpose=purpose,
+        subject=subject,
+        k=k,
+        after=_when(after),
+        before=_when(before),
+        said_by=said_by,
+        window=window,
+    )
 
     _emit({"hits": [h.to_dict() for h in hits]}, lambda out: out.print(hits_table(hits)))
 

@@ -81,6 +81,22 @@ def paths_table(paths: dict, title: str = "Read paths") -> Table:
     return table
 
 
+def copies_table(copies: dict, title: str = "Copies") -> Table:
+    """``copies`` in the to_dict() form: name -> {state, reason, checked_at}."""
+    table = Table(title=title, title_justify="left")
+    for col in ("copy", "state", "checked", "why"):
+        table.add_column(col, overflow="fold")
+    for name, c in copies.items():
+        style = {"erased": "green", "shredded": "green", "present": "red", "cannot_verify": "red"}.get(
+            c["state"], "yellow"
+        )
+        checked = c.get("checked_at")
+        table.add_row(
+            data(name), data(c["state"], style), "-" if checked is None else fmt_time(checked), data(c["reason"])
+        )
+    return table
+
+
 def _listing(keys: list[str], limit: int = 20) -> str:
     shown = ", ".join(keys[:limit])
     return shown + (f" … and {len(keys) - limit} more" if len(keys) > limit else "")
@@ -111,6 +127,8 @@ def render_receipt(out: Console, r: dict, title: str | None = None) -> None:
         )
     )
     out.print(paths_table(r["paths"], "Read paths at acknowledgement"))
+    if r.get("copies"):
+        out.print(copies_table(r["copies"], "Copies at acknowledgement"))
     if r["retained"]:
         table = Table(title="Retained (the selector matched them; another claim keeps them)", title_justify="left")
         for col in ("key", "purpose", "basis", "until", "why"):
@@ -152,6 +170,8 @@ def render_status(out: Console, s: dict) -> None:
         )
     )
     out.print(paths_table(s["paths"]))
+    if s.get("copies"):
+        out.print(copies_table(s["copies"]))
     for alarm in s.get("alarms", []):
         out.print(data(f"ALARM {alarm}", style="bold red"))
 
@@ -163,6 +183,8 @@ def hits_table(hits) -> Table:
         table.add_column(col, overflow="fold")
     for i, h in enumerate(hits, 1):
         table.add_row(str(i), data(h.key), f"{h.score:.4f}", data("+".join(h.via)), data(h.text))
+        for turn in h.window:  # recall --window: the hit's neighbouring turns, under it
+            table.add_row("", data(turn.key), "", "window", data(turn.text))
     return table
 
 
@@ -222,6 +244,8 @@ def render_verification(out: Console, v) -> None:
         style = {"pass": "green", "recorded": "cyan"}.get(c.outcome, "red")
         table.add_row(data(c.name), data(c.rung), data(c.outcome, style), data(c.detail))
     out.print(table)
+    if v.copies:
+        out.print(copies_table({k: c.to_dict() for k, c in v.copies.items()}))
 
 
 def quarantine_table(items: list[dict]) -> Table:

@@ -36,7 +36,7 @@ def blob_ids(blob: bytes) -> list[int]:
     return np.frombuffer(blob, dtype="<i8").tolist() if blob else []
 
 
-STORED_KINDS = {"sealed": "", "sealed.live": "", "wrapped": "", "pgvector": "vector"}
+STORED_KINDS = {"sealed": "", "sealed.live": "", "wrapped": "", "pgvector": "vector", "name_h": ""}
 """Kinds of stored forms an origin may name (:class:`~efface.origin.base.StoredForms`), and
 the sampling of their fingerprints (``vector``: :data:`.fingerprint.VECTOR_REGION`)."""
 

@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from ..model import PathState, Status
+from ..model import CopyState, PathState, Status
 from ..origin.base import Origin
 from ..paths.base import ReadPath
 
@@ -137,8 +137,9 @@ class Propagation:
                 log.warning("erasure %s: %s", handle, alarm)  # the handle is random, not personal
         return tuple(out)
 
-    def status(self, row: dict, paths: dict[str, PathState]) -> Status:
-        """The status of the erasure whose stored receipt is ``row``, given its paths now."""
+    def status(self, row: dict, paths: dict[str, PathState], copies: dict[str, CopyState] | None = None) -> Status:
+        """The status of the erasure whose stored receipt is ``row``, given its paths and its
+        copies (:func:`efface.erasure.copies.now`) now."""
         handle, epoch, body = row["handle"], row["epoch"], row["body"]
         return Status(
             handle=handle,
@@ -162,4 +163,5 @@ class Propagation:
             erased=all(p.erased_epoch >= epoch for n, p in paths.items() if n != "backups"),
             alarms=self.alarms(handle, epoch, body["acknowledged_at"], paths),
             erase_bound_s=self.erase_bound_s,
+            copies=copies or {},
         )

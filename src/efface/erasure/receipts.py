@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Derivation, PathState, Receipt, Released, Retained, Selector
+from ..model import CopyState, Derivation, PathState, Receipt, Released, Retained, Selector
 
 
 @dataclass
@@ -98,8 +98,15 @@ def hashed_body(
     }
 
 
-def to_receipt(epoch: int, out: Outcome, paths: dict[str, PathState], max_propagation_s: float) -> Receipt:
-    """The receipt returned to the caller: the outcome in clear, and every path's state now."""
+def to_receipt(
+    epoch: int,
+    out: Outcome,
+    paths: dict[str, PathState],
+    max_propagation_s: float,
+    copies: dict[str, CopyState] | None = None,
+) -> Receipt:
+    """The receipt returned to the caller: the outcome in clear, and every path's and every
+    copy's state now (:func:`efface.erasure.copies.at_ack`)."""
     return Receipt(
         handle=out.handle,
         epoch=epoch,
@@ -120,4 +127,5 @@ def to_receipt(epoch: int, out: Outcome, paths: dict[str, PathState], max_propag
         subjects_erased=tuple(out.subjects_erased),
         ledger_seq=out.ledger_seq,
         ledger_hash=out.ledger_hash,
+        copies=copies or {},
     )

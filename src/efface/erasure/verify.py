@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Check, CopyState
+from ..model import Check, CopyState, allows_erased
 from ..origin.base import Origin
 from ..origin.capabilities import CopyChecks, ScanFn
 from ..paths.base import ReadPath, check
@@ -43,10 +43,11 @@ from .fingerprint import Fingerprinter, Fingerprints
 from .hits import Hit, Hits
 from .residue import SHORT, Judge, Judgement, Reader, in_live_cells, strays
 
-SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
+SERVER_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "name_h", "identifier", "key", "tenant")
 """What a database server's files can hold of an erasure, the kinds its copies are scanned
-for: ciphertexts, wrapped data keys, vectors as pgvector stores them, subject names (kept
-in clear in claims and mentions); never a text, which never reaches it."""
+for: ciphertexts, wrapped data keys, vectors as pgvector stores them, the keyed hashes that
+stand for subject names and record keys; and, to prove they never reach it, the clear subject
+names and identifiers, record keys and tenant name (never a text: it is sealed)."""
 KEEP_SCANS, KEEP_HITS = 16, 2_000_000
 """How many of wait's clean scans the verifier keeps for the next verify of the same erasure,
 and the most hits one may hold (40 bytes each): a scan not kept only costs verify a full one."""
@@ -110,8 +111,9 @@ class Verifier:
                     0.0,
                 )
             )
-            copy = CopyState("cannot_verify", "this erasure has no recorded evidence")
-            return "intent", self._stamped(checks), 0, [], {self._local_copy(): copy}
+            stamped = self._stamped(checks)
+            copy = CopyState("cannot_verify", "this erasure has no recorded evidence", stamped[0].at)
+            return "intent", stamped, 0, [], {self.local_copy(): copy}
         erased = blob_ids(evidence["erased_ids"])
         quarantined = blob_ids(evidence["quarantined_ids"])
         checks += self._origin_probes(erased, quarantined)
@@ -152,7 +154,7 @@ class Verifier:
                     0.0,
                 )
             )
-        copies = {self._local_copy(): _local_state(checks[-1], scanned)}
+        copies = {self.local_copy(): _local_state(checks[-1], scanned)}
         if isinstance(self._origin, CopyChecks):
             blob = evidence["fingerprints"]
             items = None if blob is None else Fingerprints.from_blob(blob).items
@@ -162,21 +164,27 @@ class Verifier:
                 copies[name] = state
                 checks.append(c)
             scanned += tally[0]
-        backups = _backups_check(receipt["body"].get("backups"))
+        backups = backups_check(receipt["body"].get("backups"))
         if backups is not None:
             checks.append(backups)
-            copies["backups"] = _backups_state(receipt["body"].get("backups"), backups)
+            copies["backups"] = backups_state(receipt["body"].get("backups"), backups)
         checks = self._stamped(checks)
+        at = checks[-1].at if checks else round(self._clock(), 6)
+        copies = {k: dataclasses.replace(c, checked_at=at) for k, c in copies.items()}
         level = "intent"
         if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "unreadable"):
             level = "unreadable"
-            if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "erased") and all(
-                c.state in ("erased", "shredded") for c in copies.values()
-            ):
+            if all(c.outcome in ("pass", "recorded") for c in checks if c.rung == "erased") and allows_erased(copies):
                 level = "erased"
         return level, checks, scanned, files, copies
 
-    def _local_copy(self) -> str:
+    def copy_names(self) -> tuple[str, tuple[str, ...]]:
+        """The copies of the store's data a verification reports, besides the backups: the
+        store's own directory's, and those the origin holds elsewhere (:class:`CopyChecks`)."""
+        server = tuple(self._origin.copy_names()) if isinstance(self._origin, CopyChecks) else ()
+        return self.local_copy(), server
+
+    def local_copy(self) -> str:
         """The name of the copy the store's own directory holds: ``store``; ``cache`` where
         the origin's data lives elsewhere (the process's derived files, on PostgreSQL)."""
         return "cache" if isinstance(self._origin, CopyChecks) else "store"
@@ -486,7 +494,7 @@ def _merged(found: Hits, earlier: tuple[str, Earlier], only: dict[str, list[tupl
     )
 
 
-def _backups_check(state: str | None) -> Check | None:
+def backups_check(state: str | None) -> Check | None:
     """Backups taken before the erasure (none: no check). ``shredded``: the keys that sealed
     its part of them were destroyed in its transaction, and the byte scan above looks for
     the key bytes too. ``ledger-replay``: they can still be decrypted with keys that live."""
@@ -526,7 +534,7 @@ def _local_state(check: Check, scanned: int) -> CopyState:
     return CopyState("cannot_verify", check.detail)
 
 
-def _backups_state(state: str | None, check: Check) -> CopyState:
+def backups_state(state: str | None, check: Check) -> CopyState:
     if state == "shredded":
         return CopyState("shredded", check.detail)
     if state == "absorbed":

@@ -506,10 +506,12 @@ class Origin(Reads, Protocol):
         ...
 
     def record_verification(
-        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float, verified: dict | None = None
     ) -> tuple[int, str]:
-        """Append a verification to the ledger, raise the receipt's level, and (``discard``)
-        drop the fingerprints and word hashes, all together; no new epoch."""
+        """Append a verification to the ledger, raise the receipt's level, set its
+        ``verified`` entry to ``verified`` when given (what the verification found of each
+        copy: :func:`efface.erasure.copies.recorded`), and (``discard``) drop the
+        fingerprints and word hashes, all together; no new epoch."""
         ...
 
     def meta_set(self, key: str, value: str) -> None: ...

@@ -81,6 +81,11 @@ class CopyChecks(Protocol):
         them in files (None with them)."""
         ...
 
+    def copy_names(self) -> list[str]:
+        """The copies it holds now (for a receipt's and a status's states before a
+        verification): the names :meth:`copy_checks` reports, in its order."""
+        ...
+
     def verifying(self, handle: str) -> AbstractContextManager[None]:
         """Held while one erasure is verified: one verification of a handle at a time,
         across processes."""

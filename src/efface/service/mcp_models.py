@@ -141,6 +141,25 @@ class PathOut(_Out):
     measured_erasure_s: float | None = None
 
 
+class CopyOut(_Out):
+    state: str = Field(
+        description="erased: a byte scan of this copy found nothing of the erasure; shredded: only ciphertext under "
+        "destroyed keys can remain; present: a scan found its bytes; cannot_verify: neither (the reason says why); "
+        "pending: the work that removes the bytes has not run past the erasure yet; unchecked: it has, and no "
+        "verification has checked the copy since. The level is erased only when every copy is erased or shredded."
+    )
+    reason: str
+    checked_at: float | None = Field(
+        default=None, description="When a verification found this state; null: no verification checked it."
+    )
+
+
+COPIES = (
+    "Each copy of the store's data (the store's files, or on PostgreSQL this server's cache, the primary's files "
+    "and WAL, each replica; backups) and its state for this erasure."
+)
+
+
 class ReceiptOut(_Out):
     """The answer to forget: a receipt with a verification handle, never a bare success."""
 
@@ -168,6 +187,9 @@ class ReceiptOut(_Out):
     acknowledged_at: float
     ledger_seq: int
     ledger_hash: str
+    copies: dict[str, CopyOut] = Field(
+        default_factory=dict, description=COPIES + " At acknowledgement every copy but the backups is pending."
+    )
     next_step: str = Field(description="What to call to move the receipt up the ladder.")
 
 
@@ -191,6 +213,11 @@ class StatusOut(_Out):
     counts: dict[str, int]
     alarms: list[str] = Field(description="Paths that passed their declared bound for this erasure.")
     erase_bound_s: float
+    copies: dict[str, CopyOut] = Field(
+        default_factory=dict,
+        description=COPIES + " As the last verification at the receipt's level found it where that still holds, "
+        "else pending or unchecked.",
+    )
 
 
 class CheckOut(_Out):
@@ -218,3 +245,4 @@ class VerificationOut(_Out):
     fingerprints_discarded: bool
     ledger_seq: int
     ledger_hash: str
+    copies: dict[str, CopyOut] = Field(default_factory=dict, description=COPIES + " What this verification found.")

@@ -125,7 +125,7 @@ class MemoryOrigin:
         self._replace(change)
 
     def record_verification(
-        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float, verified: dict | None = None
     ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level, and (once erased is
         proven) drop the fingerprints and the word hashes: all or none."""
@@ -137,6 +137,8 @@ class MemoryOrigin:
             if row is not None:
                 stored = json.loads(row[4])
                 stored["level"] = receipt_level
+                if verified is not None:
+                    stored["verified"] = verified
                 state.receipts[handle] = row[:4] + (json.dumps(stored, sort_keys=True),)
             if discard:
                 ev = state.evidence.get(handle)

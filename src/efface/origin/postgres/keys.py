@@ -26,6 +26,14 @@ retired in the database and removed from the file. Any step may be interrupted; 
 :meth:`Keys.rotate` resumes it. A destroyed key is *covered* once the KEK it was wrapped with
 is retired (:meth:`Keys.pending_destroyed`): that is what an erasure's level waits for.
 
+**The name key.** The file holds one more secret beside the KEK(s): the *name key*, under
+which the origin makes the keyed hashes that stand in the database for subject names and
+record keys (:meth:`Keys.name_h`). It never enters the database either (``meta`` keeps its
+check value, ``name_key_id``), and a rotation keeps it: rotating it would change every lookup
+hash. A file written before it existed gets one at the next open (the file is rewritten,
+under :data:`KEYS_LOCK`); a file without the one the database names is
+:class:`.errors.KeyFileMismatch`.
+
 Every server reloads the file when it changes (checked by a ``stat`` before each use), so a
 rotation finished by one server takes the old KEK out of the others' memory at their next
 use. What the file system keeps of the file's old contents after the rename that replaces it
@@ -35,17 +43,12 @@ filled from a vault), and back up each new file after a rotation.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
-import json
 import os
 import secrets
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,7 +57,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import StoreDamaged
+from ...keyed_hash import keyed_hash
 from .errors import DataKeyDestroyed, KeyFileCreated, KeyFileMismatch, KeyFileMissing
+from .kekfile import FORMAT, RETIRED_GRACE_S, KekFile, kek_id, name_key_id
 from .schema import DEFAULT_SCHEMA, check_name
 
 if TYPE_CHECKING:
@@ -63,21 +68,18 @@ if TYPE_CHECKING:
 ENV = "EFFACE_KEK_FILE"
 """The environment variable naming the KEK file, when ``--kek-file`` is not given."""
 
-FORMAT = "efface-kek"
 SEAL_VERSION = b"\x01"
 KID_LEN = 16
 NONCE_LEN = 12
-_ID_LABEL = b"efface key-encryption key id v1"
+NAME_KEY_META = "name_key_id"
+"""Meta key: the check value of the file's name key (never the key)."""
 _WRAP_AAD = b"efface data key v1|"
+
+__all__ = ["FORMAT", "RETIRED_GRACE_S", "KekFile", "Keys", "Rotation", "kek_id", "name_key_id"]
 
 KEK_WAIT_S = 5.0
 """How long a server waits for its copy of the KEK file to hold a KEK the database names
 (rotated by another server, the file still syncing here) before :class:`KeyFileMismatch`."""
-RETIRED_GRACE_S = 120.0
-"""How long this process still opens data keys wrapped by a KEK that left the file (a
-rotation's last step), for reads in a snapshot taken before the rotation committed: such a
-snapshot sees the data key wrapped by the old KEK. The old KEK is then dropped from memory too;
-the file, the database and every backup of them never hold it again."""
 KEYS_LOCK = 0x65666661_00000002
 """Advisory lock ('effa' + 2) held by whoever registers a KEK or rewrites the file, from the
 database's change to the file's rename, so no two servers write the file from different views."""
@@ -85,9 +87,9 @@ ROTATE_LOCK = 0x65666661_00000003
 """Advisory lock ('effa' + 3) held for a whole rotation: one at a time per database."""
 
 
-def kek_id(kek: bytes) -> str:
-    """The id the database keeps for a KEK: a check value, not a way back to the key."""
-    return hmac.new(kek, _ID_LABEL, hashlib.sha256).hexdigest()[:32]
+def name_aad(tenant: str, subject_nh: str) -> str:
+    """What a subject's sealed name (``data_keys.name``) is bound to."""
+    return f"data_keys.name|{tenant}|{subject_nh}"
 
 
 def resolve_path(kek_file: str | os.PathLike[str] | None) -> Path:
@@ -99,94 +101,6 @@ def resolve_path(kek_file: str | os.PathLike[str] | None) -> Path:
             "(it is created on first use; back it up)"
         )
     return Path(named)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class KekFile:
-    """The KEK file: a small JSON document holding one key, or two during a rotation."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp: tuple[int, int, int] | None = None
-        self._keys: dict[str, bytes] = {}
-        self._left: dict[str, tuple[bytes, float]] = {}  # id -> (key, when it left the file)
-
-    def keys(self) -> dict[str, bytes]:
-        """id -> key, as the file holds them now (read again only when the file changed)."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._stamp, self._keys = None, {}
-            return {}
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp:
-            held = self._read()
-            now = time.monotonic()
-            self._left.update({i: (k, now) for i, k in self._keys.items() if i not in held})
-            self._keys = held
-            self._stamp = stamp
-        return dict(self._keys)
-
-    def recently_held(self, ident: str) -> bytes | None:
-        """A key that left the file less than :data:`RETIRED_GRACE_S` ago (as this process
-        saw it), else None; older ones are forgotten here."""
-        now = time.monotonic()
-        for i in [i for i, (_k, at) in self._left.items() if now - at > RETIRED_GRACE_S]:
-            del self._left[i]
-        got = self._left.get(ident)
-        return None if got is None else got[0]
-
-    def _read(self) -> dict[str, bytes]:
-        try:
-            doc = json.loads(self.path.read_text("utf-8"))
-            if doc.get("format") != FORMAT:
-                raise ValueError("not an efface key file")
-            keys = [base64.b64decode(k, validate=True) for k in doc["keys"]]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise KeyFileMismatch(f"the key file {self.path} is not an efface key-encryption key file ({e})") from None
-        if not keys or any(len(k) != 32 for k in keys):
-            raise KeyFileMismatch(f"the key file {self.path} holds no 256-bit key")
-        # ids are computed from the keys, never read from the file: a changed key cannot pass
-        return {kek_id(k): k for k in keys}
-
-    def write(self, keys: Iterable[bytes]) -> None:
-        """Replace the file's contents atomically (a new file renamed over it, both fsynced)."""
-        doc = {
-            "format": FORMAT,
-            "note": "efface key-encryption key: without this file the store's sealed content is lost. Back it up.",
-            "keys": [base64.b64encode(k).decode("ascii") for k in keys],
-        }
-        directory = self.path.parent
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(directory)
-
-    def create(self, key: bytes) -> bool:
-        """Create the file holding ``key`` unless it exists; True when this call created it."""
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return False
-        os.close(fd)
-        self.write([key])
-        return True
 
 
 @dataclass(frozen=True)
@@ -215,6 +129,7 @@ class Keys:
     def __init__(self, kek_file: str | os.PathLike[str] | None, *, schema: str = DEFAULT_SCHEMA) -> None:
         self.file = KekFile(resolve_path(kek_file))
         self.schema = check_name(schema)
+        self._name_key: bytes | None = None
 
     # -- the KEK
     def open(self, conn: psycopg.Connection, now: float | None = None) -> str:
@@ -223,7 +138,55 @@ class Keys:
         if not conn.autocommit:
             raise ValueError("Keys.open() needs an autocommit connection")
         with self._file_lock(conn):
-            return self._open(conn, time.time() if now is None else now)
+            current = self._open(conn, time.time() if now is None else now)
+            self._name_key = self._open_name_key(conn)
+            return current
+
+    def _open_name_key(self, conn: psycopg.Connection) -> bytes:
+        """The file's name key, checked against the one the database names; one is made
+        (and the file rewritten) when neither has one yet. Called with :data:`KEYS_LOCK` held."""
+        s = self.schema
+        row = conn.execute(f"SELECT v FROM {s}.meta WHERE k = %s", (NAME_KEY_META,)).fetchone()
+        key = self.file.name_key()
+        deadline = time.monotonic() + KEK_WAIT_S
+        while row is not None and (key is None or name_key_id(key) != row[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)  # another server added it; this host's copy may lag (see _kek)
+            key = self.file.name_key()
+        if row is not None:
+            if key is None or name_key_id(key) != row[0]:
+                raise KeyFileMismatch(
+                    f"the key file {self.file.path} does not hold the name key this store's lookup hashes are made "
+                    "with (another store's file, or a copy from before efface added it): name the store's current file",
+                    expected=str(row[0]),
+                )
+            return key
+        if key is None:
+            key = secrets.token_bytes(32)
+            try:
+                self.file.write(list(self.file.keys().values()), key)
+            except OSError as e:
+                raise KeyFileMismatch(
+                    f"the key file {self.file.path} has no name key yet and efface cannot add one ({e.strerror}): "
+                    "make the file writable by this process for one start"
+                ) from None
+            warnings.warn(
+                f"efface added a name key to {self.file.path}: back this file up again. Every server of this store "
+                "must read the same file.",
+                KeyFileCreated,
+                stacklevel=3,
+            )
+        conn.execute(
+            f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING", (NAME_KEY_META, name_key_id(key))
+        )
+        return key
+
+    def name_h(self, kind: str, tenant: str, name: str) -> str:
+        """The keyed hash (under the name key, :func:`efface.keyed_hash.keyed_hash`) that stands
+        for ``name`` (a subject's name, ``kind`` 'subject'; a record key, 'key') of ``tenant`` in
+        the database: equal names, equal hashes, whatever KEK is current."""
+        if self._name_key is None:
+            raise KeyFileMissing("the store's keys are not open: open them before a lookup")
+        return keyed_hash(self._name_key, kind, tenant, name)
 
     @contextlib.contextmanager
     def _file_lock(self, conn: psycopg.Connection) -> Iterator[None]:
@@ -347,11 +310,12 @@ class Keys:
     def ensure_subject(self, conn: psycopg.Connection, tenant: str, subject: str, now: float) -> bytes:
         """The kid of the data key of ``subject`` (as the store names it) in ``tenant``,
         created if missing, its ``subject_h`` left for :meth:`name_hash` to fill (the origin
-        seals a record before the store hands it the subject's keyed hash)."""
+        seals a record before the store hands it the subject's keyed hash). The row names
+        the subject by :meth:`name_h` (``data_keys.subject``) and keeps the name sealed with
+        the key itself (``data_keys.name``): it is shredded with the key."""
         s = self.schema
-        row = conn.execute(
-            f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, subject)
-        ).fetchone()
+        nh = self.name_h("subject", tenant, subject)
+        row = conn.execute(f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, nh)).fetchone()
         if row is not None:
             return bytes(row[0])
         kek = conn.execute(
@@ -361,10 +325,12 @@ class Keys:
         if kek is None:
             raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
         kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
+        nonce = secrets.token_bytes(NONCE_LEN)
+        name = SEAL_VERSION + kid + nonce + AESGCM(dek).encrypt(nonce, subject.encode(), name_aad(tenant, nh).encode())
         conn.execute(
-            f"INSERT INTO {s}.data_keys(kid, tenant, subject, wrapped, kek_id, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            (kid, tenant, subject, self._wrap(kek[0], kid, dek), kek[0], now),
+            f"INSERT INTO {s}.data_keys(kid, tenant, subject, name, wrapped, kek_id, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (kid, tenant, nh, name, self._wrap(kek[0], kid, dek), kek[0], now),
         )
         return kid
 

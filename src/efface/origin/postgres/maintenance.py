@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ...model import Check, CopyState
 from ..capabilities import ScanFn
 from . import epochs
+from .names import REWRITE_KIND
 
 if TYPE_CHECKING:
     import psycopg
@@ -174,8 +175,11 @@ class Maintenance:
         done = maintained(conn, s)
         if target <= done:
             return note(conn, s)
+        # an erasure, or the rewrite of a database's clear names (schema migration 6) left old bytes
         owed = conn.execute(
-            f"SELECT 1 FROM {s}.receipts WHERE epoch > %s AND epoch <= %s LIMIT 1", (done, target)
+            f"SELECT 1 FROM {s}.receipts WHERE epoch > %s AND epoch <= %s UNION ALL SELECT 1 FROM {s}.mutations"
+            " WHERE kind = %s AND epoch > %s AND epoch <= %s LIMIT 1",
+            (done, target, REWRITE_KIND, done, target),
         ).fetchone()
         report: dict[str, Any] = {"epoch": target, "erasures": owed is not None, "lacking": []}
         if owed is not None:
@@ -259,10 +263,11 @@ def verifying(conn: psycopg.Connection, handle: str) -> Iterator[None]:
         conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (VERIFY_CLASS, handle))
 
 
-SCANNED_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "identifier")
+SCANNED_KINDS = ("sealed", "sealed.live", "wrapped", "pgvector", "name_h", "identifier", "key", "tenant")
 """What a scan of the server's files looks for: what the database can hold of an erasure
-(ciphertexts, wrapped keys, vectors as pgvector stores them, subject names, which claims and
-mentions keep in clear); never the text, which never reaches it."""
+(ciphertexts, wrapped keys, vectors as pgvector stores them, the keyed hashes standing for
+subject names and record keys), and the clear names, identifiers, keys and tenant name, to
+prove none reached it (:mod:`.names`); never the text, which is sealed."""
 
 
 def _check(name: str, state: CopyState, t0: float, recorded: bool = False) -> Check:
@@ -283,11 +288,11 @@ def unscanned(items: Mapping[str, int] | None, covered: bool, where: str) -> Cop
             "cannot_verify",
             f"{items['pgvector']} erased vectors are stored in clear by pgvector, and {where} is not scanned by efface",
         )
-    if items.get("identifier"):
+    if items.get("name_h"):
         return CopyState(
             "cannot_verify",
-            f"{items['identifier']} erased subject names and identifiers: subject names are stored in clear "
-            f"(claims, mentions), and {where} is not scanned by efface",
+            f"{items['name_h']} keyed hashes of erased subject names and record keys: with the KEK file, whose name "
+            f"key rotations keep, a guessed name can be checked against them, and {where} is not scanned by efface",
         )
     if items.get("sealed.live"):
         return CopyState(
@@ -329,8 +334,7 @@ def copy_checks(
     covered = not (row and row[0])
     r = rights(conn, data_dir, s)
     out: list[tuple[str, CopyState, Check]] = []
-    copies = {"postgres.primary.files": "the primary's data files", "postgres.primary.wal": "the primary's WAL"}
-    for name, where in copies.items():
+    for name, where in PRIMARY.items():
         if done < epoch:
             state = CopyState(
                 "cannot_verify",
@@ -356,6 +360,16 @@ def copy_checks(
         name = f"postgres.replica.{replica}"
         out.append((name, state, _check(name, state, t0)))
     return out
+
+
+PRIMARY = {"postgres.primary.files": "the primary's data files", "postgres.primary.wal": "the primary's WAL"}
+"""The primary's copies, and how a reason names them."""
+
+
+def copy_names(conn: psycopg.Connection) -> list[str]:
+    """The copies :func:`copy_checks` reports, as the server has them now: the primary's
+    files and WAL, then each replica (:func:`replicas`)."""
+    return [*PRIMARY, *(f"postgres.replica.{r}" for r in replicas(conn))]
 
 
 def _scanned(conn: psycopg.Connection, r: Rights, name: str, scan: ScanFn, lacking: list[str]) -> CopyState:

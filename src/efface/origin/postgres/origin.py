@@ -8,8 +8,10 @@ database that several efface processes may share.
   writers; the epoch counter's row lock orders every process's, :mod:`.epochs`).
 * **Epochs.** :meth:`PostgresOrigin.transaction` assigns the epoch inside the committing
   transaction with :func:`.epochs.transaction`, which records the commit's LSN after it.
-* **Sealed content** (:mod:`.sealing`): texts, metadata, sources, identifiers, reasons and
-  tenant names leave this process encrypted with per-subject data keys (:mod:`.keys`).
+* **Sealed content** (:mod:`.sealing`): texts, metadata, sources, identifiers, reasons,
+  tenant names, record keys and subject names leave this process encrypted with per-subject
+  data keys (:mod:`.keys`); subject names and record keys are looked up by keyed hashes under
+  a key of the KEK file (:mod:`.names`), never in clear.
 * **Words** (:mod:`.text`): an index in this process's memory, kept up from the change log.
   **Vectors** in a ``vector(dim)`` column; recall's ANN path reads them through
   :meth:`embeddings` / :meth:`records_of_tenant` / :meth:`changes_since` into its own files.
@@ -56,7 +58,7 @@ from typing import TYPE_CHECKING
 from ...model import Check, CopyState
 from ..base import require_epoch
 from ..capabilities import ScanFn
-from . import epochs, locks, maintenance, schema
+from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
 from .reads import HNSW_SETTINGS, PgReads
 from .sealing import Sealer
@@ -130,6 +132,9 @@ class PostgresOrigin(PgReads):
         try:
             schema.migrate(self._w, dim=dim, schema=self._s)
             self._keys.open(self._w)
+            if names.pending(self._w, self._s):  # a database written before migration 6
+                with epochs.transaction(self._w, names.REWRITE_KIND, None, time.time(), schema=self._s):
+                    names.rewrite_clear_names(self._w, self._sealer, self._s, time.time())
             epochs.backfill_lsns(self._w, schema=self._s)
             _configure(self._w)
             self._pool = ConnectionPool(
@@ -313,7 +318,7 @@ class PostgresOrigin(PgReads):
         return locks.hold(self._pool, name, wait)
 
     def record_verification(
-        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float, verified: dict | None = None
     ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level and (``discard``)
         drop the fingerprints and word hashes, in one transaction; no new epoch."""
@@ -325,6 +330,12 @@ class PostgresOrigin(PgReads):
                 " WHERE handle = %s",
                 (receipt_level, handle),
             )
+            if verified is not None:
+                conn.execute(
+                    f"UPDATE {self._s}.receipts SET body = jsonb_set(body, '{{verified}}', %s::jsonb)"
+                    " WHERE handle = %s",
+                    (json.dumps(verified, sort_keys=True), handle),
+                )
             if discard:
                 conn.execute(
                     f"UPDATE {self._s}.evidence SET fingerprints = NULL, tokens = %s WHERE handle = %s", (b"[]", handle)
@@ -381,6 +392,11 @@ class PostgresOrigin(PgReads):
         the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
         with self._reading() as conn:
             return maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+
+    def copy_names(self) -> list[str]:
+        """The copies on the server now (:func:`.maintenance.copy_names`)."""
+        with self._reading() as conn:
+            return maintenance.copy_names(conn)
 
     @contextlib.contextmanager
     def verifying(self, handle: str) -> Iterator[None]:

@@ -21,6 +21,7 @@ from ...vectors import F16
 from ..base import ClaimRow, RecordRow
 from ..fields import turn_fields
 from . import epochs
+from .names import claim_cols, claim_row, key_aad, subject_name
 from .sealing import Sealer
 
 if TYPE_CHECKING:
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
 
 LIVE = "(c.expires_at IS NULL OR c.expires_at > %s)"
 NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM {s}.quarantine q WHERE q.record_id = r.id)"
-REC_COLS = "r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.updated_at"
-CLAIM_COLS = "c.id, c.record_id, r.key, c.subject, c.purpose, c.basis, c.expires_at"
+REC_COLS = "r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.updated_at"
 
 PURPOSES_SEEN = 100_000
 """(tenant, purpose) pairs :meth:`PgReads.knows_purpose` remembers at most (forgotten all at once past it)."""
@@ -98,8 +98,9 @@ def record_aad(column: str, tenant: str, key: str) -> str:
 
 
 def unseal_record(sealer: Sealer, conn: psycopg.Connection, row: Sequence[Any]) -> RecordRow:
-    """A :class:`RecordRow` from ``(id, tenant, key, text, metadata, sources, updated_at)`` as stored."""
-    rid, tenant, key, text, metadata, sources, updated_at = row
+    """A :class:`RecordRow` from ``(id, tenant, key_sealed, text, metadata, sources, updated_at)`` as stored."""
+    rid, tenant, key_sealed, text, metadata, sources, updated_at = row
+    key = sealer.open(conn, key_sealed, key_aad(tenant))
     return RecordRow(
         int(rid),
         tenant,
@@ -113,14 +114,14 @@ def unseal_record(sealer: Sealer, conn: psycopg.Connection, row: Sequence[Any]) 
 
 def live_filter(s: str, subject: str | None) -> str:
     """The conditions for a record live for a tenant and purpose (and subject): arguments
-    ``ids, tenant, purpose, now[, subject]``."""
+    ``ids, tenant, purpose, now[, subject's name hash]``."""
     return f"r.id = ANY(%s) AND {live_claim(s, subject)}"
 
 
 def live_claim(s: str, subject: str | None) -> str:
     """The conditions for the record ``r`` live for a tenant and purpose (and subject):
-    arguments ``tenant, purpose, now[, subject]``. Its claims are looked up through their
-    index, record by record (a subquery the planner keeps as it is): as an ``EXISTS``, a
+    arguments ``tenant, purpose, now[, subject's name hash]``. Its claims are looked up through
+    their index, record by record (a subquery the planner keeps as it is): as an ``EXISTS``, a
     hundred candidates were joined to a scan of every claim (2 ms at 10k records, 0.35 ms so)."""
     return (
         f"r.tenant = %s AND {NOT_QUARANTINED.format(s=s)} AND (SELECT true FROM {s}.claims c"
@@ -164,14 +165,14 @@ class PgReads:
             row = conn.execute(
                 f"SELECT {REC_COLS} FROM {s}.records r WHERE r.tenant = %s AND r.key = %s AND "
                 + NOT_QUARANTINED.format(s=s),
-                (tenant, key),
+                (tenant, self._sealer.key_h(tenant, key)),
             ).fetchone()
             if row is None:
                 return None
             claims = [
-                ClaimRow(*c)
+                claim_row(self._sealer, conn, c)
                 for c in conn.execute(
-                    f"SELECT {CLAIM_COLS} FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id"
+                    f"SELECT {claim_cols(s)} FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id"
                     f" WHERE c.record_id = %s AND c.purpose = %s AND {LIVE} ORDER BY c.id",
                     (row[0], purpose, now),
                 )
@@ -186,7 +187,9 @@ class PgReads:
     ) -> dict[int, bytes]:
         if not ids:
             return {}
-        args: list[Any] = [list(ids), tenant, purpose, now] + ([subject] if subject else [])
+        args: list[Any] = [list(ids), tenant, purpose, now] + (
+            [self._sealer.subject_h(tenant, subject)] if subject else []
+        )
         if not vectors:
             rows = self._all(f"SELECT r.id FROM {{s}}.records r WHERE {live_filter(self._s, subject)}", args)
             return {int(r[0]): b"" for r in rows}
@@ -204,7 +207,7 @@ class PgReads:
         (pgvector's iterative scan goes on through the graph while they filter rows out:
         :data:`HNSW_SETTINGS`). In a snapshot, in it: what the same recall resolves and reads."""
         s = self._s
-        args: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
+        args: list[Any] = [tenant, purpose, now] + ([self._sealer.subject_h(tenant, subject)] if subject else [])
         sql = (
             f"SELECT r.id, r.embedding FROM {s}.records r WHERE r.tenant = %s AND r.embedding IS NOT NULL"
             f" AND {NOT_QUARANTINED.format(s=s)} AND EXISTS (SELECT 1 FROM {s}.claims c"
@@ -233,7 +236,7 @@ class PgReads:
         s = self._s
         query = np.asarray(vector, dtype=np.float32)
         live = live_claim(s, subject)
-        live_args: list[Any] = [tenant, purpose, now] + ([subject] if subject else [])
+        live_args: list[Any] = [tenant, purpose, now] + ([self._sealer.subject_h(tenant, subject)] if subject else [])
         sql = (
             f"(SELECT r.id, -(r.embedding <#> %s), true FROM {s}.records r WHERE r.embedding IS NOT NULL AND {live}"
             " ORDER BY r.embedding <=> %s LIMIT %s)"
@@ -295,46 +298,44 @@ class PgReads:
     def quarantined(self, tenant: str) -> list[tuple[int, str, str, str, float, str]]:
         with self._reading() as conn:
             rows = conn.execute(
-                f"SELECT r.id, r.key, q.why, q.handle, q.since, r.sources, r.tenant FROM {self._s}.quarantine q"
-                f' JOIN {self._s}.records r ON r.id = q.record_id WHERE q.tenant = %s ORDER BY r.key COLLATE "C"',
+                f"SELECT r.id, r.key_sealed, q.why, q.handle, q.since, r.sources, r.tenant FROM {self._s}.quarantine q"
+                f" JOIN {self._s}.records r ON r.id = q.record_id WHERE q.tenant = %s",
                 (tenant,),
             ).fetchall()
+            opened = [(i, self._sealer.open(conn, ks, key_aad(tenant)), *rest) for i, ks, *rest in rows]
+            # in key order (the keys are sealed: ordered here, as COLLATE "C" would)
             return [
                 (int(i), k, why, h, float(t), self._sealer.open(conn, src, record_aad("sources", ten, k)))
-                for i, k, why, h, t, src, ten in rows
+                for i, k, why, h, t, src, ten in sorted(opened, key=lambda r: r[1])
             ]
 
     def live_keys(self, tenant: str, keys: Sequence[str]) -> set[str]:
-        rows = self._all("SELECT key FROM {s}.records WHERE tenant = %s AND key = ANY(%s)", (tenant, list(keys)))
-        return {r[0] for r in rows}
+        by_h = {self._sealer.key_h(tenant, k): k for k in keys}
+        rows = self._all("SELECT key FROM {s}.records WHERE tenant = %s AND key = ANY(%s)", (tenant, list(by_h)))
+        return {by_h[r[0]] for r in rows}
 
     def scan_keys(
         self, tenant: str, purpose: str, prefix: str, subject: str | None, after: str | None, limit: int, now: float
     ) -> list[str]:
+        # Keys are sealed (:mod:`.names`): the tenant's live keys are opened here, then
+        # filtered by prefix and ordered as COLLATE "C" would (code points: UTF-8's byte order).
         s = self._s
         where = [
             "r.tenant = %s",
-            'r.key COLLATE "C" >= %s',
-            "starts_with(r.key, %s)",
             NOT_QUARANTINED.format(s=s),
             f"EXISTS (SELECT 1 FROM {s}.claims c WHERE c.record_id = r.id AND c.purpose = %s AND {LIVE}"
             + (" AND c.subject = %s)" if subject else ")"),
         ]
-        args: list[Any] = [tenant, prefix, prefix, purpose, now] + ([subject] if subject else [])
-        if after is not None:
-            where.append('r.key COLLATE "C" > %s')
-            args.append(after)
-        rows = self._all(
-            f'SELECT r.key FROM {s}.records r WHERE {" AND ".join(where)} ORDER BY r.key COLLATE "C" LIMIT %s',
-            [*args, limit],
-        )
-        return [r[0] for r in rows]
+        args: list[Any] = [tenant, purpose, now] + ([self._sealer.subject_h(tenant, subject)] if subject else [])
+        with self._reading() as conn:
+            rows = conn.execute(f"SELECT r.key_sealed FROM {s}.records r WHERE {' AND '.join(where)}", args).fetchall()
+            keys = (self._sealer.open(conn, r[0], key_aad(tenant)) for r in rows)
+            return sorted(k for k in keys if k.startswith(prefix) and (after is None or k > after))[:limit]
 
     # -- subjects and keys
     def all_subjects(self) -> list[tuple[str, str, str]]:
         with self._reading() as conn:
-            rows = conn.execute(f"SELECT tenant, subject, identifiers FROM {self._s}.subjects").fetchall()
-            return [(t, subj, self._sealer.open(conn, ident, f"subjects|{t}|{subj}")) for t, subj, ident in rows]
+            return all_subjects(self._sealer, conn, self._s)
 
     def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
         rows = self._all(
@@ -352,12 +353,8 @@ class PgReads:
     def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
         """(tenant, subject, kid, key) of every live data key the store asked for (a tenant's
         own key and keys the store never named are left out: they seal nothing it backs up)."""
-        rows = self._all(
-            "SELECT tenant, subject, kid, wrapped, kek_id FROM {s}.data_keys WHERE subject_h IS NOT NULL"
-            " AND subject IS NOT NULL ORDER BY created_at, kid"
-        )
-        unwrap = self._sealer.keys.unwrap_row
-        return [(t, subj, bytes(kid), unwrap(kek, bytes(kid), bytes(w))) for t, subj, kid, w, kek in rows]
+        with self._reading() as conn:
+            return subject_keys(self._sealer, conn, self._s)
 
     # -- the change log and epochs
     def current_epoch(self) -> int:
@@ -404,9 +401,17 @@ class PgReads:
         # sealed: opened here, then read as the other origins read them
         with self._reading() as conn:
             rows = conn.execute(
-                f"SELECT id, key, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
+                f"SELECT id, key_sealed, metadata FROM {self._s}.records WHERE tenant = %s ORDER BY id", (tenant,)
             ).fetchall()
-            opened = [(int(i), self._sealer.open(conn, m, record_aad("metadata", tenant, k))) for i, k, m in rows]
+            opened = [
+                (
+                    int(i),
+                    self._sealer.open(
+                        conn, m, record_aad("metadata", tenant, self._sealer.open(conn, k, key_aad(tenant)))
+                    ),
+                )
+                for i, k, m in rows
+            ]
         return [turn_fields(i, m) for i, m in opened]
 
     def count_records(self) -> int:
@@ -519,3 +524,29 @@ def _ledger(row: Sequence[Any]) -> dict[str, Any]:
         "prev": prev,
         "hash": digest,
     }
+
+
+def all_subjects(sealer: Sealer, conn: psycopg.Connection, s: str) -> list[tuple[str, str, str]]:
+    """(tenant, subject, identifiers) of every registered subject, names and identifiers opened."""
+    rows = conn.execute(
+        f"SELECT x.tenant, x.subject, d.name, x.identifiers FROM {s}.subjects x"
+        f" LEFT JOIN {s}.data_keys d ON d.tenant = x.tenant AND d.subject = x.subject"
+    ).fetchall()
+    out = []
+    for t, nh, name, ident in rows:
+        subj = subject_name(sealer, conn, t, nh, name)
+        out.append((t, subj, sealer.open(conn, ident, f"subjects|{t}|{subj}")))
+    return out
+
+
+def subject_keys(sealer: Sealer, conn: psycopg.Connection, s: str) -> list[tuple[str, str, bytes, bytes]]:
+    """(tenant, subject, kid, key) of every live data key the store asked for (:meth:`PgReads.subject_keys`)."""
+    rows = conn.execute(
+        f"SELECT tenant, subject, name, kid, wrapped, kek_id FROM {s}.data_keys WHERE subject_h IS NOT NULL"
+        " AND name IS NOT NULL ORDER BY created_at, kid"
+    ).fetchall()
+    unwrap = sealer.keys.unwrap_row
+    return [
+        (t, subject_name(sealer, conn, t, nh, name), bytes(kid), unwrap(kek, bytes(kid), bytes(w)))
+        for t, nh, name, kid, w, kek in rows
+    ]

@@ -28,6 +28,18 @@ What differs from the SQLite schema (:mod:`efface.origin.sqlite.schema`), and wh
 
 Every ``tenant`` column holds the tenant's id (a keyed hash of its name), as on SQLite.
 
+**No name in clear** (migration 6). A subject's name and a record's key are personal data
+(``user:alice@example.com/notes``); a delete would leave them in heap pages, WAL, replicas and
+backups, where no key shred reaches. So the columns that name them hold a keyed hash under
+the *name key*, a secret of the operator's KEK file that never enters the database
+(:meth:`.keys.Keys.name_h`): ``claims.subject``, ``mentions.subject``, ``subjects.subject``
+and ``data_keys.subject`` hold the subject's, ``records.key`` and ``lineage.source_key`` the
+key's. Where efface must give a name back, it is sealed: ``data_keys.name``, the subject's
+name under its own data key (destroyed with it), and ``records.key_sealed``, the key under
+the record's data key (``sealed_by``). Lookups and equality run on the hashes; a key prefix
+and key order (``scan``, a forget by prefix) are resolved in the efface process
+(:mod:`.names`).
+
 Migrations are forward-only, numbered, each applied once in one transaction under an
 advisory lock, so several servers starting at once migrate the database once; running
 :func:`migrate` again is a no-op. A database migrated by a newer efface is refused
@@ -47,7 +59,7 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
 the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
 2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
@@ -62,7 +74,15 @@ processes replaying the change log (``change_readers``), so none prunes what ano
 (``SET STATISTICS 0``): ``ANALYZE`` (autovacuum runs it on any table that grows) copies sample
 values of a column into ``pg_statistic``, a catalog efface does not own and cannot rewrite, where
 an erased subject's name, its sealed values and its wrapped data key stayed after the maintenance
-(found by the byte scan: ``verify`` said ``present``)."""
+(found by the byte scan: ``verify`` said ``present``).
+6: no subject name or record key in clear (module docstring): ``records.key_sealed`` and
+``data_keys.name`` added; a database with rows gets ``meta`` :data:`NAMES_IN_CLEAR`, and the
+origin rewrites its clear names to hashes and sealed copies once the keys are open
+(:func:`.names.rewrite_clear_names`), in a transaction with an epoch of its own, so the next
+maintenance rewrites the tables and the old bytes leave the files."""
+
+NAMES_IN_CLEAR = "names.in_clear"
+"""Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -288,12 +308,24 @@ _NO_STATISTICS = (
 )
 _V5 = tuple(f"ALTER TABLE {{s}}.{t} ALTER COLUMN {c} SET STATISTICS 0" for t, c in _NO_STATISTICS)
 
+_V6 = (
+    "ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS key_sealed bytea",
+    "ALTER TABLE {s}.data_keys ADD COLUMN IF NOT EXISTS name bytea",
+    "ALTER TABLE {s}.records ALTER COLUMN key_sealed SET STATISTICS 0",
+    "ALTER TABLE {s}.data_keys ALTER COLUMN name SET STATISTICS 0",
+    "ALTER TABLE {s}.data_keys ALTER COLUMN subject_h SET STATISTICS 0",
+    f"INSERT INTO {{s}}.meta(k, v) SELECT '{NAMES_IN_CLEAR}', '1' WHERE EXISTS (SELECT 1 FROM {{s}}.records)"
+    " OR EXISTS (SELECT 1 FROM {s}.data_keys WHERE subject IS NOT NULL) OR EXISTS (SELECT 1 FROM {s}.subjects)"
+    " OR EXISTS (SELECT 1 FROM {s}.mentions) ON CONFLICT (k) DO NOTHING",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the first schema", _V1),
     Migration(2, "the origin: data keys by subject, the change log's order", _V2),
     Migration(3, "API keys: their tenant's name and label sealed", _V3),
     Migration(4, "vectors kept in the row, never in the TOAST table", _V4),
     Migration(5, "no planner statistics sampled from content, names or keys", _V5),
+    Migration(6, "no subject name or record key in clear: keyed hashes and sealed copies", _V6),
 )
 
 TABLES = (

@@ -12,7 +12,11 @@ a stated reason        the record's key at the time    ``reasons|record id|reaso
 subject identifiers    the subject's data key          ``subjects|tenant|subject``
 tenant name, policy    the tenant's own key (a data    ``tenants|tenant``, ``policies|tenant``
 reason                 key of subject ``''``)
+a record's key         the record's (``sealed_by``)    ``records.key|tenant``
+a subject's name       the subject's data key          ``data_keys.name|tenant|name hash``
 =====================  ==============================  =====================================
+
+Subject names and record keys are looked up by keyed hashes, never in clear (:mod:`.names`).
 
 When a subject's key is destroyed while values it sealed still live (a record another
 subject still claims, a registration kept), the origin seals them again under a live key
@@ -82,6 +86,14 @@ class Sealer:
         except InvalidTag:
             raise StoreDamaged("a sealed value fails authentication (altered, or moved from another row)") from None
         return plain.decode("utf-8")
+
+    def subject_h(self, tenant: str, subject: str) -> str:
+        """What stands for ``subject`` of ``tenant`` in the database (:mod:`.names`)."""
+        return self.keys.name_h("subject", tenant, subject)
+
+    def key_h(self, tenant: str, key: str) -> str:
+        """What stands for the record key ``key`` of ``tenant`` in the database (:mod:`.names`)."""
+        return self.keys.name_h("key", tenant, key)
 
     def forget(self, kid: bytes) -> None:
         with self._mu:

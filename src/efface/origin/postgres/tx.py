@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...text import words as text_words
 from ..base import ClaimRow, NewRecord, RecordRow
-from .reads import CLAIM_COLS, REC_COLS, record_aad, to_vector, unseal_record, vector_bytes
+from .names import claim_cols, claim_row, key_aad
+from .reads import REC_COLS, record_aad, to_vector, unseal_record, vector_bytes
 from .txmore import TxMore
 
 if TYPE_CHECKING:
@@ -32,10 +33,11 @@ _CLAIM = (
     " created_at = excluded.created_at"
 )
 _UPSERT = (
-    "INSERT INTO {s}.records(tenant, key, text, metadata, sources, sealed_by, embedding, created_at, updated_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, key) DO UPDATE SET text = excluded.text,"
-    " metadata = excluded.metadata, sources = excluded.sources, sealed_by = excluded.sealed_by,"
-    " embedding = excluded.embedding, updated_at = excluded.updated_at RETURNING id"
+    "INSERT INTO {s}.records(tenant, key, key_sealed, text, metadata, sources, sealed_by, embedding, created_at,"
+    " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, key) DO UPDATE SET"
+    " key_sealed = excluded.key_sealed, text = excluded.text, metadata = excluded.metadata,"
+    " sources = excluded.sources, sealed_by = excluded.sealed_by, embedding = excluded.embedding,"
+    " updated_at = excluded.updated_at RETURNING id"
 )
 
 
@@ -51,9 +53,10 @@ class PostgresTx(TxMore):
 
     # -- records and claims -------------------------------------------------------------
     def _remember(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Note old texts from ``(id, tenant, key, text)`` rows as stored."""
-        for rid, tenant, key, text in rows:
+        """Note old texts from ``(id, tenant, key_sealed, text)`` rows as stored."""
+        for rid, tenant, key_sealed, text in rows:
             if rid not in self.old_texts:
+                key = self._open(key_sealed, key_aad(tenant))
                 self.old_texts[int(rid)] = self._open(text, record_aad("text", tenant, key))
 
     def upsert(self, tenant: str, rec: NewRecord, now: float) -> int:
@@ -66,9 +69,10 @@ class PostgresTx(TxMore):
         pipelines them: one round trip per table, not per record); returns the ids in order."""
         if not recs:
             return []
+        key_h = self._o._sealer.key_h
         existing = self._all(
-            "SELECT id, tenant, key, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
-            (tenant, [r.key for r in recs]),
+            "SELECT id, tenant, key_sealed, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
+            (tenant, [key_h(tenant, r.key) for r in recs]),
         )
         self._remember(existing)
         rows = []
@@ -77,7 +81,8 @@ class PostgresTx(TxMore):
             rows.append(
                 (
                     tenant,
-                    rec.key,
+                    key_h(tenant, rec.key),
+                    self._seal(kid, rec.key, key_aad(tenant)),
                     self._seal(kid, rec.text, record_aad("text", tenant, rec.key)),
                     self._seal(kid, rec.metadata, record_aad("metadata", tenant, rec.key)),
                     self._seal(kid, json.dumps(list(rec.sources)), record_aad("sources", tenant, rec.key)),
@@ -100,7 +105,11 @@ class PostgresTx(TxMore):
         old = [int(r[0]) for r in existing]
         if old:
             self._c.execute(f"DELETE FROM {self._s}.lineage WHERE record_id = ANY(%s)", (old,))
-        lineage = [(rid, tenant, k) for rid, rec in zip(rids, recs, strict=True) for k in dict.fromkeys(rec.sources)]
+        lineage = [
+            (rid, tenant, key_h(tenant, k))
+            for rid, rec in zip(rids, recs, strict=True)
+            for k in dict.fromkeys(rec.sources)
+        ]
         if lineage:
             cur.executemany(
                 f"INSERT INTO {self._s}.lineage(record_id, tenant, source_key) VALUES (%s, %s, %s)"
@@ -109,7 +118,10 @@ class PostgresTx(TxMore):
             )
         cur.executemany(
             _CLAIM.format(s=self._s),
-            [(rid, r.subject, r.purpose, r.basis, r.expires_at, now) for rid, r in zip(rids, recs, strict=True)],
+            [
+                (rid, self._subject_h(tenant, r.subject), r.purpose, r.basis, r.expires_at, now)
+                for rid, r in zip(rids, recs, strict=True)
+            ],
         )
         return rids
 
@@ -119,53 +131,68 @@ class PostgresTx(TxMore):
             self._c.cursor().executemany(
                 f"INSERT INTO {self._s}.lineage(record_id, tenant, source_key) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
-                [(rid, tenant, k) for k in dict.fromkeys(sources)],
+                [(rid, tenant, self._o._sealer.key_h(tenant, k)) for k in dict.fromkeys(sources)],
             )
 
     def add_claim(
         self, record_id: int, subject: str, purpose: str, basis: str, expires_at: float | None, now: float
     ) -> None:
-        self._c.execute(_CLAIM.format(s=self._s), (record_id, subject, purpose, basis, expires_at, now))
+        row = self._one("SELECT tenant FROM {s}.records WHERE id = %s", (record_id,))
+        if row is None:
+            return
+        self._kid(row[0], subject, now)  # the subject's name is kept (sealed) with its data key
+        self._c.execute(
+            _CLAIM.format(s=self._s),
+            (record_id, self._subject_h(row[0], subject), purpose, basis, expires_at, now),
+        )
 
     def record_id(self, tenant: str, key: str) -> int | None:
-        row = self._one("SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (tenant, key))
+        row = self._one(
+            "SELECT id FROM {s}.records WHERE tenant = %s AND key = %s", (tenant, self._o._sealer.key_h(tenant, key))
+        )
         return None if row is None else int(row[0])
 
     def record_ids(self, tenant: str, keys: Sequence[str]) -> dict[str, int]:
-        rows = self._all("SELECT key, id FROM {s}.records WHERE tenant = %s AND key = ANY(%s)", (tenant, list(keys)))
-        return {k: int(i) for k, i in rows}
+        by_h = {self._o._sealer.key_h(tenant, k): k for k in keys}
+        rows = self._all("SELECT key, id FROM {s}.records WHERE tenant = %s AND key = ANY(%s)", (tenant, list(by_h)))
+        return {by_h[k]: int(i) for k, i in rows}
 
     def record(self, record_id: int) -> RecordRow | None:
         row = self._one(f"SELECT {REC_COLS} FROM {{s}}.records r WHERE r.id = %s", (record_id,))
         return None if row is None else unseal_record(self._o._sealer, self._c, row)
 
     def _claims(self, where: str, args: Sequence[Any]) -> list[ClaimRow]:
-        sql = f"SELECT {CLAIM_COLS} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id WHERE {where}"
-        return [ClaimRow(*r) for r in self._all(sql + " ORDER BY c.id", args)]
+        sql = f"SELECT {claim_cols(self._s)} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id"
+        return [claim_row(self._o._sealer, self._c, r) for r in self._all(f"{sql} WHERE {where} ORDER BY c.id", args)]
 
     def match_claims(
         self, tenant: str, subject: str | None, purpose: str | None, prefix: str | None, key: str | None
     ) -> list[ClaimRow]:
         where, args = ["r.tenant = %s"], list[Any]([tenant])
-        for cond, value in (("c.subject = %s", subject), ("c.purpose = %s", purpose), ("r.key = %s", key)):
+        seal = self._o._sealer
+        for cond, value in (
+            ("c.subject = %s", None if subject is None else seal.subject_h(tenant, subject)),
+            ("c.purpose = %s", purpose),
+            ("r.key = %s", None if key is None else seal.key_h(tenant, key)),
+        ):
             if value is not None:
                 where.append(cond)
                 args.append(value)
-        if prefix is not None:
-            where.append("starts_with(r.key, %s)")
-            args.append(prefix)
-        return self._claims(" AND ".join(where), args)
+        claims = self._claims(" AND ".join(where), args)
+        # keys are sealed (:mod:`.names`): a prefix is matched on the opened keys
+        return claims if prefix is None else [c for c in claims if c.key.startswith(prefix)]
 
     def due_claims(self, now: float) -> list[tuple[str, ClaimRow]]:
         rows = self._all(
-            f"SELECT r.tenant, {CLAIM_COLS} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id"
+            f"SELECT r.tenant, {claim_cols(self._s)} FROM {{s}}.claims c JOIN {{s}}.records r ON r.id = c.record_id"
             " WHERE c.expires_at IS NOT NULL AND c.expires_at <= %s ORDER BY r.tenant, c.id",
             (now,),
         )
-        return [(r[0], ClaimRow(*r[1:])) for r in rows]
+        return [(r[0], claim_row(self._o._sealer, self._c, r[1:])) for r in rows]
 
     def release(self, claim_ids: Sequence[int]) -> None:
-        self._c.execute(f"DELETE FROM {self._s}.claims WHERE id = ANY(%s)", (list(claim_ids),))
+        cur = self._c.execute(f"DELETE FROM {self._s}.claims WHERE id = ANY(%s) RETURNING subject", (list(claim_ids),))
+        self.note_names(r[0] for r in cur.fetchall())
 
     def remaining_claims(self, record_ids: Sequence[int]) -> dict[int, list[ClaimRow]]:
         out: dict[int, list[ClaimRow]] = {}
@@ -175,11 +202,12 @@ class PostgresTx(TxMore):
 
     def content_of(self, record_ids: Sequence[int]) -> dict[int, tuple[str, str, bytes, str]]:
         out = {}
-        for rid, tenant, key, text, emb, meta, sources in self._all(
-            "SELECT id, tenant, key, text, embedding, metadata, sources FROM {s}.records WHERE id = ANY(%s)",
+        for rid, tenant, key_sealed, text, emb, meta, sources in self._all(
+            "SELECT id, tenant, key_sealed, text, embedding, metadata, sources FROM {s}.records WHERE id = ANY(%s)",
             (list(record_ids),),
         ):
-            self.note_stored("sealed", text, meta, sources)
+            self.note_stored("sealed", key_sealed, text, meta, sources)
+            key = self._open(key_sealed, key_aad(tenant))
             self.note_vector(emb)
             out[int(rid)] = (
                 key,
@@ -194,23 +222,29 @@ class PostgresTx(TxMore):
         ids = list(record_ids)
         if not ids:
             return
-        self._remember(self._all("SELECT id, tenant, key, text FROM {s}.records WHERE id = ANY(%s)", (ids,)))
-        for table, col in (
-            ("lineage", "record_id"),
-            ("mentions", "record_id"),
-            ("quarantine", "record_id"),
-            ("reasons", "record_id"),
-            ("claims", "record_id"),
-            ("records", "id"),
+        self._remember(self._all("SELECT id, tenant, key_sealed, text FROM {s}.records WHERE id = ANY(%s)", (ids,)))
+        # Subject hashes are noted for the evidence, not the keys': a replace erases a record
+        # and writes its key again in the same transaction, so the key's hash lives on.
+        for table, col, named in (
+            ("lineage", "record_id", "NULL"),
+            ("mentions", "record_id", "subject"),
+            ("quarantine", "record_id", "NULL"),
+            ("reasons", "record_id", "NULL"),
+            ("claims", "record_id", "subject"),
+            ("records", "id", "NULL"),
         ):
-            self._c.execute(f"DELETE FROM {self._s}.{table} WHERE {col} = ANY(%s)", (ids,))
+            cur = self._c.execute(f"DELETE FROM {self._s}.{table} WHERE {col} = ANY(%s) RETURNING {named}", (ids,))
+            self.note_names(r[0] for r in cur.fetchall())
 
     def replace_text(self, record_id: int, text: str, embedding: bytes, now: float) -> None:
-        row = self._one("SELECT tenant, key, sealed_by, text, embedding FROM {s}.records WHERE id = %s", (record_id,))
+        row = self._one(
+            "SELECT tenant, key_sealed, sealed_by, text, embedding FROM {s}.records WHERE id = %s", (record_id,)
+        )
         if row is None:
             return
-        tenant, key, kid, old, old_emb = row
-        self._remember([(record_id, tenant, key, old)])
+        tenant, key_sealed, kid, old, old_emb = row
+        self._remember([(record_id, tenant, key_sealed, old)])
+        key = self._open(key_sealed, key_aad(tenant))
         self.note_stored("sealed", old)
         self.note_vector(old_emb)
         self._c.execute(
@@ -219,10 +253,13 @@ class PostgresTx(TxMore):
         )
 
     def _rewrite(self, record_id: int, column: str, value: str) -> None:
-        row = self._one(f"SELECT tenant, key, sealed_by, {column} FROM {{s}}.records WHERE id = %s", (record_id,))
+        row = self._one(
+            f"SELECT tenant, key_sealed, sealed_by, {column} FROM {{s}}.records WHERE id = %s", (record_id,)
+        )
         if row is None:
             return
-        tenant, key, kid, was = row
+        tenant, key_sealed, kid, was = row
+        key = self._open(key_sealed, key_aad(tenant))
         self.note_stored("sealed", was)
         self._c.execute(
             f"UPDATE {self._s}.records SET {column} = %s WHERE id = %s",
@@ -265,7 +302,7 @@ class PostgresTx(TxMore):
         self.add_mentions(record_id, tenant, subjects)
 
     def add_mentions(self, record_id: int, tenant: str, subjects: Iterable[str]) -> None:
-        rows = [(record_id, tenant, subj) for subj in dict.fromkeys(subjects)]
+        rows = [(record_id, tenant, self._subject_h(tenant, subj)) for subj in dict.fromkeys(subjects)]
         if rows:
             self._c.cursor().executemany(
                 f"INSERT INTO {self._s}.mentions(record_id, tenant, subject) VALUES (%s, %s, %s)"
@@ -275,19 +312,19 @@ class PostgresTx(TxMore):
 
     def mentioning(self, tenant: str, subject: str) -> list[tuple[int, str]]:
         rows = self._all(
-            "SELECT m.record_id, r.key FROM {s}.mentions m JOIN {s}.records r ON r.id = m.record_id"
+            "SELECT m.record_id, r.key_sealed FROM {s}.mentions m JOIN {s}.records r ON r.id = m.record_id"
             " WHERE m.tenant = %s AND m.subject = %s ORDER BY m.record_id",
-            (tenant, subject),
+            (tenant, self._subject_h(tenant, subject)),
         )
-        return [(int(i), k) for i, k in rows]
+        return [(int(i), self._open(k, key_aad(tenant))) for i, k in rows]
 
     def derived_from(self, tenant: str, keys: Sequence[str]) -> list[tuple[int, str]]:
         rows = self._all(
-            "SELECT DISTINCT l.record_id, r.key FROM {s}.lineage l JOIN {s}.records r ON r.id = l.record_id"
+            "SELECT DISTINCT l.record_id, r.key_sealed FROM {s}.lineage l JOIN {s}.records r ON r.id = l.record_id"
             " WHERE l.tenant = %s AND l.source_key = ANY(%s) ORDER BY 1",
-            (tenant, list(keys)),
+            (tenant, [self._o._sealer.key_h(tenant, k) for k in keys]),
         )
-        return [(int(i), k) for i, k in rows]
+        return [(int(i), self._open(k, key_aad(tenant))) for i, k in rows]
 
     def records_with_phrase(self, tenant: str, text: str, limit: int = 100000) -> list[tuple[int, str]]:
         """Records of the tenant whose words contain the words of ``text`` in order: candidates

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pgvector import Vector
 
+from ...errors import StoreDamaged
 from ...vectors import read as read_vector
 from ..base import ClaimRow
 from ..ledger import GENESIS, chain_hash
 from .keys import KID_LEN
-from .reads import record_aad, vector_bytes
+from .names import key_aad, subject_names
+from .reads import all_subjects, record_aad, subject_keys, vector_bytes
 from .sealing import TENANT_SUBJECT, kid_of
 
 if TYPE_CHECKING:
@@ -40,7 +42,8 @@ class TxMore:
         self._s = origin._s
         self.epoch = epoch
         self._kids: dict[tuple[str, str], bytes] = {}
-        self._forms: dict[str, list[bytes]] = {"sealed": [], "wrapped": [], "pgvector": []}
+        self._names: dict[tuple[str, str], str] = {}
+        self._forms: dict[str, list[bytes]] = {"sealed": [], "wrapped": [], "pgvector": [], "name_h": []}
         """What this transaction deleted or replaced, as stored (:meth:`stored_forms`)."""
 
     # -- helpers ----------------------------------------------------------------------------
@@ -56,6 +59,9 @@ class TxMore:
     def _open(self, sealed: bytes, aad: str) -> str:
         return self._o._sealer.open(self._c, sealed, aad)
 
+    def _subject_h(self, tenant: str, subject: str) -> str:
+        return self._o._sealer.subject_h(tenant, subject)
+
     def _kid(self, tenant: str, subject: str, now: float) -> bytes:
         """The kid of the subject's data key in the tenant, created if missing."""
         kid = self._kids.get((tenant, subject))
@@ -69,6 +75,10 @@ class TxMore:
         """Note sealed values or wrapped keys, as stored, that this transaction deletes or replaces."""
         self._forms[kind].extend(bytes(v) for v in values if v is not None)
 
+    def note_names(self, hashes: Iterable[Any]) -> None:
+        """Note name hashes (:mod:`.names`) of rows this transaction deletes."""
+        self._forms["name_h"].extend(str(h).encode("ascii") for h in hashes if h is not None)
+
     def note_vector(self, value: Any) -> None:
         """Note a ``vector`` value this transaction deletes or replaces, as pgvector stores
         it: float32, little-endian (after a header the scan does not need)."""
@@ -79,9 +89,10 @@ class TxMore:
     def stored_forms(self) -> list[tuple[str, list[bytes]]]:
         """What this transaction deleted or replaced, as the database stored it: sealed
         values (``sealed`` under data keys destroyed by now, ``sealed.live`` under keys that
-        live), wrapped data keys destroyed (``wrapped``), and ``vector`` values
-        (``pgvector``) no live record still holds (an identical vector a live record holds
-        is that record's, not residue)."""
+        live), wrapped data keys destroyed (``wrapped``), ``vector`` values (``pgvector``) no
+        live record still holds (an identical vector a live record holds is that record's,
+        not residue), and the name hashes of subjects no live row names any more (``name_h``,
+        :mod:`.names`; not the keys': a replace writes the same key again in its transaction)."""
         sealed = list(dict.fromkeys(self._forms["sealed"]))
         kids = sorted({kid_of(v) for v in sealed})
         live = (
@@ -99,6 +110,24 @@ class TxMore:
                 )
             }
             vectors = [v for v in vectors if v not in held]
+        names = list(dict.fromkeys(self._forms["name_h"]))
+        if names:
+            held = {
+                str(r[0]).encode("ascii")
+                for r in self._all(
+                    " UNION ".join(
+                        f"SELECT {col} FROM {{s}}.{table} WHERE {col} = ANY(%s)"
+                        for table, col in (
+                            ("claims", "subject"),
+                            ("mentions", "subject"),
+                            ("subjects", "subject"),
+                            ("data_keys", "subject"),
+                        )
+                    ),
+                    [[n.decode("ascii") for n in names]] * 4,
+                )
+            }
+            names = [n for n in names if n not in held]
         # Without the version byte and the kid: every value a key seals starts with them, so a
         # window over them would meet the key's live values; from the nonce on, a value is its own.
         head = 1 + KID_LEN
@@ -107,6 +136,7 @@ class TxMore:
             ("sealed.live", [v[head:] for v in sealed if kid_of(v) in live]),
             ("wrapped", list(dict.fromkeys(self._forms["wrapped"]))),
             ("pgvector", vectors),
+            ("name_h", names),
         ]
 
     # -- change log, receipts, evidence, ledger ----------------------------------------------
@@ -181,12 +211,13 @@ class TxMore:
     def drop_tenant_name(self, tenant: str) -> str | None:
         """Delete the tenant's name once no record, registered subject or subject key of it is
         left, and then its own key (unless a policy's reason still needs it)."""
-        for sql in (
-            "SELECT 1 FROM {s}.records WHERE tenant = %s LIMIT 1",
-            "SELECT 1 FROM {s}.subjects WHERE tenant = %s LIMIT 1",
-            "SELECT 1 FROM {s}.data_keys WHERE tenant = %s AND subject <> '' LIMIT 1",
+        own = self._subject_h(tenant, TENANT_SUBJECT)
+        for sql, args in (
+            ("SELECT 1 FROM {s}.records WHERE tenant = %s LIMIT 1", (tenant,)),
+            ("SELECT 1 FROM {s}.subjects WHERE tenant = %s LIMIT 1", (tenant,)),
+            ("SELECT 1 FROM {s}.data_keys WHERE tenant = %s AND subject <> %s LIMIT 1", (tenant, own)),
         ):
-            if self._one(sql, (tenant,)) is not None:
+            if self._one(sql, args) is not None:
                 return None
         row = self._one("DELETE FROM {s}.tenants WHERE tenant = %s RETURNING name", (tenant,))
         if row is None:
@@ -198,12 +229,18 @@ class TxMore:
         return name
 
     def subjects_of(self, tenant: str) -> list[str]:
-        rows = self._all(
-            "SELECT subject FROM {s}.subjects WHERE tenant = %s UNION SELECT c.subject FROM {s}.claims c"
-            " JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s",
-            (tenant, tenant),
-        )
-        return sorted(r[0] for r in rows)
+        hashes = [
+            r[0]
+            for r in self._all(
+                "SELECT subject FROM {s}.subjects WHERE tenant = %s UNION SELECT c.subject FROM {s}.claims c"
+                " JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s",
+                (tenant, tenant),
+            )
+        ]
+        names = subject_names(self._o._sealer, self._c, self._s, tenant, hashes)
+        if len(names) < len(set(hashes)):
+            raise StoreDamaged("a subject of the tenant has no data key holding its name")
+        return sorted(names.values())
 
     def set_subject(self, tenant: str, subject: str, identifiers: str, now: float) -> None:
         sealed = self._seal(self._kid(tenant, subject, now), identifiers, f"subjects|{tenant}|{subject}")
@@ -211,32 +248,40 @@ class TxMore:
             f"INSERT INTO {self._s}.subjects(tenant, subject, identifiers, updated_at) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (tenant, subject) DO UPDATE SET identifiers = excluded.identifiers,"
             " updated_at = excluded.updated_at",
-            (tenant, subject, sealed, now),
+            (tenant, self._subject_h(tenant, subject), sealed, now),
         )
 
     def subject_identifiers(self, tenant: str, subject: str) -> str | None:
-        row = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        row = self._one(
+            "SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s",
+            (tenant, self._subject_h(tenant, subject)),
+        )
         return None if row is None else self._open(row[0], f"subjects|{tenant}|{subject}")
 
     def all_subjects(self) -> list[tuple[str, str, str]]:
-        rows = self._all("SELECT tenant, subject, identifiers FROM {s}.subjects")
-        return [(t, subj, self._open(i, f"subjects|{t}|{subj}")) for t, subj, i in rows]
+        return all_subjects(self._o._sealer, self._c, self._s)
 
     def subject_has_claims(self, tenant: str, subject: str) -> bool:
         sql = (
             "SELECT 1 FROM {s}.claims c JOIN {s}.records r ON r.id = c.record_id WHERE r.tenant = %s AND c.subject = %s"
         )
-        return self._one(sql + " LIMIT 1", (tenant, subject)) is not None
+        return self._one(sql + " LIMIT 1", (tenant, self._subject_h(tenant, subject))) is not None
 
     def drop_subject(self, tenant: str, subject: str) -> bool:
         """Erase a subject's registered identifiers and the mention rows that point at it; a
         subject left with no claim loses the data key its identifiers were sealed with."""
-        self._c.execute(f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s", (tenant, subject))
-        cur = self._c.execute(
-            f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s RETURNING identifiers",
-            (tenant, subject),
+        nh = self._subject_h(tenant, subject)
+        gone = self._c.execute(
+            f"DELETE FROM {self._s}.mentions WHERE tenant = %s AND subject = %s RETURNING subject", (tenant, nh)
         )
-        self.note_stored("sealed", *(r[0] for r in cur.fetchall()))
+        self.note_names(r[0] for r in gone.fetchall())
+        cur = self._c.execute(
+            f"DELETE FROM {self._s}.subjects WHERE tenant = %s AND subject = %s RETURNING identifiers, subject",
+            (tenant, nh),
+        )
+        rows = cur.fetchall()
+        self.note_stored("sealed", *(r[0] for r in rows))
+        self.note_names(r[1] for r in rows)
         if cur.rowcount > 0 and not self.subject_has_claims(tenant, subject):
             self._destroy(tenant, subject)
         return cur.rowcount > 0
@@ -294,36 +339,49 @@ class TxMore:
                     gone.append((subj, dek))
         return gone
 
+    def _kid_of_hash(self, tenant: str, subject_nh: str | None) -> bytes:
+        """The kid of a subject that has a data key, named by its hash; the tenant's own key for None."""
+        if subject_nh is not None:
+            row = self._one("SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, subject_nh))
+            if row is not None:
+                return bytes(row[0])
+        return self._kid(tenant, TENANT_SUBJECT, 0.0)
+
     def _destroy(self, tenant: str, subject: str) -> bytes | None:
+        nh = self._subject_h(tenant, subject)
         row = self._one(
-            "SELECT kid, wrapped, kek_id FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, subject)
+            "SELECT kid, wrapped, kek_id, name FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, nh)
         )
         if row is None:
             return None
         kid, dek = bytes(row[0]), self._o._keys.unwrap_row(row[2], bytes(row[0]), bytes(row[1]))
         self.note_stored("wrapped", row[1])
+        self.note_stored("sealed", row[3])  # the subject's name, sealed with the key itself
+        self.note_names([nh])
         # open what still lives under the key, destroy it, then seal those values again
         kept = self._all(
-            "SELECT text, metadata, sources FROM {s}.records WHERE sealed_by = %s"
-            " UNION ALL SELECT text, NULL, NULL FROM {s}.reasons WHERE substring(text FROM 2 FOR 16) = %s"
-            " UNION ALL SELECT identifiers, NULL, NULL FROM {s}.subjects WHERE tenant = %s AND subject = %s",
-            (kid, kid, tenant, subject),
+            "SELECT key_sealed, text, metadata, sources FROM {s}.records WHERE sealed_by = %s"
+            " UNION ALL SELECT text, NULL, NULL, NULL FROM {s}.reasons WHERE substring(text FROM 2 FOR 16) = %s"
+            " UNION ALL SELECT identifiers, NULL, NULL, NULL FROM {s}.subjects WHERE tenant = %s AND subject = %s",
+            (kid, kid, tenant, nh),
         )
         self.note_stored("sealed", *(v for row in kept for v in row))  # sealed again below, under a live key
-        recs = [
-            (
-                int(rid),
-                t,
-                k,
-                *(
-                    self._open(v, record_aad(col, t, k))
-                    for v, col in zip(vals, ("text", "metadata", "sources"), strict=True)
-                ),
+        recs = []
+        for rid, t, ks, *vals in self._all(
+            "SELECT id, tenant, key_sealed, text, metadata, sources FROM {s}.records WHERE sealed_by = %s", (kid,)
+        ):
+            k = self._open(ks, key_aad(t))
+            recs.append(
+                (
+                    int(rid),
+                    t,
+                    k,
+                    *(
+                        self._open(v, record_aad(col, t, k))
+                        for v, col in zip(vals, ("text", "metadata", "sources"), strict=True)
+                    ),
+                )
             )
-            for rid, t, k, *vals in self._all(
-                "SELECT id, tenant, key, text, metadata, sources FROM {s}.records WHERE sealed_by = %s", (kid,)
-            )
-        ]
         reasons = [
             (rid, h, created, self._open(text, f"reasons|{rid}|{h}"))
             for rid, h, created, text in self._all(
@@ -332,7 +390,7 @@ class TxMore:
                 (kid,),
             )
         ]
-        ident = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, subject))
+        ident = self._one("SELECT identifiers FROM {s}.subjects WHERE tenant = %s AND subject = %s", (tenant, nh))
         idents = (
             None if ident is None or kid_of(ident[0]) != kid else self._open(ident[0], f"subjects|{tenant}|{subject}")
         )
@@ -341,10 +399,12 @@ class TxMore:
         self._kids.pop((tenant, subject), None)
         for rid, t, k, text, meta, sources in recs:
             holder = self._one("SELECT subject FROM {s}.claims WHERE record_id = %s ORDER BY id LIMIT 1", (rid,))
-            new = self._kid(t, TENANT_SUBJECT if holder is None else holder[0], 0.0)
+            new = self._kid_of_hash(t, None if holder is None else holder[0])
             self._c.execute(
-                f"UPDATE {self._s}.records SET text = %s, metadata = %s, sources = %s, sealed_by = %s WHERE id = %s",
+                f"UPDATE {self._s}.records SET key_sealed = %s, text = %s, metadata = %s, sources = %s, sealed_by = %s"
+                " WHERE id = %s",
                 (
+                    self._seal(new, k, key_aad(t)),
                     self._seal(new, text, record_aad("text", t, k)),
                     self._seal(new, meta, record_aad("metadata", t, k)),
                     self._seal(new, sources, record_aad("sources", t, k)),
@@ -369,12 +429,7 @@ class TxMore:
         return 0.0 if row is None else float(row[0])
 
     def subject_keys(self) -> list[tuple[str, str, bytes, bytes]]:
-        rows = self._all(
-            "SELECT tenant, subject, kid, wrapped, kek_id FROM {s}.data_keys WHERE subject_h IS NOT NULL"
-            " AND subject IS NOT NULL ORDER BY created_at, kid"
-        )
-        unwrap = self._o._keys.unwrap_row
-        return [(t, subj, bytes(kid), unwrap(kek, bytes(kid), bytes(w))) for t, subj, kid, w, kek in rows]
+        return subject_keys(self._o._sealer, self._c, self._s)
 
     def live_subject_hashes(self, tenant: str, hashes: Iterable[str]) -> set[str]:
         rows = self._all(
@@ -388,25 +443,36 @@ class TxMore:
             " WHERE c.expires_at IS NULL OR c.expires_at > %s",
             (now,),
         )
-        return [(t, subj) for t, subj in rows]
+        return [(t, self._subject_name(t, nh)) for t, nh in rows]
+
+    def _subject_name(self, tenant: str, subject_nh: str) -> str:
+        name = self._names.get((tenant, subject_nh))
+        if name is None:
+            got = subject_names(self._o._sealer, self._c, self._s, tenant, [subject_nh])
+            if subject_nh not in got:
+                raise StoreDamaged("a claim names a subject whose data key is gone")
+            name = self._names[(tenant, subject_nh)] = got[subject_nh]
+        return name
 
     # -- backups and exposure ------------------------------------------------------------------
     def backup_rows(self, now: float) -> Iterator[tuple[tuple, list[tuple]]]:
         claims: dict[int, list[tuple]] = {}
-        for rid, subj, purpose, basis, expires_at in self._all(
-            "SELECT record_id, subject, purpose, basis, expires_at FROM {s}.claims c"
-            " WHERE c.expires_at IS NULL OR c.expires_at > %s ORDER BY record_id, id",
+        for rid, t, nh, purpose, basis, expires_at in self._all(
+            "SELECT c.record_id, r.tenant, c.subject, c.purpose, c.basis, c.expires_at FROM {s}.claims c"
+            " JOIN {s}.records r ON r.id = c.record_id"
+            " WHERE c.expires_at IS NULL OR c.expires_at > %s ORDER BY c.record_id, c.id",
             (now,),
         ):
-            claims.setdefault(int(rid), []).append((subj, purpose, basis, expires_at))
+            claims.setdefault(int(rid), []).append((self._subject_name(t, nh), purpose, basis, expires_at))
         for row in self._all(
-            "SELECT r.id, r.tenant, r.key, r.text, r.metadata, r.sources, r.embedding, r.created_at, r.updated_at,"
-            " q.why, q.handle, q.since FROM {s}.records r LEFT JOIN {s}.quarantine q ON q.record_id = r.id"
-            " ORDER BY r.id"
+            "SELECT r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.embedding, r.created_at,"
+            " r.updated_at, q.why, q.handle, q.since FROM {s}.records r"
+            " LEFT JOIN {s}.quarantine q ON q.record_id = r.id ORDER BY r.id"
         ):
-            rid, t, k, text, meta, sources, emb, created, updated, why, handle, since = row
+            rid, t, ks, text, meta, sources, emb, created, updated, why, handle, since = row
             if int(rid) not in claims:
                 continue
+            k = self._open(ks, key_aad(t))
             opened = (
                 self._open(v, record_aad(col, t, k))
                 for v, col in ((text, "text"), (meta, "metadata"), (sources, "sources"))

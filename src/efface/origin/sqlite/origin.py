@@ -13,6 +13,7 @@ reads are :mod:`.reads`; here are its write transactions, group commit, and the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -213,7 +214,7 @@ class SQLiteOrigin(SQLiteReads):
             self._c.execute("DELETE FROM changes WHERE epoch<=?", (upto,))
 
     def record_verification(
-        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float
+        self, handle: str, body: dict, receipt_level: str, discard: bool, now: float, verified: dict | None = None
     ) -> tuple[int, str]:
         """Append a verification to the ledger, raise the receipt's level, and (once erased is
         proven) delete the fingerprints and the word hashes: one transaction, so a crash
@@ -226,6 +227,11 @@ class SQLiteOrigin(SQLiteReads):
                 self._c.execute(
                     "UPDATE receipts SET body=json_set(body, '$.level', ?) WHERE handle=?", (receipt_level, handle)
                 )
+                if verified is not None:  # what it found of each copy, for status
+                    self._c.execute(
+                        "UPDATE receipts SET body=json_set(body, '$.verified', json(?)) WHERE handle=?",
+                        (json.dumps(verified, sort_keys=True), handle),
+                    )
                 if discard:
                     # the word hashes too: beside the secret they are a dictionary away from the words
                     self._c.execute("UPDATE evidence SET fingerprints=NULL, tokens=X'5B5D' WHERE handle=?", (handle,))
