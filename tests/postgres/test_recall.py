@@ -144,3 +144,9 @@ def test_the_vector_search_checks_the_words_candidates_in_its_statement(pg_db, k
         want = m @ np.asarray(vec, dtype=np.float32)
         assert np.allclose([near[ids["n1"]], others[ids["n2"]]], want, atol=1e-6)
         assert [h.key for h in b.recall("green tea", tenant=T, purpose="p")] == ["n1"]
+        a.write("n4", "Alice drinks green tea at night", tenant=T, subject="dora", purpose="p")
+        by_subject = Query(tenant, "green tea", vec, "p", "alice", time.time())
+        near, others = ann.live_scored(by_subject, 10, [ids["n1"], ids["n3"]])
+        assert list(near) == [ids["n1"]] and list(others) == [ids["n1"]]  # dora's n4 is not alice's
+        hits = b.recall("green tea", tenant=T, purpose="p", subject="alice")
+        assert [h.key for h in hits] == ["n1"]
