@@ -25,6 +25,16 @@ SPREAD = 3.0
 spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
 measured and neither was better on both corpora (docs/benchmarks-history.md)."""
 
+BAND = 0.5
+"""Standard deviations above :data:`SPREAD` over which the vector leg's vote rises from none
+to full (:func:`_vote`). A best cosine that does not clear :data:`SPREAD` standard deviations
+above its tenant's (the edge of nearly all of a leg's scores, the top of the scale above, and
+about where the best of a thousand unrelated records lands by chance: the expected maximum of
+1,000 normal draws is 3.2 sd) is no evidence that the leg found anything. It was 2 to 3
+until session 25: chat turns under MiniLM, whose best stands 2.4 sd out at the median, voted
+at about 40 % and put the right turn below where the words alone put it, at every band edge
+measured from 2 (bench/experiments/exp_fusion_gate.py; docs/benchmarks.md)."""
+
 MIN_BACKGROUND = 10
 """Records the vector leg did not propose that its vote is judged against, at least
 (:func:`_standing`); with fewer it votes fully."""
@@ -76,23 +86,34 @@ def _standing(
     the union's ``ids``, ascending) stands above the ``background`` cosines (the query's with
     a random sample of its tenant: :func:`_background`) or, without one, the cosines of the
     union's records it did not propose (not in ``proposed``, its own candidates), in their
-    standard deviations, from ``SPREAD - 1`` (not at all) to :data:`SPREAD` (fully). 1 when
+    standard deviations, from :data:`SPREAD` (not at all) to ``SPREAD + BAND`` (fully): :func:`_vote`. 1 when
     fewer than :data:`MIN_BACKGROUND` records are not its own, or they all score alike."""
     if background is not None:
+        # the best's own cosine, where the sample holds it (a tenant of a few records), is not
+        # what it is judged against: in a sample of n with it, it can stand at most sqrt(n - 1)
+        # sd out, under SPREAD for a tenant of ten
+        background = background[background < float(cosines.max()) - 1e-6]
+        if len(background) < MIN_BACKGROUND:
+            return 1.0
         sd = float(background.std())
         if sd == 0.0:
             return 1.0
-        z = (float(cosines.max()) - float(background.mean())) / sd
-        return min(1.0, max(0.0, z - (SPREAD - 1.0)))
+        return _vote((float(cosines.max()) - float(background.mean())) / sd)
     mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
     at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
     own = np.zeros(len(ids), dtype=bool)
     own[at[ids[at] == mine]] = True
     others = cosines[~own]
+    others = others[others < float(cosines.max()) - 1e-6]  # the best itself, when the words found it
     if len(others) < MIN_BACKGROUND:
         return 1.0
     sd = float(others.std())
     if sd == 0.0:
         return 1.0
-    z = (float(cosines.max()) - float(others.mean())) / sd
-    return min(1.0, max(0.0, z - (SPREAD - 1.0)))
+    return _vote((float(cosines.max()) - float(others.mean())) / sd)
+
+
+def _vote(z: float) -> float:
+    """The vector leg's vote for a best cosine ``z`` standard deviations above its background:
+    none up to :data:`SPREAD`, full from ``SPREAD + BAND``, linear between."""
+    return min(1.0, max(0.0, (z - SPREAD) / BAND))
