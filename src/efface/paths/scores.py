@@ -10,6 +10,7 @@ Used by :mod:`.recall`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 
@@ -98,7 +99,8 @@ def _standing(
         sd = float(background.std())
         if sd == 0.0:
             return 1.0
-        return _vote((float(cosines.max()) - float(background.mean())) / sd)
+        z = (float(cosines.max()) - float(background.mean())) / sd
+        return _vote(z, _edge(len(background) + 1) if len(background) + 1 < SAMPLE else SPREAD)
     mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
     at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
     own = np.zeros(len(ids), dtype=bool)
@@ -113,7 +115,15 @@ def _standing(
     return _vote((float(cosines.max()) - float(others.mean())) / sd)
 
 
-def _vote(z: float) -> float:
+def _vote(z: float, edge: float = SPREAD) -> float:
     """The vector leg's vote for a best cosine ``z`` standard deviations above its background:
-    none up to :data:`SPREAD`, full from ``SPREAD + BAND``, linear between."""
-    return min(1.0, max(0.0, (z - SPREAD) / BAND))
+    none up to ``edge``, full from ``edge + BAND``, linear between."""
+    return min(1.0, max(0.0, (z - edge) / BAND))
+
+
+def _edge(n: int) -> float:
+    """Where the best of a tenant of ``n`` records (fewer than :data:`SAMPLE`: the sample is
+    all of it) stands by chance, about: the expected maximum of ``n`` normal draws,
+    ``Φ⁻¹(1 - 1/n)`` (1.4 sd for twelve records), at most :data:`SPREAD`. A larger tenant's
+    best is judged against :data:`SPREAD`, which that maximum passes at about 740 records."""
+    return min(SPREAD, NormalDist().inv_cdf(1.0 - 1.0 / max(n, 2)))
