@@ -106,7 +106,11 @@ for i, text in enumerate(queries):
     q = Query(store._tenant(f"t{q_tenant[i]}"), text, qvec[i], "p", None, time.time())
     hits = R.hybrid(store._origin, store._paths, q, 10, lexical=lexical)
     per_query.append(
-        {"legs": list(seen), "got": [int(h.key[1:]) for h in hits], "background": backgrounds[0] if backgrounds else None}
+        {
+            "legs": list(seen),
+            "got": [int(h.key[1:]) for h in hits],
+            "background": backgrounds[0] if backgrounds else None,
+        }
     )
 print(f"{len(queries)} queries in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 store.close()

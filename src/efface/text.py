@@ -77,13 +77,7 @@ def query_words(text: str) -> list[str]:
 
 
 STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by could did do does doing down during each few for from further had has have having he
-    her here hers herself him himself his how i if in into is it its itself me more most my myself no nor not
-    of off on once only or other ought our ours ourselves out over own same she should so some such than that
-    the their theirs them themselves then there these they this those through to too under until up very was
-    we were what when where which while who whom why with would you your yours yourself yourselves
-    s t m d ll re ve don doesn didn isn aren wasn weren hasn haven hadn wouldn shouldn couldn mustn""".split()
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "me", "more", "most", "my", "myself", "no", "nor", "not", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "m", "d", "ll", "re", "ve", "don", "doesn", "didn", "isn", "aren", "wasn", "weren", "hasn", "haven", "hadn", "wouldn", "shouldn", "couldn", "mustn"]
 )
 """English function words (the Snowball project's list, which Lucene's and tantivy's English
 analysers use, with contractions as :func:`words` splits them: "don't" is "don" and "t"). A

@@ -93,11 +93,11 @@ def _standing(
         # the best's own cosine, where the sample holds it (a tenant of a few records), is not
         # what it is judged against: in a sample of n with it, it can stand at most sqrt(n - 1)
         # sd out, under SPREAD for a tenant of ten
-        background = background[background < float(cosines.max()) - 1e-6]
+        background = _without_best(background, float(cosines.max()))
         if len(background) < MIN_BACKGROUND:
             return 1.0
         sd = float(background.std())
-        if sd == 0.0:
+        if sd < 1e-9:  # every one alike (to rounding): nothing to judge by
             return 1.0
         z = (float(cosines.max()) - float(background.mean())) / sd
         return _vote(z, _edge(len(background) + 1) if len(background) + 1 < SAMPLE else SPREAD)
@@ -105,14 +105,21 @@ def _standing(
     at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
     own = np.zeros(len(ids), dtype=bool)
     own[at[ids[at] == mine]] = True
-    others = cosines[~own]
-    others = others[others < float(cosines.max()) - 1e-6]  # the best itself, when the words found it
+    others = _without_best(cosines[~own], float(cosines.max()))  # when the words found the best
     if len(others) < MIN_BACKGROUND:
         return 1.0
     sd = float(others.std())
-    if sd == 0.0:
+    if sd < 1e-9:
         return 1.0
     return _vote((float(cosines.max()) - float(others.mean())) / sd)
+
+
+def _without_best(cosines: np.ndarray, best: float) -> np.ndarray:
+    """``cosines`` without one cosine of the ``best`` (the best record's own), where they hold it."""
+    if not len(cosines):
+        return cosines
+    at = int(np.argmax(cosines))
+    return np.delete(cosines, at) if cosines[at] >= best - 1e-6 else cosines
 
 
 def _vote(z: float, edge: float = SPREAD) -> float:
