@@ -121,9 +121,8 @@ def main(rules=RULES, sets=None) -> None:
     for p, d in sets:
         got = [qd["got"] for qd in d["q"]]
         same = sum(shipped(qd)[:10] == g[:10] for qd, g in zip(d["q"], got, strict=True))
-        print(
-            f"{p}: {d['set']} {len(got)} q; shipped reproduced {same}/{len(got)}; as run {metrics(got, d['rel'], d['quality'])}"
-        )
+        as_run = metrics(got, d["rel"], d["quality"])
+        print(f"{p}: {d['set']} {len(got)} q; shipped reproduced {same}/{len(got)}; as run {as_run}")
     names = [d["set"][:5] for _, d in sets]
     print(f"{'rule':34s} " + "  ".join(f"{n:22s}" for n in names))
     for name, rule in rules.items():
