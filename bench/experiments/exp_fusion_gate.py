@@ -3,7 +3,14 @@
 also records the vector leg's background: the query's cosines with the tenant sample), on all
 three sets (issue #36 item 2, session 25; not a benchmark of record).
 
-    PYTHONPATH=src python bench/experiments/exp_fusion_gate.py /tmp/convo/*-sw.pkl
+    PYTHONPATH=src python bench/experiments/capture_fusion.py conversations-all minilm conv.pkl
+    PYTHONPATH=src python bench/experiments/capture_fusion.py manpages minilm man.pkl 2000 982
+    PYTHONPATH=src python bench/experiments/capture_fusion.py debian minilm deb.pkl 5000 500
+    PYTHONPATH=src python bench/experiments/exp_fusion_gate.py conv.pkl man.pkl deb.pkl
+
+The captures use the bench's cached float query vectors (bench_quality's ``efface.hybrid``
+system, not its int8 ``efface.recall``). Columns: recall@5 (recall@1 on the bench_quality
+sets), recall@10, MRR@10.
 """
 
 from __future__ import annotations
@@ -102,7 +109,31 @@ def metrics(lists, rel, quality):
     return tuple(round(float(x), 4) for x in np.array(per).mean(axis=0))
 
 
-RULES = {"text leg": text_leg, "vector leg": vec_leg, "shipped": shipped}
+def as_coded(qd):
+    """The rule in src/efface/paths/scores.py now (``_standing``, with the background)."""
+    from efface.paths.scores import _standing
+
+    union, cos, bm, ceiling = parts(qd)
+    t = bm / ceiling if ceiling else bm
+    w = _standing(union, cos, [], qd.get("background"))
+    kept = best(union, bm, bm > 0) | (best(union, cos) if w >= 1.0 else set())
+    return _keeping(ranked(union, t + w * dbsf(cos)), kept, K)
+
+
+def band(lo: float, hi: float):
+    return lambda qd: shipped(qd, lo, hi)
+
+
+RULES = {
+    "text leg": text_leg,
+    "vector leg": vec_leg,
+    "shipped (band 2-3)": shipped,
+    "band 2.5-3.5": band(2.5, 3.5),
+    "band 3-3.25": band(3.0, 3.25),
+    "band 3-4": band(3.0, 4.0),
+    "band 3.5-4.5": band(3.5, 4.5),
+    "as coded (band 3-3.5)": as_coded,
+}
 
 
 def load(paths):
