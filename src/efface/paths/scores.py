@@ -31,10 +31,11 @@ BAND = 0.5
 to full (:func:`_vote`). A best cosine that does not clear :data:`SPREAD` standard deviations
 above its tenant's (the edge of nearly all of a leg's scores, the top of the scale above, and
 about where the best of a thousand unrelated records lands by chance: the expected maximum of
-1,000 normal draws is 3.2 sd) is no evidence that the leg found anything. It was 2 to 3
-until session 25: chat turns under MiniLM, whose best stands 2.4 sd out at the median, voted
-at about 40 % and put the right turn below where the words alone put it, at every band edge
-measured from 2 (bench/experiments/exp_fusion_gate.py; docs/benchmarks.md)."""
+1,000 normal draws is 3.2 sd) is no evidence that the leg found anything. The band was 2 to
+3 until session 25: chat turns under MiniLM, whose best stands 2.4 sd out at the median, voted
+at about 40 % and put the right turn below where the words alone put it. Replayed on the
+three sets (bench/experiments/exp_fusion_gate.py; docs/benchmarks.md), 3 to 3.5 is the
+highest band that leaves the man pages' recall@10 where it was."""
 
 MIN_BACKGROUND = 10
 """Records the vector leg did not propose that its vote is judged against, at least
