@@ -217,12 +217,12 @@ def test_a_text_leg_checked_before_a_forget_is_checked_again(open_store, backend
 
 
 def test_the_vector_leg_votes_as_far_as_its_best_stands_out_from_what_only_the_words_found():
-    """``_standing``: 0 when the best cosine is within SPREAD - 1 standard deviations of the
-    cosines of records the vector leg did not propose, 1 from SPREAD, linear between; 1 when
-    too few records are the words' alone to say what a typical cosine is."""
+    """``_standing``: 0 when the best cosine is within SPREAD standard deviations of the
+    cosines of records the vector leg did not propose, 1 from SPREAD + BAND, linear between;
+    1 when too few records are the words' alone to say what a typical cosine is."""
     import numpy as np
 
-    from efface.paths.scores import MIN_BACKGROUND, SPREAD, _standing
+    from efface.paths.scores import BAND, MIN_BACKGROUND, SPREAD, _standing
 
     others = np.repeat([0.25, 0.35], 100)  # mean 0.3, sd 0.05, none above 1 sd
     ids = np.arange(210, dtype=np.int64)
@@ -233,14 +233,16 @@ def test_the_vector_leg_votes_as_far_as_its_best_stands_out_from_what_only_the_w
         cos[200] = 0.3 + 0.05 * z
         return _standing(ids, cos, proposed)
 
-    assert with_best(SPREAD + 2) == 1.0
-    assert with_best(SPREAD) == pytest.approx(1.0)
-    assert with_best(SPREAD - 0.5) == pytest.approx(0.5)
-    assert with_best(SPREAD - 1) == pytest.approx(0.0, abs=1e-9)
+    assert with_best(SPREAD + BAND + 1) == 1.0
+    assert with_best(SPREAD + BAND) == pytest.approx(1.0)
+    assert with_best(SPREAD + BAND / 2) == pytest.approx(0.5)
+    assert with_best(SPREAD) == pytest.approx(0.0, abs=1e-9)
+    assert with_best(SPREAD - 0.5) == 0.0  # voted half before session 25: chat turns' typical best
     assert with_best(1.0) == 0.0
-    # a best that is one of the words' own records counts too (the union's best)
+    # a best that is one of the words' own records counts too (the union's best), and is not
+    # part of what it is judged against
     cos = np.concatenate([others, np.full(10, 0.3)])
-    cos[5] = 0.3 + 0.05 * (SPREAD + 2)
+    cos[5] = 0.3 + 0.05 * (SPREAD + BAND + 0.1)
     assert _standing(ids, cos, proposed) == 1.0
     # too few records the vector leg did not propose: it votes fully
     few = np.arange(MIN_BACKGROUND - 1 + 10, dtype=np.int64)
@@ -253,21 +255,69 @@ def test_the_vector_leg_is_judged_against_a_sample_of_its_tenant_when_there_is_o
     tenant): the best cosine is judged against it, not against the union's records."""
     import numpy as np
 
-    from efface.paths.scores import SPREAD, _standing
+    from efface.paths.scores import BAND, SAMPLE, SPREAD, _standing
 
-    ids = np.arange(20, dtype=np.int64)
+    ids = np.arange(22, dtype=np.int64)
     # the words' records at 0.35 and 0.45 (mean 0.4, sd 0.05), the vector leg's at 0.44: against
     # the union's records the best (0.45) stands 1 sd out, and the vector leg does not vote
-    cos = np.concatenate([np.tile([0.35, 0.45], 5), np.full(10, 0.44)])
-    proposed = list(range(10, 20))
+    cos = np.concatenate([np.tile([0.35, 0.45], 6), np.full(10, 0.44)])
+    proposed = list(range(12, 22))
     assert _standing(ids, cos, proposed) == 0.0
-    sample = np.repeat([0.05, 0.15], 100)  # mean 0.1, sd 0.05: 0.45 stands 7 sd above the tenant
+    sample = np.repeat([0.05, 0.15], SAMPLE // 2)  # mean 0.1, sd 0.05: 0.45 stands 7 sd above the tenant
     assert _standing(ids, cos, proposed, sample) == 1.0
-    sample = np.repeat([0.35, 0.45], 100)
+    sample = np.repeat([0.35, 0.44], SAMPLE // 2)
     assert _standing(ids, cos, proposed, sample) == 0.0
-    mid = 0.45 - 0.05 * (SPREAD - 0.5)  # the best half way into the band
-    assert _standing(ids, cos, proposed, np.repeat([mid - 0.05, mid + 0.05], 100)) == pytest.approx(0.5)
-    assert _standing(ids, cos, proposed, np.full(50, 0.3)) == 1.0  # every cosine alike
+    mid = 0.45 - 0.05 * (SPREAD + BAND / 2)  # the best half way into the band
+    assert _standing(ids, cos, proposed, np.repeat([mid - 0.05, mid + 0.05], SAMPLE // 2)) == pytest.approx(0.5)
+    assert _standing(ids, cos, proposed, np.full(SAMPLE, 0.3)) == 1.0  # every cosine alike
+    # the best's own cosine in the sample (a tenant of a few records) is left out of it
+    small = np.concatenate([np.repeat([mid - 0.05, mid + 0.05], SAMPLE // 2), [0.45]])
+    assert _standing(ids, cos, proposed, small) == pytest.approx(0.5)
+
+
+def test_a_small_tenants_best_is_judged_against_the_chance_maximum_of_its_size():
+    """A sample smaller than :data:`SAMPLE` is the whole tenant: its best is judged against
+    where the best of that many unrelated records lands by chance (``_edge``), at most
+    SPREAD; in a tenant of twelve a best 2 sd out votes fully, in a large one it does not."""
+    import numpy as np
+
+    from efface.paths.scores import BAND, SAMPLE, SPREAD, _edge, _standing
+
+    assert _edge(12) == pytest.approx(1.38, abs=0.01)
+    assert _edge(100) == pytest.approx(2.33, abs=0.01)
+    assert _edge(10_000) == SPREAD
+    ids = np.arange(3, dtype=np.int64)
+    cos = np.array([0.1, 0.2, 0.3])
+    eleven = np.array([0.0, 0.2] * 5 + [0.1])  # mean 0.1, sd about 0.095: 0.3 stands 2.1 sd out
+    assert _standing(ids, cos, [2], eleven) == 1.0
+    assert _edge(12) + BAND < 2.0
+    large = np.concatenate([eleven] * (SAMPLE // len(eleven) + 1))[:SAMPLE]
+    assert _standing(ids, cos, [2], large) == 0.0
+
+
+def test_a_querys_stop_words_are_dropped_only_while_other_words_remain():
+    """The full-text leg scores a question by its content words (``content_words``), and by
+    all of its words when every one is a stop word."""
+    from efface.text import STOP_WORDS, content_words, query_words
+
+    assert content_words(query_words("When did Dave see that band?")) == ["dave", "see", "band"]
+    assert content_words(query_words("What did Alice say about her sister?")) == ["alice", "say", "sister"]
+    assert content_words(query_words("Who is it?")) == ["who", "is", "it"]
+    assert content_words(query_words("Don't they?")) == ["don", "t", "they"]
+    assert content_words([]) == []
+    assert {"the", "what", "did", "t", "don"} <= STOP_WORDS and "band" not in STOP_WORDS
+
+
+def test_a_question_made_of_stop_words_and_one_name_finds_the_name(open_store):
+    """End to end: the stop words of a question do not decide which record its words find."""
+    store = open_store()
+    store.write("a", "what was it that they did there", tenant=TENANT, purpose=PURPOSE, subject="s")
+    store.write("b", "Zelda moved to Porto", tenant=TENANT, purpose=PURPOSE, subject="s")
+    for i in range(8):
+        store.write(f"f{i}", f"note {i} about the weather", tenant=TENANT, purpose=PURPOSE, subject="s")
+    hits = store.recall("What was it that Zelda did there?", tenant=TENANT, purpose=PURPOSE, k=2)
+    assert hits[0].key == "b", [h.key for h in hits]
+    assert [h.key for h in store.recall("what was it", tenant=TENANT, purpose=PURPOSE, k=1)] == ["a"]
 
 
 @pytest.mark.local_only

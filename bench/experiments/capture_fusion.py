@@ -87,13 +87,31 @@ def recording(vector_leg, ids, v, ceiling):
 
 
 R._scaled = recording
+_background = R._background
+backgrounds: list = []
+
+
+def recording_background(origin, q):
+    got = _background(origin, q)
+    backgrounds.append(None if got is None else np.array(got, dtype=np.float64))
+    return got
+
+
+R._background = recording_background
 per_query = []
 t0 = time.perf_counter()
 for i, text in enumerate(queries):
     seen.clear()
+    backgrounds.clear()
     q = Query(store._tenant(f"t{q_tenant[i]}"), text, qvec[i], "p", None, time.time())
     hits = R.hybrid(store._origin, store._paths, q, 10, lexical=lexical)
-    per_query.append({"legs": list(seen), "got": [int(h.key[1:]) for h in hits]})
+    per_query.append(
+        {
+            "legs": list(seen),
+            "got": [int(h.key[1:]) for h in hits],
+            "background": backgrounds[0] if backgrounds else None,
+        }
+    )
 print(f"{len(queries)} queries in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 store.close()
 with open(out_path, "wb") as f:

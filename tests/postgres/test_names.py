@@ -192,3 +192,23 @@ def test_a_database_with_clear_names_is_rewritten_at_open_and_the_maintenance_cl
         assert sorted(r.erased) == KEYS
         assert s.wait(r.handle, 60, until="erased").erased
         assert s.verify(r.handle).level == "erased"
+
+
+def test_a_subject_written_again_after_its_erasure_is_not_residue_of_it(pg_db, kek, tmp_path):
+    """A subject forgotten from a tenant and written to it again: its name's hash is stored
+    again (the new subject's), which verify does not count against the erasure; the old
+    hash still counts while only the erasure's rows held it (before the maintenance)."""
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        _write(s)
+        r = s.forget(tenant=T, subject=NAME)
+        assert _kinds(s, r.handle, pg_db).get("name_h", 0) > 0, "the erased rows' name hashes, before maintenance"
+        s.write("again", "back in the tenant", tenant=T, subject=NAME, purpose="support")
+        assert s.wait(r.handle, 60, until="erased").erased
+        v = s.verify(r.handle)
+        assert v.level == "erased", [(c.name, c.detail) for c in v.failed]
+        assert s.read("again", tenant=T, purpose="support").text == "back in the tenant"
+        # the same hash, no longer live, counts as residue until the maintenance removes it
+        again = s.forget(tenant=T, subject=NAME)
+        assert _kinds(s, again.handle, pg_db).get("name_h", 0) > 0
+        assert s.wait(again.handle, 60, until="erased").erased
+        assert s.verify(again.handle).level == "erased"

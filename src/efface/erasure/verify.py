@@ -29,7 +29,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -195,11 +195,13 @@ class Verifier:
         the files (a server may shorten them under the scan)."""
         fp = Fingerprints.from_blob(blob).only(SERVER_KINDS)
 
-        def scan(files: list[str], root: str) -> tuple[dict[str, dict[str, int]], int]:
+        def scan(files: list[str], root: str, live: Collection[bytes] = ()) -> tuple[dict[str, dict[str, int]], int]:
             copies: dict[str, bytes] = {}
             found, n = self._fp.scan_arrays(files, fp, root, copies, read_copies=True)
             tally[0] += n
             found = found.take(_whole(self._fp, fp, found, Reader(root, copies)))
+            if live:
+                found = found.take(~_live_names(self._fp, fp, found, live))
             out: dict[str, dict[str, int]] = {}
             for f, k in zip(found.file.tolist(), found.kind.tolist(), strict=True):
                 per = out.setdefault(found.files[f], {})
@@ -540,6 +542,21 @@ def backups_state(state: str | None, check: Check) -> CopyState:
     if state == "absorbed":
         return CopyState("erased", check.detail)
     return CopyState("cannot_verify", check.detail)
+
+
+def _live_names(fpr: Fingerprinter, fp: Fingerprints, found: Hits, live: Collection[bytes]) -> np.ndarray:
+    """Which hits are of a name hash (``name_h``) that a live row holds now: every item the
+    hit's window could come from is one of ``live`` (a subject erased from a tenant and
+    written to it again since: its name's hash is the new subject's, not residue)."""
+    out = np.zeros(len(found), dtype=bool)
+    if "name_h" not in found.kinds or not fp.has_sites("name_h"):
+        return out
+    wholes = {fpr.whole(x) for x in live}
+    k = found.kinds.index("name_h")
+    for i in np.flatnonzero(found.kind == k).tolist():
+        sites = fp.sites("name_h", int(found.hash[i]))
+        out[i] = bool(sites) and all(fp.whole("name_h", item) in wholes for item, _, _ in sites)
+    return out
 
 
 def _whole(fpr: Fingerprinter, fp: Fingerprints, found: Hits, reader: Reader) -> np.ndarray:

@@ -8,7 +8,7 @@ not an instance, and the caller takes its general way. The required members are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -50,9 +50,12 @@ class StoredForms(Protocol):
         ...
 
 
-ScanFn = Callable[[list[str], str], tuple[dict[str, dict[str, int]], int]]
-"""A byte scan for one erasure's fingerprints: (files, root) -> (per file relative to root,
-hits per kind of item; bytes read). The verifier hands it to an origin that checks copies of its own."""
+ScanFn = Callable[[list[str], str, Collection[bytes]], tuple[dict[str, dict[str, int]], int]]
+"""A byte scan for one erasure's fingerprints: (files, root, live names) -> (per file relative
+to root, hits per kind of item; bytes read). The live names are the stored forms of names
+(``name_h``) that live rows hold *now*: a subject erased from a tenant may come back to it
+later under the same name, and its name's hash is then that new subject's, not residue of
+the erasure. The verifier hands it to an origin that checks copies of its own."""
 
 
 @runtime_checkable

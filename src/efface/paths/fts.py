@@ -23,7 +23,7 @@ from ..model import Check, probe_sample
 from ..origin.base import WordIndex
 from ..origin.capabilities import HeldInMemory, UncheckedRanking
 from ..ranking import Ranking
-from ..text import query_words
+from ..text import content_words, query_words
 from .base import Erased, Held, Query, check
 
 MAX_FTS_CANDIDATES = 20000
@@ -131,7 +131,7 @@ class FullTextIndex:
     def scored_within(self, query: Query, n: int) -> tuple[list[tuple[int, float]], float]:
         """:meth:`scored`, and the most BM25 a record could score for all of the query's words
         (those past the posting budget too; :meth:`ceiling`), from the same look-up."""
-        every = query_words(query.text)
+        every = content_words(query_words(query.text))
         words, dfs, narrow = self._plan(every, query.tenant)
         ceiling = self._text.bm25_ceiling(dfs)
         if not words:
@@ -153,7 +153,7 @@ class FullTextIndex:
         unchecked = self._text.ranked_unchecked if isinstance(self._text, UncheckedRanking) else None
         if unchecked is None:
             return None
-        every = query_words(query.text)
+        every = content_words(query_words(query.text))
         words, dfs, narrow = self._plan(every, query.tenant)
         ceiling = self._text.bm25_ceiling(dfs)
         if not words:
@@ -165,7 +165,7 @@ class FullTextIndex:
         """The most BM25 a record could score for all of the query's words: a record's score
         over it is the share of the query its words match, whatever the candidate list
         (recall fuses by that share)."""
-        return self._text.bm25_ceiling(self._plan(query_words(query.text))[1])
+        return self._text.bm25_ceiling(self._plan(content_words(query_words(query.text)))[1])
 
     # -- the erasure contract --------------------------------------------------------
     def _token(self, word: str) -> int:

@@ -19,8 +19,9 @@ candidates the leg had, and the scores summed:
   cosines maps to 0, mean + 3 sd to 1). Cosines are continuous and every candidate has one,
   so the spread is the spread of real differences;
 - the text leg: BM25 as a share of the most the query could score (FTS5's own idf of every
-  query word, a word no record holds weighing as much as FTS5 would weigh it, times its k1 + 1
-  saturation: ``bm25_ceiling``); a record the words did not find scores 0. A z-score here
+  query word, its English stop words left out while others remain: ``content_words`` in
+  :mod:`efface.text`; a word no record holds weighing as much as FTS5 would weigh it, times
+  its k1 + 1 saturation: ``bm25_ceiling``); a record the words did not find scores 0. A z-score here
   is what failed before: over the union most records score exactly 0, so "matched any word at
   all" became a fixed gap, and in a six-memory store "What does Alice like to drink?" (the
   text leg: two memories matched "alice" and "to", one "alice") put "Alice moved to a new
@@ -29,13 +30,15 @@ candidates the leg had, and the scores summed:
 - the vector leg votes in proportion to how far its best cosine stands above the cosines
   the query has with a random sample of the tenant's live records (:data:`SAMPLE`, where the
   origin offers one: :class:`~efface.origin.base.VectorSample`; else with the records only
-  the words found, a sample the cosine did not choose), in their standard deviations: fully from
-  :data:`SPREAD` (the edge of the scale above), not at all at ``SPREAD - 1`` or below,
-  linearly between (:func:`_standing`). On chat turns every record is about as close to a
-  question as the next (MiniLM: the best cosine stands 2.4 sd above the tenant's median
-  cosine, against 5.0 on the man pages and 6.5 on Debian), and there the cosine's
-  standard scores out-voted BM25 and put the right turn lower than the words alone would
-  (issue #36; bench/experiments/fusion_sim.py). Where fewer than :data:`MIN_BACKGROUND`
+  the words found, a sample the cosine did not choose), in their standard deviations: not at
+  all up to :data:`SPREAD` (the edge of the scale above, and about where the best of a
+  thousand unrelated records lands by chance), fully from ``SPREAD + BAND``, linearly between
+  (:func:`_standing`; a tenant smaller than the sample is judged against the chance maximum
+  of its size). On chat turns every record is about as close to a question as the next
+  (MiniLM: the best cosine stands 2.4 sd above the tenant's median cosine, against 5.0 on the
+  man pages and 6.5 on Debian), and there the cosine's standard scores out-voted BM25 and put
+  the right turn lower than the words alone would (issue #36; bench/experiments/fusion_sim.py,
+  exp_fusion_gate.py). Where fewer than :data:`MIN_BACKGROUND`
   records are only the words' (a store smaller than a leg's depth), nothing says what a
   typical cosine is, and the vector leg votes fully;
 - then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a

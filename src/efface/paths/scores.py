@@ -10,6 +10,7 @@ Used by :mod:`.recall`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 
@@ -24,6 +25,17 @@ SPREAD = 3.0
 (DBSF's convention: nearly all of a leg's scores fall inside), the range a text leg's share
 spans too, so the two legs weigh alike. Not tuned: weights of 0.5 and 2 for the text leg were
 measured and neither was better on both corpora (docs/benchmarks-history.md)."""
+
+BAND = 0.5
+"""Standard deviations above :data:`SPREAD` over which the vector leg's vote rises from none
+to full (:func:`_vote`). A best cosine that does not clear :data:`SPREAD` standard deviations
+above its tenant's (the edge of nearly all of a leg's scores, the top of the scale above, and
+about where the best of a thousand unrelated records lands by chance: the expected maximum of
+1,000 normal draws is 3.2 sd) is no evidence that the leg found anything. The band was 2 to
+3 until session 25: chat turns under MiniLM, whose best stands 2.4 sd out at the median, voted
+at about 40 % and put the right turn below where the words alone put it. Replayed on the
+three sets (bench/experiments/exp_fusion_gate.py; docs/benchmarks.md), 3 to 3.5 is the
+highest band that leaves the man pages' recall@10 where it was."""
 
 MIN_BACKGROUND = 10
 """Records the vector leg did not propose that its vote is judged against, at least
@@ -76,23 +88,50 @@ def _standing(
     the union's ``ids``, ascending) stands above the ``background`` cosines (the query's with
     a random sample of its tenant: :func:`_background`) or, without one, the cosines of the
     union's records it did not propose (not in ``proposed``, its own candidates), in their
-    standard deviations, from ``SPREAD - 1`` (not at all) to :data:`SPREAD` (fully). 1 when
+    standard deviations, from :data:`SPREAD` (not at all) to ``SPREAD + BAND`` (fully): :func:`_vote`. 1 when
     fewer than :data:`MIN_BACKGROUND` records are not its own, or they all score alike."""
     if background is not None:
+        # the best's own cosine, where the sample holds it (a tenant of a few records), is not
+        # what it is judged against: in a sample of n with it, it can stand at most sqrt(n - 1)
+        # sd out, under SPREAD for a tenant of ten
+        background = _without_best(background, float(cosines.max()))
+        if len(background) < MIN_BACKGROUND:
+            return 1.0
         sd = float(background.std())
-        if sd == 0.0:
+        if sd < 1e-9:  # every one alike (to rounding): nothing to judge by
             return 1.0
         z = (float(cosines.max()) - float(background.mean())) / sd
-        return min(1.0, max(0.0, z - (SPREAD - 1.0)))
+        return _vote(z, _edge(len(background) + 1) if len(background) + 1 < SAMPLE else SPREAD)
     mine = np.fromiter(proposed, dtype=np.int64, count=len(proposed))
     at = np.minimum(np.searchsorted(ids, mine), len(ids) - 1)  # ``ids`` ascend (the union's order)
     own = np.zeros(len(ids), dtype=bool)
     own[at[ids[at] == mine]] = True
-    others = cosines[~own]
+    others = _without_best(cosines[~own], float(cosines.max()))  # when the words found the best
     if len(others) < MIN_BACKGROUND:
         return 1.0
     sd = float(others.std())
-    if sd == 0.0:
+    if sd < 1e-9:
         return 1.0
-    z = (float(cosines.max()) - float(others.mean())) / sd
-    return min(1.0, max(0.0, z - (SPREAD - 1.0)))
+    return _vote((float(cosines.max()) - float(others.mean())) / sd)
+
+
+def _without_best(cosines: np.ndarray, best: float) -> np.ndarray:
+    """``cosines`` without one cosine of the ``best`` (the best record's own), where they hold it."""
+    if not len(cosines):
+        return cosines
+    at = int(np.argmax(cosines))
+    return np.delete(cosines, at) if cosines[at] >= best - 1e-6 else cosines
+
+
+def _vote(z: float, edge: float = SPREAD) -> float:
+    """The vector leg's vote for a best cosine ``z`` standard deviations above its background:
+    none up to ``edge``, full from ``edge + BAND``, linear between."""
+    return min(1.0, max(0.0, (z - edge) / BAND))
+
+
+def _edge(n: int) -> float:
+    """Where the best of a tenant of ``n`` records (fewer than :data:`SAMPLE`: the sample is
+    all of it) stands by chance, about: the expected maximum of ``n`` normal draws,
+    ``Φ⁻¹(1 - 1/n)`` (1.4 sd for twelve records), at most :data:`SPREAD`. A larger tenant's
+    best is judged against :data:`SPREAD`, which that maximum passes at about 740 records."""
+    return min(SPREAD, NormalDist().inv_cdf(1.0 - 1.0 / max(n, 2)))
