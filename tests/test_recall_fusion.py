@@ -331,9 +331,6 @@ def test_an_origin_samples_only_its_tenants_live_vectors_for_the_purpose(open_st
 
     store = open_store()
     origin = store._origin
-    if backend == "postgres":
-        assert not isinstance(origin, VectorSample)  # recall judges against the union there
-        pytest.skip("the postgres origin offers no sample yet")
     assert isinstance(origin, VectorSample)
     mine = {f"m{i}": f"note number {i} about topic {i % 7} and more" for i in range(40)}
     store.write_many([{"key": k, "text": t} for k, t in mine.items()], tenant=TENANT, purpose=PURPOSE, subject="s")

@@ -55,12 +55,15 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...model import Check, CopyState
 from ..base import require_epoch
 from ..capabilities import ScanFn
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
 from .reads import HNSW_SETTINGS, PgReads
+from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
 from .tx import PostgresTx
@@ -151,6 +154,9 @@ class PostgresOrigin(PgReads):
         self.text = PgText(self)
         """The word index, in this process's memory: see :mod:`.text`."""
         self.text.rebuild()
+        self._sample = PgSample(self)
+        """Kept draws of tenants' vectors, for recall's vector leg (:mod:`.sample`)."""
+        self.text.listeners.append(self._sample.changed)
 
     # -- connections ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -195,6 +201,12 @@ class PostgresOrigin(PgReads):
     def snapshot_epoch(self) -> int | None:
         """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""
         return getattr(self._local, "epoch", None)
+
+    def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+        """At most ``n`` vectors of ``tenant``'s records live for ``purpose``, drawn at random
+        and kept in this process until the tenant changed or a while passed (a
+        :class:`~efface.origin.capabilities.VectorSample`: :mod:`.sample` says the trade-off)."""
+        return self._sample.sample(tenant, purpose, now, n)
 
     @contextlib.contextmanager
     def transaction(self, kind: str, tenant: str | None, now: float) -> Iterator[PostgresTx]:
@@ -410,6 +422,7 @@ class PostgresOrigin(PgReads):
             if self._closed:
                 return
             self.text.clear()
+            self._sample.clear()
             self._sealer.forget_all()
             with contextlib.suppress(Exception):  # a reader that is gone holds the log back no more
                 self._w.execute(f"DELETE FROM {self._s}.change_readers WHERE reader = %s", (self.instance,))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import apsw
@@ -67,6 +67,9 @@ class PgText:
         self._post = Postings()
         """The postings (:mod:`.postings`), with each record's epoch: a query inside a
         snapshot leaves out texts newer than the snapshot's epoch."""
+        self.listeners: list[Callable[[Mapping[int, tuple[str, str]] | None], None]] = []
+        """Told, under this index's lock, of the changes it applies (record id -> (tenant, op)),
+        or None when it rebuilt (the origin's kept vector sample, :mod:`.sample`)."""
 
     # -- keeping up -----------------------------------------------------------------------------
     def stage(
@@ -79,11 +82,14 @@ class PgText:
         committed since this index's epoch."""
         with self._mu:
             if self._applied == tx.epoch - 1:
+                seen: dict[int, tuple[str, str]] = {}
                 for tenant, puts, drops, texts in tx.staged:
                     self._post.remove((*puts, *drops))
                     for rid in puts:
                         self._add(rid, tenant, texts[rid], tx.epoch)
+                    seen.update({rid: (tenant, "put") for rid in puts} | {rid: (tenant, "drop") for rid in drops})
                 self._applied = tx.epoch
+                self._tell(seen)
                 return
         self.refresh()
 
@@ -101,6 +107,7 @@ class PgText:
                 return
             self._post = built
             self._applied = at
+            self._tell(None)
 
     def applied(self) -> int:
         """The epoch these postings have replayed the change log up to."""
@@ -133,7 +140,12 @@ class PgText:
                 for rec in recs.values():
                     self._add(rec.id, rec.tenant, rec.text, when[rec.id])
                 self._applied = now
+                self._tell(last)
                 return
+
+    def _tell(self, changes: Mapping[int, tuple[str, str]] | None) -> None:
+        for listener in self.listeners:
+            listener(changes)
 
     # -- terms -----------------------------------------------------------------------------------
     def _tokens(self, text: str) -> list[str]:
