@@ -1,6 +1,7 @@
 """Recall on PostgreSQL (issue #34 item 2): vectors searched in pgvector's HNSW index, filtered
 live in the recall's own snapshot, in the same statement; words in each process's index,
-stemmed as the SQLite origin's. No copy of the vectors outside the database."""
+stemmed as the SQLite origin's. No copy of the vectors outside the database but the few of recall's sample
+(tests/postgres/test_sample.py)."""
 
 from __future__ import annotations
 
