@@ -52,7 +52,8 @@ def test_recall_on_postgres_judges_the_vector_leg_against_the_sample(pg_db, kek,
         q = Query(s._tenant(T), "the weather", vec, P, None, time.time())
         got = _background(origin, q)
         assert got is not None and got.shape == (SAMPLE,)
-        # the same draw for the next recall (kept), and recall itself runs with it
+        # the same draw for the next recall (kept); recall runs beside it (the hashing embedder is
+        # lexical: its vector leg breaks ties only, so only a MiniLM recall asks for the sample)
         assert np.array_equal(
             origin.vector_sample(q.tenant, P, q.now, SAMPLE), origin.vector_sample(q.tenant, P, q.now, SAMPLE)
         )
@@ -115,3 +116,24 @@ def test_an_erased_records_vector_leaves_the_kept_draw(pg_db, kek, tmp_path):
         a._origin.text.refresh()
         assert kept.held(bob) == []
         assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 30
+
+
+def test_a_draw_read_in_a_snapshot_older_than_an_applied_erasure_is_not_kept(pg_db, kek, tmp_path):
+    """A recall's snapshot taken before a forget that this process has since replayed still
+    sees the erased records: its draw serves that recall's statistic once and is not kept."""
+    import threading
+
+    with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
+        _write(a, 30, subject="keep")
+        _write(a, 10, start=30, subject="alice")
+        alice = _ids_of(a, [f"k{i}" for i in range(30, 40)])
+        tid, kept = a._tenant(T), a._origin._sample
+        with a._origin.snapshot():
+            b.forget(tenant=T, subject="alice")
+            replay = threading.Thread(target=a._origin.text.refresh)  # another thread replays the log
+            replay.start()
+            replay.join()
+            assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 40  # the snapshot's view
+            assert kept.held(alice) == [] and not kept._kept
+        assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 30
+        assert kept.held(alice) == [] and kept._kept

@@ -28,7 +28,9 @@ process's memory. When the change log says a record was dropped (erased, by any 
 row is zeroed in every kept draw and removed, as the word index drops its postings
 (:meth:`changed`): this process stops holding an erased record's vector no later than its
 postings, before a forget made here returns. When the log was pruned past the word index
-(it rebuilds), every kept draw is forgotten.
+(it rebuilds), every kept draw is forgotten. A draw that may hold a record whose drop was
+applied here already (a drop of the tenant applied while it was read, or a recall's snapshot
+older than the last drop applied) serves that recall and is not kept.
 
 **Which records, and the draw.** The tenant's records not quarantined, in id order; up to
 ``n`` positions among them drawn with numpy's generator seeded by their count, as the SQLite
@@ -86,6 +88,11 @@ class PgSample:
         self._kept: dict[tuple[str, str, int], _Draw] = {}
         self._changes: dict[str, int] = {}
         """Per tenant: how many changes of its records this process has seen since it opened."""
+        self._drops: dict[str, tuple[int, int]] = {}
+        """Per tenant: (how many drops of its records this process has applied, the epoch the
+        change log was replayed to when the last was)."""
+        self._rebuilds, self._rebuilt = 0, 0
+        """The word index's rebuilds (drops it could not name, of any tenant), and the epoch of the last."""
 
     def sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
         """At most ``n`` vectors of ``tenant``'s records live for ``purpose`` (rows of float32),
@@ -96,17 +103,19 @@ class PgSample:
         with self._mu:
             got = self._kept.get(key)
             changes = self._changes.get(tenant, 0)
+            drops = (self._drops.get(tenant, (0, 0))[0], self._rebuilds)
             if got is not None and self._fresh(got, changes):
                 return got.vectors
         pinned = self._o.snapshot_epoch()
         ids, vectors, whole = self._draw(tenant, purpose, now, n)
         draw = _Draw(ids, vectors, whole, changes, time.monotonic())
         with self._mu:
-            # kept only when no change was seen while it was read, and, read in a snapshot, when
-            # that snapshot is not older than the change log this process has replayed: else it
-            # may hold a record whose drop was already applied here (then it serves once only)
-            seen = self._changes.get(tenant, 0) == changes
-            if seen and (pinned is None or pinned >= self._o.text.applied()):
+            # Kept unless it may hold a record whose drop this process has already applied
+            # (then it is used once, for this recall): a drop of the tenant's seen while it was
+            # read, or, read in a snapshot, one applied at an epoch after the snapshot's. Writes
+            # meanwhile do not stop it being kept (they count towards its redraw).
+            seen, at = self._drops.get(tenant, (0, 0))
+            if (seen, self._rebuilds) == drops and (pinned is None or pinned >= max(at, self._rebuilt)):
                 if len(self._kept) >= MAX_KEPT:
                     self._kept.clear()
                 self._kept[key] = draw
@@ -147,20 +156,24 @@ class PgSample:
         vecs = [to_vector(b) for b in stored_many([r[1] for r in rows])]
         return ids, np.stack([v for v in vecs if v is not None]).astype(np.float32, copy=False), whole
 
-    def changed(self, changes: Mapping[int, tuple[str, str]] | None) -> None:
-        """Changes this process has seen in the change log (record id -> (tenant, op)), or None
-        when it cannot tell which (the log was pruned past it): count them per tenant, and zero
-        and remove the kept rows of records dropped."""
+    def changed(self, changes: Mapping[int, tuple[str, str]] | None, epoch: int) -> None:
+        """Changes this process has applied from the change log (record id -> (tenant, op)), the
+        log replayed to ``epoch`` after them; None when it cannot tell which (the log was pruned
+        past it: the word index rebuilt). Count them per tenant, and zero and remove the kept
+        rows of records dropped."""
         with self._mu:
             if changes is None:
                 self._zero_all()
                 self._kept.clear()
+                self._rebuilds, self._rebuilt = self._rebuilds + 1, epoch
                 return
             per: dict[str, set[int]] = {}
             for rid, (tenant, op) in changes.items():
                 self._changes[tenant] = self._changes.get(tenant, 0) + 1
                 if op == "drop":
                     per.setdefault(tenant, set()).add(rid)
+            for tenant in per:
+                self._drops[tenant] = (self._drops.get(tenant, (0, 0))[0] + 1, epoch)
             for (tenant, _p, _n), got in self._kept.items():
                 dropped = per.get(tenant)
                 if not dropped or not len(got.ids):

@@ -67,9 +67,10 @@ class PgText:
         self._post = Postings()
         """The postings (:mod:`.postings`), with each record's epoch: a query inside a
         snapshot leaves out texts newer than the snapshot's epoch."""
-        self.listeners: list[Callable[[Mapping[int, tuple[str, str]] | None], None]] = []
+        self.listeners: list[Callable[[Mapping[int, tuple[str, str]] | None, int], None]] = []
         """Told, under this index's lock, of the changes it applies (record id -> (tenant, op)),
-        or None when it rebuilt (the origin's kept vector sample, :mod:`.sample`)."""
+        or None when it rebuilt, and the epoch it is at after them (the origin's kept vector
+        sample, :mod:`.sample`)."""
 
     # -- keeping up -----------------------------------------------------------------------------
     def stage(
@@ -89,7 +90,7 @@ class PgText:
                         self._add(rid, tenant, texts[rid], tx.epoch)
                     seen.update({rid: (tenant, "put") for rid in puts} | {rid: (tenant, "drop") for rid in drops})
                 self._applied = tx.epoch
-                self._tell(seen)
+                self._tell(seen, tx.epoch)
                 return
         self.refresh()
 
@@ -107,7 +108,7 @@ class PgText:
                 return
             self._post = built
             self._applied = at
-            self._tell(None)
+            self._tell(None, at)
 
     def applied(self) -> int:
         """The epoch these postings have replayed the change log up to."""
@@ -140,12 +141,12 @@ class PgText:
                 for rec in recs.values():
                     self._add(rec.id, rec.tenant, rec.text, when[rec.id])
                 self._applied = now
-                self._tell(last)
+                self._tell(last, now)
                 return
 
-    def _tell(self, changes: Mapping[int, tuple[str, str]] | None) -> None:
+    def _tell(self, changes: Mapping[int, tuple[str, str]] | None, epoch: int) -> None:
         for listener in self.listeners:
-            listener(changes)
+            listener(changes, epoch)
 
     # -- terms -----------------------------------------------------------------------------------
     def _tokens(self, text: str) -> list[str]:
