@@ -118,9 +118,10 @@ def test_an_erased_records_vector_leaves_the_kept_draw(pg_db, kek, tmp_path):
         assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 30
 
 
-def test_a_draw_read_in_a_snapshot_older_than_an_applied_erasure_is_not_kept(pg_db, kek, tmp_path):
+def test_a_draw_in_a_snapshot_older_than_an_applied_erasure_takes_none_of_its_records(pg_db, kek, tmp_path):
     """A recall's snapshot taken before a forget that this process has since replayed still
-    sees the erased records: its draw serves that recall's statistic once and is not kept."""
+    sees the erased records, but the draw takes its ids from the word index, which dropped
+    them: neither the recall's sample nor the kept draw holds their vectors."""
     import threading
 
     with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
@@ -129,11 +130,12 @@ def test_a_draw_read_in_a_snapshot_older_than_an_applied_erasure_is_not_kept(pg_
         alice = _ids_of(a, [f"k{i}" for i in range(30, 40)])
         tid, kept = a._tenant(T), a._origin._sample
         with a._origin.snapshot():
+            assert a._origin.live_ids(sorted(alice), tid, P, None, time.time()) == alice
             b.forget(tenant=T, subject="alice")
             replay = threading.Thread(target=a._origin.text.refresh)  # another thread replays the log
             replay.start()
             replay.join()
-            assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 40  # the snapshot's view
-            assert kept.held(alice) == [] and not kept._kept
+            assert a._origin.live_ids(sorted(alice), tid, P, None, time.time()) == alice  # the snapshot's view
+            assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 30
+            assert kept.held(alice) == [] and kept._kept
         assert len(a._origin.vector_sample(tid, P, time.time(), SAMPLE)) == 30
-        assert kept.held(alice) == [] and kept._kept

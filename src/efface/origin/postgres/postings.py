@@ -188,6 +188,13 @@ class Postings:
         code = self._codes.get(tenant)
         return 0 if code is None else self._per_tenant[code]
 
+    def ids_of(self, tenant: str) -> np.ndarray:
+        """The ids (ascending) of ``tenant``'s records held here."""
+        code = self._codes.get(tenant)
+        if code is None:
+            return np.empty(0, dtype=np.int64)
+        return np.flatnonzero(self.tenant == code).astype(np.int64)
+
     def df(self, term: str) -> int:
         t = self.terms.get(term)
         return 0 if t is None else t.count()

@@ -3,40 +3,42 @@
 Recall lets its vector leg vote only as far as the best cosine stands out from the query's
 cosines with a random sample of the tenant's live records (:func:`efface.paths.scores._standing`).
 The SQLite origin draws that sample from its copy of liveness in memory, again after every
-commit (0.4 ms at 50k records). Here a draw reads the database: two round trips (how many
-records the tenant has; then the vectors of the positions drawn among them, live for the
-purpose, in one statement) and a window over the tenant's ids on the server, a few
-milliseconds at 50k records. Drawing it for each recall would add that to every query, so a
-draw is **kept in this process** and used again until one of:
+commit (0.4 ms at 50k records).
 
-* the tenant changed since the draw (a change-log entry of its records, seen as this
-  process's word index replays the log, :mod:`.text`): at once when the draw was the whole
-  tenant (fewer records than the sample's size: its size is what a small tenant's best is
-  judged against, :func:`efface.paths.scores._edge`), else after :data:`REDRAW_CHANGES` of them;
-* :data:`REDRAW_S` seconds passed (a claim that expired, a change this process has not
-  replayed yet).
+**The draw.** Up to ``n`` of the tenant's record ids, from this process's word index (:mod:`.text`:
+its postings hold every record's id and tenant, so no scan of the table), chosen with numpy's
+generator seeded by their count, as the SQLite origin's copy draws
+(:meth:`efface.origin.sqlite.liveness.Liveness.sample`): a store with the same records under
+the same ids draws the same sample on both origins. Then one round trip reads the vectors of
+those live for the purpose at the recall's ``now`` (by primary key; in the recall's snapshot).
+A scan of the tenant's rows for their count or ids instead cost 31 ms at 10k records and
+260 ms at 50k (the rows hold the vectors, so the table is wide).
+
+**Kept in this process.** Even one round trip a recall is worth saving, so a draw is used
+again until one of:
+
+* the tenant changed since the draw (a change-log entry of its records, as this process's
+  word index applies the log, its own commits and other processes'): at once when the draw
+  was the whole tenant (fewer records than the sample's size: its size is what a small
+  tenant's best is judged against, :func:`efface.paths.scores._edge`), else after
+  :data:`REDRAW_CHANGES` of them;
+* :data:`REDRAW_S` seconds passed (a claim that expired, a purpose withdrawn).
 
 **The trade-off.** Between redraws the statistic lags the tenant by up to
 :data:`REDRAW_CHANGES` writes or :data:`REDRAW_S` seconds: a mean and a spread of 256
-cosines that a few dozen records more or less hardly move (a mean and spread to a few
-hundredths of a standard deviation either way: ``bench/experiments/exp_fusion_standing.py``),
-for no round trip on a recall that finds it fresh. The sample only ever judges how far the
-vector leg votes; recall never names, returns or ranks its records.
+cosines, which a few dozen records more or less hardly move
+(``bench/experiments/exp_fusion_standing.py``: 128 and 256 records judge alike), for no round
+trip on a recall that finds it fresh. The sample only ever judges how far the vector leg
+votes: recall never names, returns or ranks its records.
 
 **Erased records.** A kept draw holds vectors of records, a copy of their content in this
 process's memory. When the change log says a record was dropped (erased, by any process), its
-row is zeroed in every kept draw and removed, as the word index drops its postings
-(:meth:`changed`): this process stops holding an erased record's vector no later than its
-postings, before a forget made here returns. When the log was pruned past the word index
-(it rebuilds), every kept draw is forgotten. A draw that may hold a record whose drop was
-applied here already (a drop of the tenant applied while it was read, or a recall's snapshot
-older than the last drop applied) serves that recall and is not kept.
-
-**Which records, and the draw.** The tenant's records not quarantined, in id order; up to
-``n`` positions among them drawn with numpy's generator seeded by their count, as the SQLite
-origin's copy draws (:meth:`efface.origin.sqlite.liveness.Liveness.sample`): a store with the
-same records under the same ids draws the same sample on both origins. Of those, the ones
-live for the purpose at the draw's ``now`` with a vector are kept.
+row is zeroed in every kept draw and removed as the word index drops its postings
+(:meth:`PgSample.changed`): this process holds an erased record's vector no longer than its
+postings, and not after a forget made here returns. When the log was pruned past the word
+index (it rebuilds), every kept draw is zeroed and forgotten. A draw during which drops of its
+tenant were applied may hold one of them (its ids were taken before): it serves that recall
+and is not kept.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .reads import NOT_QUARANTINED, _RawVector, live_claim, stored_many, to_vector
+from .reads import _RawVector, live_claim, stored_many, to_vector
 
 PostgresOrigin = Any
 """The origin this part serves (:class:`.origin.PostgresOrigin`), untyped here (as :mod:`.text`):
@@ -88,11 +90,10 @@ class PgSample:
         self._kept: dict[tuple[str, str, int], _Draw] = {}
         self._changes: dict[str, int] = {}
         """Per tenant: how many changes of its records this process has seen since it opened."""
-        self._drops: dict[str, tuple[int, int]] = {}
-        """Per tenant: (how many drops of its records this process has applied, the epoch the
-        change log was replayed to when the last was)."""
-        self._rebuilds, self._rebuilt = 0, 0
-        """The word index's rebuilds (drops it could not name, of any tenant), and the epoch of the last."""
+        self._drops: dict[str, int] = {}
+        """Per tenant: how many times this process has applied drops of its records."""
+        self._rebuilds = 0
+        """The word index's rebuilds (drops it could not name, of any tenant)."""
 
     def sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
         """At most ``n`` vectors of ``tenant``'s records live for ``purpose`` (rows of float32),
@@ -103,19 +104,16 @@ class PgSample:
         with self._mu:
             got = self._kept.get(key)
             changes = self._changes.get(tenant, 0)
-            drops = (self._drops.get(tenant, (0, 0))[0], self._rebuilds)
+            drops = (self._drops.get(tenant, 0), self._rebuilds)
             if got is not None and self._fresh(got, changes):
                 return got.vectors
-        pinned = self._o.snapshot_epoch()
         ids, vectors, whole = self._draw(tenant, purpose, now, n)
         draw = _Draw(ids, vectors, whole, changes, time.monotonic())
         with self._mu:
-            # Kept unless it may hold a record whose drop this process has already applied
-            # (then it is used once, for this recall): a drop of the tenant's seen while it was
-            # read, or, read in a snapshot, one applied at an epoch after the snapshot's. Writes
-            # meanwhile do not stop it being kept (they count towards its redraw).
-            seen, at = self._drops.get(tenant, (0, 0))
-            if (seen, self._rebuilds) == drops and (pinned is None or pinned >= max(at, self._rebuilt)):
+            # Kept unless a drop of the tenant's records was applied here while it was read (its
+            # ids came from the word index before): it may hold one then, and serves this recall
+            # only. Writes meanwhile do not stop it being kept (they count towards its redraw).
+            if (self._drops.get(tenant, 0), self._rebuilds) == drops:
                 if len(self._kept) >= MAX_KEPT:
                     self._kept.clear()
                 self._kept[key] = draw
@@ -130,25 +128,20 @@ class PgSample:
 
     def _draw(self, tenant: str, purpose: str, now: float, n: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """(ids, vectors, whole) of a new draw: see the module docstring."""
+        mine = self._o.text.tenant_ids(tenant)
+        whole = len(mine) <= n
+        if not len(mine):
+            return mine, _EMPTY, whole
+        if not whole:  # seeded by the tenant's size, as the SQLite origin's copy draws
+            mine = np.sort(np.random.default_rng(len(mine)).choice(mine, n, replace=False))
         s = self._o._s
-        mine = f"FROM {s}.records r WHERE r.tenant = %s AND {NOT_QUARANTINED.format(s=s)}"
         with self._o._reading() as conn:
-            count = int(conn.execute(f"SELECT count(*) {mine}", (tenant,)).fetchone()[0])
-            if not count:
-                return np.empty(0, dtype=np.int64), _EMPTY, True
-            whole = count <= n
-            # positions among the tenant's ids in order, 1-based, as the SQLite origin draws them
-            if whole:
-                at = np.arange(1, count + 1, dtype=np.int64)
-            else:
-                at = np.sort(np.random.default_rng(count).choice(count, n, replace=False)) + 1
             cur = conn.cursor(binary=True)
             cur.adapters.register_loader("vector", _RawVector)
             rows = cur.execute(
-                f"SELECT r.id, r.embedding FROM (SELECT r.id, row_number() OVER (ORDER BY r.id) AS at {mine}) p"
-                f" JOIN {s}.records r ON r.id = p.id WHERE p.at = ANY(%s) AND r.embedding IS NOT NULL"
+                f"SELECT r.id, r.embedding FROM {s}.records r WHERE r.id = ANY(%s) AND r.embedding IS NOT NULL"
                 f" AND {live_claim(s, None)} ORDER BY r.id",
-                (tenant, at.tolist(), tenant, purpose, now),
+                (mine.tolist(), tenant, purpose, now),
             ).fetchall()
         if not rows:
             return np.empty(0, dtype=np.int64), _EMPTY, whole
@@ -156,16 +149,15 @@ class PgSample:
         vecs = [to_vector(b) for b in stored_many([r[1] for r in rows])]
         return ids, np.stack([v for v in vecs if v is not None]).astype(np.float32, copy=False), whole
 
-    def changed(self, changes: Mapping[int, tuple[str, str]] | None, epoch: int) -> None:
-        """Changes this process has applied from the change log (record id -> (tenant, op)), the
-        log replayed to ``epoch`` after them; None when it cannot tell which (the log was pruned
-        past it: the word index rebuilt). Count them per tenant, and zero and remove the kept
-        rows of records dropped."""
+    def changed(self, changes: Mapping[int, tuple[str, str]] | None) -> None:
+        """Changes this process's word index applied from the change log (record id ->
+        (tenant, op)), or None when it cannot tell which (the log was pruned past it: it
+        rebuilt). Count them per tenant, and zero and remove the kept rows of records dropped."""
         with self._mu:
             if changes is None:
                 self._zero_all()
                 self._kept.clear()
-                self._rebuilds, self._rebuilt = self._rebuilds + 1, epoch
+                self._rebuilds += 1
                 return
             per: dict[str, set[int]] = {}
             for rid, (tenant, op) in changes.items():
@@ -173,7 +165,7 @@ class PgSample:
                 if op == "drop":
                     per.setdefault(tenant, set()).add(rid)
             for tenant in per:
-                self._drops[tenant] = (self._drops.get(tenant, (0, 0))[0] + 1, epoch)
+                self._drops[tenant] = self._drops.get(tenant, 0) + 1
             for (tenant, _p, _n), got in self._kept.items():
                 dropped = per.get(tenant)
                 if not dropped or not len(got.ids):

@@ -67,10 +67,9 @@ class PgText:
         self._post = Postings()
         """The postings (:mod:`.postings`), with each record's epoch: a query inside a
         snapshot leaves out texts newer than the snapshot's epoch."""
-        self.listeners: list[Callable[[Mapping[int, tuple[str, str]] | None, int], None]] = []
+        self.listeners: list[Callable[[Mapping[int, tuple[str, str]] | None], None]] = []
         """Told, under this index's lock, of the changes it applies (record id -> (tenant, op)),
-        or None when it rebuilt, and the epoch it is at after them (the origin's kept vector
-        sample, :mod:`.sample`)."""
+        or None when it rebuilt (the origin's kept vector sample, :mod:`.sample`)."""
 
     # -- keeping up -----------------------------------------------------------------------------
     def stage(
@@ -90,7 +89,7 @@ class PgText:
                         self._add(rid, tenant, texts[rid], tx.epoch)
                     seen.update({rid: (tenant, "put") for rid in puts} | {rid: (tenant, "drop") for rid in drops})
                 self._applied = tx.epoch
-                self._tell(seen, tx.epoch)
+                self._tell(seen)
                 return
         self.refresh()
 
@@ -108,7 +107,7 @@ class PgText:
                 return
             self._post = built
             self._applied = at
-            self._tell(None, at)
+            self._tell(None)
 
     def applied(self) -> int:
         """The epoch these postings have replayed the change log up to."""
@@ -141,12 +140,12 @@ class PgText:
                 for rec in recs.values():
                     self._add(rec.id, rec.tenant, rec.text, when[rec.id])
                 self._applied = now
-                self._tell(last, now)
+                self._tell(last)
                 return
 
-    def _tell(self, changes: Mapping[int, tuple[str, str]] | None, epoch: int) -> None:
+    def _tell(self, changes: Mapping[int, tuple[str, str]] | None) -> None:
         for listener in self.listeners:
-            listener(changes, epoch)
+            listener(changes)
 
     # -- terms -----------------------------------------------------------------------------------
     def _tokens(self, text: str) -> list[str]:
@@ -194,6 +193,12 @@ class PgText:
     def tenant_count(self, tenant: str) -> int:
         with self._mu:
             return self._post.tenant_count(tenant)
+
+    def tenant_ids(self, tenant: str) -> np.ndarray:
+        """The ids (ascending) of ``tenant``'s records these postings hold, as replayed so far
+        (no look-up: the origin's vector sample draws among them, :mod:`.sample`)."""
+        with self._mu:
+            return self._post.ids_of(tenant)
 
     def document_frequency(self, words: Sequence[str]) -> dict[str, int]:
         self.refresh()
