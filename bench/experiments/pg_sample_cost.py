@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from pgserver import start_primary  # noqa: E402
+from pgserver import start_primary
 
 
 def main() -> None:

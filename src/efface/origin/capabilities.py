@@ -155,8 +155,9 @@ class VectorSample(Protocol):
     def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
         """At most ``n`` vectors (rows of float32, unit length) of ``tenant``'s records live
         for ``purpose`` at ``now``, chosen at random once per tenant and state of the store
-        (the same draw until a write); empty when it cannot tell (then recall judges against
-        the records only the words found)."""
+        (the same draw until a write; on PostgreSQL until a few dozen writes or a minute,
+        :mod:`efface.origin.postgres.sample`); empty when it cannot tell (then recall judges
+        against the records only the words found)."""
         ...
 
 
