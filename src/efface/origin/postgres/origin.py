@@ -45,6 +45,7 @@ database that several efface processes may share.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -217,7 +218,8 @@ class PostgresOrigin(PgReads):
         self._local.closed = True
         for row in rows:
             if row[8] is not None:
-                self._sealer.hold(bytes(row[7]), lambda r=row: self._keys.unwrap_row(r[9], bytes(r[7]), bytes(r[8])))
+                kid = bytes(row[7])
+                self._sealer.hold(kid, functools.partial(self._keys.unwrap_row, row[9], kid, bytes(row[8])))
         return {int(r[0]): unseal_record(self._sealer, conn, r[:7]) for r in rows}
 
     def snapshot_epoch(self) -> int | None:
