@@ -151,3 +151,37 @@ def test_the_vector_search_checks_the_words_candidates_in_its_statement(pg_db, k
         assert list(near) == [ids["n1"]] and list(others) == [ids["n1"]]  # dora's n4 is not alice's
         hits = b.recall("green tea", tenant=T, purpose="p", subject="alice")
         assert [h.key for h in hits] == ["n1"]
+
+
+def test_the_closing_read_ends_the_snapshot_with_its_rows(pg_db, kek, tmp_path):
+    """Recall's final rows and the snapshot's COMMIT go in one round trip
+    (:class:`~efface.origin.capabilities.ClosingRead`): the rows come from the snapshot (a
+    forget committed by another store meanwhile does not take them away), their data keys
+    with them (none cached: nothing is fetched after the commit), and a read after it in the
+    same snapshot block raises instead of reading outside the snapshot."""
+    import pytest
+
+    from efface.origin.capabilities import ClosingRead
+
+    with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
+        a.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        a.write("n2", "Bob prefers black coffee in the morning", tenant=T, subject="bob", purpose="p")
+        origin = b._origin
+        assert isinstance(origin, ClosingRead)
+        ids = sorted(origin.records_by_id_closing([1, 2, 3]))  # outside a snapshot: an ordinary read
+        assert len(ids) == 2
+        origin._sealer.forget_all()  # no data key cached: they must come with the rows
+        with origin.snapshot():
+            assert sorted(origin.records_by_id(ids)) == ids
+            a.forget(tenant=T, subject="alice")  # committed by the other store meanwhile
+            rows = origin.records_by_id_closing(ids)
+            assert sorted(r.text for r in rows.values()) == [
+                "Alice prefers green tea in the morning",
+                "Bob prefers black coffee in the morning",
+            ]
+            with pytest.raises(RuntimeError, match="closing read"):
+                origin.records_by_id(ids)
+        with origin.snapshot():  # the next snapshot is an ordinary one, after the forget
+            assert [r.text for r in origin.records_by_id(ids).values()] == ["Bob prefers black coffee in the morning"]
+        hits = b.recall("green tea in the morning", tenant=T, purpose="p", k=5)
+        assert [h.key for h in hits] == ["n2"]

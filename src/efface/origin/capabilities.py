@@ -193,3 +193,16 @@ class SharedByProcesses(Protocol):
         store for the block. Yields True when held; without ``wait``, False at once when another
         holder has it (the block then must skip the work). A process that dies lets go of it."""
         ...
+
+
+@runtime_checkable
+class ClosingRead(Protocol):
+    """An origin whose read snapshot can end in the round trip of its last read (PostgreSQL:
+    the rows and the transaction's ``COMMIT`` sent together): recall's final rows, when no
+    read follows them in its snapshot."""
+
+    def records_by_id_closing(self, ids: Sequence[int]) -> Mapping[int, Any]:
+        """:meth:`~efface.origin.base.Reads.records_by_id`, read in this thread's snapshot,
+        which ends with it: a read after it in the same snapshot block raises (it would no
+        longer see the snapshot). Outside a snapshot, :meth:`records_by_id`."""
+        ...

@@ -88,6 +88,7 @@ import numpy as np
 
 from .. import foreground
 from ..model import Hit, Turn
+from ..origin.capabilities import ClosingRead
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from . import turns
@@ -314,7 +315,9 @@ def _hybrid(
             best, rows = _confirmed(snap, q, fused, best_of, k)
         else:
             best = _keeping(fused, best_of, k)
-            rows = snap.records_by_id(best)
+            # the last read of the snapshot when no window follows: it ends with it (one round trip)
+            closing = window <= 0 and isinstance(snap, ClosingRead)
+            rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
         around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [

@@ -45,6 +45,7 @@ database that several efface processes may share.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -52,17 +53,17 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...model import Check, CopyState
-from ..base import require_epoch
+from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
-from .reads import HNSW_SETTINGS, PgReads
+from .reads import HNSW_SETTINGS, REC_COLS, PgReads, unseal_record
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -163,6 +164,8 @@ class PostgresOrigin(PgReads):
     def _reading(self) -> Iterator[psycopg.Connection]:
         held = getattr(self._local, "conn", None)
         if held is not None:
+            if self._local.closed:
+                raise RuntimeError("a read after the snapshot's closing read (records_by_id_closing)")
             yield held
             return
         if self._closed:
@@ -190,13 +193,40 @@ class PostgresOrigin(PgReads):
             row = cur.fetchone()
             self._local.epoch = 0 if row is None else int(row[0])
             self._local.conn = conn
+            self._local.closed = False
             try:
                 require_epoch(self, at_least)
                 yield self
             finally:
                 self._local.conn = None
                 self._local.epoch = None
-                conn.execute("COMMIT")
+                if not self._local.closed:  # else ended by its closing read already
+                    conn.execute("COMMIT")
+                self._local.closed = False
+
+    def records_by_id_closing(self, ids: Sequence[int]) -> dict[int, RecordRow]:
+        """:meth:`records_by_id` as the last read of this thread's snapshot, whose ``COMMIT``
+        goes with it in one round trip (psycopg's pipeline mode):
+        :class:`~efface.origin.capabilities.ClosingRead`. Each row comes with its data key
+        as wrapped (read in the snapshot too), so no key is fetched after the commit."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.closed or not ids:
+            return self.records_by_id(ids)
+        s = self._s
+        with conn.pipeline():
+            cur = conn.execute(
+                f"SELECT {REC_COLS}, r.sealed_by, k.wrapped, k.kek_id FROM {s}.records r"
+                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s)",
+                (list(ids),),
+            )
+            conn.execute("COMMIT")
+        rows = cur.fetchall()
+        self._local.closed = True
+        for row in rows:
+            if row[8] is not None:
+                kid = bytes(row[7])
+                self._sealer.hold(kid, functools.partial(self._keys.unwrap_row, row[9], kid, bytes(row[8])))
+        return {int(r[0]): unseal_record(self._sealer, conn, r[:7]) for r in rows}
 
     def snapshot_epoch(self) -> int | None:
         """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""

@@ -34,10 +34,11 @@ REC_COLS = "r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.updat
 PURPOSES_SEEN = 100_000
 """(tenant, purpose) pairs :meth:`PgReads.knows_purpose` remembers at most (forgotten all at once past it)."""
 
-HNSW_SETTINGS = {"hnsw.ef_search": "128", "hnsw.iterative_scan": "relaxed_order"}
+HNSW_SETTINGS = {"hnsw.ef_search": "100", "hnsw.iterative_scan": "relaxed_order"}
 """Set on every connection of the origin (pgvector 0.8): the search width of a query (recall
-asks for 100 candidates at least, so about the least that returns them, as the ANN files'
-``EXPANSION_SEARCH``), and iterative scans, so a query whose filters (tenant, purpose,
+asks for 100 candidates at least: the least that returns them in one pass; 128, the ANN
+files' ``EXPANSION_SEARCH``, cost 12 % more of the search's CPU at 100k records for the same
+quality, ``bench/results/postgres/quality-ef100.json``), and iterative scans, so a query whose filters (tenant, purpose,
 subject, expiry, quarantine) drop rows goes on through the graph until it has ``n`` live ones
 (up to pgvector's ``hnsw.max_scan_tuples``) instead of returning fewer. ``relaxed_order``: the
 rows may come slightly out of distance order, which costs nothing here (recall scores every

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
@@ -66,6 +67,14 @@ class Sealer:
             with self._mu:
                 self._cache[kid] = aead
         return aead
+
+    def hold(self, kid: bytes, unwrap: Callable[[], bytes]) -> None:
+        """Cache the data key ``kid`` from ``unwrap()`` unless it is cached already (keys read
+        with the rows they open, as a snapshot's closing read does)."""
+        if kid not in self._cache:
+            aead = AESGCM(unwrap())
+            with self._mu:
+                self._cache[kid] = aead
 
     def seal(self, conn: psycopg.Connection, kid: bytes, value: str, aad: str) -> bytes:
         nonce = secrets.token_bytes(NONCE_LEN)
