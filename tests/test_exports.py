@@ -47,6 +47,7 @@ EFFACE_ALL = [
     "StoreDamaged",
     "StoreLocked",
     "StoreUnwritable",
+    "Turn",
     "UnknownBasis",
     "UnknownPurpose",
     "UnverifiableDeletion",
