@@ -37,7 +37,7 @@ SOURCES = {
     "sqlite_alone": "session22/sqlite-alone-200k.json",
     "erasure": "session22/erasure-cfffbf0.json",
     "extremes": "session23/extremes.json",
-    "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json"],
+    "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json", "postgres/scale-100k-7fc1add.json"],
     "postgres_residue": "postgres/scale-100k.json",
     "postgres_quality": "postgres/quality.json",
 }

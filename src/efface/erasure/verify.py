@@ -200,6 +200,7 @@ class Verifier:
             found, n = self._fp.scan_arrays(files, fp, root, copies, read_copies=True)
             tally[0] += n
             found = found.take(_whole(self._fp, fp, found, Reader(root, copies)))
+            found = found.take(_anchored_vectors(fp, found))
             if live:
                 found = found.take(~_live_names(self._fp, fp, found, live))
             out: dict[str, dict[str, int]] = {}
@@ -542,6 +543,41 @@ def backups_state(state: str | None, check: Check) -> CopyState:
     if state == "absorbed":
         return CopyState("erased", check.detail)
     return CopyState("cannot_verify", check.detail)
+
+
+VECTOR_WINDOWS = 2
+"""How many windows of one erased vector (``pgvector``) must lie in a file at their own offsets
+from one start for the vector to count as there: a sparse vector (the hashing embedder's: a
+fifth of its floats non-zero) shares a 16-byte window with some live vector by chance at
+100k records, never two at the offsets of one vector; a vector really left in a page or in
+the WAL has tens of windows there (a WAL page header cutting it leaves two runs of them)."""
+
+
+def _anchored_vectors(fp: Fingerprints, found: Hits) -> np.ndarray:
+    """Which hits count, for erased vectors: those of a vector with at least
+    :data:`VECTOR_WINDOWS` windows (or all it has, when it has fewer) in the same file at one
+    start; every other kind's hits are kept."""
+    keep = np.ones(len(found), dtype=bool)
+    if "pgvector" not in found.kinds or not fp.has_sites("pgvector"):
+        return keep
+    k = found.kinds.index("pgvector")
+    idx = np.flatnonzero(found.kind == k).tolist()
+    if not idx:
+        return keep
+    per_item = np.bincount(fp.site_i["pgvector"].astype(np.int64))
+    starts: dict[tuple[int, int, int], set[int]] = {}
+    anchors: dict[int, list[tuple[int, int, int]]] = {}
+    for i in idx:
+        f, off = int(found.file[i]), int(found.offset[i])
+        mine = []
+        for item, o, _n in fp.sites("pgvector", int(found.hash[i])):
+            at = (f, item, off - o)
+            starts.setdefault(at, set()).add(o)
+            mine.append(at)
+        anchors[i] = mine
+    for i, mine in anchors.items():
+        keep[i] = any(len(starts[at]) >= min(VECTOR_WINDOWS, int(per_item[at[1]])) for at in mine)
+    return keep
 
 
 def _live_names(fpr: Fingerprinter, fp: Fingerprints, found: Hits, live: Collection[bytes]) -> np.ndarray:
