@@ -27,7 +27,7 @@ from .erasure.propagation import Propagation
 from .erasure.release import Releaser
 from .erasure.verify import Verifier
 from .origin.base import Origin
-from .origin.capabilities import NearestVectors
+from .origin.capabilities import KeepsSecret, NearestVectors
 from .paths.ann import VectorIndex
 from .paths.base import ReadPath
 from .paths.fts import FullTextIndex
@@ -76,11 +76,14 @@ def assemble(
     ``ann_dir`` is where this process keeps its ANN files (default: ``path``/ann), and
     ``ann_instance`` whose they are where several processes share the origin (each its own
     files, epochs and place among the change log's consumers)."""
-    secret_hex = origin.meta_get(SECRET_KEY)
-    if secret_hex is None:
-        secret_hex = Hasher.new_secret()
-        origin.meta_set(SECRET_KEY, secret_hex)
-    secret = bytes.fromhex(secret_hex)
+    if isinstance(origin, KeepsSecret):
+        secret = origin.hash_secret()
+    else:
+        secret_hex = origin.meta_get(SECRET_KEY)
+        if secret_hex is None:
+            secret_hex = Hasher.new_secret()
+            origin.meta_set(SECRET_KEY, secret_hex)
+        secret = bytes.fromhex(secret_hex)
     hasher = Hasher(secret)
     recorded = origin.meta_get("embedder")
     chosen = for_store(embedder, recorded)

@@ -78,17 +78,16 @@ def _recorded_embedder(url: str, schema_name: str) -> str | None:
 
 
 def _first_comer(url: str, schema_name: str, embedder: str) -> None:
-    """Record the store's keyed-hash secret and embedder if no process has yet, the first
-    one's winning. Servers started together on a new database would otherwise each make a
-    secret and overwrite the other's (the store's own first use sets it unconditionally),
-    and hash every tenant and key differently from then on."""
+    """Record the store's embedder if no process has yet, the first one's winning (servers
+    started together on a new database would otherwise each record theirs). The store's
+    keyed-hash secret is not here: it lives in the KEK file, made under the file's lock
+    (:mod:`efface.origin.postgres.hashsecret`)."""
     import psycopg
 
-    from .erasure.ledger import SECRET_KEY, Hasher
-
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-        for k, v in ((SECRET_KEY, Hasher.new_secret()), ("embedder", embedder)):
-            conn.execute(f"INSERT INTO {schema_name}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING", (k, v))
+        conn.execute(
+            f"INSERT INTO {schema_name}.meta(k, v) VALUES ('embedder', %s) ON CONFLICT (k) DO NOTHING", (embedder,)
+        )
 
 
 def open_postgres(

@@ -15,11 +15,11 @@ from __future__ import annotations
 import secrets
 
 from ..keyed_hash import keyed_hash
-from ..origin.ledger import ChainCheck, verify_chain
+from ..origin.ledger import SECRET_META, ChainCheck, verify_chain
 
 __all__ = ["SECRET_KEY", "ChainCheck", "Hasher", "verify_chain"]
 
-SECRET_KEY = "ledger.secret"
+SECRET_KEY = SECRET_META
 
 
 class Hasher:

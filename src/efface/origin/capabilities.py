@@ -50,6 +50,18 @@ class StoredForms(Protocol):
         ...
 
 
+@runtime_checkable
+class KeepsSecret(Protocol):
+    """An origin that keeps the store's hash secret (every keyed hash and fingerprint is made
+    with it) outside the data it stores, where a copy of that data does not reach: the
+    PostgreSQL origin's KEK file (:mod:`efface.origin.postgres.hashsecret`). The store takes it
+    from here, never from meta."""
+
+    def hash_secret(self) -> bytes:
+        """The store's hash secret."""
+        ...
+
+
 ScanFn = Callable[[list[str], str, Collection[bytes]], tuple[dict[str, dict[str, int]], int]]
 """A byte scan for one erasure's fingerprints: (files, root, live names) -> (per file relative
 to root, hits per kind of item; bytes read). The live names are the stored forms of names

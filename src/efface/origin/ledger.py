@@ -8,6 +8,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+SECRET_META = "ledger.secret"
+"""The meta key under which an origin that keeps the store's hash secret in its own data
+(SQLite, memory) keeps it, as hex; the PostgreSQL origin keeps it in the KEK file instead
+(:class:`efface.origin.capabilities.KeepsSecret`) and moves an older database's out of meta."""
+
 GENESIS = "0" * 64
 """The ``prev`` of the first entry."""
 

@@ -22,8 +22,8 @@ Revoking a key deletes its row and destroys its data key in one transaction (not
 key-encryption-key rotation, as a subject's content does. Forgetting a tenant leaves its keys
 working, as on an embedded store (revoke them to stop them).
 
-The ring opens an existing store only: its schema, its keyed-hash secret and its KEK are made
-when the store is first opened (``efface serve --origin URL`` or ``efface.open(URL)``); before
+The ring opens an existing store only: its schema, its keyed-hash secret (in the KEK file, as
+the KEK) and its KEK are made when the store is first opened (``efface serve --origin URL`` or ``efface.open(URL)``); before
 that, :class:`~efface.errors.NotFound` says so.
 """
 
@@ -41,6 +41,7 @@ from ..errors import NotFound, OriginUnreachable
 from ..on_postgres import check_url
 from ..origin.postgres import schema as pg_schema
 from ..origin.postgres.errors import DataKeyDestroyed
+from ..origin.postgres.hashsecret import SECRET_ID_META
 from ..origin.postgres.keys import Keys
 from .keys import ApiKey, checked, digest, key_id_of, matches, new_token, parse
 
@@ -98,14 +99,17 @@ class PgKeyRing:
                         "then manage its keys"
                     )
                 pg_schema.migrate(conn, dim=self._dim(conn), schema=self._s)  # a newer efface's columns
-                secret = conn.execute(f"SELECT v FROM {self._s}.meta WHERE k = %s", (SECRET_KEY,)).fetchone()
-                if secret is None:
+                opened = conn.execute(
+                    f"SELECT 1 FROM {self._s}.meta WHERE k = ANY(%s)", ([SECRET_KEY, SECRET_ID_META],)
+                ).fetchone()
+                if opened is None:
                     raise NotFound(
                         "this database's efface store was never opened: open it once first "
                         "(efface serve --origin URL), then manage its keys"
                     )
-                self._keys.open(conn)  # KeyFileMissing / KeyFileMismatch: never a new key for a store
-            self._hash = Hasher(bytes.fromhex(str(secret[0])))
+                # KeyFileMissing / KeyFileMismatch: never a new key or hash secret for a store
+                self._keys.open(conn)
+            self._hash = Hasher(self._keys.hash_secret())
             self._pool = ConnectionPool(
                 url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=True, timeout=30
             )

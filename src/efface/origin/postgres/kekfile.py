@@ -1,6 +1,6 @@
 """The key-encryption key file (:mod:`.keys`): a small JSON document holding the KEK (two
-during a rotation) and the name key (:mod:`.names`), read again whenever it changes and
-replaced atomically."""
+during a rotation), the name key (:mod:`.names`) and the store's hash secret
+(:mod:`.hashsecret`), read again whenever it changes and replaced atomically."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ FORMAT = "efface-kek"
 
 _ID_LABEL = b"efface key-encryption key id v1"
 _NAME_ID_LABEL = b"efface name key id v1"
+_SECRET_ID_LABEL = b"efface hash secret id v1"
 
 RETIRED_GRACE_S = 120.0
 """How long this process still opens data keys wrapped by a KEK that left the file (a
@@ -40,6 +41,11 @@ def name_key_id(key: bytes) -> str:
     return hmac.new(key, _NAME_ID_LABEL, hashlib.sha256).hexdigest()[:32]
 
 
+def hash_secret_id(secret: bytes) -> str:
+    """The check value the database keeps for the store's hash secret."""
+    return hmac.new(secret, _SECRET_ID_LABEL, hashlib.sha256).hexdigest()[:32]
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -56,6 +62,7 @@ class KekFile:
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, bytes] = {}
         self._name_key: bytes | None = None
+        self._hash_secret: bytes | None = None
         self._left: dict[str, tuple[bytes, float]] = {}  # id -> (key, when it left the file)
 
     def keys(self) -> dict[str, bytes]:
@@ -63,11 +70,11 @@ class KekFile:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self._stamp, self._keys, self._name_key = None, {}, None
+            self._stamp, self._keys, self._name_key, self._hash_secret = None, {}, None, None
             return {}
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
-            held, self._name_key = self._read()
+            held, self._name_key, self._hash_secret = self._read()
             now = time.monotonic()
             self._left.update({i: (k, now) for i, k in self._keys.items() if i not in held})
             self._keys = held
@@ -79,6 +86,11 @@ class KekFile:
         self.keys()
         return self._name_key
 
+    def hash_secret(self) -> bytes | None:
+        """The store's hash secret (:mod:`.hashsecret`), None when the file has none (yet)."""
+        self.keys()
+        return self._hash_secret
+
     def recently_held(self, ident: str) -> bytes | None:
         """A key that left the file less than :data:`RETIRED_GRACE_S` ago (as this process
         saw it), else None; older ones are forgotten here."""
@@ -88,36 +100,43 @@ class KekFile:
         got = self._left.get(ident)
         return None if got is None else got[0]
 
-    def _read(self) -> tuple[dict[str, bytes], bytes | None]:
+    def _read(self) -> tuple[dict[str, bytes], bytes | None, bytes | None]:
         try:
             doc = json.loads(self.path.read_text("utf-8"))
             if doc.get("format") != FORMAT:
                 raise ValueError("not an efface key file")
             keys = [base64.b64decode(k, validate=True) for k in doc["keys"]]
-            named = doc.get("name_key")
+            named, hashing = doc.get("name_key"), doc.get("hash_secret")
             name_key = None if named is None else base64.b64decode(named, validate=True)
+            hash_secret = None if hashing is None else base64.b64decode(hashing, validate=True)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise KeyFileMismatch(f"the key file {self.path} is not an efface key-encryption key file ({e})") from None
         if not keys or any(len(k) != 32 for k in keys):
             raise KeyFileMismatch(f"the key file {self.path} holds no 256-bit key")
         if name_key is not None and len(name_key) != 32:
             raise KeyFileMismatch(f"the key file {self.path} holds a name key that is not 256 bits")
+        if hash_secret is not None and len(hash_secret) < 16:
+            raise KeyFileMismatch(f"the key file {self.path} holds a hash secret shorter than 128 bits")
         # ids are computed from the keys, never read from the file: a changed key cannot pass
-        return {kek_id(k): k for k in keys}, name_key
+        return {kek_id(k): k for k in keys}, name_key, hash_secret
 
-    def write(self, keys: Iterable[bytes], name_key: bytes | None = None) -> None:
+    def write(self, keys: Iterable[bytes], name_key: bytes | None = None, hash_secret: bytes | None = None) -> None:
         """Replace the file's contents atomically (a new file renamed over it, both fsynced).
-        The name key is kept as the file held it unless ``name_key`` gives one."""
-        if name_key is None:
-            self.keys()  # the name key as the file holds it now
-            name_key = self._name_key
+        The name key and the hash secret are kept as the file held them unless given."""
+        if name_key is None or hash_secret is None:
+            self.keys()  # the name key and the hash secret as the file holds them now
+            name_key = self._name_key if name_key is None else name_key
+            hash_secret = self._hash_secret if hash_secret is None else hash_secret
         doc = {
             "format": FORMAT,
-            "note": "efface key-encryption key: without this file the store's sealed content is lost. Back it up.",
+            "note": "efface key-encryption key: without this file the store's sealed content is lost, and so is "
+            "every lookup by a subject's name, a record's key or a tenant's name. Back it up.",
             "keys": [base64.b64encode(k).decode("ascii") for k in keys],
         }
         if name_key is not None:
             doc["name_key"] = base64.b64encode(name_key).decode("ascii")
+        if hash_secret is not None:
+            doc["hash_secret"] = base64.b64encode(hash_secret).decode("ascii")
         directory = self.path.parent
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
         try:
@@ -140,5 +159,5 @@ class KekFile:
         except FileExistsError:
             return False
         os.close(fd)
-        self.write([key], secrets.token_bytes(32))
+        self.write([key], secrets.token_bytes(32), secrets.token_bytes(32))
         return True

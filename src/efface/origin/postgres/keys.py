@@ -34,6 +34,12 @@ hash. A file written before it existed gets one at the next open (the file is re
 under :data:`KEYS_LOCK`); a file without the one the database names is
 :class:`.errors.KeyFileMismatch`.
 
+**The hash secret.** The file holds the store's hash secret too, under which every tenant id,
+subject hash and fingerprint is made (:mod:`.hashsecret`): the database keeps only its check
+value, a rotation keeps it, and a file without the one the database names is
+:class:`.errors.KeyFileMismatch`. Losing the file therefore loses more than the sealed content:
+no tenant, subject or record key can be found by its name any more.
+
 Every server reloads the file when it changes (checked by a ``stat`` before each use), so a
 rotation finished by one server takes the old KEK out of the others' memory at their next
 use. What the file system keeps of the file's old contents after the rename that replaces it
@@ -59,6 +65,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ...errors import StoreDamaged
 from ...keyed_hash import keyed_hash
 from .errors import DataKeyDestroyed, KeyFileCreated, KeyFileMismatch, KeyFileMissing
+from .hashsecret import open_hash_secret
 from .kekfile import FORMAT, RETIRED_GRACE_S, KekFile, kek_id, name_key_id
 from .schema import DEFAULT_SCHEMA, check_name
 
@@ -130,6 +137,7 @@ class Keys:
         self.file = KekFile(resolve_path(kek_file))
         self.schema = check_name(schema)
         self._name_key: bytes | None = None
+        self._hash_secret: bytes | None = None
 
     # -- the KEK
     def open(self, conn: psycopg.Connection, now: float | None = None) -> str:
@@ -140,7 +148,14 @@ class Keys:
         with self._file_lock(conn):
             current = self._open(conn, time.time() if now is None else now)
             self._name_key = self._open_name_key(conn)
+            self._hash_secret = open_hash_secret(conn, self.file, self.schema, KEK_WAIT_S)
             return current
+
+    def hash_secret(self) -> bytes:
+        """The store's hash secret, from the file (:mod:`.hashsecret`), once :meth:`open` ran."""
+        if self._hash_secret is None:
+            raise KeyFileMissing("the store's keys are not open: open them before hashing")
+        return self._hash_secret
 
     def _open_name_key(self, conn: psycopg.Connection) -> bytes:
         """The file's name key, checked against the one the database names; one is made

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ...model import Check, CopyState
 from ..capabilities import ScanFn
 from . import epochs
+from .hashsecret import MOVED_KIND
 from .names import REWRITE_KIND
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ TOUCHED = (
     "policies",
 )
 """The tables an erasure deletes from or rewrites (sealed values, vectors, wrapped keys,
-subject names in clear): the maintenance rewrites them."""
+subject names in clear): the maintenance rewrites them; ``meta`` too after the move of an
+older database's hash secret out of it (:data:`.hashsecret.MOVED_KIND`)."""
 EPOCH = "maintenance.epoch"
 """Meta key: the newest epoch the last finished maintenance covered."""
 NOTE = "maintenance.note"
@@ -175,12 +177,18 @@ class Maintenance:
         done = maintained(conn, s)
         if target <= done:
             return note(conn, s)
-        # an erasure, or the rewrite of a database's clear names (schema migration 6) left old bytes
+        # an erasure, the rewrite of a database's clear names (schema migration 6) or the move of
+        # its hash secret out of meta (migration 7) left old bytes
         owed = conn.execute(
             f"SELECT 1 FROM {s}.receipts WHERE epoch > %s AND epoch <= %s UNION ALL SELECT 1 FROM {s}.mutations"
-            " WHERE kind = %s AND epoch > %s AND epoch <= %s LIMIT 1",
-            (done, target, REWRITE_KIND, done, target),
+            " WHERE kind = ANY(%s) AND epoch > %s AND epoch <= %s LIMIT 1",
+            (done, target, [REWRITE_KIND, MOVED_KIND], done, target),
         ).fetchone()
+        moved = conn.execute(
+            f"SELECT 1 FROM {s}.mutations WHERE kind = %s AND epoch > %s AND epoch <= %s LIMIT 1",
+            (MOVED_KIND, done, target),
+        ).fetchone()
+        tables = TOUCHED + (("meta",) if moved is not None else ())
         report: dict[str, Any] = {"epoch": target, "erasures": owed is not None, "lacking": []}
         if owed is not None:
             # only this run waits no longer than LOCK_TIMEOUT for a table: the setting must not
@@ -195,9 +203,9 @@ class Maintenance:
                         report["lacking"].append(
                             f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
                         )
-                for table in TOUCHED:
+                for table in tables:
                     conn.execute(f"VACUUM (FULL) {s}.{table}")
-                report["rewritten"] = list(TOUCHED)
+                report["rewritten"] = list(tables)
                 r = rights(conn, self.data_dir, s)
                 report["lacking"] += list(r.lacking)
                 if r.checkpoint:

@@ -12,6 +12,9 @@ database that several efface processes may share.
   tenant names, record keys and subject names leave this process encrypted with per-subject
   data keys (:mod:`.keys`); subject names and record keys are looked up by keyed hashes under
   a key of the KEK file (:mod:`.names`), never in clear.
+* **The hash secret** (:mod:`.hashsecret`): every keyed hash of the store (tenant ids,
+  subject hashes, fingerprints) is made with a secret kept in the KEK file beside the name
+  key, never in the database (:meth:`PostgresOrigin.hash_secret`).
 * **Words** (:mod:`.text`): an index in this process's memory, kept up from the change log.
   **Vectors** in a ``vector(dim)`` column; recall's ANN path reads them through
   :meth:`embeddings` / :meth:`records_of_tenant` / :meth:`changes_since` into its own files.
@@ -61,6 +64,7 @@ import numpy as np
 from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
+from ..ledger import SECRET_META
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
 from .reads import HNSW_SETTINGS, REC_COLS, PgReads, unseal_record
@@ -311,7 +315,14 @@ class PostgresOrigin(PgReads):
             return self._local_meta.get(key)
         return super().meta_get(key)
 
+    def hash_secret(self) -> bytes:
+        """The store's hash secret, from the KEK file, never the database
+        (:class:`~efface.origin.capabilities.KeepsSecret`, :mod:`.hashsecret`)."""
+        return self._keys.hash_secret()
+
     def meta_set(self, key: str, value: str) -> None:
+        if key == SECRET_META:
+            raise ValueError("a PostgreSQL store's hash secret lives in the KEK file, never in the database")
         if key.startswith(LOCAL_META):
             with self._local_mu:
                 self._local_meta[key] = value

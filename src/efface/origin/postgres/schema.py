@@ -26,7 +26,9 @@ What differs from the SQLite schema (:mod:`efface.origin.sqlite.schema`), and wh
   makes the erasure final).
 * **API keys** (``api_keys``) hashed, so every server of a store sees the same ones.
 
-Every ``tenant`` column holds the tenant's id (a keyed hash of its name), as on SQLite.
+Every ``tenant`` column holds the tenant's id (a keyed hash of its name), as on SQLite; the
+secret those hashes are made with is in the KEK file, not in ``meta`` (migration 7,
+:mod:`.hashsecret`).
 
 **No name in clear** (migration 6). A subject's name and a record's key are personal data
 (``user:alice@example.com/notes``); a delete would leave them in heap pages, WAL, replicas and
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
 the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
 2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
@@ -79,7 +81,13 @@ an erased subject's name, its sealed values and its wrapped data key stayed afte
 ``data_keys.name`` added; a database with rows gets ``meta`` :data:`NAMES_IN_CLEAR`, and the
 origin rewrites its clear names to hashes and sealed copies once the keys are open
 (:func:`.names.rewrite_clear_names`), in a transaction with an epoch of its own, so the next
-maintenance rewrites the tables and the old bytes leave the files."""
+maintenance rewrites the tables and the old bytes leave the files.
+7: the store's hash secret out of the database (:mod:`.hashsecret`): ``meta.v`` gets no planner
+statistics (it held the secret, and ``ANALYZE`` copies sample values into ``pg_statistic``);
+the secret's ``meta`` row is moved into the KEK file when the keys are opened, in a
+transaction with an epoch of its own, so the next maintenance rewrites ``meta`` too. An older
+efface refuses the database from then on (:class:`.errors.SchemaTooNew`): it would make a new
+secret in ``meta`` and hash every tenant differently."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
@@ -319,6 +327,8 @@ _V6 = (
     " OR EXISTS (SELECT 1 FROM {s}.mentions) ON CONFLICT (k) DO NOTHING",
 )
 
+_V7 = ("ALTER TABLE {s}.meta ALTER COLUMN v SET STATISTICS 0",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the first schema", _V1),
     Migration(2, "the origin: data keys by subject, the change log's order", _V2),
@@ -326,6 +336,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "vectors kept in the row, never in the TOAST table", _V4),
     Migration(5, "no planner statistics sampled from content, names or keys", _V5),
     Migration(6, "no subject name or record key in clear: keyed hashes and sealed copies", _V6),
+    Migration(7, "the hash secret out of the database, into the KEK file", _V7),
 )
 
 TABLES = (
