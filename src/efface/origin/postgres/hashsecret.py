@@ -22,6 +22,10 @@ them equal and finishes the move. The epoch owes a maintenance run
 (:mod:`.maintenance`), which then rewrites ``meta`` too (``VACUUM FULL``), checkpoints and
 switches the WAL past its retention, so the row's old bytes leave ``base/`` and ``pg_wal/``
 (where the server's data directory is readable, tests scan them: tests/postgres/test_secret.py).
+``ANALYZE`` may have sampled the row into ``pg_statistic`` before migration 7 (which stops it):
+the move drops ``meta.v``'s statistics and the maintenance rewrites that catalog too, which
+needs superuser or ``MAINTAIN`` on it (PostgreSQL 17+: the ``pg_maintain`` role); without
+either, its report says so.
 What replicas, archived WAL and backups taken before keep of the row is out of efface's reach.
 
 **A file without it** for a database that names one (a copy from before the move, another
@@ -49,6 +53,9 @@ SECRET_ID_META = "hash_secret_id"
 MOVED_KIND = "secret.moved"
 """The ``mutations.kind`` of the epoch that moved an older database's secret into the file:
 the maintenance owes a run after it, which rewrites ``meta``."""
+STATISTICS_DROPPED = "hash_secret.statistics_dropped"
+"""Meta key set by the move when ``pg_statistic`` held values sampled from ``meta`` (the secret's
+row may be among them): the maintenance then rewrites ``pg_statistic`` too, where its role may."""
 SECRET_BYTES = 32
 
 
@@ -97,6 +104,17 @@ def open_hash_secret(conn: psycopg.Connection, file: KekFile, schema: str, wait_
                 expected=hash_secret_id(secret),
             )
         with epochs.transaction(conn, MOVED_KIND, None, time.time(), schema=s):
+            sampled = conn.execute(
+                "SELECT 1 FROM pg_stats WHERE schemaname = %s AND tablename = 'meta' AND attname = 'v'", (s,)
+            ).fetchone()
+            if sampled is not None:
+                # ANALYZE sampled meta's values (the secret's row among them) into pg_statistic
+                # before migration 7: changing the column's type (to itself) drops the column's
+                # statistics; the maintenance then rewrites pg_statistic where it may
+                conn.execute(f"ALTER TABLE {s}.meta ALTER COLUMN v TYPE text")
+                conn.execute(
+                    f"INSERT INTO {s}.meta(k, v) VALUES (%s, '1') ON CONFLICT (k) DO NOTHING", (STATISTICS_DROPPED,)
+                )
             conn.execute(
                 f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                 (SECRET_ID_META, hash_secret_id(secret)),

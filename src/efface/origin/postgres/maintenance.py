@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ...model import Check, CopyState
 from ..capabilities import ScanFn
 from . import epochs
-from .hashsecret import MOVED_KIND
+from .hashsecret import MOVED_KIND, STATISTICS_DROPPED
 from .names import REWRITE_KIND
 
 if TYPE_CHECKING:
@@ -203,6 +203,8 @@ class Maintenance:
                         report["lacking"].append(
                             f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
                         )
+                if moved is not None:
+                    report["lacking"] += _rewrite_statistics(conn, s)
                 for table in tables:
                     conn.execute(f"VACUUM (FULL) {s}.{table}")
                 report["rewritten"] = list(tables)
@@ -249,6 +251,30 @@ class Maintenance:
             conn.execute("SELECT pg_switch_wal()")
             conn.execute("CHECKPOINT")
         return rounds
+
+
+def _rewrite_statistics(conn: psycopg.Connection, schema: str) -> list[str]:
+    """After the move of the hash secret: rewrite ``pg_statistic`` when the move dropped
+    statistics sampled from ``meta`` (:data:`.hashsecret.STATISTICS_DROPPED`), so their old
+    bytes leave its file; what could not be done, as reasons."""
+    s = schema
+    if conn.execute(f"SELECT 1 FROM {s}.meta WHERE k = %s", (STATISTICS_DROPPED,)).fetchone() is None:
+        return []
+    row = conn.execute(
+        "SELECT r.rolsuper OR CASE WHEN current_setting('server_version_num')::int >= 170000"
+        " THEN has_table_privilege('pg_catalog.pg_statistic', 'MAINTAIN') ELSE false END"
+        " FROM pg_roles r WHERE r.rolname = current_user"
+    ).fetchone()
+    if not row or not row[0]:
+        return [
+            "pg_statistic holds old bytes of statistics sampled from efface's meta table before schema 7 (the hash "
+            "secret's row among them, possibly): VACUUM FULL pg_catalog.pg_statistic needs superuser or the "
+            "pg_maintain role"
+        ]
+    conn.execute("VACUUM (FULL) pg_catalog.pg_statistic")
+    with conn.transaction():
+        conn.execute(f"DELETE FROM {s}.meta WHERE k = %s", (STATISTICS_DROPPED,))
+    return []
 
 
 def maintained(conn: psycopg.Connection, schema: str) -> int:
@@ -342,6 +368,7 @@ def copy_checks(
     covered = not (row and row[0])
     r = rights(conn, data_dir, s)
     out: list[tuple[str, CopyState, Check]] = []
+    live: list[bytes] | None = None
     for name, where in PRIMARY.items():
         if done < epoch:
             state = CopyState(
@@ -360,7 +387,9 @@ def copy_checks(
             continue
         else:
             lacking = [x for x in noted.get("lacking", []) if isinstance(x, str)]
-            state = _scanned(conn, s, r, name, scan, lacking)
+            if live is None:  # read once for both copies
+                live = live_names(conn, s, erasure_tenant(conn, s, epoch))
+            state = _scanned(conn, s, r, name, scan, lacking, live)
         out.append((name, state, _check(name, state, t0)))
     for replica in replicas(conn):
         where = f"replica {replica}"
@@ -380,27 +409,39 @@ def copy_names(conn: psycopg.Connection) -> list[str]:
     return [*PRIMARY, *(f"postgres.replica.{r}" for r in replicas(conn))]
 
 
-def live_names(conn: psycopg.Connection, schema: str) -> list[bytes]:
-    """The name hashes live rows hold now, as stored (a subject erased from a tenant and
-    written to it again since has the same hash: the verifier does not count it as residue)."""
+def live_names(conn: psycopg.Connection, schema: str, tenant: str | None) -> list[bytes]:
+    """The name hashes live rows of ``tenant`` hold now, as stored (a subject erased from a
+    tenant and written to it again since has the same hash: the verifier does not count it as
+    residue). Only the erasure's tenant's: a name's hash is keyed by its tenant too
+    (:meth:`.keys.Keys.name_h`), so another tenant's live rows never hold one of the erasure's
+    hashes, and leaving them out changes no judgement. ``tenant`` None (an epoch that names
+    none): every tenant's."""
     s = schema
+    where = "" if tenant is None else " WHERE tenant = %(t)s"
     # (a claim's subject has a data key: data_keys stands for claims, one row a subject, not one a record)
     rows = conn.execute(
-        f"SELECT subject FROM {s}.data_keys UNION SELECT subject FROM {s}.mentions"
-        f" UNION SELECT subject FROM {s}.subjects"
+        f"SELECT subject FROM {s}.data_keys{where} UNION SELECT subject FROM {s}.mentions{where}"
+        f" UNION SELECT subject FROM {s}.subjects{where}",
+        {"t": tenant},
     ).fetchall()
     return [str(r[0]).encode("ascii") for r in rows if r[0] is not None]
 
 
+def erasure_tenant(conn: psycopg.Connection, schema: str, epoch: int) -> str | None:
+    """The tenant (id) the erasure at ``epoch`` was made in, as its epoch recorded it."""
+    row = conn.execute(f"SELECT tenant FROM {schema}.mutations WHERE epoch = %s", (epoch,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def _scanned(
-    conn: psycopg.Connection, schema: str, r: Rights, name: str, scan: ScanFn, lacking: list[str]
+    conn: psycopg.Connection, schema: str, r: Rights, name: str, scan: ScanFn, lacking: list[str], live: list[bytes]
 ) -> CopyState:
     assert r.data_dir is not None and r.db_dir is not None
     if name.endswith(".wal"):
         files, root = wal_files(r.data_dir), r.data_dir
     else:
         files, root = db_files(r.db_dir), r.data_dir
-    found, scanned = scan(files, root, live_names(conn, schema))
+    found, scanned = scan(files, root, live)
     if not found:
         return CopyState("erased", f"none found in {len(files)} files, {scanned:,} bytes scanned")
     where = ", ".join(
