@@ -155,7 +155,8 @@ def _origin_options(*, root: bool = False) -> list[Callable]:
             expose_value=False,
             callback=_setter("kek_file"),
             help="With --origin: the key-encryption key file every server of the store shares (or "
-            "EFFACE_KEK_FILE); created on the store's first use, with a warning to back it up.",
+            "EFFACE_KEK_FILE), holding its keys and hash secret; created on the store's first use, with a "
+            "warning to back it up: without it nothing in the store can be read or found by name.",
         ),
     ]
 

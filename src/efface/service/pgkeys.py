@@ -22,9 +22,9 @@ Revoking a key deletes its row and destroys its data key in one transaction (not
 key-encryption-key rotation, as a subject's content does. Forgetting a tenant leaves its keys
 working, as on an embedded store (revoke them to stop them).
 
-The ring opens an existing store only: its schema, its keyed-hash secret (in the KEK file, as
-the KEK) and its KEK are made when the store is first opened (``efface serve --origin URL`` or ``efface.open(URL)``); before
-that, :class:`~efface.errors.NotFound` says so.
+The ring opens an existing store only: its schema, its KEK and its keyed-hash secret (both in
+the KEK file) are made when the store is first opened (``efface serve --origin URL`` or
+``efface.open(URL)``); before that, :class:`~efface.errors.NotFound` says so.
 """
 
 from __future__ import annotations
