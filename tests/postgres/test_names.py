@@ -14,7 +14,9 @@ import warnings
 import pytest
 
 import efface
+from efface.origin.ledger import SECRET_META
 from efface.origin.postgres import KeyFileCreated, KeyFileMismatch, maintenance
+from efface.origin.postgres.hashsecret import SECRET_ID_META
 from efface.origin.postgres.keys import NAME_KEY_META, KekFile, Keys
 from efface.origin.postgres.schema import TABLES
 
@@ -145,10 +147,13 @@ def test_a_key_file_without_the_stores_name_key_is_refused(pg_db, kek, tmp_path)
 
 def _back_to_clear_names(pg_db, kek) -> None:
     """Make the database what schema 5 wrote: every hash replaced by the clear name, no
-    sealed copies, no name key (neither in the file nor in the database)."""
+    sealed copies, no name key (neither in the file nor in the database), the hash secret
+    in meta (schema 7 moves it into the file)."""
     keys = Keys(kek)
     with pg_db.connect() as conn:
         keys.open(conn)
+        conn.execute("INSERT INTO efface.meta(k, v) VALUES (%s, %s)", (SECRET_META, keys.hash_secret().hex()))
+        conn.execute("DELETE FROM efface.meta WHERE k = %s", (SECRET_ID_META,))
         (tenant,) = conn.execute("SELECT DISTINCT tenant FROM efface.records").fetchone()
         for key in [*KEYS, "summary", "mention"]:
             h = keys.name_h("key", tenant, key)

@@ -21,7 +21,7 @@ import efface
 from efface.origin.ledger import SECRET_META
 from efface.origin.postgres import KeyFileCreated, KeyFileMismatch, maintenance
 from efface.origin.postgres import keys as pg_keys
-from efface.origin.postgres.hashsecret import MOVED_KIND, SECRET_ID_META
+from efface.origin.postgres.hashsecret import MOVED_KIND, SECRET_ID_META, STORE_ID_META, derived
 from efface.origin.postgres.kekfile import KekFile, hash_secret_id
 from efface.origin.postgres.keys import Keys
 from efface.origin.postgres.schema import TABLES
@@ -80,10 +80,12 @@ def _forms(secret: bytes) -> list[bytes]:
 
 def _to_older_database(pg_db, kek, secret: bytes) -> None:
     """Make the database and the file what efface wrote before migration 7: the secret in
-    ``meta`` (hex), no check value, a file without it."""
+    ``meta`` (hex), no check value, a file without it. The store's id changes, so the secret
+    (random, when efface made it in ``meta``) is not the one this efface would derive."""
     with pg_db.connect() as conn:
         conn.execute("INSERT INTO efface.meta(k, v) VALUES (%s, %s)", (SECRET_META, secret.hex()))
         conn.execute("DELETE FROM efface.meta WHERE k = %s", (SECRET_ID_META,))
+        conn.execute("UPDATE efface.meta SET v = %s WHERE k = %s", (secrets.token_hex(16), STORE_ID_META))
         conn.execute("UPDATE efface.meta SET v = '6' WHERE k = 'schema_version'")
         # as autovacuum does on a meta table updated often: ANALYZE samples its values (the
         # secret's among them: under 100 rows, the histogram holds every one) into pg_statistic
@@ -96,9 +98,14 @@ def _to_older_database(pg_db, kek, secret: bytes) -> None:
         ).fetchone()
         assert sampled == 1
     doc = json.loads(kek.read_text())
-    del doc["hash_secret"]
+    doc.pop("hash_secrets", None)
     kek.write_text(json.dumps(doc))
-    assert KekFile(kek).hash_secret() is None
+    assert derived(KekFile(kek).name_key(), _meta(pg_db, STORE_ID_META)) != secret
+
+
+def _held(pg_db, kek) -> bytes | None:
+    """The file's copy of the store's hash secret (a moved one's), else None."""
+    return KekFile(kek).hash_secret(_meta(pg_db, STORE_ID_META))
 
 
 def _moves(pg_db) -> int:
@@ -106,12 +113,13 @@ def _moves(pg_db) -> int:
         return int(conn.execute("SELECT count(*) FROM efface.mutations WHERE kind = %s", (MOVED_KIND,)).fetchone()[0])
 
 
-def test_a_new_store_keeps_its_hash_secret_in_the_file_and_never_writes_it_to_the_database(pg_db, kek, tmp_path):
+def test_a_new_store_derives_its_hash_secret_from_the_file_and_never_writes_it_to_the_database(pg_db, kek, tmp_path):
+    before = kek.read_bytes()
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
-        secret = KekFile(kek).hash_secret()
-        assert secret is not None and len(secret) == 32
-        assert s._secret == secret, "every keyed hash of the store is made with the file's secret"
+        secret = derived(KekFile(kek).name_key(), _meta(pg_db, STORE_ID_META))
+        assert s._secret == secret, "every keyed hash of the store is made with the secret the file gives"
+        assert kek.read_bytes() == before, "nothing added to the file: a copy made before the first use holds it"
         r = s.forget(tenant=T, subject=NAME)
         assert s.wait(r.handle, 60, until="erased").erased
         assert _meta(pg_db, SECRET_META) is None
@@ -136,7 +144,7 @@ def test_an_older_databases_secret_moves_into_the_file_and_the_maintenance_clear
         s = _open(pg_db, kek, tmp_path / "b")
     assert any(issubclass(w.category, KeyFileCreated) and "hash secret" in str(w.message) for w in caught)
     with s:
-        assert KekFile(kek).hash_secret() == secret, "the same value: every hash stays valid"
+        assert _held(pg_db, kek) == secret, "the same value: every hash stays valid"
         assert _meta(pg_db, SECRET_META) is None and _meta(pg_db, SECRET_ID_META) == hash_secret_id(secret)
         assert _moves(pg_db) == 1
         assert s._secret == secret and s._tenant(T) == tenant_id
@@ -172,7 +180,7 @@ def test_a_crash_between_the_file_and_the_database_is_finished_at_the_next_open(
         _write(s)
         secret = s._secret
     _to_older_database(pg_db, kek, secret)
-    KekFile(kek).write(list(KekFile(kek).keys().values()), hash_secret=secret)  # the file's half only
+    KekFile(kek).add_hash_secret(_meta(pg_db, STORE_ID_META), secret)  # the file's half only
     with warnings.catch_warnings():
         warnings.simplefilter("error", KeyFileCreated)  # nothing to add to the file this time
         s = _open(pg_db, kek, tmp_path / "b")
@@ -186,36 +194,62 @@ def test_a_file_without_the_stores_hash_secret_or_with_another_is_refused(pg_db,
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         secret = s._secret
-    doc = json.loads(kek.read_text())
+    store = _meta(pg_db, STORE_ID_META)
     other = tmp_path / "other.kek"
-    for hashing in (base64.b64encode(secrets.token_bytes(32)).decode(), None):  # another store's; none
+    doc = json.loads(kek.read_text())
+    # a derived secret: another one written for the store in the file is refused
+    doc["hash_secrets"] = {store: base64.b64encode(secrets.token_bytes(32)).decode()}
+    other.write_text(json.dumps(doc))
+    with pytest.raises(KeyFileMismatch, match="hash secret"):
+        _open(pg_db, other, tmp_path / "b")
+    # a moved secret: a file without it (a copy from before the move), or with another, is refused
+    _to_older_database(pg_db, kek, secret)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KeyFileCreated)
+        _open(pg_db, kek, tmp_path / "c").close()
+    store = _meta(pg_db, STORE_ID_META)
+    assert _held(pg_db, kek) == secret
+    doc = json.loads(kek.read_text())
+    for hashing in ({store: base64.b64encode(secrets.token_bytes(32)).decode()}, None):  # another; none
         if hashing is None:
-            doc.pop("hash_secret")
+            doc.pop("hash_secrets")
         else:
-            doc["hash_secret"] = hashing
+            doc["hash_secrets"] = hashing
         other.write_text(json.dumps(doc))
         with pytest.raises(KeyFileMismatch, match="hash secret"):
-            _open(pg_db, other, tmp_path / "b")
+            _open(pg_db, other, tmp_path / "d")
         with pg_db.connect() as conn, pytest.raises(KeyFileMismatch, match="hash secret"):
             Keys(other).open(conn)
-    assert KekFile(other).hash_secret() is None, "never a new secret where the database names one"
-    # an older database whose secret is in meta, opened with another store's file: refused too
-    _to_older_database(pg_db, kek, secret)
-    doc["hash_secret"] = base64.b64encode(secrets.token_bytes(32)).decode()
+    assert KekFile(other).hash_secret(store) is None, "never a new secret where the database names one"
+    # an older database whose secret is in meta, opened with a file holding another: refused, nothing moved
+    with pg_db.connect() as conn:
+        conn.execute("INSERT INTO efface.meta(k, v) VALUES (%s, %s)", (SECRET_META, secret.hex()))
+    doc["hash_secrets"] = {store: base64.b64encode(secrets.token_bytes(32)).decode()}
     other.write_text(json.dumps(doc))
     with pytest.raises(KeyFileMismatch, match="another hash secret"):
-        _open(pg_db, other, tmp_path / "c")
+        _open(pg_db, other, tmp_path / "e")
     assert _meta(pg_db, SECRET_META) == secret.hex(), "nothing moved"
 
 
 def test_a_kek_rotation_keeps_the_hash_secret(pg_db, kek, tmp_path):
+    """Derived (from the name key, which rotations keep) or moved (the file's copy, which
+    a rotation's rewrites of the file keep): the same after a rotation."""
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         secret = s._secret
         with s._origin._pool.connection() as conn:
-            rotation = s._origin._keys.rotate(conn)
-        assert rotation.retired and KekFile(kek).hash_secret() == secret
+            assert s._origin._keys.rotate(conn).retired
     with _open(pg_db, kek, tmp_path / "b") as again:
+        assert again._secret == secret
+    _to_older_database(pg_db, kek, secret)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KeyFileCreated)
+        moved = _open(pg_db, kek, tmp_path / "c")
+    with moved:
+        with moved._origin._pool.connection() as conn:
+            assert moved._origin._keys.rotate(conn).retired
+        assert _held(pg_db, kek) == secret
+    with _open(pg_db, kek, tmp_path / "d") as again:
         assert again._secret == secret
         assert [m.key for m in again.scan(tenant=T, purpose="support", subject=NAME)] == [f"note-{i}" for i in range(3)]
 
@@ -256,7 +290,7 @@ def test_several_processes_opening_an_older_database_at_once_move_the_secret_onc
         assert p.returncode == 0, err.decode()[-2000:]
         outs.append(out.decode().split())
     assert outs == [[secret.hex(), tenant_id, "1"]] * 3
-    assert KekFile(kek).hash_secret() == secret
+    assert _held(pg_db, kek) == secret
     assert _meta(pg_db, SECRET_META) is None and _moves(pg_db) == 1
 
 

@@ -1,6 +1,6 @@
 """The key-encryption key file (:mod:`.keys`): a small JSON document holding the KEK (two
-during a rotation), the name key (:mod:`.names`) and the store's hash secret
-(:mod:`.hashsecret`), read again whenever it changes and replaced atomically."""
+during a rotation), the name key (:mod:`.names`) and the hash secret of each store that
+uses the file, by store id (:mod:`.hashsecret`), read again whenever it changes and replaced atomically."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class KekFile:
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, bytes] = {}
         self._name_key: bytes | None = None
-        self._hash_secret: bytes | None = None
+        self._hash_secrets: dict[str, bytes] = {}  # store id -> its hash secret
         self._left: dict[str, tuple[bytes, float]] = {}  # id -> (key, when it left the file)
 
     def keys(self) -> dict[str, bytes]:
@@ -70,11 +70,11 @@ class KekFile:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self._stamp, self._keys, self._name_key, self._hash_secret = None, {}, None, None
+            self._stamp, self._keys, self._name_key, self._hash_secrets = None, {}, None, {}
             return {}
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
-            held, self._name_key, self._hash_secret = self._read()
+            held, self._name_key, self._hash_secrets = self._read()
             now = time.monotonic()
             self._left.update({i: (k, now) for i, k in self._keys.items() if i not in held})
             self._keys = held
@@ -86,10 +86,16 @@ class KekFile:
         self.keys()
         return self._name_key
 
-    def hash_secret(self) -> bytes | None:
-        """The store's hash secret (:mod:`.hashsecret`), None when the file has none (yet)."""
+    def hash_secret(self, store: str) -> bytes | None:
+        """The hash secret of the store with id ``store`` (:mod:`.hashsecret`), None when the
+        file has none for it (yet)."""
         self.keys()
-        return self._hash_secret
+        return self._hash_secrets.get(store)
+
+    def add_hash_secret(self, store: str, secret: bytes) -> None:
+        """Rewrite the file with ``secret`` as the hash secret of store ``store``, the rest kept."""
+        have = self.keys()
+        self.write(list(have.values()), hash_secrets={**self._hash_secrets, store: secret})
 
     def recently_held(self, ident: str) -> bytes | None:
         """A key that left the file less than :data:`RETIRED_GRACE_S` ago (as this process
@@ -100,34 +106,36 @@ class KekFile:
         got = self._left.get(ident)
         return None if got is None else got[0]
 
-    def _read(self) -> tuple[dict[str, bytes], bytes | None, bytes | None]:
+    def _read(self) -> tuple[dict[str, bytes], bytes | None, dict[str, bytes]]:
         try:
             doc = json.loads(self.path.read_text("utf-8"))
             if doc.get("format") != FORMAT:
                 raise ValueError("not an efface key file")
             keys = [base64.b64decode(k, validate=True) for k in doc["keys"]]
-            named, hashing = doc.get("name_key"), doc.get("hash_secret")
+            named = doc.get("name_key")
             name_key = None if named is None else base64.b64decode(named, validate=True)
-            hash_secret = None if hashing is None else base64.b64decode(hashing, validate=True)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            hash_secrets = {str(i): base64.b64decode(v, validate=True) for i, v in doc.get("hash_secrets", {}).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise KeyFileMismatch(f"the key file {self.path} is not an efface key-encryption key file ({e})") from None
         if not keys or any(len(k) != 32 for k in keys):
             raise KeyFileMismatch(f"the key file {self.path} holds no 256-bit key")
         if name_key is not None and len(name_key) != 32:
             raise KeyFileMismatch(f"the key file {self.path} holds a name key that is not 256 bits")
-        if hash_secret is not None and len(hash_secret) < 16:
+        if any(len(s) < 16 for s in hash_secrets.values()):
             raise KeyFileMismatch(f"the key file {self.path} holds a hash secret shorter than 128 bits")
         # ids are computed from the keys, never read from the file: a changed key cannot pass
-        return {kek_id(k): k for k in keys}, name_key, hash_secret
+        return {kek_id(k): k for k in keys}, name_key, hash_secrets
 
-    def write(self, keys: Iterable[bytes], name_key: bytes | None = None, hash_secret: bytes | None = None) -> None:
+    def write(
+        self, keys: Iterable[bytes], name_key: bytes | None = None, hash_secrets: dict[str, bytes] | None = None
+    ) -> None:
         """Replace the file's contents atomically (a new file renamed over it, both fsynced).
-        The name key and the hash secret are kept as the file held them unless given."""
-        if name_key is None or hash_secret is None:
-            self.keys()  # the name key and the hash secret as the file holds them now
+        The name key and the stores' hash secrets are kept as the file held them unless given."""
+        if name_key is None or hash_secrets is None:
+            self.keys()  # the name key and the hash secrets as the file holds them now
             name_key = self._name_key if name_key is None else name_key
-            hash_secret = self._hash_secret if hash_secret is None else hash_secret
-        doc = {
+            hash_secrets = self._hash_secrets if hash_secrets is None else hash_secrets
+        doc: dict[str, object] = {
             "format": FORMAT,
             "note": "efface key-encryption key: without this file the store's sealed content is lost, and so is "
             "every lookup by a subject's name, a record's key or a tenant's name. Back it up.",
@@ -135,8 +143,8 @@ class KekFile:
         }
         if name_key is not None:
             doc["name_key"] = base64.b64encode(name_key).decode("ascii")
-        if hash_secret is not None:
-            doc["hash_secret"] = base64.b64encode(hash_secret).decode("ascii")
+        if hash_secrets:
+            doc["hash_secrets"] = {i: base64.b64encode(s).decode("ascii") for i, s in sorted(hash_secrets.items())}
         directory = self.path.parent
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
         try:
@@ -159,5 +167,5 @@ class KekFile:
         except FileExistsError:
             return False
         os.close(fd)
-        self.write([key], secrets.token_bytes(32), secrets.token_bytes(32))
+        self.write([key], secrets.token_bytes(32), {})
         return True

@@ -34,10 +34,11 @@ hash. A file written before it existed gets one at the next open (the file is re
 under :data:`KEYS_LOCK`); a file without the one the database names is
 :class:`.errors.KeyFileMismatch`.
 
-**The hash secret.** The file holds the store's hash secret too, under which every tenant id,
-subject hash and fingerprint is made (:mod:`.hashsecret`): the database keeps only its check
-value, a rotation keeps it, and a file without the one the database names is
-:class:`.errors.KeyFileMismatch`. Losing the file therefore loses more than the sealed content:
+**The hash secret**, under which every tenant id, subject hash and fingerprint is made, is in
+the file too (:mod:`.hashsecret`): derived from the name key and the store's id, or, for a
+store whose older database held it in ``meta``, moved into the file as it was. The database
+keeps only its check value, a rotation keeps it, and a file that does not give the one the
+database names is :class:`.errors.KeyFileMismatch`. Losing the file therefore loses more than the sealed content:
 no tenant, subject or record key can be found by its name any more.
 
 Every server reloads the file when it changes (checked by a ``stat`` before each use), so a
@@ -148,7 +149,7 @@ class Keys:
         with self._file_lock(conn):
             current = self._open(conn, time.time() if now is None else now)
             self._name_key = self._open_name_key(conn)
-            self._hash_secret = open_hash_secret(conn, self.file, self.schema, KEK_WAIT_S)
+            self._hash_secret = open_hash_secret(conn, self.file, self.schema, self._name_key, KEK_WAIT_S)
             return current
 
     def hash_secret(self) -> bytes:
