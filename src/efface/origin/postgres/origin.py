@@ -13,8 +13,8 @@ database that several efface processes may share.
   data keys (:mod:`.keys`); subject names and record keys are looked up by keyed hashes under
   a key of the KEK file (:mod:`.names`), never in clear.
 * **The hash secret** (:mod:`.hashsecret`): every keyed hash of the store (tenant ids,
-  subject hashes, fingerprints) is made with a secret kept in the KEK file beside the name
-  key, never in the database (:meth:`PostgresOrigin.hash_secret`).
+  subject hashes, fingerprints) is made with a secret the KEK file gives (derived from its
+  name key, or kept there for an older database), never the database (:meth:`PostgresOrigin.hash_secret`).
 * **Words** (:mod:`.text`): an index in this process's memory, kept up from the change log.
   **Vectors** in a ``vector(dim)`` column; recall's ANN path reads them through
   :meth:`embeddings` / :meth:`records_of_tenant` / :meth:`changes_since` into its own files.
