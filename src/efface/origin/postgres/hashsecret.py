@@ -84,6 +84,9 @@ def _meta(conn: psycopg.Connection, schema: str, key: str) -> str | None:
 
 def _store_id(conn: psycopg.Connection, schema: str) -> str:
     """The store's id, made (and committed) at its first use."""
+    have = _meta(conn, schema, STORE_ID_META)
+    if have is not None:
+        return have
     conn.execute(
         f"INSERT INTO {schema}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
         (STORE_ID_META, secrets.token_hex(16)),
