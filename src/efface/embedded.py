@@ -14,7 +14,7 @@ import os
 import shutil
 from typing import Any
 
-from .dirlock import lock_dir
+from .dirs import lock_dir
 from .errors import InvalidInput, StoreDamaged
 from .faults import os_faults
 from .origin.base import Origin

@@ -24,7 +24,7 @@ import secrets
 import shutil
 from typing import Any
 
-from .dirlock import lock_dir
+from .dirs import lock_dir
 from .embed import Embedder, for_store
 from .errors import InvalidInput, OriginUnreachable, StoreUnwritable
 from .origin.base import Origin

@@ -1,9 +1,13 @@
-"""One process at a time in a store's directory: an embedded store's own directory
-(:mod:`efface.embedded`), a PostgreSQL store's cache directory (:mod:`efface.on_postgres`).
+"""A store's directories: one process at a time in each, and renames in them made durable.
 
-The lock is an advisory ``flock`` on ``efface.lock`` in the directory, held on its own open
-file: a second open of the directory, from another process or from this one, is refused at
-once with :class:`~efface.errors.StoreLocked`, never left waiting.
+:func:`lock_dir`: an embedded store's own directory (:mod:`efface.embedded`) and a PostgreSQL
+store's cache directory (:mod:`efface.on_postgres`) are held by one process. The lock is an
+advisory ``flock`` on ``efface.lock`` in the directory, held on its own open file: a second
+open of the directory, from another process or from this one, is refused at once with
+:class:`~efface.errors.StoreLocked`, never left waiting.
+
+:func:`fsync_dir`: a file renamed into place (an origin's, an index's, a backup's, the key
+file) survives a crash only once its directory is synced too.
 """
 
 from __future__ import annotations
@@ -30,3 +34,12 @@ def lock_dir(root: str, busy: str, *, mode: int = 0o777) -> IO[str]:
         lockfile.close()
         raise StoreLocked(busy) from None
     return lockfile
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
