@@ -71,6 +71,31 @@ def tenant_name(t: int) -> str:
     return f"pair{t:03d}"
 
 
+def write_tenants(store, c: cv.Conversations, dvec) -> dict[int, list[int]]:
+    """Every turn of ``c`` written to ``store`` (one ``write_many`` a tenant, with its vectors
+    ``dvec``); returns each tenant's turns."""
+    by_tenant: dict[int, list[int]] = {}
+    for i, t in enumerate(c.tenants):
+        by_tenant.setdefault(t, []).append(i)
+    for t, ids in sorted(by_tenant.items()):
+        store.write_many(
+            [
+                {
+                    "key": f"d{i}",
+                    "text": c.turns[i],
+                    "subject": c.speakers[i],
+                    # a turn's speaker, session and (session) date, as recall filters and windows use them
+                    "metadata": {"speaker": c.speakers[i], "session": f"s{c.sessions[i]}", "at": c.dates[i]},
+                }
+                for i in ids
+            ],
+            tenant=tenant_name(t),
+            purpose=PURPOSE,
+            embeddings=dvec[ids],
+        )
+    return by_tenant
+
+
 # -- metrics ------------------------------------------------------------------------------
 def _one(got: list[int], rel: set[int]) -> tuple[float, float, float]:
     r5 = len(rel & set(got[:5])) / min(len(rel), 5)
@@ -134,25 +159,7 @@ def run_efface(root: Path, c: cv.Conversations, dvec, qvec, emb, out: dict, list
 
         emb = resolve("minilm")  # the store's own query encoder (ONNX int8 where it runs)
     store = efface.open(root / "efface", embedder=emb, background=False)
-    by_tenant: dict[int, list[int]] = {}
-    for i, t in enumerate(c.tenants):
-        by_tenant.setdefault(t, []).append(i)
-    for t, ids in sorted(by_tenant.items()):
-        store.write_many(
-            [
-                {
-                    "key": f"d{i}",
-                    "text": c.turns[i],
-                    "subject": c.speakers[i],
-                    # a turn's speaker, session and (session) date, as recall filters and windows use them
-                    "metadata": {"speaker": c.speakers[i], "session": f"s{c.sessions[i]}", "at": c.dates[i]},
-                }
-                for i in ids
-            ],
-            tenant=tenant_name(t),
-            purpose=PURPOSE,
-            embeddings=dvec[ids],
-        )
+    by_tenant = write_tenants(store, c, dvec)
     store.compact()
     log(f"[efface] built in {time.perf_counter() - t0:.1f}s")
     origin = store._origin

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ sys.path.insert(0, str(HERE))
 import efface  # noqa: E402
 import pg_local  # noqa: E402
 from efface.embed.hashing import HashingEmbedder  # noqa: E402
+from pg_speed import batches, header, open_pg, settle  # noqa: E402
 
 from bench_store import PURPOSE, TENANT, Corpus, pct  # noqa: E402
 
@@ -49,13 +48,9 @@ def log(msg: str) -> None:
 
 def build(store, corpus: Corpus, vecs, label: str, batch: int = 1000) -> None:
     t0 = time.perf_counter()
-    for start in range(0, corpus.n, batch):
-        stop = min(start + batch, corpus.n)
-        items = [corpus.item(i) for i in range(start, stop)]
+    for start, stop, items in batches(corpus, batch):
         store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[start:stop])
-    store.compact()
-    if label == "postgres":
-        pg_local.Cluster.analyze(store)
+    settle(store, label)
     log(f"{label}: built {corpus.n} records in {time.perf_counter() - t0:.0f} s")
 
 
@@ -99,18 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     keep = Path(args.keep) if args.keep else None
     corpus = Corpus(args.n)
-    result: dict = {
-        "bench": "pg_alternate",
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {"cpus": os.cpu_count()},
-        "load_before": [round(x, 2) for x in os.getloadavg()],
-        "embedder": "hashing",
-        "n": args.n,
-        "k": 10,
-    }
+    result: dict = {**header("pg_alternate", args.n), "k": 10}
     tmp = keep or Path(tempfile.mkdtemp(prefix="efface-pg-alt-"))
     tmp.mkdir(parents=True, exist_ok=True)
     vecs = None
@@ -118,9 +102,7 @@ def main() -> None:
         with (
             pg_url(args.pg, keep, args.n) as (url, pg_built),
             efface.open(str(tmp / "sqlite"), embedder="hashing", background=False) as lite,
-            efface.open(
-                url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
-            ) as pg,
+            open_pg(url, tmp) as pg,
         ):
             for label, store, built in (
                 ("sqlite", lite, (tmp / "built-sqlite").exists()),

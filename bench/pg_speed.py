@@ -44,6 +44,46 @@ def log(msg: str) -> None:
     print(f"[pg_speed {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def header(bench: str, n: int) -> dict:
+    """The fields a result of these side-by-side benches starts with (pg_speed, pg_alternate)."""
+    return {
+        "bench": bench,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "machine": {"cpus": os.cpu_count()},
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "embedder": "hashing",
+        "n": n,
+    }
+
+
+def open_pg(url: str, tmp: Path):
+    """The PostgreSQL store at ``url``, its key file and cache in ``tmp``."""
+    return efface.open(
+        url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
+    )
+
+
+def batches(corpus: Corpus, batch: int):
+    """The corpus's records in write batches: ``(start, stop, items)``."""
+    for start in range(0, corpus.n, batch):
+        stop = min(start + batch, corpus.n)
+        yield start, stop, [corpus.item(i) for i in range(start, stop)]
+
+
+def settle(store, label: str) -> float:
+    """``compact()``, then on PostgreSQL ``ANALYZE`` (statistics, as autovacuum keeps them: off
+    on the test server); returns the seconds of the compaction."""
+    t0 = time.perf_counter()
+    store.compact()
+    took = time.perf_counter() - t0
+    if label == "postgres":
+        pg_local.Cluster.analyze(store)
+    return took
+
+
 def profiled(prof: cProfile.Profile | None, label: str) -> None:
     if prof is None:
         return
@@ -57,9 +97,7 @@ def run(store, corpus: Corpus, vecs, args, label: str) -> dict:
     lat = []
     t_all = time.perf_counter()
     prof_w = cProfile.Profile() if args.profile else None
-    for start in range(0, corpus.n, args.batch):
-        stop = min(start + args.batch, corpus.n)
-        items = [corpus.item(i) for i in range(start, stop)]
+    for start, stop, items in batches(corpus, args.batch):
         t0 = time.perf_counter()
         if prof_w is not None and start == args.batch:  # the second batch (the first warms up)
             prof_w.runcall(store.write_many, items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[start:stop])
@@ -76,11 +114,7 @@ def run(store, corpus: Corpus, vecs, args, label: str) -> dict:
         "batch_ms": pct([x * 1000 for x in lat]),
     }
     log(f"{label}: wrote {corpus.n} in {total:.1f} s ({corpus.n / total:.0f}/s)")
-    t0 = time.perf_counter()
-    store.compact()
-    out["compact_s"] = round(time.perf_counter() - t0, 2)
-    if label == "postgres":
-        pg_local.Cluster.analyze(store)  # statistics, as autovacuum keeps them (off on the test server)
+    out["compact_s"] = round(settle(store, label), 2)
     queries = [q for _kind, q in corpus.queries(args.queries)]
     for q in queries[:10]:
         store.recall(q, tenant=TENANT, purpose=PURPOSE, k=10)
@@ -112,18 +146,7 @@ def main() -> None:
     args = ap.parse_args()
     corpus = Corpus(args.n)
     vecs = HashingEmbedder().embed(corpus.texts)
-    result: dict = {
-        "bench": "pg_speed",
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {"cpus": os.cpu_count()},
-        "load_before": [round(x, 2) for x in os.getloadavg()],
-        "embedder": "hashing",
-        "n": args.n,
-        "origins": {},
-    }
+    result: dict = {**header("pg_speed", args.n), "origins": {}}
     tmp = Path(tempfile.mkdtemp(prefix="efface-pg-speed-"))
     try:
         for origin in args.origins.split(","):
@@ -131,12 +154,7 @@ def main() -> None:
                 with efface.open(str(tmp / "sqlite"), embedder="hashing", background=False) as store:
                     result["origins"]["sqlite"] = run(store, corpus, vecs, args, "sqlite")
                 continue
-            with (
-                pg_local.database(args.pg) as url,
-                efface.open(
-                    url, embedder="hashing", background=False, kek_file=str(tmp / "kek"), cache_dir=str(tmp / "cache")
-                ) as store,
-            ):
+            with pg_local.database(args.pg) as url, open_pg(url, tmp) as store:
                 result["origins"]["postgres"] = run(store, corpus, vecs, args, "postgres")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -161,3 +161,16 @@ def test_live_embeddings_is_live_ids_with_their_vectors(origin):
     # more ids than one statement binds
     many = origin.live_embeddings(list(range(1, 5000)), "acme", "support", None, 10.0)
     assert many == got
+
+
+def test_residual_rows_count_a_records_rows_until_it_is_erased(origin):
+    from efface.origin.base import RECORD_TABLES
+
+    a = write(origin, "k1", "one")
+    b = write(origin, "k2", "two")
+    rows = origin.residual_rows([a, b])
+    assert rows == {"records": 2, "claims": 2}
+    assert set(rows) <= {table for table, _col in RECORD_TABLES}
+    with origin.transaction("forget", "acme", 2.0) as tx:
+        tx.erase_records([a])
+    assert origin.residual_rows([a, b]) == {"records": 1, "claims": 1}

@@ -17,48 +17,22 @@ from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# the replay's setup, shared with exp_fusion_confidence.py: a capture's legs on one union
+# (parts), its order (ranked), a leg's best (best), the vector leg's scale (dbsf), each leg alone
+from exp_fusion_confidence import SPREAD, K, parts, r_text, r_vec, ranked, scaled
+from exp_fusion_confidence import leg_best as best
+
 from efface.paths.recall import _keeping
-
-SPREAD = 3.0
-K = 10
-
-
-def parts(qd):
-    vec = [x for x in qd["legs"] if x[0]]
-    txt = [x for x in qd["legs"] if not x[0]]
-    union, cos = (vec[0][1], vec[0][2]) if vec else (np.array([], dtype=np.int64), np.array([]))
-    bm = np.zeros(len(union))
-    ceiling = None
-    if txt:
-        _, ids, raw, ceiling = txt[0]
-        pos = {d: i for i, d in enumerate(union.tolist())}
-        for d, x in zip(ids.tolist(), raw.tolist(), strict=True):
-            if d in pos:
-                bm[pos[d]] = x
-    return union, cos, bm, ceiling
 
 
 def dbsf(v):
-    mu, sd = float(v.mean()), float(v.std())
-    if sd == 0.0:
-        return np.full(len(v), 0.5)
-    return np.maximum(0.0, (v - mu) / (2 * SPREAD * sd) + 0.5)
-
-
-def ranked(union, total, tie=None):
-    tie = np.zeros(len(union)) if tie is None else tie
-    return union[np.lexsort((union, -tie, -total))].tolist()
-
-
-def best(union, raw, m=None):
-    m = np.ones(len(union), dtype=bool) if m is None else m
-    if not m.any():
-        return set()
-    idx = np.flatnonzero(m)
-    return {int(union[idx[np.lexsort((union[idx], -raw[idx]))][0]])}
+    return scaled(True, v, None)
 
 
 def z_of(qd, cos):
@@ -85,14 +59,11 @@ def shipped(qd, lo=SPREAD - 1.0, hi=SPREAD):
 
 
 def text_leg(qd):
-    union, cos, bm, _ = parts(qd)
-    m = bm > 0
-    return ranked(union[m], bm[m], cos[m])
+    return r_text(qd, False)
 
 
 def vec_leg(qd):
-    union, cos, _, _ = parts(qd)
-    return ranked(union, cos)
+    return r_vec(qd, False)
 
 
 def metrics(lists, rel, quality):

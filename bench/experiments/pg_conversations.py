@@ -29,24 +29,7 @@ from pgserver import start_primary  # noqa: E402
 
 
 def run(store, c, dvec) -> dict:
-    by_tenant: dict[int, list[int]] = {}
-    for i, t in enumerate(c.tenants):
-        by_tenant.setdefault(t, []).append(i)
-    for t, ids in sorted(by_tenant.items()):
-        store.write_many(
-            [
-                {
-                    "key": f"d{i}",
-                    "text": c.turns[i],
-                    "subject": c.speakers[i],
-                    "metadata": {"speaker": c.speakers[i], "session": f"s{c.sessions[i]}", "at": c.dates[i]},
-                }
-                for i in ids
-            ],
-            tenant=bc.tenant_name(t),
-            purpose=bc.PURPOSE,
-            embeddings=dvec[ids],
-        )
+    bc.write_tenants(store, c, dvec)
     store.compact()
     qs = c.questions
     ranked, lat = timed(

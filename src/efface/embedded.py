@@ -14,7 +14,8 @@ import os
 import shutil
 from typing import Any
 
-from .errors import InvalidInput, StoreDamaged, StoreLocked
+from .dirs import lock_dir
+from .errors import InvalidInput, StoreDamaged
 from .faults import os_faults
 from .origin.base import Origin
 from .store import Store
@@ -28,16 +29,7 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
     root = os.path.abspath(os.fspath(path))
     if os.path.exists(root) and not os.path.isdir(root):
         raise InvalidInput("the store path exists and is not a directory: give a directory path")
-    with os_faults():  # a read-only or full file system: a typed error, never a bare OSError
-        os.makedirs(root, exist_ok=True)
-        lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
-    try:
-        fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lockfile.close()
-        raise StoreLocked(
-            "another process has this store open; close it (or stop `efface serve`) and try again"
-        ) from None
+    lockfile = lock_dir(root, "another process has this store open; close it (or stop `efface serve`) and try again")
 
     def release() -> None:
         try:

@@ -24,9 +24,9 @@ import secrets
 import shutil
 from typing import Any
 
+from .dirs import lock_dir
 from .embed import Embedder, for_store
-from .errors import InvalidInput, OriginUnreachable, StoreLocked, StoreUnwritable
-from .faults import os_faults
+from .errors import InvalidInput, OriginUnreachable, StoreUnwritable
 from .origin.base import Origin
 from .origin.postgres import schema as pg_schema
 from .store import Store
@@ -123,16 +123,9 @@ def open_postgres(
     chosen = for_store(embedder, _recorded_embedder(url, name))
     owned = cache_dir is None
     root = default_cache_dir(url, name) if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
-    with os_faults():
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        lockfile = open(os.path.join(root, "efface.lock"), "a+")  # noqa: SIM115 - held until close()
-    try:
-        fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lockfile.close()
-        raise StoreLocked(
-            "another process uses this cache directory for its store: give each process its own cache_dir"
-        ) from None
+    lockfile = lock_dir(
+        root, "another process uses this cache directory for its store: give each process its own cache_dir", mode=0o700
+    )
 
     def release() -> None:
         try:

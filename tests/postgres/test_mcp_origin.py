@@ -9,7 +9,6 @@ reach the agent, stdout's protocol stream or stderr.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from typing import Any
@@ -18,22 +17,16 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 import efface
+from child_env import child_env
 from efface.origin.postgres.keys import KeyFileCreated
 
 PASSWORD = "Pw-mcp-origin-51c2"
 
 
-def _env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": os.pathsep.join(sys.path)}
-    for name in ("EFFACE_URL", "EFFACE_STORE", "EFFACE_ORIGIN", "EFFACE_API_KEY", "EFFACE_KEK_FILE"):
-        env.pop(name, None)
-    return env
-
-
 def _params(url: str, kek) -> StdioServerParameters:
     args = ["-m", "efface", "mcp", "--origin", url, "--kek-file", str(kek), "--embedder", "hashing"]
     return StdioServerParameters(
-        command=sys.executable, args=[*args, "--tenant", "acme", "--purpose", "support"], env=_env()
+        command=sys.executable, args=[*args, "--tenant", "acme", "--purpose", "support"], env=child_env()
     )
 
 
@@ -96,7 +89,7 @@ def test_mcp_origin_errors_name_no_password(pg_db, tmp_path):
     missing = tmp_path / "nowhere.kek"
     proc = subprocess.run(
         [sys.executable, "-m", "efface", "mcp", "--origin", url, "--kek-file", str(missing), "--embedder", "hashing"],
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=120,

@@ -172,3 +172,13 @@ def test_verify_on_postgres_never_claims_erased_by_assumption(pg_db, kek, tmp_pa
         assert "origin.wal" not in {c.name for c in v.checks}
         a.wait(receipt.handle, 30)  # the maintenance runs; the server's files are scanned
         assert a.verify(receipt.handle).level == "erased"
+
+
+def test_a_cache_directory_serves_one_store_at_a_time(pg_db, kek, tmp_path):
+    with _open(pg_db, kek, tmp_path / "a"):
+        with pytest.raises(efface.StoreLocked, match="give each process its own cache_dir"):
+            _open(pg_db, kek, tmp_path / "a")
+        with _open(pg_db, kek, tmp_path / "b") as other:  # another cache directory: the same database
+            assert other.stats()["records"] == 0
+    with _open(pg_db, kek, tmp_path / "a"):  # let go at close
+        pass

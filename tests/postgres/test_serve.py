@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 import efface
+from child_env import child_env
 from efface.service.wire import Unauthorized
 
 PASSWORD = "Pw-quillon-7f3a9"
@@ -37,13 +38,6 @@ PASSWORD = "Pw-quillon-7f3a9"
 accepted and ignored): it must never be printed."""
 TENANT = "acme"
 PURPOSE = "support"
-
-
-def _env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": os.pathsep.join(sys.path)}
-    for name in ("EFFACE_URL", "EFFACE_STORE", "EFFACE_ORIGIN", "EFFACE_API_KEY", "EFFACE_KEK_FILE"):
-        env.pop(name, None)
-    return env
 
 
 def _url(pg_db) -> str:
@@ -57,7 +51,7 @@ class PgServe:
         self.args = [sys.executable, "-m", "efface", "serve", "--origin", url, "--kek-file", str(kek)]
         self.args += ["--embedder", "hashing", "--port", "0"]
         self.log_path = log
-        self.env = _env()
+        self.env = child_env()
         self.start()
 
     def start(self) -> None:
@@ -96,7 +90,7 @@ class PgServe:
 
 def efface_cli(*args: str) -> tuple[int, dict, str]:
     out = subprocess.run(
-        [sys.executable, "-m", "efface", *args, "--json"], env=_env(), capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "efface", *args, "--json"], env=child_env(), capture_output=True, text=True, timeout=180
     )
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {}), out.stdout + out.stderr
 
@@ -249,7 +243,7 @@ def test_the_kek_file_missing_or_wrong_is_a_clear_error_never_a_new_key(two, tmp
     # a server given no file at all refuses too, before serving
     proc = subprocess.run(
         [sys.executable, "-m", "efface", "serve", "--origin", url, "--embedder", "hashing", "--port", "0"],
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=180,
@@ -292,7 +286,7 @@ def test_the_commands_of_docs_postgres_md_several_servers(pg_db, tmp_path):
     exports = [ln for ln in lines if ln.startswith("export ")]
     assert [e.split("=")[0] for e in exports] == ["export EFFACE_ORIGIN", "export EFFACE_KEK_FILE"]
     url, kek = _url(pg_db), tmp_path / "efface.kek"
-    env = {**_env(), "EFFACE_ORIGIN": url, "EFFACE_KEK_FILE": str(kek)}
+    env = {**child_env(), "EFFACE_ORIGIN": url, "EFFACE_KEK_FILE": str(kek)}
     servers: list[PgServe] = []
     try:
         made: dict = {}
@@ -345,7 +339,7 @@ def test_a_malformed_url_is_bad_input_and_never_printed(url, command, tmp_path):
     kek = tmp_path / "efface.kek"
     out = subprocess.run(
         [sys.executable, "-m", "efface", *command, "--origin", url, "--kek-file", str(kek)],
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=180,

@@ -17,8 +17,9 @@ import secrets
 import tempfile
 
 from .. import foreground
+from ..dirs import fsync_dir
 from . import format as fmt
-from .context import BackupContext, fsync_dir
+from .context import BackupContext
 
 YIELD_EVERY = 64
 """Records sealed between two yields of the GIL (reads run beside a backup)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,3 @@ class BackupContext:
     embedder_name: str
     derivations: Any
     expire_due: Callable[[], object]
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -121,6 +121,17 @@ def _setter(field: str) -> Callable:
     return callback
 
 
+def embedder_option() -> Callable:
+    """A command's ``--embedder``: the embedder of a store it creates."""
+    return click.option(
+        "--embedder",
+        type=click.Choice(["hashing", "minilm"]),
+        expose_value=False,
+        callback=_setter("embedder"),
+        help="Embedder for a new store (default: the store's own, else the best installed).",
+    )
+
+
 def origin_options() -> Callable:
     """A command's ``--origin URL`` and ``--kek-file FILE`` (see :func:`_origin_options`)."""
 
@@ -215,13 +226,7 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     help=f"Tenant to act in (default: '{DEFAULT_TENANT}').",
                     **env("EFFACE_TENANT"),
                 ),
-                click.option(
-                    "--embedder",
-                    type=click.Choice(["hashing", "minilm"]),
-                    expose_value=False,
-                    callback=_setter("embedder"),
-                    help="Embedder for a new store (default: the store's own, else the best installed).",
-                ),
+                embedder_option(),
             ]
         for option in reversed(options):
             f = option(f)

@@ -23,6 +23,7 @@ from .base import (
     _setter,
     _settings,
     cli,
+    embedder_option,
     open_store,
     origin_options,
     require_serve,
@@ -62,13 +63,7 @@ from .base import (
     show_envvar=True,
     help="The purpose remember, read and recall use when the agent names none.",
 )
-@click.option(
-    "--embedder",
-    type=click.Choice(["hashing", "minilm"]),
-    expose_value=False,
-    callback=_setter("embedder"),
-    help="Embedder for a new store (default: the store's own, else the best installed).",
-)
+@embedder_option()
 @click.option(
     "--keys",
     "keys_file",

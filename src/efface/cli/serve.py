@@ -31,6 +31,7 @@ from .base import (
     _setter,
     _settings,
     cli,
+    embedder_option,
     open_store,
     origin_options,
     require_serve,
@@ -93,13 +94,7 @@ def _mcp_hook(
     is_flag=True,
     help="/mcp: let the forget tool take everything=true (forget the key's whole tenant): for a tenant per person.",
 )
-@click.option(
-    "--embedder",
-    type=click.Choice(["hashing", "minilm"]),
-    expose_value=False,
-    callback=_setter("embedder"),
-    help="Embedder for a new store (default: the store's own, else the best installed).",
-)
+@embedder_option()
 @click.option(
     "--store",
     metavar="DIR",

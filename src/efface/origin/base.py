@@ -42,6 +42,16 @@ records the epoch it still replays from (:mod:`efface.erasure.changelog`)."""
 CHANGES_PRUNED = "changes.pruned"
 """Meta key: the change log holds nothing at or below this epoch. A consumer whose files are
 older than it cannot replay them up to date: it rebuilds them from the origin instead."""
+RECORD_TABLES = (
+    ("records", "id"),
+    ("claims", "record_id"),
+    ("lineage", "record_id"),
+    ("mentions", "record_id"),
+    ("quarantine", "record_id"),
+    ("reasons", "record_id"),
+)
+"""The origin's tables whose rows name a record, each with its column naming it: where
+:meth:`Reads.residual_rows` looks for an erased record's rows."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import numpy as np
 from usearch.index import Index
 
 from .. import foreground
+from ..dirs import fsync_dir
 from ..faults import os_faults
 from ..model import Check
 from ..origin.base import CHANGES_PRUNED
@@ -400,11 +401,7 @@ class VectorIndex:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
         if self._dirty:
-            fd = os.open(self._dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self._dir)
         self._dirty.clear()
         if self._applied != self._saved:
             self._origin.meta_set(self._saved_meta, str(self._applied))

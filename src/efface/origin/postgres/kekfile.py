@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from ...dirs import fsync_dir
 from .errors import KeyFileMismatch
 
 FORMAT = "efface-kek"
@@ -44,14 +45,6 @@ def name_key_id(key: bytes) -> str:
 def hash_secret_id(secret: bytes) -> str:
     """The check value the database keeps for the store's hash secret."""
     return hmac.new(secret, _SECRET_ID_LABEL, hashlib.sha256).hexdigest()[:32]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class KekFile:
@@ -158,7 +151,7 @@ class KekFile:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     def create(self, key: bytes) -> bool:
         """Create the file holding ``key`` unless it exists; True when this call created it."""

@@ -301,19 +301,11 @@ class Keys:
         ).fetchone()
         if row is not None:
             return bytes(row[0])
-        # FOR SHARE: a rotation finishing waits for this transaction, so no key is left wrapped
-        # by a KEK it is retiring (see rotate())
-        kek = conn.execute(
-            f"SELECT kek_id FROM {s}.keks WHERE state IN ('current', 'next') ORDER BY state = 'next' DESC LIMIT 1 "
-            "FOR SHARE"
-        ).fetchone()
-        if kek is None:
-            raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
-        kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
+        kek, kid, dek = self._new_key(conn)
         inserted = conn.execute(
             f"INSERT INTO {s}.data_keys(kid, tenant, subject_h, wrapped, kek_id, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, subject_h) DO NOTHING RETURNING kid",
-            (kid, tenant, subject_h, self._wrap(kek[0], kid, dek), kek[0], now),
+            (kid, tenant, subject_h, self._wrap(kek, kid, dek), kek, now),
         ).fetchone()
         if inserted is None:  # another transaction created it meanwhile
             again = conn.execute(
@@ -334,21 +326,27 @@ class Keys:
         row = conn.execute(f"SELECT kid FROM {s}.data_keys WHERE tenant = %s AND subject = %s", (tenant, nh)).fetchone()
         if row is not None:
             return bytes(row[0])
-        kek = conn.execute(
-            f"SELECT kek_id FROM {s}.keks WHERE state IN ('current', 'next') ORDER BY state = 'next' DESC LIMIT 1 "
-            "FOR SHARE"
-        ).fetchone()
-        if kek is None:
-            raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
-        kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
+        kek, kid, dek = self._new_key(conn)
         nonce = secrets.token_bytes(NONCE_LEN)
         name = SEAL_VERSION + kid + nonce + AESGCM(dek).encrypt(nonce, subject.encode(), name_aad(tenant, nh).encode())
         conn.execute(
             f"INSERT INTO {s}.data_keys(kid, tenant, subject, name, wrapped, kek_id, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (kid, tenant, nh, name, self._wrap(kek[0], kid, dek), kek[0], now),
+            (kid, tenant, nh, name, self._wrap(kek, kid, dek), kek, now),
         )
         return kid
+
+    def _new_key(self, conn: psycopg.Connection) -> tuple[str, bytes, bytes]:
+        """A new data key and its kid, and the KEK to wrap it by (the newest: 'next' during a
+        rotation, else 'current'). The KEK's row is read FOR SHARE: a rotation finishing waits
+        for this transaction, so no key is left wrapped by a KEK it is retiring (see rotate())."""
+        kek = conn.execute(
+            f"SELECT kek_id FROM {self.schema}.keks WHERE state IN ('current', 'next') "
+            "ORDER BY state = 'next' DESC LIMIT 1 FOR SHARE"
+        ).fetchone()
+        if kek is None:
+            raise KeyFileMissing("no key-encryption key is registered for this store: open the keys first")
+        return kek[0], secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
 
     def name_hash(self, conn: psycopg.Connection, kid: bytes, subject_h: str) -> None:
         """Record the keyed hash of the subject data key ``kid`` belongs to (once)."""

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ...sorted_ids import by_id, found, gather, inserted, union
 from ..memory.state import bm25_idf, bm25_term
 
 TAIL = 4096
@@ -54,12 +55,8 @@ class _Term:
         if self.view is None:
             ids = np.fromiter(self.tail, np.int64, len(self.tail))
             tf = np.fromiter(self.tail.values(), np.float64, len(self.tail))
-            at = np.searchsorted(self.ids, ids)
-            order = np.lexsort((ids, at))
-            self.view = (
-                np.insert(self.ids, at[order], ids[order]),
-                np.insert(self.tf, at[order], tf[order]),
-            )
+            order = np.argsort(ids)
+            self.view = inserted(self.ids, self.tf, ids[order], tf[order])
         return self.view
 
     def add(self, rid: int, tf: int) -> None:
@@ -73,13 +70,10 @@ class _Term:
         for rid in rids:
             if self.tail.pop(rid, None) is not None:
                 self.view = None
-        if len(self.ids):
-            gone = np.asarray(sorted(rids), dtype=np.int64)
-            at = np.minimum(np.searchsorted(self.ids, gone), len(self.ids) - 1)
-            at = at[self.ids[at] == gone]
-            if len(at):
-                self.ids, self.tf = np.delete(self.ids, at), np.delete(self.tf, at)
-                self.view = None
+        at = found(self.ids, np.asarray(sorted(rids), dtype=np.int64))
+        if len(at):
+            self.ids, self.tf = np.delete(self.ids, at), np.delete(self.tf, at)
+            self.view = None
 
 
 class Postings:
@@ -141,11 +135,7 @@ class Postings:
                     got[0].append(rid)
                     got[1].append(tf)
         for term, (ids, tfs) in grouped.items():
-            a, c = np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64)
-            if len(a) > 1 and not bool((a[1:] > a[:-1]).all()):
-                order = np.argsort(a, kind="stable")
-                a, c = a[order], c[order]
-            p.terms[term] = _Term(a, c)
+            p.terms[term] = _Term(*by_id(np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64)))
         return p
 
     def add(self, rid: int, tenant: str, counts: Counter[str], epoch: int = 0) -> None:
@@ -206,14 +196,9 @@ class Postings:
     def matches(self, terms: Sequence[str], tenant: str | None = None, pinned: int | None = None) -> np.ndarray:
         """Ids (sorted) of the records holding any of ``terms``: of ``tenant`` only if given,
         and put at or before epoch ``pinned`` if given (a snapshot's)."""
-        arrays = [self.terms[t].merged()[0] for t in dict.fromkeys(terms) if t in self.terms]
-        if not arrays:
-            return np.empty(0, dtype=np.int64)
-        if len(arrays) == 1:
-            ids = arrays[0]
-        else:
-            ids = np.sort(np.concatenate(arrays))
-            ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
+        ids = union([self.terms[t].merged()[0] for t in dict.fromkeys(terms) if t in self.terms])
+        if not len(ids):
+            return ids
         if tenant is not None:
             code = self._codes.get(tenant)
             if code is None:
@@ -246,19 +231,8 @@ class Postings:
             t = self.terms.get(term)
             if t is None:
                 continue
-            ids, tf = t.merged()
-            # each candidate's count of the term (0 where it has none): the shorter list
-            # searched for in the longer
-            f = np.zeros(len(cands), dtype=np.float64)
-            if len(ids) < len(cands):
-                at = np.searchsorted(cands, ids)
-                hit = at < len(cands)
-                hit[hit] = cands[at[hit]] == ids[hit]
-                f[at[hit]] = tf[hit]
-            else:
-                at = np.minimum(np.searchsorted(ids, cands), len(ids) - 1)
-                hit = ids[at] == cands
-                f[hit] = tf[at[hit]]
+            f = np.zeros(len(cands), dtype=np.float64)  # each candidate's count of the term (0: none)
+            gather(cands, *t.merged(), f)
             held = f > 0
             idf = bm25_idf(n, t.count())
             total[held] += bm25_term(idf, f[held], length[held], avg)

@@ -18,7 +18,7 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 
 from ...vectors import F16
-from ..base import ClaimRow, RecordRow
+from ..base import RECORD_TABLES, ClaimRow, RecordRow
 from ..fields import turn_fields
 from . import epochs
 from .names import claim_cols, claim_row, key_aad, subject_name
@@ -477,14 +477,7 @@ class PgReads:
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
         wanted = list(set(ids))
         counts = {}
-        for table, col in (
-            ("records", "id"),
-            ("claims", "record_id"),
-            ("lineage", "record_id"),
-            ("mentions", "record_id"),
-            ("quarantine", "record_id"),
-            ("reasons", "record_id"),
-        ):
+        for table, col in RECORD_TABLES:
             n = int(self._one(f"SELECT count(*) FROM {{s}}.{table} WHERE {col} = ANY(%s)", (wanted,))[0])
             if n:
                 counts[table] = n

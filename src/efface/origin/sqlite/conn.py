@@ -17,7 +17,6 @@ GIL inside SQLite, so readers run in parallel with each other and with maintenan
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -129,11 +128,3 @@ class Connections:
             c.close()
         with self.write_lock:
             self.writer.close()
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from ...dirs import fsync_dir
 from ...errors import EffaceError, StoreUnwritable
 from ...model import Check
 from ..base import require_epoch
-from .conn import WAL_AUTOCHECKPOINT, Connections, fsync_dir
+from .conn import WAL_AUTOCHECKPOINT, Connections
 from .edge import edge, guarded, savepoint
 from .liveness import Liveness
 from .physical import SQLitePhysical

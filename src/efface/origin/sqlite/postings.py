@@ -36,6 +36,7 @@ import numpy as np
 
 from ... import compiled
 from ...ranking import Ranking
+from ...sorted_ids import by_id, found, gather, inserted, union
 
 K1, B = 1.2, 0.75
 """FTS5's bm25() defaults, which efface keeps."""
@@ -78,8 +79,8 @@ def _term_into(
     ``idf * tf * (K1 + 1) / (tf + norm)``, its count ``tf`` read from the term's parts (ids
     sorted and distinct; a record is in one part at most). Compiled (:func:`_merged`, once
     :mod:`efface.compiled` has its loops): one walk per part, without the GIL, adding where
-    a candidate holds the term. Else numpy: the shorter list searched for in the longer, the
-    counts gathered, then the formula over every candidate (0 where it holds none). Both
+    a candidate holds the term. Else numpy: the counts gathered (:func:`~efface.sorted_ids.gather`),
+    then the formula over every candidate (0 where it holds none). Both
     make the same float operations in the same order, so the totals are the same to the
     last bit."""
     loop = _merged.compiled if compiled.ready() else None
@@ -90,17 +91,7 @@ def _term_into(
         return
     f = np.zeros(len(cands), dtype=np.float64)
     for ids, tf in parts:
-        if not len(ids):
-            continue
-        if len(ids) < len(cands):
-            at = np.searchsorted(cands, ids)
-            hit = at < len(cands)
-            hit[hit] = cands[at[hit]] == ids[hit]
-            f[at[hit]] = tf[hit]
-        else:
-            at = np.searchsorted(ids, cands)
-            at[at >= len(ids)] = 0
-            f += np.where(ids[at] == cands, tf[at], 0.0)
+        gather(cands, ids, tf, f)
     total += idf * (f * (K1 + 1.0)) / (f + norm)
 
 
@@ -146,14 +137,6 @@ def _merged(cands, ids, tf, norm, idf, k1p, total):  # pragma: no cover - run co
             total[j] += (idf * (t * k1p)) / (t + norm[j])
 
 
-def _found(arr: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Where in ``arr`` (sorted) each of ``ids`` that it holds lies."""
-    if not len(arr) or not len(ids):
-        return np.empty(0, dtype=np.intp)
-    at = np.minimum(np.searchsorted(arr, ids), len(arr) - 1)
-    return at[arr[at] == ids]
-
-
 class _Term:
     """One term's postings: an array sorted by id, and a tail of the ones added since it was
     last rebuilt (a record is in one or the other, never both). Ids dropped from a long array
@@ -189,8 +172,7 @@ class _Term:
         if len(parts) == 1:
             return parts[0]
         (ids, tf), (more, more_tf) = parts
-        at = np.searchsorted(ids, more)
-        return np.insert(ids, at, more), np.insert(tf, at, more_tf)
+        return inserted(ids, tf, more, more_tf)
 
     def add(self, counts: dict[int, int]) -> None:
         """Records (not held here) and how often each holds the term."""
@@ -209,7 +191,7 @@ class _Term:
                 self._tail_view = None
         if not len(self.ids):
             return
-        at = _found(self.ids, np.asarray(ids, dtype=np.int64))
+        at = found(self.ids, np.asarray(ids, dtype=np.int64))
         if not len(at):
             return
         if now:
@@ -374,7 +356,7 @@ class Postings:
                         held.update(i for i in ids if i in t.dead)
                     if every_list and len(wanted):
                         for arr, _tf in t.parts():
-                            held.update(arr[_found(arr, wanted)].tolist())
+                            held.update(arr[found(arr, wanted)].tolist())
             return sorted(held)
 
     def holds_term(self, term: str) -> bool:
@@ -402,9 +384,7 @@ class Postings:
         empty = Ranking.empty()
         if not find or rows <= 0:
             return empty
-        cands = np.sort(np.concatenate([ids for ids, _ in find]))
-        # distinct ids, sorted (np.unique hashes in numpy 2.4: 20x slower than this here)
-        cands = cands[np.concatenate(([True], cands[1:] != cands[:-1]))]
+        cands = union([ids for ids, _ in find])
         for parts in scope or ():
             if parts is None:
                 return empty
@@ -469,11 +449,7 @@ def load(
         ):
             if col not in cols:
                 continue
-            a = np.array(ids.split(","), dtype=np.int64)
-            c = np.array(counts.split(","), dtype=np.float32)
-            if len(a) > 1 and not bool((a[1:] > a[:-1]).all()):
-                order = np.argsort(a, kind="stable")
-                a, c = a[order], c[order]
+            a, c = by_id(np.array(ids.split(","), dtype=np.int64), np.array(counts.split(","), dtype=np.float32))
             out.append(((cols[col], term), a, c))
         if between is not None:
             between(out)
@@ -487,7 +463,7 @@ def sweep(loaded: Loaded, ids: Iterable[int]) -> None:
         return
     kept: Loaded = []
     for key, a, c in loaded:
-        hit = _found(a, gone)
+        hit = found(a, gone)
         if len(hit):
             a, c = np.delete(a, hit), np.delete(c, hit)
         if len(a):

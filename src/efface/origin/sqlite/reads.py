@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..base import RecordRow
+from ..base import RECORD_TABLES, RecordRow
 from .conn import Connections
 from .edge import guarded
 from .rows import CLAIM_COLS, LIVE, NOT_QUARANTINED, REC_COLS, claim_row, in_chunks, record_row
@@ -371,14 +371,7 @@ class SQLiteReads:
     def residual_rows(self, ids: Sequence[int]) -> dict[str, int]:
         """Rows that still name any of these record ids, per table."""
         found: dict[str, int] = {}
-        for table, col in (
-            ("records", "id"),
-            ("claims", "record_id"),
-            ("lineage", "record_id"),
-            ("mentions", "record_id"),
-            ("quarantine", "record_id"),
-            ("reasons", "record_id"),
-        ):
+        for table, col in RECORD_TABLES:
             n = 0
             for chunk, marks in in_chunks(ids):
                 n += self._r().execute(f"SELECT count(*) FROM {table} WHERE {col} IN ({marks})", chunk).fetchone()[0]
