@@ -66,8 +66,9 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(where: str = "start") -> Iterator[Cluster]:
-    """``start``: a server of our own for the block; else the URL of a server to make databases on."""
+def cluster(where: str = "start", settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """``start``: a server of our own for the block (``settings`` over :data:`BENCH_SETTINGS`);
+    else the URL of a server to make databases on."""
     if where != "start":
         c = Cluster(where, started=False)
         try:
@@ -78,7 +79,7 @@ def cluster(where: str = "start") -> Iterator[Cluster]:
     import pgserver
 
     base = Path(tempfile.mkdtemp(prefix="efface-bench-pg-"))
-    server = pgserver.start_primary(base, settings=BENCH_SETTINGS)
+    server = pgserver.start_primary(base, settings={**BENCH_SETTINGS, **(settings or {})})
     try:
         yield Cluster(server.url("postgres"), started=True)
     finally:

@@ -75,6 +75,7 @@ class PostgresTx(TxMore):
             (tenant, [key_h(tenant, r.key) for r in recs]),
         )
         self._remember(existing)
+        self._prefetch_kids(tenant, [r.subject for r in recs], now)
         rows = []
         for rec in recs:
             kid = self._kid(tenant, rec.subject, now)

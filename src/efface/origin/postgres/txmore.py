@@ -70,6 +70,14 @@ class TxMore:
             self._kids[(tenant, subject)] = kid
         return kid
 
+    def _prefetch_kids(self, tenant: str, subjects: Iterable[str], now: float) -> None:
+        """:meth:`_kid` of each of ``subjects`` at once (one statement for those known, one
+        pipelined insert for the new ones), so a batch's sealing asks the database nothing more."""
+        missing = [subj for subj in dict.fromkeys(subjects) if (tenant, subj) not in self._kids]
+        if missing:
+            for subj, kid in self._o._keys.ensure_subjects(self._c, tenant, missing, now).items():
+                self._kids[(tenant, subj)] = kid
+
     # -- stored forms, for the erasure's evidence (efface.origin.base.StoredForms) ------------
     def note_stored(self, kind: str, *values: Any) -> None:
         """Note sealed values or wrapped keys, as stored, that this transaction deletes or replaces."""
@@ -323,8 +331,9 @@ class TxMore:
     def ensure_subject_keys(
         self, tenant: str, subjects: Iterable[str], now: float, subject_h: Callable[[str], str]
     ) -> None:
-        for subj in sorted(set(subjects)):
-            self._o._keys.name_hash(self._c, self._kid(tenant, subj, now), subject_h(subj))
+        subjs = sorted(set(subjects))
+        self._prefetch_kids(tenant, subjs, now)
+        self._o._keys.name_hashes(self._c, [(self._kid(tenant, subj, now), subject_h(subj)) for subj in subjs])
 
     def destroy_subject_keys(self, tenant: str, subjects: Iterable[str]) -> list[tuple[str, bytes]]:
         """Destroy the data key of every subject in ``subjects`` left with no claim in the

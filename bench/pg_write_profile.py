@@ -1,0 +1,309 @@
+#!/usr/bin/env python
+"""Where a ``write_many`` batch goes on PostgreSQL, beside the floor of the same vectors (issue #34).
+
+    PYTHONPATH=src python bench/pg_write_profile.py --n 30000 > /tmp/pg-write.json
+
+Starts PostgreSQL 18 + pgvector from the wheel (bench/pg_local.py) with ``pg_stat_statements``
+loaded, builds a store of ``--n`` records (the hashing embedder, one tenant, batches of
+``--batch``), then times ``--batches`` more batches one by one: wall time, this process's CPU,
+the server's CPU (every server process, from /proc), the statements sent and their server time
+(``pg_stat_statements``); one more batch under cProfile (its top functions on stderr and in the
+JSON). The floor: the same vectors into a bare table with the same HNSW index (``COPY`` in
+binary, and ``executemany``), and into one without the index. One JSON document on stdout;
+nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+import pg_local  # noqa: E402
+import psutil  # noqa: E402
+import psycopg  # noqa: E402
+from efface.embed.hashing import HashingEmbedder  # noqa: E402
+from pg_speed import header, log, open_pg  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+
+from bench_store import PURPOSE, TENANT, Corpus  # noqa: E402
+
+SETTINGS = {
+    **pg_local.BENCH_SETTINGS,
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "all",
+}
+
+
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds (user + system) of the server: the postmaster and every child it has now."""
+    total = 0.0
+    try:
+        p = psutil.Process(postmaster)
+        for q in [p, *p.children(recursive=True)]:
+            with_ = q.cpu_times()
+            total += with_.user + with_.system
+    except psutil.Error:
+        pass
+    return total
+
+
+def postmaster_pid(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    return psutil.Process(backend).ppid()
+
+
+def statements(url: str, top: int = 14) -> list[dict]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT calls, rows, round(total_exec_time::numeric, 1), round(total_plan_time::numeric, 1), query"
+            " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " ORDER BY total_exec_time DESC LIMIT %s",
+            (top,),
+        ).fetchall()
+    return [
+        {"calls": c, "rows": r, "exec_ms": float(e), "plan_ms": float(p), "query": " ".join(q.split())[:160]}
+        for c, r, e, p, q in rows
+    ]
+
+
+def reset(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def timed_batches(store, corpus, vecs, start: int, count: int, batch: int, pm: int) -> dict:
+    walls, cpus, srvs = [], [], []
+    for b in range(count):
+        lo = start + b * batch
+        items = [corpus.item(i) for i in range(lo, lo + batch)]
+        s0, c0, t0 = server_cpu(pm), time.process_time(), time.perf_counter()
+        store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo : lo + batch])
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        srvs.append(server_cpu(pm) - s0)
+    return {
+        "batches": count,
+        "batch": batch,
+        "wall_s": [round(x, 3) for x in walls],
+        "client_cpu_s": [round(x, 3) for x in cpus],
+        "server_cpu_s": [round(x, 3) for x in srvs],
+        "records_per_s": round(count * batch / sum(walls), 1),
+    }
+
+
+def floor(url: str, vecs: np.ndarray, n: int, batch: int, count: int, pm: int) -> dict:
+    """The same vectors (and a 600-byte payload standing for the sealed columns) into bare tables."""
+    dim = vecs.shape[1]
+    out: dict = {}
+    payload = os.urandom(600)
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        for name, index in (("floor_hnsw", True), ("floor_plain", False)):
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+            conn.execute(
+                f"CREATE TABLE {name}(id bigserial PRIMARY KEY, tenant text, payload bytea, embedding vector({dim}))"
+            )
+            conn.execute(f"ALTER TABLE {name} ALTER COLUMN embedding SET STORAGE MAIN")
+            if index:
+                conn.execute(f"CREATE INDEX ON {name} USING hnsw (embedding vector_cosine_ops)")
+            t0 = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(
+                f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
+            ) as cp:
+                cp.set_types(["text", "bytea", "vector"])
+                for i in range(n):
+                    cp.write_row((TENANT, payload, vecs[i]))
+            load = time.perf_counter() - t0
+            res = {"load_s": round(load, 1), "load_per_s": round(n / load, 1)}
+            for h, how in enumerate(("copy_binary", "executemany")):
+                walls, srvs = [], []
+                for b in range(count):
+                    lo = n + (h * count + b) * batch  # new vectors each time (a duplicate is cheaper)
+                    rows = [(TENANT, payload, vecs[i]) for i in range(lo, lo + batch)]
+                    s0, t0 = server_cpu(pm), time.perf_counter()
+                    with conn.transaction():
+                        if how == "copy_binary":
+                            with conn.cursor() as cur, cur.copy(
+                                f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
+                            ) as cp:
+                                cp.set_types(["text", "bytea", "vector"])
+                                for r in rows:
+                                    cp.write_row(r)
+                        else:
+                            with conn.cursor() as cur:
+                                cur.executemany(
+                                    f"INSERT INTO {name}(tenant, payload, embedding) VALUES (%s, %s, %s)", rows
+                                )
+                    walls.append(time.perf_counter() - t0)
+                    srvs.append(server_cpu(pm) - s0)
+                res[how] = {
+                    "wall_s": [round(x, 3) for x in walls],
+                    "server_cpu_s": [round(x, 3) for x in srvs],
+                    "records_per_s": round(count * batch / sum(walls), 1),
+                }
+            out[name] = res
+            log(f"floor {name}: {json.dumps(res)}")
+            conn.execute(f"DROP TABLE {name}")
+    return out
+
+
+@contextlib.contextmanager
+def per_subject_keys():
+    """The write path as it was before the batched key lookups (branch pgwrite): each new
+    subject's data key looked up (and its keyed hash noted) one statement at a time."""
+    from efface.origin.postgres.txmore import TxMore
+
+    saved = TxMore._prefetch_kids, TxMore.ensure_subject_keys
+
+    def ensure_subject_keys(self, tenant, subjects, now, subject_h):
+        for subj in sorted(set(subjects)):
+            self._o._keys.name_hash(self._c, self._kid(tenant, subj, now), subject_h(subj))
+
+    TxMore._prefetch_kids = lambda self, tenant, subjects, now: None
+    TxMore.ensure_subject_keys = ensure_subject_keys
+    try:
+        yield
+    finally:
+        TxMore._prefetch_kids, TxMore.ensure_subject_keys = saved
+
+
+def ab(cluster, corpus, vecs, args, tmp: Path) -> dict:
+    """Two stores of ``--n`` records on one server, the old and the new write path, written
+    batch by batch in turn (the same records, so the same subjects and vectors)."""
+    urls = {"before": cluster.fresh(), "after": cluster.fresh()}
+    pm = postmaster_pid(urls["before"])
+    stores = {}
+    for label, url in urls.items():
+        (tmp / label).mkdir()
+        stores[label] = open_pg(url, tmp / label)
+    rows: dict = {label: {"wall_s": [], "client_cpu_s": [], "server_cpu_s": [], "round_trips": []} for label in urls}
+    try:
+        total = args.n + args.batches * args.batch
+        for b, lo in enumerate(range(0, total, args.batch)):
+            items = [corpus.item(i) for i in range(lo, lo + args.batch)]
+            order = ("before", "after") if b % 2 == 0 else ("after", "before")
+            for label in order:
+                ctx = per_subject_keys() if label == "before" else contextlib.nullcontext()
+                with ctx:
+                    trips = count_round_trips()
+                    with trips:
+                        s0, c0, t0 = server_cpu(pm), time.process_time(), time.perf_counter()
+                        stores[label].write_many(
+                            items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo : lo + args.batch]
+                        )
+                        wall, cpu, srv = time.perf_counter() - t0, time.process_time() - c0, server_cpu(pm) - s0
+                if lo >= args.n:  # the timed batches, past the build
+                    r = rows[label]
+                    r["wall_s"].append(round(wall, 3))
+                    r["client_cpu_s"].append(round(cpu, 3))
+                    r["server_cpu_s"].append(round(srv, 3))
+                    r["round_trips"].append(trips.n)
+            if lo % 10000 == 0:
+                log(f"ab: {lo} written to each")
+    finally:
+        for st in stores.values():
+            st.close()
+    for r in rows.values():
+        r["records_per_s"] = round(len(r["wall_s"]) * args.batch / sum(r["wall_s"]), 1)
+        r["mean_wall_s"] = round(sum(r["wall_s"]) / len(r["wall_s"]), 3)
+    return rows
+
+
+class count_round_trips:
+    """Counts the statements the writer sends that wait for their answer (``Connection.execute``
+    outside a pipeline, each one round trip) while the block runs."""
+
+    def __enter__(self):
+        self.n = 0
+        self._saved = psycopg.Connection.execute
+        me = self
+
+        def execute(conn, *a, **kw):
+            me.n += 1
+            return me._saved(conn, *a, **kw)
+
+        psycopg.Connection.execute = execute
+        return self
+
+    def __exit__(self, *exc):
+        psycopg.Connection.execute = self._saved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=30000)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--batches", type=int, default=5)
+    ap.add_argument("--no-floor", action="store_true")
+    ap.add_argument("--ab", action="store_true", help="only the before/after write paths, batch by batch in turn")
+    args = ap.parse_args()
+    total = args.n + (2 * args.batches + 1) * args.batch
+    corpus = Corpus(total)
+    vecs = HashingEmbedder().embed(corpus.texts)
+    result: dict = {**header("pg_write_profile", args.n), "settings": SETTINGS}
+    tmp = Path(tempfile.mkdtemp(prefix="efface-pg-write-"))
+    try:
+        with pg_local.cluster("start", SETTINGS) as cluster:
+            if args.ab:
+                result["ab"] = ab(cluster, corpus, vecs, args, tmp)
+                log(f"ab: {json.dumps(result['ab'])}")
+                print(json.dumps(result, indent=2))
+                return
+            url = cluster.fresh()
+            pm = postmaster_pid(url)
+            with open_pg(url, tmp) as store:
+                t0 = time.perf_counter()
+                build = []
+                for lo in range(0, args.n, args.batch):
+                    hi = min(lo + args.batch, args.n)
+                    t1 = time.perf_counter()
+                    items = [corpus.item(i) for i in range(lo, hi)]
+                    store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo:hi])
+                    build.append(round(time.perf_counter() - t1, 3))
+                took = time.perf_counter() - t0
+                result["build"] = {"records": args.n, "seconds": round(took, 1), "records_per_s": round(args.n / took, 1)}
+                result["build"]["batch_s_every_5"] = build[::5]
+                log(f"built {args.n} in {took:.0f} s ({args.n / took:.0f}/s)")
+                pg_local.Cluster.analyze(store)
+                reset(url)
+                result["write_many"] = timed_batches(store, corpus, vecs, args.n, args.batches, args.batch, pm)
+                result["statements"] = statements(url)
+                log(f"write_many: {json.dumps(result['write_many'])}")
+                prof = cProfile.Profile()
+                lo = args.n + args.batches * args.batch
+                items = [corpus.item(i) for i in range(lo, lo + args.batch)]
+                prof.runcall(
+                    store.write_many, items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo : lo + args.batch]
+                )
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+                log(f"profile of one batch:\n{buf.getvalue()}")
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+                result["profile_cumulative"] = buf.getvalue().splitlines()[:70]
+            if not args.no_floor:
+                result["floor"] = floor(url, np.asarray(vecs), args.n, args.batch, args.batches, pm)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
