@@ -31,8 +31,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import pg_local  # noqa: E402
 import psycopg  # noqa: E402
+
+import pg_local  # noqa: E402
 from efface.embed.hashing import HashingEmbedder  # noqa: E402
 from pg_speed import header, log, open_pg  # noqa: E402
 

@@ -16,13 +16,13 @@ nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import json
 import os
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,12 +32,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-import pg_local  # noqa: E402
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+
+import pg_local  # noqa: E402
 from efface.embed.hashing import HashingEmbedder  # noqa: E402
 from pg_speed import header, log, open_pg  # noqa: E402
-from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench_store import PURPOSE, TENANT, Corpus  # noqa: E402
 
@@ -123,9 +124,10 @@ def floor(url: str, vecs: np.ndarray, n: int, batch: int, count: int, pm: int) -
             if index:
                 conn.execute(f"CREATE INDEX ON {name} USING hnsw (embedding vector_cosine_ops)")
             t0 = time.perf_counter()
-            with conn.cursor() as cur, cur.copy(
-                f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
-            ) as cp:
+            with (
+                conn.cursor() as cur,
+                cur.copy(f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp,
+            ):
                 cp.set_types(["text", "bytea", "vector"])
                 for i in range(n):
                     cp.write_row((TENANT, payload, vecs[i]))
@@ -139,9 +141,12 @@ def floor(url: str, vecs: np.ndarray, n: int, batch: int, count: int, pm: int) -
                     s0, t0 = server_cpu(pm), time.perf_counter()
                     with conn.transaction():
                         if how == "copy_binary":
-                            with conn.cursor() as cur, cur.copy(
-                                f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
-                            ) as cp:
+                            with (
+                                conn.cursor() as cur,
+                                cur.copy(
+                                    f"COPY {name}(tenant, payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
+                                ) as cp,
+                            ):
                                 cp.set_types(["text", "bytea", "vector"])
                                 for r in rows:
                                     cp.write_row(r)
@@ -163,65 +168,85 @@ def floor(url: str, vecs: np.ndarray, n: int, batch: int, count: int, pm: int) -
     return out
 
 
-@contextlib.contextmanager
-def per_subject_keys():
-    """The write path as it was before the batched key lookups (branch pgwrite): each new
-    subject's data key looked up (and its keyed hash noted) one statement at a time."""
-    from efface.origin.postgres.txmore import TxMore
-
-    saved = TxMore._prefetch_kids, TxMore.ensure_subject_keys
-
-    def ensure_subject_keys(self, tenant, subjects, now, subject_h):
-        for subj in sorted(set(subjects)):
-            self._o._keys.name_hash(self._c, self._kid(tenant, subj, now), subject_h(subj))
-
-    TxMore._prefetch_kids = lambda self, tenant, subjects, now: None
-    TxMore.ensure_subject_keys = ensure_subject_keys
-    try:
-        yield
-    finally:
-        TxMore._prefetch_kids, TxMore.ensure_subject_keys = saved
+def worker(args) -> None:
+    """``--worker URL``: one store at URL, written batch by batch as the driver says on stdin
+    (``lo hi``), each batch's wall time, CPU and round trips answered as a JSON line."""
+    total = args.n + args.batches * args.batch
+    corpus = Corpus(total)
+    vecs = HashingEmbedder().embed(corpus.texts)
+    with open_pg(args.worker, Path(args.tmp)) as store:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            lo, hi = (int(x) for x in line.split())
+            items = [corpus.item(i) for i in range(lo, hi)]
+            with count_round_trips() as trips:
+                c0, t0 = time.process_time(), time.perf_counter()
+                store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo:hi])
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            print(json.dumps({"wall": wall, "cpu": cpu, "trips": trips.n}), flush=True)
 
 
-def ab(cluster, corpus, vecs, args, tmp: Path) -> dict:
-    """Two stores of ``--n`` records on one server, the old and the new write path, written
-    batch by batch in turn (the same records, so the same subjects and vectors)."""
-    urls = {"before": cluster.fresh(), "after": cluster.fresh()}
-    pm = postmaster_pid(urls["before"])
-    stores = {}
-    for label, url in urls.items():
+def ab(cluster, args, tmp: Path) -> dict:
+    """Two stores of ``--n`` records on one server, written batch by batch in turn (the same
+    records) by two processes: one running the efface of ``--before`` (a ``src`` directory),
+    one this worktree's."""
+    srcs = {"before": args.before, "after": str(HERE.parent / "src")}
+    procs = {}
+    for label, src in srcs.items():
         (tmp / label).mkdir()
-        stores[label] = open_pg(url, tmp / label)
-    rows: dict = {label: {"wall_s": [], "client_cpu_s": [], "server_cpu_s": [], "round_trips": []} for label in urls}
+        url = cluster.fresh()
+        procs[label] = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                url,
+                "--tmp",
+                str(tmp / label),
+                "--n",
+                str(args.n),
+                "--batches",
+                str(args.batches),
+                "--batch",
+                str(args.batch),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": src},
+        )
+        assert procs[label].stdout.readline().strip() == "ready"
+    pm = postmaster_pid(url)
+    rows: dict = {
+        label: {"src": srcs[label], "wall_s": [], "client_cpu_s": [], "server_cpu_s": [], "round_trips": []}
+        for label in srcs
+    }
     try:
         total = args.n + args.batches * args.batch
         for b, lo in enumerate(range(0, total, args.batch)):
-            items = [corpus.item(i) for i in range(lo, lo + args.batch)]
-            order = ("before", "after") if b % 2 == 0 else ("after", "before")
-            for label in order:
-                ctx = per_subject_keys() if label == "before" else contextlib.nullcontext()
-                with ctx:
-                    trips = count_round_trips()
-                    with trips:
-                        s0, c0, t0 = server_cpu(pm), time.process_time(), time.perf_counter()
-                        stores[label].write_many(
-                            items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo : lo + args.batch]
-                        )
-                        wall, cpu, srv = time.perf_counter() - t0, time.process_time() - c0, server_cpu(pm) - s0
+            for label in ("before", "after") if b % 2 == 0 else ("after", "before"):
+                p = procs[label]
+                s0 = server_cpu(pm)
+                p.stdin.write(f"{lo} {lo + args.batch}\n")
+                p.stdin.flush()
+                got = json.loads(p.stdout.readline())
+                srv = server_cpu(pm) - s0
                 if lo >= args.n:  # the timed batches, past the build
                     r = rows[label]
-                    r["wall_s"].append(round(wall, 3))
-                    r["client_cpu_s"].append(round(cpu, 3))
+                    r["wall_s"].append(round(got["wall"], 3))
+                    r["client_cpu_s"].append(round(got["cpu"], 3))
                     r["server_cpu_s"].append(round(srv, 3))
-                    r["round_trips"].append(trips.n)
+                    r["round_trips"].append(got["trips"])
             if lo % 10000 == 0:
                 log(f"ab: {lo} written to each")
     finally:
-        for st in stores.values():
-            st.close()
+        for p in procs.values():
+            p.stdin.close()
+            p.wait(timeout=60)
     for r in rows.values():
         r["records_per_s"] = round(len(r["wall_s"]) * args.batch / sum(r["wall_s"]), 1)
-        r["mean_wall_s"] = round(sum(r["wall_s"]) / len(r["wall_s"]), 3)
+        for k in ("wall_s", "client_cpu_s", "server_cpu_s"):
+            r[f"mean_{k}"] = round(sum(r[k]) / len(r[k]), 3)
     return rows
 
 
@@ -251,8 +276,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--no-floor", action="store_true")
-    ap.add_argument("--ab", action="store_true", help="only the before/after write paths, batch by batch in turn")
+    ap.add_argument("--before", help="a src directory: only compare its write path with this worktree's, in turn")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
     total = args.n + (2 * args.batches + 1) * args.batch
     corpus = Corpus(total)
     vecs = HashingEmbedder().embed(corpus.texts)
@@ -260,8 +290,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="efface-pg-write-"))
     try:
         with pg_local.cluster("start", SETTINGS) as cluster:
-            if args.ab:
-                result["ab"] = ab(cluster, corpus, vecs, args, tmp)
+            if args.before:
+                result["ab"] = ab(cluster, args, tmp)
                 log(f"ab: {json.dumps(result['ab'])}")
                 print(json.dumps(result, indent=2))
                 return
@@ -277,7 +307,11 @@ def main() -> None:
                     store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vecs[lo:hi])
                     build.append(round(time.perf_counter() - t1, 3))
                 took = time.perf_counter() - t0
-                result["build"] = {"records": args.n, "seconds": round(took, 1), "records_per_s": round(args.n / took, 1)}
+                result["build"] = {
+                    "records": args.n,
+                    "seconds": round(took, 1),
+                    "records_per_s": round(args.n / took, 1),
+                }
                 result["build"]["batch_s_every_5"] = build[::5]
                 log(f"built {args.n} in {took:.0f} s ({args.n / took:.0f}/s)")
                 pg_local.Cluster.analyze(store)

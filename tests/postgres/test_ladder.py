@@ -264,3 +264,41 @@ def test_a_maintenance_that_gives_up_on_a_lock_leaves_no_lock_timeout_on_the_poo
             for c in held:
                 pool.putconn(c)
         assert s._origin.maintain() is True
+
+
+def test_the_maintenance_rebuilds_the_vector_index_in_memory_and_leaves_no_setting_on_the_pool(pg_db, kek, tmp_path):
+    """The rewrite of ``records`` rebuilds its HNSW graph; past ``maintenance_work_mem``
+    pgvector builds it on disk, many times slower (bench/pg_maintenance.py), so the
+    maintenance raises its own session's setting to the index's needs (never lowering the
+    server's), and RESETs it, so no pooled connection keeps it."""
+    with _open(pg_db.url, kek, tmp_path / "a") as s:
+        s.write_many(
+            [{"key": f"n{i}", "text": f"{OTHER} number {i}"} for i in range(300)],
+            tenant=T,
+            subject="ob",
+            purpose="support",
+        )
+        with pg_db.connect() as conn:
+            server = conn.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem'))").fetchone()[0]
+            index = conn.execute("SELECT pg_relation_size('efface.records_embedding')").fetchone()[0]
+            want = min(maintenance.GRAPH_MEM_MAX, index * 5 // 4 + 64 * 2**20)
+            assert index > 0 and want > server  # the test server keeps PostgreSQL's 64MB
+            assert maintenance.index_memory(conn, "efface") == want
+            got = conn.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem'))").fetchone()[0]
+            assert got == want // 1024 * 1024
+            conn.execute("SET maintenance_work_mem = '3GB'")  # an operator's larger setting stays
+            assert maintenance.index_memory(conn, "efface") == 3 * 2**30
+            assert conn.execute("SHOW maintenance_work_mem").fetchone()[0] == "3GB"
+        s.write("n-zq", TEXT, tenant=T, subject="zq", purpose="support")
+        s.forget(tenant=T, subject="zq")
+        assert s._origin.maintain() is True
+        pool = s._origin._pool
+        held = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+        try:
+            settings = {
+                c.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem'))").fetchone()[0] for c in held
+            }
+            assert settings == {server}
+        finally:
+            for c in held:
+                pool.putconn(c)

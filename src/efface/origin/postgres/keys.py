@@ -361,7 +361,12 @@ class Keys:
             for subj in missing:
                 kid, dek = secrets.token_bytes(KID_LEN), AESGCM.generate_key(bit_length=256)
                 nh, nonce = hashes[subj], secrets.token_bytes(NONCE_LEN)
-                name = SEAL_VERSION + kid + nonce + AESGCM(dek).encrypt(nonce, subj.encode(), name_aad(tenant, nh).encode())
+                name = (
+                    SEAL_VERSION
+                    + kid
+                    + nonce
+                    + AESGCM(dek).encrypt(nonce, subj.encode(), name_aad(tenant, nh).encode())
+                )
                 rows.append((kid, tenant, nh, name, self._wrap(kek, kid, dek), kek, now))
                 kids[subj] = kid
             conn.cursor().executemany(
@@ -376,8 +381,8 @@ class Keys:
         rows = list(pairs)
         if rows:
             conn.execute(
-                f"UPDATE {self.schema}.data_keys d SET subject_h = u.h FROM unnest(%s::bytea[], %s::text[]) AS u(kid, h)"
-                " WHERE d.kid = u.kid AND d.subject_h IS NULL",
+                f"UPDATE {self.schema}.data_keys d SET subject_h = u.h"
+                " FROM unnest(%s::bytea[], %s::text[]) AS u(kid, h) WHERE d.kid = u.kid AND d.subject_h IS NULL",
                 ([k for k, _ in rows], [h for _, h in rows]),
             )
 

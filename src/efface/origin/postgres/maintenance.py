@@ -268,8 +268,7 @@ def index_memory(conn: psycopg.Connection, schema: str) -> int:
     64MB, at most :data:`GRAPH_MEM_MAX`, never below the server's own setting. Returns the
     setting in bytes; the caller RESETs it."""
     row = conn.execute(
-        "SELECT pg_size_bytes(current_setting('maintenance_work_mem')),"
-        " coalesce(pg_relation_size(to_regclass(%s)), 0)",
+        "SELECT pg_size_bytes(current_setting('maintenance_work_mem')), coalesce(pg_relation_size(to_regclass(%s)), 0)",
         (f"{schema}.records_embedding",),
     ).fetchone()
     have, index = (int(row[0]), int(row[1])) if row else (0, 0)

@@ -32,6 +32,13 @@ _CLAIM = (
     " ON CONFLICT (record_id, subject, purpose, basis) DO UPDATE SET expires_at = excluded.expires_at,"
     " created_at = excluded.created_at"
 )
+_CLAIMS = (
+    "INSERT INTO {s}.claims(record_id, subject, purpose, basis, expires_at, created_at)"
+    " SELECT u.r, u.s, u.p, u.b, u.e, %s FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[],"
+    " %s::float8[]) AS u(r, s, p, b, e)"
+    " ON CONFLICT (record_id, subject, purpose, basis) DO UPDATE SET expires_at = excluded.expires_at,"
+    " created_at = excluded.created_at"
+)
 _UPSERT = (
     "INSERT INTO {s}.records(tenant, key, key_sealed, text, metadata, sources, sealed_by, embedding, created_at,"
     " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, key) DO UPDATE SET"
@@ -70,10 +77,18 @@ class PostgresTx(TxMore):
         if not recs:
             return []
         key_h = self._o._sealer.key_h
-        existing = self._all(
-            "SELECT id, tenant, key_sealed, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
-            (tenant, [key_h(tenant, r.key) for r in recs]),
-        )
+        if known is None:
+            existing = self._all(
+                "SELECT id, tenant, key_sealed, text FROM {s}.records WHERE tenant = %s AND key = ANY(%s)",
+                (tenant, [key_h(tenant, r.key) for r in recs]),
+            )
+        else:  # looked up earlier in this transaction: only those ids (a batch of new keys asks nothing)
+            ids = [known[r.key] for r in recs if r.key in known]
+            existing = (
+                self._all("SELECT id, tenant, key_sealed, text FROM {s}.records WHERE id = ANY(%s)", (ids,))
+                if ids
+                else []
+            )
         self._remember(existing)
         self._prefetch_kids(tenant, [r.subject for r in recs], now)
         rows = []
@@ -117,12 +132,17 @@ class PostgresTx(TxMore):
                 " ON CONFLICT DO NOTHING",
                 lineage,
             )
-        cur.executemany(
-            _CLAIM.format(s=self._s),
-            [
-                (rid, self._subject_h(tenant, r.subject), r.purpose, r.basis, r.expires_at, now)
-                for rid, r in zip(rids, recs, strict=True)
-            ],
+        # one statement for the batch's claims (one per record: no row is hit twice)
+        self._c.execute(
+            _CLAIMS.format(s=self._s),
+            (
+                now,
+                rids,
+                [self._subject_h(tenant, r.subject) for r in recs],
+                [r.purpose for r in recs],
+                [r.basis for r in recs],
+                [r.expires_at for r in recs],
+            ),
         )
         return rids
 

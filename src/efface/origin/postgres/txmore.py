@@ -149,10 +149,15 @@ class TxMore:
 
     # -- change log, receipts, evidence, ledger ----------------------------------------------
     def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
-        rows = [(self.epoch, i, tenant, "put") for i in puts] + [(self.epoch, i, tenant, "drop") for i in drops]
-        if rows:
-            self._c.cursor().executemany(
-                f"INSERT INTO {self._s}.changes(epoch, record_id, tenant, op) VALUES (%s, %s, %s, %s)", rows
+        ids = [int(i) for i in puts]
+        ops = ["put"] * len(ids)
+        ids += [int(i) for i in drops]
+        ops += ["drop"] * (len(ids) - len(ops))
+        if ids:  # one statement, whatever the number of rows
+            self._c.execute(
+                f"INSERT INTO {self._s}.changes(epoch, record_id, tenant, op)"
+                " SELECT %s, u.r, %s, u.o FROM unnest(%s::bigint[], %s::text[]) AS u(r, o)",
+                (self.epoch, tenant, ids, ops),
             )
 
     def save_receipt(self, handle: str, kind: str, tenant_h: str, body: dict, now: float) -> None:
