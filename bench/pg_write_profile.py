@@ -186,6 +186,12 @@ def worker(args) -> None:
             print(json.dumps({"wall": wall, "cpu": cpu, "trips": trips.n}), flush=True)
 
 
+def wal_lsn(url: str) -> int:
+    """The server's WAL insert position, in bytes (WAL written between two readings)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
 def ab(cluster, args, tmp: Path) -> dict:
     """Two stores of ``--n`` records on one server, written batch by batch in turn (the same
     records) by two processes: one running the efface of ``--before`` (a ``src`` directory),
@@ -218,7 +224,14 @@ def ab(cluster, args, tmp: Path) -> dict:
         assert procs[label].stdout.readline().strip() == "ready"
     pm = postmaster_pid(url)
     rows: dict = {
-        label: {"src": srcs[label], "wall_s": [], "client_cpu_s": [], "server_cpu_s": [], "round_trips": []}
+        label: {
+            "src": srcs[label],
+            "wall_s": [],
+            "client_cpu_s": [],
+            "server_cpu_s": [],
+            "round_trips": [],
+            "wal_mib": [],
+        }
         for label in srcs
     }
     try:
@@ -226,17 +239,18 @@ def ab(cluster, args, tmp: Path) -> dict:
         for b, lo in enumerate(range(0, total, args.batch)):
             for label in ("before", "after") if b % 2 == 0 else ("after", "before"):
                 p = procs[label]
-                s0 = server_cpu(pm)
+                s0, w0 = server_cpu(pm), wal_lsn(url)
                 p.stdin.write(f"{lo} {lo + args.batch}\n")
                 p.stdin.flush()
                 got = json.loads(p.stdout.readline())
-                srv = server_cpu(pm) - s0
+                srv, wal = server_cpu(pm) - s0, wal_lsn(url) - w0
                 if lo >= args.n:  # the timed batches, past the build
                     r = rows[label]
                     r["wall_s"].append(round(got["wall"], 3))
                     r["client_cpu_s"].append(round(got["cpu"], 3))
                     r["server_cpu_s"].append(round(srv, 3))
                     r["round_trips"].append(got["trips"])
+                    r["wal_mib"].append(round(wal / 2**20, 2))
             if lo % 10000 == 0:
                 log(f"ab: {lo} written to each")
     finally:
@@ -245,7 +259,7 @@ def ab(cluster, args, tmp: Path) -> dict:
             p.wait(timeout=60)
     for r in rows.values():
         r["records_per_s"] = round(len(r["wall_s"]) * args.batch / sum(r["wall_s"]), 1)
-        for k in ("wall_s", "client_cpu_s", "server_cpu_s"):
+        for k in ("wall_s", "client_cpu_s", "server_cpu_s", "wal_mib"):
             r[f"mean_{k}"] = round(sum(r[k]) / len(r[k]), 3)
     return rows
 
@@ -270,6 +284,46 @@ class count_round_trips:
         psycopg.Connection.execute = self._saved
 
 
+def wal_experiment(args, vecs) -> list[dict]:
+    """The floor's batches (``COPY`` into a bare table with the HNSW index, after ``--n``
+    rows) on servers that checkpoint often or seldom: WAL written, full-page images among it
+    (``pg_stat_wal``), the server's CPU and the wall time per batch."""
+    out = []
+    payload = os.urandom(600)
+    for wal_size in ("64MB", "4GB"):
+        settings = {**SETTINGS, "max_wal_size": wal_size, "fsync": "on", "synchronous_commit": "on"}
+        with pg_local.cluster("start", settings) as cluster:
+            url = cluster.fresh()
+            pm = postmaster_pid(url)
+            with psycopg.connect(url, autocommit=True) as conn:
+                register_vector(conn)
+                conn.execute(
+                    f"CREATE TABLE f(id bigserial PRIMARY KEY, payload bytea, embedding vector({vecs.shape[1]}))"
+                )
+                conn.execute("ALTER TABLE f ALTER COLUMN embedding SET STORAGE MAIN")
+                conn.execute("CREATE INDEX ON f USING hnsw (embedding vector_cosine_ops)")
+                rows = {"max_wal_size": wal_size, "wall_s": [], "server_cpu_s": [], "wal_mib": [], "fpi": []}
+                for lo in range(0, args.n + args.batches * args.batch, args.batch):
+                    stat = "SELECT wal_bytes, wal_fpi FROM pg_stat_wal"
+                    w0, f0 = conn.execute(stat).fetchone()
+                    s0, t0 = server_cpu(pm), time.perf_counter()
+                    copy = "COPY f(payload, embedding) FROM STDIN WITH (FORMAT BINARY)"
+                    with conn.transaction(), conn.cursor() as cur, cur.copy(copy) as cp:
+                        cp.set_types(["bytea", "vector"])
+                        for i in range(lo, lo + args.batch):
+                            cp.write_row((payload, vecs[i]))
+                    wall, srv = time.perf_counter() - t0, server_cpu(pm) - s0
+                    w1, f1 = conn.execute(stat).fetchone()
+                    if lo >= args.n:
+                        rows["wall_s"].append(round(wall, 3))
+                        rows["server_cpu_s"].append(round(srv, 3))
+                        rows["wal_mib"].append(round(float(w1 - w0) / 2**20, 2))
+                        rows["fpi"].append(int(f1 - f0))
+                log(f"wal experiment: {json.dumps(rows)}")
+                out.append(rows)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=30000)
@@ -277,6 +331,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--no-floor", action="store_true")
     ap.add_argument("--before", help="a src directory: only compare its write path with this worktree's, in turn")
+    ap.add_argument("--wal", action="store_true", help="only the floor's WAL, checkpointing often or seldom")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -287,6 +342,10 @@ def main() -> None:
     corpus = Corpus(total)
     vecs = HashingEmbedder().embed(corpus.texts)
     result: dict = {**header("pg_write_profile", args.n), "settings": SETTINGS}
+    if args.wal:
+        result["wal"] = wal_experiment(args, np.asarray(vecs))
+        print(json.dumps(result, indent=2))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="efface-pg-write-"))
     try:
         with pg_local.cluster("start", SETTINGS) as cluster:
