@@ -93,7 +93,7 @@ from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from . import turns
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
-from .scores import RRF_K, _background, _scaled, _standing
+from .scores import COORDINATED, RRF_K, _background, _scaled, _standing, coordinated
 
 KEEP_BEST = 1
 """Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
@@ -290,6 +290,7 @@ def _hybrid(
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
+        share = np.zeros(len(union), dtype=np.float64)  # the text legs' (:func:`coordinated`)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
         judged = len(vector_legs) < len(paths)
@@ -304,20 +305,29 @@ def _hybrid(
             if vote:
                 weight = _standing(ids, raw, ranked[p.name], _background(origin, q)) if vector_leg and judged else 1.0
                 total[where] += weight * scaled
+                if not vector_leg and ceilings.get(p.name):
+                    share[where] += scaled
                 if weight >= 1.0:
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
         # best first; then the tie-break (a lexical embedder's cosine); then by id
         fused = union[np.lexsort((union, -tie, -total))].tolist()
+        # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
+        wide = COORDINATED * k if judged and not lexical and share.any() else k
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
-            best, rows = _confirmed(snap, q, fused, best_of, k)
+            best, rows = _confirmed(snap, q, fused, best_of, wide)
         else:
-            best = _keeping(fused, best_of, k)
+            best = _keeping(fused, best_of, wide)
             # the last read of the snapshot when no window follows: it ends with it (one round trip)
             closing = window <= 0 and isinstance(snap, ClosingRead)
             rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
+        if wide > k and best:
+            at = np.searchsorted(union, np.asarray(best, dtype=np.int64))
+            total[at] = coordinated(q.text, [rows[r].text for r in best], share[at], total[at])
+            order = [best[i] for i in np.lexsort((union[at], -tie[at], -total[at]))]
+            best = _keeping(order, best_of & set(best), k)
         around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [
