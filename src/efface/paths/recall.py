@@ -314,7 +314,7 @@ def _hybrid(
         # best first; then the tie-break (a lexical embedder's cosine); then by id
         fused = union[np.lexsort((union, -tie, -total))].tolist()
         # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
-        wide = COORDINATED * k if judged and not lexical and share.any() else k
+        wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
             best, rows = _confirmed(snap, q, fused, best_of, wide)
