@@ -426,8 +426,12 @@ def test_the_full_text_leg_alone_is_not_coordinated(open_store, monkeypatch):
             return self._h.embed(texts)
 
     store = open_store(embedder=Plain())
-    store.write_many([{"key": f"k{i}", "text": f"zebra number {i}"} for i in range(12)], tenant=TENANT, purpose=PURPOSE, subject="s")
+    store.write_many(
+        [{"key": f"k{i}", "text": f"zebra number {i}"} for i in range(12)], tenant=TENANT, purpose=PURPOSE, subject="s"
+    )
     monkeypatch.setattr(R, "coordinated", lambda *a: pytest.fail("coordinated without a vector leg"))
-    q = Query(store._tenant(TENANT), "zebra apple", store.embedder.embed(["zebra apple"])[0], PURPOSE, None, time.time())
+    q = Query(
+        store._tenant(TENANT), "zebra apple", store.embedder.embed(["zebra apple"])[0], PURPOSE, None, time.time()
+    )
     hits = R.hybrid(store._origin, [store._fts], q, 3)
     assert len(hits) == 3 and all(h.via == ("fts",) for h in hits)

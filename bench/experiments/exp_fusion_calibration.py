@@ -26,6 +26,7 @@ share, each voting leg's best kept).
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import sys
 from collections.abc import Callable
@@ -145,7 +146,7 @@ def spacing_units(qd, cap=10.0) -> list[int]:
         b = (np.arange(1, len(s)) * (s[:-1] - s[1:]))[1:].mean() if len(s) > 2 else 0.0
         return b if b > 1e-12 else None
 
-    union, cos, bm, ceiling = parts(qd)
+    _union, cos, bm, _ceiling = parts(qd)
     found = bm > 0
     bt, bv = beta(bm[found]), beta(cos)
     if bt is None or bv is None:
@@ -174,8 +175,9 @@ RULES: dict[str, Callable] = {
     # the vote scaled by the legs' top-spacing confidences, 1 - e^-T, the vector's over the text's
     "vote x vector/text confidence": lambda qd: fused(
         qd,
-        weight=lambda q, u, c, b, ce, w: w
-        * min(1.0, (1 - np.exp(-spacing_t(c))) / max(1e-9, 1 - np.exp(-spacing_t(b[b > 0])))),
+        weight=lambda q, u, c, b, ce, w: (
+            w * min(1.0, (1 - np.exp(-spacing_t(c))) / max(1e-9, 1 - np.exp(-spacing_t(b[b > 0]))))
+        ),
     ),
     "first by top-spacing T": first_by_confidence,
     "text first when T >= 4": decisive_text(4.0),
@@ -208,7 +210,7 @@ def calibration(name, d) -> None:
         "tT": [0, 1, 2, 4, 8, 1e9],
     }
     for qd, r in zip(d["q"], d["rel"], strict=True):
-        union, cos, bm, ceiling = parts(qd)
+        _union, cos, bm, ceiling = parts(qd)
         bg = qd["background"]
         bs = np.sort(bm[bm > 0])[::-1]
         if len(bs) < 11 or bg is None:
@@ -230,7 +232,7 @@ def calibration(name, d) -> None:
     for key, b in bins.items():
         x, y = np.array(stats[key][0]), np.array(stats[key][1], dtype=float)
         cells = []
-        for lo, hi in zip(b[:-1], b[1:], strict=True):
+        for lo, hi in itertools.pairwise(b):
             m = (x >= lo) & (x < hi)
             cells.append(f"[{lo:g},{hi:g}) {m.sum()}/{y[m].mean():.2f}" if m.sum() else f"[{lo:g},{hi:g}) 0")
         print(f"  {key:7s} " + "  ".join(cells))
