@@ -159,10 +159,31 @@ def spacing_units(qd, cap=10.0) -> list[int]:
     )
 
 
+def coordinated_rule(exponent: float, wide: int = 2 * K) -> Callable:
+    """Shipped, then the first ``wide`` re-scored: the text share times the coordination (the
+    share of the question's content words a record holds) to ``exponent``, where the vector
+    leg is a meaning leg (recall as of session 26 with 0.5: ``paths/scores.py``'s ``coordinated``)."""
+    from efface.text import content_words, query_words, words
+
+    def rule(qd):
+        union, cos, bm, ceiling = parts(qd)
+        w = vote(qd, cos, union)
+        t, bests = bm / ceiling, top(union, bm, 1, bm > 0) | (top(union, cos) if w >= 1.0 else set())
+        total = t + w * dbsf(cos)
+        first = _keeping(ranked(union, total), bests, wide)
+        at = np.searchsorted(union, np.asarray(first, dtype=np.int64))
+        wanted = set(content_words(query_words(qd["question"])))
+        held = np.array([len(wanted & set(words(qd["texts"][x]))) / max(1, len(wanted)) for x in first])
+        rescored = total[at] - t[at] + t[at] * held**exponent
+        return _keeping([first[i] for i in np.lexsort((union[at], -rescored))], bests & set(first), K)
+
+    return rule
+
+
 RULES: dict[str, Callable] = {
     "text leg": text_leg,
     "vector leg": vector_leg,
-    "shipped (band 3-3.5)": shipped,
+    "session 25 (band 3-3.5)": shipped,
     # the vector's differences in the tenant sample's sd, not the union's
     "cosine in the sample's sd": lambda qd: fused(
         qd, vec_scale=lambda q, c: np.maximum(0.0, (c - c.mean()) / (6 * q["background"].std()) + 0.5)
@@ -186,6 +207,10 @@ RULES: dict[str, Callable] = {
     "text x 1.5": lambda qd: fused(qd, text_scale=lambda u, c, b, ce: 1.5 * b / ce),
     "keep 3 of each leg": lambda qd: fused(qd, keep=(3, 3)),
     "each leg in its top-spacing units": spacing_units,
+    "coordination, root, first 2k (now)": coordinated_rule(0.5),
+    "coordination, whole, first 2k": coordinated_rule(1.0),
+    "coordination, root, first k": coordinated_rule(0.5, K),
+    "coordination, root, first 5k": coordinated_rule(0.5, 5 * K),
 }
 
 
@@ -244,14 +269,22 @@ def main() -> None:
         with open(p, "rb") as f:
             d = pickle.load(f)
         d["rel"] = [set(r) for r in d["relevant"]]
+        for i, qd in enumerate(d["q"]):
+            qd["texts"], qd["question"] = d.get("texts"), (d.get("questions") or [""] * len(d["q"]))[i]
         same = sum(shipped(qd)[:10] == qd["got"][:10] for qd in d["q"])
-        print(f"{p}: {d['set']} {d['embedder']} {len(d['q'])} q; shipped reproduced {same}/{len(d['q'])}")
+        now = sum(coordinated_rule(0.5)(qd)[:10] == qd["got"][:10] for qd in d["q"]) if d.get("texts") else "-"
+        print(
+            f"{p}: {d['set']} {d['embedder']} {len(d['q'])} q; the same top 10 as recall returned:"
+            f" session 25's rule {same}, coordinated {now}"
+        )
         sets.append(d)
     for d in sets:
         calibration(d["set"], d)
     print("\nrecall@1 recall@5 recall@10 MRR@10")
     print(f"{'rule':34s}" + "".join(f"{d['set'][:14]:>27s}" for d in sets))
     for name, rule in RULES.items():
+        if name.startswith("coordination") and not all(d.get("texts") for d in sets):
+            continue
         row = [" ".join(f"{x:.3f}" for x in metrics([rule(qd) for qd in d["q"]], d["rel"])) for d in sets]
         print(f"{name:34s}" + "".join(f"{r:>27s}" for r in row))
 

@@ -44,7 +44,10 @@ candidates the leg had, and the scores summed:
 - then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a
   record one leg ranks at its very top is not pushed out by records both legs find middling
   (the vector leg's, when it votes fully). It takes the place of the lowest fused record that
-  no leg ranks first, and every record keeps its fused score and place.
+  no leg ranks first, and every record keeps its fused score and place;
+- where a vector leg that is not lexical votes beside the words, the fused list's first
+  ``COORDINATED * k`` are read and re-scored, each one's text share scaled by the square
+  root of the share of the question's content words its text holds (:func:`coordinated`).
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
