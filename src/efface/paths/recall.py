@@ -44,7 +44,10 @@ candidates the leg had, and the scores summed:
 - then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a
   record one leg ranks at its very top is not pushed out by records both legs find middling
   (the vector leg's, when it votes fully). It takes the place of the lowest fused record that
-  no leg ranks first, and every record keeps its fused score and place.
+  no leg ranks first, and every record keeps its fused score and place;
+- where a vector leg that is not lexical votes beside the words, the fused list's first
+  ``COORDINATED * k`` are read and re-scored, each one's text share scaled by the square
+  root of the share of the question's content words its text holds (:func:`coordinated`).
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
@@ -93,7 +96,7 @@ from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from . import turns
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
-from .scores import RRF_K, _background, _scaled, _standing
+from .scores import COORDINATED, RRF_K, _background, _scaled, _standing, coordinated
 
 KEEP_BEST = 1
 """Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
@@ -290,6 +293,7 @@ def _hybrid(
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
+        share = np.zeros(len(union), dtype=np.float64)  # the text legs' (:func:`coordinated`)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
         judged = len(vector_legs) < len(paths)
@@ -304,20 +308,29 @@ def _hybrid(
             if vote:
                 weight = _standing(ids, raw, ranked[p.name], _background(origin, q)) if vector_leg and judged else 1.0
                 total[where] += weight * scaled
+                if not vector_leg and ceilings.get(p.name):
+                    share[where] += scaled
                 if weight >= 1.0:
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
         # best first; then the tie-break (a lexical embedder's cosine); then by id
         fused = union[np.lexsort((union, -tie, -total))].tolist()
+        # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
+        wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
-            best, rows = _confirmed(snap, q, fused, best_of, k)
+            best, rows = _confirmed(snap, q, fused, best_of, wide)
         else:
-            best = _keeping(fused, best_of, k)
+            best = _keeping(fused, best_of, wide)
             # the last read of the snapshot when no window follows: it ends with it (one round trip)
             closing = window <= 0 and isinstance(snap, ClosingRead)
             rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
+        if wide > k and best:
+            at = np.searchsorted(union, np.asarray(best, dtype=np.int64))
+            total[at] = coordinated(q.text, [rows[r].text for r in best], share[at], total[at])
+            order = [best[i] for i in np.lexsort((union[at], -tie[at], -total[at]))]
+            best = _keeping(order, best_of & set(best), k)
         around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [

@@ -15,6 +15,7 @@ from statistics import NormalDist
 import numpy as np
 
 from ..origin.capabilities import VectorSample
+from ..text import content_words, query_words, words
 from .base import Query
 
 RRF_K = 60
@@ -45,6 +46,30 @@ SAMPLE = 256
 """Records of the tenant, drawn at random, that the vector leg's best cosine is judged
 against (:func:`_background`): a mean and a spread, to a few hundredths of a standard
 deviation (bench/experiments/exp_fusion_standing.py: 128 and 256 judge alike)."""
+
+
+COORDINATED = 2
+"""Times ``k``: how many of the fused list's first records recall re-scores by
+:func:`coordinated` (their texts are read for it, with the ``k`` returned)."""
+
+
+def coordinated(question: str, texts: Sequence[str], share: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Fused scores ``total`` of records (their ``texts``) with each one's text share
+    ``share`` (its BM25 over the ceiling) scaled by the square root of its coordination: the
+    share of the question's content words (:func:`~efface.text.content_words`, as folded
+    words, not stems) that its text holds. BM25 sums what each word a record holds adds and
+    saturates each word's repetitions, so a record that repeats one of the rarer words, or is
+    short, can outscore one that holds every word of the question once; on chat turns the turn
+    that answers usually holds the asker's words. Lucene's classic similarity multiplied by the
+    coordination itself; the square root halves what it takes from a record missing words (the
+    man pages' queries use other words than their pages: coordination alone costs their
+    full-text ranking 3.4 points of recall@10, its root 1.4, and the fused list 0.5). Issue #36;
+    bench/experiments/exp_fusion_calibration.py; docs/benchmarks.md, "Recall on conversations"."""
+    wanted = set(content_words(query_words(question)))
+    if not wanted:
+        return total
+    held = np.array([len(wanted.intersection(words(t))) / len(wanted) for t in texts], dtype=np.float64)
+    return total - share + share * np.sqrt(held)
 
 
 def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
