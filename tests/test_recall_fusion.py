@@ -369,6 +369,22 @@ def test_coordination_scales_a_records_text_share_by_the_root_of_the_question_wo
     assert np.array_equal(coordinated("", texts, share, total), total)  # no word: nothing to coordinate
 
 
+def test_a_text_longer_than_coordination_reads_keeps_its_share_whole():
+    """A document past ``COORDINATION_CHARS`` is not folded and split for coordination (its cost
+    grows with the text): it keeps its share, while a short text missing the same words loses
+    part of its own; at the limit itself a text is still read."""
+    import numpy as np
+
+    from efface.paths.scores import COORDINATION_CHARS, coordinated
+
+    filler = "ö" * (COORDINATION_CHARS - len("zebra "))
+    at_limit, past = "zebra " + filler, "zebra " + filler + "x"
+    assert len(at_limit) == COORDINATION_CHARS
+    share, total = np.array([0.5, 0.5, 0.5]), np.array([0.7, 0.7, 0.7])
+    got = coordinated("zebra apple", [at_limit, past, "zebra"], share, total)
+    assert np.allclose(got, [0.2 + 0.5 * np.sqrt(0.5), 0.7, 0.2 + 0.5 * np.sqrt(0.5)]), got
+
+
 @pytest.mark.parametrize("lexical", [False, True], ids=["meaning leg", "lexical embedder"])
 def test_recall_rescores_its_first_records_by_coordination_only_beside_a_meaning_leg(open_store, monkeypatch, lexical):
     """End to end: with an embedder that is not lexical, the record holding one of the two

@@ -52,23 +52,33 @@ COORDINATED = 2
 """Times ``k``: how many of the fused list's first records recall re-scores by
 :func:`coordinated` (their texts are read for it, with the ``k`` returned)."""
 
+COORDINATION_CHARS = 1 << 16
+"""The longest text :func:`coordinated` reads (characters). Folding and splitting a text costs
+in proportion to its length (a 1 MiB text of accented words: tens of milliseconds, and 2k of
+them are read); a longer text is a document, not a turn, and its BM25 share already weighs its
+length, so it keeps its share whole: it is never judged on a part of itself."""
+
 
 def coordinated(question: str, texts: Sequence[str], share: np.ndarray, total: np.ndarray) -> np.ndarray:
     """Fused scores ``total`` of records (their ``texts``) with each one's text share
-    ``share`` (its BM25 over the ceiling) scaled by the square root of its coordination: the
-    share of the question's content words (:func:`~efface.text.content_words`, as folded
-    words, not stems) that its text holds. BM25 sums what each word a record holds adds and
-    saturates each word's repetitions, so a record that repeats one of the rarer words, or is
-    short, can outscore one that holds every word of the question once; on chat turns the turn
-    that answers usually holds the asker's words. Lucene's classic similarity multiplied by the
-    coordination itself; the square root halves what it takes from a record missing words (the
-    man pages' queries use other words than their pages: coordination alone costs their
-    full-text ranking 3.4 points of recall@10, its root 1.4, and the fused list 0.5). Issue #36;
-    bench/experiments/exp_fusion_calibration.py; docs/benchmarks.md, "Recall on conversations"."""
+        ``share`` (its BM25 over the ceiling) scaled by the square root of its coordination: the
+        share of the question's content words (:func:`~efface.text.content_words`, as folded
+        words, not stems) that its text holds. BM25 sums what each word a record holds adds and
+        saturates each word's repetitions, so a record that repeats one of the rarer words, or is
+        short, can outscore one that holds every word of the question once; on chat turns the turn
+        that answers usually holds the asker's words. Lucene's classic similarity multiplied by the
+        coordination itself; the square root halves what it takes from a record missing words (the
+        man pages' queries use other words than their pages: coordination alone costs their
+        full-text ranking 3.4 points of recall@10, its root 1.4, and the fused list 0.5). A text
+    longer than :data:`COORDINATION_CHARS` keeps its share whole (it is not read). Issue #36;
+        bench/experiments/exp_fusion_calibration.py; docs/benchmarks.md, "Recall on conversations"."""
     wanted = set(content_words(query_words(question)))
     if not wanted:
         return total
-    held = np.array([len(wanted.intersection(words(t))) / len(wanted) for t in texts], dtype=np.float64)
+    held = np.array(
+        [1.0 if len(t) > COORDINATION_CHARS else len(wanted.intersection(words(t))) / len(wanted) for t in texts],
+        dtype=np.float64,
+    )
     return total - share + share * np.sqrt(held)
 
 
