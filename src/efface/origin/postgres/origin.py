@@ -63,7 +63,7 @@ from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
-from .reads import HNSW_SETTINGS, REC_COLS, PgReads, unseal_record
+from .reads import HNSW_SETTINGS, REC_COLS, PgReads, id_array, unseal_record
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -216,8 +216,8 @@ class PostgresOrigin(PgReads):
         with conn.pipeline():
             cur = conn.execute(
                 f"SELECT {REC_COLS}, r.sealed_by, k.wrapped, k.kek_id FROM {s}.records r"
-                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s)",
-                (list(ids),),
+                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])",
+                (id_array(ids),),
             )
             conn.execute("COMMIT")
         rows = cur.fetchall()
