@@ -39,7 +39,7 @@ SOURCES = {
     "extremes": "session23/extremes.json",
     "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json", "postgres/scale-100k-7fc1add.json"],
     "postgres_residue": "postgres/scale-100k.json",
-    "postgres_quality": "postgres/quality.json",
+    "postgres_quality": "postgres/quality-8445b34.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 
