@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import cast
 
 import numpy as np
 
+from ..capable import capable
 from ..origin.capabilities import VectorSample
 from ..text import content_words, query_words, words
 from .base import Query
@@ -108,9 +110,9 @@ def _background(origin, q: Query) -> np.ndarray | None:
     (:data:`SAMPLE` of them, :class:`~efface.origin.base.VectorSample`), or None where the
     origin offers no sample (or too small a one: then the union's records only the words
     found stand for the tenant)."""
-    if not isinstance(origin, VectorSample):
+    if not capable(origin, VectorSample):
         return None
-    m = origin.vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
+    m = cast(VectorSample, origin).vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
     if len(m) < MIN_BACKGROUND or m.shape[1] != len(q.vector):
         return None
     return (m @ np.asarray(q.vector, dtype=np.float32)).astype(np.float64)
