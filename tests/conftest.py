@@ -66,6 +66,17 @@ def bounded(sample, whole):
     return whole if slow_run() else sample
 
 
+def examples(backend: str, n: int) -> int:
+    """Hypothesis examples for a property test of a layer above the store (an adapter against
+    its framework's reference): ``n`` on the in-process origins (sqlite, memory); on ``http``
+    and ``postgres``, whose every call is a round trip and whose own contract the contract
+    suite proves, a quarter of ``n`` (at least 5) in a default run, ``n`` with ``EFFACE_SLOW=1``.
+    The test's explicit ``@example`` cases run on every backend either way."""
+    if backend in ("sqlite", "memory"):
+        return n
+    return bounded(max(5, n // 4), n)
+
+
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
 
