@@ -13,15 +13,22 @@
 * ``reopen``      ``reopen(store, **options)`` closes a store and opens the same one again.
 * ``small_disk``  a 3 MiB tmpfs (``mount``/``unmount``; skips where mounting is not allowed).
 * ``pg``          a real PostgreSQL 18 + pgvector primary (``tests/pgserver.py``), started the
-                  first time a test needs one, with a template database ``efface_tpl``; the
-                  ``postgres`` backend gives each store of a test a fresh database copied from
-                  it. Where PostgreSQL cannot start, those tests skip saying why; with
-                  ``CI=true`` they fail.
+                  first time a test needs one, with a template database ``efface_tpl`` (the
+                  extensions) and ``efface_tpl_hashing`` (efface's schema migrated for the hashing
+                  embedder, nothing else); the ``postgres`` backend gives each store of a test a
+                  fresh database copied from one of them. Where PostgreSQL cannot start, those
+                  tests skip saying why; with ``CI=true`` they fail.
+
+Slow tests (the ``slow`` marker): long crash loops and the longest property tests and state
+machines. By default (and in CI) each runs a bounded sample: fewer seeds, rounds or examples,
+chosen with :func:`bounded`. ``EFFACE_SLOW=1`` (or selecting them with ``-m slow``) runs them
+whole; ``-m "not slow"`` leaves them out of a quick local run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -42,6 +49,33 @@ of it persists, so tests marked ``sqlite_only`` (file bytes, reopen, crash, WAL)
 ``postgres`` is the PostgreSQL origin (``efface.open("postgresql://...")``) on the ``pg``
 primary, a fresh database per store; tests it cannot pass yet are marked
 ``postgres_pending(reason)``."""
+
+SLOW_ENV = "EFFACE_SLOW"
+"""``EFFACE_SLOW=1``: the ``slow`` tests run whole (every seed, round and example), not CI's sample."""
+
+
+def slow_run() -> bool:
+    """Whether the ``slow`` tests run whole (``EFFACE_SLOW=1``, or ``-m slow``: see
+    :func:`pytest_configure`); otherwise each runs its bounded sample."""
+    return os.environ.get(SLOW_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def bounded(sample, whole):
+    """``sample`` in a default (CI) run, ``whole`` with ``EFFACE_SLOW=1``: the size of a
+    ``slow`` test (its seeds, rounds or Hypothesis examples)."""
+    return whole if slow_run() else sample
+
+
+def examples(backend: str, n: int) -> int:
+    """Hypothesis examples for a property test of a layer above the store (an adapter against
+    its framework's reference): ``n`` on the in-process origins (sqlite, memory); on ``http``
+    and ``postgres``, whose every call is a round trip and whose own contract the contract
+    suite proves, a quarter of ``n`` (at least 5) in a default run, ``n`` with ``EFFACE_SLOW=1``.
+    The test's explicit ``@example`` cases run on every backend either way."""
+    if backend in ("sqlite", "memory"):
+        return n
+    return bounded(max(5, n // 4), n)
+
 
 T0 = 1_800_000_000.0
 """Where the fake clock starts (a fixed instant in 2027), so runs are reproducible."""
@@ -68,6 +102,11 @@ class FakeClock:
 
 
 def pytest_configure(config) -> None:
+    # `-m slow` asks for the slow tests: run them whole (the environment carries it to the
+    # worker processes the crash tests start). "not slow" leaves them out instead.
+    expr = config.getoption("markexpr", default="") or ""
+    if re.search(r"\bslow\b", expr) and not re.search(r"\bnot\s+slow\b", expr):
+        os.environ[SLOW_ENV] = "1"
     config.addinivalue_line(
         "markers",
         "sqlite_only(reason): the test needs the SQLite origin (its file, its bytes, a reopen); "
@@ -88,6 +127,12 @@ def pytest_configure(config) -> None:
         "postgres_pending(reason): the PostgreSQL origin cannot pass this test yet (the reason says "
         "what is missing); it is skipped on the postgres backend",
     )
+
+
+def pytest_report_header(config) -> str:
+    if slow_run():
+        return f"efface: slow tests run whole ({SLOW_ENV}=1 or -m slow)"
+    return f"efface: slow tests run a bounded sample ({SLOW_ENV}=1 or -m slow runs them whole)"
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -192,6 +237,7 @@ def pg(pg_base: Path):
         with server.connect(PG_TEMPLATE) as conn:
             for ext in ("vector", "pageinspect", "pg_walinspect"):
                 conn.execute(f"CREATE EXTENSION IF NOT EXISTS {ext}")
+        _make_migrated_template(server)
         yield server
     finally:
         server.stop()
@@ -199,6 +245,113 @@ def pg(pg_base: Path):
 
 PG_TEMPLATE = "efface_tpl"
 """The template database on ``pg``: the extensions, nothing of efface."""
+PG_MIGRATED = "efface_tpl_hashing"
+"""A copy of :data:`PG_TEMPLATE` with efface's schema migrated for the hashing embedder's
+dimension: nothing else (no store secret, no keys; a store's first open makes those). The
+``postgres`` backend's stores opened with ``embedder="hashing"`` in the default schema start
+from a copy of it (see :class:`PgPool`). The migration from an empty database still runs in
+every other store (``pg_db``, the crash tests, other embedders and schemas) and in
+``tests/postgres/test_schema.py``."""
+
+
+def _make_migrated_template(server) -> None:  # the template PgPool copies
+    from efface.embed import HashingEmbedder
+    from efface.origin.postgres import schema
+
+    with server.connect() as conn:
+        conn.execute(f"CREATE DATABASE {PG_MIGRATED} TEMPLATE {PG_TEMPLATE}")
+    with server.connect(PG_MIGRATED) as conn:
+        schema.migrate(conn, dim=HashingEmbedder().dim)
+
+
+_SHAPE = """
+SELECT 'rel', n.nspname || '.' || c.relname || ':' || c.relkind::text FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
+UNION ALL SELECT 'schema', nspname FROM pg_namespace
+UNION ALL SELECT 'ext', extname || ' ' || extversion FROM pg_extension
+UNION ALL SELECT 'trigger', tgname FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL SELECT 'proc', p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND NOT EXISTS
+  (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+UNION ALL SELECT 'acl', relname || coalesce(relacl::text, '') FROM pg_class WHERE relnamespace = 'efface'::regnamespace
+ORDER BY 1, 2
+"""
+"""What a database holds besides its rows: its relations, schemas, extensions, triggers,
+functions and efface's grants. A test's database goes back to :class:`PgPool` only if this is
+still the template's."""
+
+
+class PgPool:
+    """Databases copied from :data:`PG_MIGRATED`, reused from test to test: when a test ends,
+    its databases are emptied (every table of efface's schema truncated, its sequences
+    restarted, the template's few rows put back) and handed to the next test, instead of a
+    ``DROP DATABASE`` and a ``CREATE DATABASE`` (together about 0.3 s, 0.6 s on a loaded host,
+    for each of ~600 tests). A database whose shape a test changed (:data:`_SHAPE`: a table, a
+    schema, an extension, a grant) or that could not be emptied is dropped instead. What the
+    emptied database keeps of the last test is what a dropped one leaves too: the server's WAL
+    (shared by every database) and nothing in the database's files (a truncated table's old
+    files are emptied at the commit and unlinked at the next checkpoint)."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.free: list[str] = []
+        with server.connect(PG_MIGRATED) as conn:
+            self.shape = conn.execute(_SHAPE).fetchall()
+            self.tables = [
+                r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'efface' ORDER BY 1")
+            ]
+            self.sequences = [
+                r[0]
+                for r in conn.execute("SELECT sequencename FROM pg_sequences WHERE schemaname = 'efface' ORDER BY 1")
+            ]
+            self.rows = {t: [r[0] for r in conn.execute(f"SELECT to_jsonb(t) FROM efface.{t} t")] for t in self.tables}
+
+    def take(self) -> str:
+        import uuid
+
+        if self.free:
+            return self.free.pop()
+        name = f"c_{uuid.uuid4().hex[:12]}"
+        with self.server.connect() as conn:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {PG_MIGRATED}")
+        return name
+
+    def give_back(self, name: str) -> None:
+        """Empty ``name`` for the next test, or drop it if it cannot be."""
+        from psycopg.types.json import Jsonb
+
+        with self.server.connect() as conn:  # a store a test left open (or a process it started)
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        try:
+            with self.server.connect(name) as conn:
+                if conn.execute(_SHAPE).fetchall() != self.shape:
+                    raise ValueError("the test changed the database's shape")
+                with conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '10s'")
+                    conn.execute(f"TRUNCATE {', '.join(f'efface.{t}' for t in self.tables)} RESTART IDENTITY")
+                    for seq in self.sequences:
+                        conn.execute(f"ALTER SEQUENCE efface.{seq} RESTART")
+                    for t, rows in self.rows.items():
+                        for row in rows:
+                            conn.execute(
+                                f"INSERT INTO efface.{t} OVERRIDING SYSTEM VALUE"
+                                f" SELECT * FROM jsonb_populate_record(NULL::efface.{t}, %s)",
+                                (Jsonb(row),),
+                            )
+        except Exception:
+            with self.server.connect() as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            return
+        self.free.append(name)
+
+
+@pytest.fixture(scope="package")
+def pg_pool(pg) -> PgPool:
+    """The ``postgres`` backend's reused databases (:class:`PgPool`) on ``pg``."""
+    return PgPool(pg)
 
 
 class PgStores:
@@ -207,23 +360,30 @@ class PgStores:
     is that store's ``cache_dir``, so ``reopen(store)`` (which opens ``store.path``) finds the
     same database again. One key-encryption key file per test."""
 
-    def __init__(self, server, tmp: Path) -> None:
+    def __init__(self, server, tmp: Path, pool: PgPool | None = None) -> None:
         import secrets
 
         from efface.origin.postgres.keys import KekFile
 
         self.server = server
+        self.pool = pool
+        self.pooled: set[str] = set()
         self.kek_file = tmp / "efface.kek"
         KekFile(self.kek_file).create(secrets.token_bytes(32))  # made here: no "back it up" warning per test
         self.urls: dict[str, str] = {}
 
-    def url(self, path: str) -> str:
+    def url(self, path: str, template: str = PG_TEMPLATE) -> str:
+        """The database for ``path``, created from ``template`` on first use."""
         import uuid
 
         if path not in self.urls:
-            name = f"c_{uuid.uuid4().hex[:12]}"
-            with self.server.connect() as conn:
-                conn.execute(f"CREATE DATABASE {name} TEMPLATE {PG_TEMPLATE}")
+            if template == PG_MIGRATED and self.pool is not None:
+                name = self.pool.take()
+                self.pooled.add(name)
+            else:
+                name = f"c_{uuid.uuid4().hex[:12]}"
+                with self.server.connect() as conn:
+                    conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
             self.urls[path] = self.server.url(name)
         return self.urls[path]
 
@@ -231,10 +391,16 @@ class PgStores:
         return {"kek_file": os.fspath(self.kek_file), "cache_dir": path}
 
     def drop(self) -> None:
-        with self.server.connect() as conn:
-            for url in self.urls.values():
-                conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+        """Drop the test's databases (those of :class:`PgPool` go back to it, emptied)."""
+        names = [url.rsplit("/", 1)[1] for url in self.urls.values()]
         self.urls.clear()
+        for name in names:
+            if name in self.pooled and self.pool is not None:
+                self.pool.give_back(name)
+                continue
+            with self.server.connect() as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        self.pooled.clear()
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +418,11 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
     """Factory: open (or reopen) a store with the test defaults; every store it opened is
     closed at teardown (close() is idempotent, so tests may close stores themselves)."""
     opened: list[efface.Store] = []
-    pg_stores = PgStores(request.getfixturevalue("pg"), store_path.parent) if backend == "postgres" else None
+    pg_stores = (
+        PgStores(request.getfixturevalue("pg"), store_path.parent, request.getfixturevalue("pg_pool"))
+        if backend == "postgres"
+        else None
+    )
 
     def _open(path: str | os.PathLike | None = None, **options) -> efface.Store:
         options.setdefault("embedder", "hashing")
@@ -265,7 +435,8 @@ def open_store(request, backend: str, store_path: Path, clock: FakeClock) -> Cal
         if pg_stores is not None:
             for name, value in pg_stores.options(os.path.abspath(target)).items():
                 options.setdefault(name, value)
-            target = pg_stores.url(os.path.abspath(target))
+            migrated = options["embedder"] == "hashing" and "schema" not in options
+            target = pg_stores.url(os.path.abspath(target), PG_MIGRATED if migrated else PG_TEMPLATE)
             s = efface.open(target, **options)
         elif backend == "http":
             from served import Served, TenantRouter

@@ -22,9 +22,11 @@ reopened store must match the model with it, or the model without it. Then:
 Every test runs on the SQLite origin and on the PostgreSQL one (the ``backend`` fixture,
 parametrised indirectly with the seeds each runs): there the worker opens the store in a
 database of its own with its cache directory, and the reopen uses that directory again. On
-PostgreSQL a bounded sample of the seeds runs (a round opens stores on a real server and
-each read is a round trip); ``tests/postgres/test_multi_crash.py`` adds two processes on one
-database and a longer loop marked ``slow``.
+PostgreSQL fewer seeds run (a round opens stores on a real server and each read is a round
+trip); ``tests/postgres/test_multi_crash.py`` adds two processes on one database and a
+longer loop. Every crash test is a ``slow`` one (``conftest.py``): CI runs a bounded sample of
+the seeds (4 of 8 random kills on SQLite, 2 of 3 on PostgreSQL; 2 of 3 large writes and
+compactions on SQLite), ``EFFACE_SLOW=1`` all of them.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import pytest
 import efface
 from efface.paths.ann import SENTINEL_BASE, VectorIndex
 
-from conftest import ann_vectors
+from conftest import ann_vectors, bounded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -457,14 +459,17 @@ def target(backend, request, tmp_path) -> Iterator[Target]:
         stores.drop()
 
 
-def on(sqlite: range, postgres: range) -> pytest.MarkDecorator:
+def on(sqlite: range, postgres: range) -> Callable:
     """Parametrise ``backend`` (indirectly: the fixture's markers and skips apply) and ``seed``:
-    every seed of ``sqlite`` on SQLite, the bounded sample ``postgres`` on PostgreSQL."""
-    return pytest.mark.parametrize(
+    every seed of ``sqlite`` on SQLite, the bounded sample ``postgres`` on PostgreSQL. Crash
+    loops are ``slow`` tests: callers give ``bounded(sample, whole)`` ranges, CI runs the
+    sample, ``EFFACE_SLOW=1`` every seed."""
+    params = pytest.mark.parametrize(
         ("backend", "seed"),
         [("sqlite", s) for s in sqlite] + [("postgres", s) for s in postgres],
         indirect=["backend"],
     )
+    return lambda test: pytest.mark.slow(params(test))
 
 
 def _is(kind: str, big: bool = False):
@@ -478,13 +483,13 @@ def _ready(line: dict) -> bool:
     return line["ev"] == "ready"
 
 
-@on(sqlite=range(8), postgres=range(3))
+@on(sqlite=bounded(range(4), range(8)), postgres=bounded(range(2), range(3)))
 def test_kill_at_random_moment(tmp_path, seed, target):
     rng = random.Random(1000 + seed)
     crash_round(tmp_path, seed, "mixed", _ready, rng.uniform(0.1, 1.2), reopen_twice=seed % 4 == 0, target=target)
 
 
-@on(sqlite=range(3), postgres=range(1))
+@on(sqlite=bounded(range(2), range(3)), postgres=range(1))
 def test_kill_during_large_write_many(tmp_path, seed, target):
     rng = random.Random(2000 + seed)
     run, _, _ = crash_round(
@@ -499,7 +504,9 @@ def test_kill_during_large_write_many(tmp_path, seed, target):
     assert run.acked, "the worker acknowledged nothing before the kill"
 
 
-@on(sqlite=range(3), postgres=range(1, 2))  # on postgres without the double reopen: each check reads 1,500 keys
+@on(
+    sqlite=bounded(range(2), range(3)), postgres=range(1, 2)
+)  # on postgres without the double reopen: each check reads 1,500 keys
 def test_kill_during_compaction_with_pending_erasures(tmp_path, seed, target):
     rng = random.Random(3000 + seed)
     count = {"n": 0}

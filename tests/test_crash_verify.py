@@ -32,10 +32,11 @@ sys.path.insert(0, HERE)
 from test_crash import Target, on  # noqa: E402
 from test_crash import target as target  # noqa: E402 - the fixture
 
+from conftest import bounded  # noqa: E402
 from crash_verify_worker import text  # noqa: E402
 
 WORKER = os.path.join(HERE, "crash_verify_worker.py")
-ROUNDS = int(os.environ.get("EFFACE_CRASH_ROUNDS", "8"))
+ROUNDS = int(os.environ.get("EFFACE_CRASH_ROUNDS", bounded(4, 8)))
 
 
 def run_and_kill(store_dir: str, seed: int, after_lines: int, delay: float, env: dict | None = None) -> list[dict]:
@@ -81,7 +82,7 @@ def files_holding(path: str, needles: list[bytes]) -> list[str]:
     return found
 
 
-@on(sqlite=range(ROUNDS), postgres=range(2))
+@on(sqlite=range(ROUNDS), postgres=bounded(range(1), range(2)))
 def test_kill_during_verify_and_compaction(tmp_path, seed, target: Target):
     rng = random.Random(seed)
     store_dir = str(tmp_path / "store")

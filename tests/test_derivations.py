@@ -39,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import efface
 from efface import InvalidInput, NotFound
 
-from conftest import behind, fts_ids, in_memory, ledger_rows, on_postgres, receipt_rows, record_id_of
+from conftest import behind, bounded, fts_ids, in_memory, ledger_rows, on_postgres, receipt_rows, record_id_of
 
 HTTP_CONTRACT = True
 """These tests also run against a served store (the ``http`` backend): see conftest.py."""
@@ -1112,9 +1112,10 @@ class DerivationMachine(RuleBasedStateMachine):
 
 
 DerivationMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("EFFACE_DERIV_EXAMPLES", "60")),
+    # a slow test: 30 examples in CI, 120 with EFFACE_SLOW=1 (conftest.bounded)
+    max_examples=int(os.environ.get("EFFACE_DERIV_EXAMPLES", bounded(30, 120))),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_derivations_match_the_reference_model = DerivationMachine.TestCase
+test_derivations_match_the_reference_model = pytest.mark.slow(DerivationMachine.TestCase)

@@ -349,3 +349,105 @@ def test_an_origin_samples_only_its_tenants_live_vectors_for_the_purpose(open_st
     assert len(few) in (7, 8) and np.array_equal(few, origin.vector_sample(tid, PURPOSE, now, 8))
     assert len(origin.vector_sample(tid, "billing", now, 1000)) == 1
     assert len(origin.vector_sample(store._tenant("nobody"), PURPOSE, now, 1000)) == 0
+
+
+def test_coordination_scales_a_records_text_share_by_the_root_of_the_question_words_it_holds():
+    """``coordinated``: a record holding every content word of the question keeps its text
+    share; one holding half keeps sqrt(1/2) of it; the stop words and case do not count, and
+    the rest of the fused score (the vector leg's) is left as it is."""
+    import numpy as np
+
+    from efface.paths.scores import coordinated
+
+    texts = ["Zebra ate the apple", "the zebra slept", "nothing here", "APPLE and zebra, zebra"]
+    share = np.array([0.4, 0.6, 0.0, 0.5])
+    total = share + np.array([0.1, 0.2, 0.3, 0.0])
+    got = coordinated("Did the zebra eat an apple?", texts, share, total)
+    # content words: zebra, eat, apple ("ate" is not "eat": words, not stems)
+    want = total - share + share * np.sqrt([2 / 3, 1 / 3, 0.0, 2 / 3])
+    assert np.allclose(got, want), got
+    assert np.array_equal(coordinated("", texts, share, total), total)  # no word: nothing to coordinate
+
+
+def test_a_text_longer_than_coordination_reads_keeps_its_share_whole():
+    """A document past ``COORDINATION_CHARS`` is not folded and split for coordination (its cost
+    grows with the text): it keeps its share, while a short text missing the same words loses
+    part of its own; at the limit itself a text is still read."""
+    import numpy as np
+
+    from efface.paths.scores import COORDINATION_CHARS, coordinated
+
+    filler = "ö" * (COORDINATION_CHARS - len("zebra "))
+    at_limit, past = "zebra " + filler, "zebra " + filler + "x"
+    assert len(at_limit) == COORDINATION_CHARS
+    share, total = np.array([0.5, 0.5, 0.5]), np.array([0.7, 0.7, 0.7])
+    got = coordinated("zebra apple", [at_limit, past, "zebra"], share, total)
+    assert np.allclose(got, [0.2 + 0.5 * np.sqrt(0.5), 0.7, 0.2 + 0.5 * np.sqrt(0.5)]), got
+
+
+@pytest.mark.parametrize("lexical", [False, True], ids=["meaning leg", "lexical embedder"])
+def test_recall_rescores_its_first_records_by_coordination_only_beside_a_meaning_leg(open_store, monkeypatch, lexical):
+    """End to end: with an embedder that is not lexical, the record holding one of the two
+    question words scores sqrt(1/2) of its text share, the one holding both its whole share
+    (scores compared with recall's own without the re-scoring); with the hashing embedder
+    (lexical: the cosine only breaks ties) nothing is re-scored."""
+    from efface.embed.hashing import HashingEmbedder
+    from efface.paths import recall as R
+
+    class Plain:
+        name, dim = "plain-hashing", 384
+
+        def __init__(self) -> None:
+            self._h = HashingEmbedder()
+
+        def embed(self, texts):
+            return self._h.embed(texts)
+
+    store = open_store(embedder="hashing" if lexical else Plain())
+    recs = [{"key": "a", "text": "zebra zebra"}, {"key": "b", "text": "a zebra and an apple in a longer sentence"}]
+    recs += [{"key": f"f{i}", "text": f"apple note number {i} for the day"} for i in range(8)]
+    store.write_many(recs, tenant=TENANT, purpose=PURPOSE, subject="s")
+    calls = []
+    real = R.coordinated
+
+    def counted(*args):
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(R, "coordinated", counted)
+    with_it = {h.key: h.score for h in store.recall("zebra apple", tenant=TENANT, purpose=PURPOSE, k=3)}
+    monkeypatch.setattr(R, "coordinated", lambda question, texts, share, total: total)
+    without = {h.key: h.score for h in store.recall("zebra apple", tenant=TENANT, purpose=PURPOSE, k=3)}
+    if lexical:
+        assert calls == [] and with_it == without
+        return
+    assert len(calls) == 1 and len(calls[0]) == 6  # the first 2k of the fused list
+    assert with_it["b"] == pytest.approx(without["b"], abs=2e-6)  # holds both words
+    assert with_it["a"] < without["a"] - 0.05  # holds one: its text share times sqrt(1/2)
+
+
+def test_the_full_text_leg_alone_is_not_coordinated(open_store, monkeypatch):
+    """Coordination re-scores the fused list where a meaning leg votes beside the words; the
+    full-text path recalled alone (as bench_quality's ``efface.fts_leg``) keeps its BM25 order."""
+    from efface.embed.hashing import HashingEmbedder
+    from efface.paths import recall as R
+
+    class Plain:
+        name, dim = "plain-hashing", 384
+
+        def __init__(self) -> None:
+            self._h = HashingEmbedder()
+
+        def embed(self, texts):
+            return self._h.embed(texts)
+
+    store = open_store(embedder=Plain())
+    store.write_many(
+        [{"key": f"k{i}", "text": f"zebra number {i}"} for i in range(12)], tenant=TENANT, purpose=PURPOSE, subject="s"
+    )
+    monkeypatch.setattr(R, "coordinated", lambda *a: pytest.fail("coordinated without a vector leg"))
+    q = Query(
+        store._tenant(TENANT), "zebra apple", store.embedder.embed(["zebra apple"])[0], PURPOSE, None, time.time()
+    )
+    hits = R.hybrid(store._origin, [store._fts], q, 3)
+    assert len(hits) == 3 and all(h.via == ("fts",) for h in hits)

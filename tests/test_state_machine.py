@@ -35,12 +35,15 @@ the old record with a ``replace`` receipt that ``verify`` checks like any other,
 Origins (the ``backend`` fixture of ``conftest.py``): every machine runs on SQLite, the memory
 origin (not the background one: nothing of it persists) and PostgreSQL, where each example gets
 a fresh database and fewer, shorter examples run (:data:`PG_PROFILES`: 4 of 30 steps by default,
-6 of 40 with ``ci``), since every read and recall there is a round trip. On PostgreSQL a third
+6 of 40 with ``slow``), since every read and recall there is a round trip. On PostgreSQL a third
 machine, :class:`TwoStoreMachine`, runs two stores on one database, as two efface servers: each
 operation goes through either, and both must agree with the model after every step.
 
-``HYPOTHESIS_PROFILE=ci`` runs more and longer examples; ``HYPOTHESIS_PROFILE=soak`` (with
-``HYPOTHESIS_EXAMPLES=N``, default 400) is for local soak runs with ``--hypothesis-seed``.
+The machines are ``slow`` tests (``conftest.py``): a default run (CI's) runs 25 examples of 50
+steps on SQLite and the memory origin (the background machine a third of them, at least 10);
+``EFFACE_SLOW=1`` (or ``HYPOTHESIS_PROFILE=slow``, formerly ``ci``) runs 100 of 60.
+``HYPOTHESIS_PROFILE=soak`` (with ``HYPOTHESIS_EXAMPLES=N``, default 400) is for local soak
+runs with ``--hypothesis-seed``.
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ from hypothesis.stateful import (
 import efface
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import bounded
 from reference_model import ModelKeyInUse, ModelNotFound, ModelUnknownPurpose, Outcome, ReferenceModel
+
+pytestmark = pytest.mark.slow  # CI runs fewer examples than EFFACE_SLOW=1 (PROFILES)
 
 TENANTS = ("acme", "globex")
 SUBJECTS = ("alice", "bob", "carol")
@@ -117,11 +123,12 @@ K_ALL = 50
 """Larger than any tenant's record count, so recall can return every live record."""
 
 PROFILES = {
-    "default": dict(max_examples=50, stateful_step_count=50),
-    "ci": dict(max_examples=100, stateful_step_count=60),
+    "default": dict(max_examples=25, stateful_step_count=50),
+    "slow": dict(max_examples=100, stateful_step_count=60),
     "soak": dict(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "400")), stateful_step_count=60),
 }
-PROFILE = PROFILES.get(os.environ.get("HYPOTHESIS_PROFILE", "default"), PROFILES["default"])
+PROFILES["ci"] = PROFILES["slow"]  # its former name
+PROFILE = PROFILES.get(os.environ.get("HYPOTHESIS_PROFILE", bounded("default", "slow")), PROFILES["default"])
 
 tenants = st.sampled_from(TENANTS)
 subjects = st.sampled_from(SUBJECTS)
@@ -818,12 +825,13 @@ _BACKGROUND = settings(_SETTINGS, max_examples=max(10, PROFILE["max_examples"] /
 
 PG_PROFILES = {
     "default": dict(max_examples=4, stateful_step_count=30),
-    "ci": dict(max_examples=6, stateful_step_count=40),
+    "slow": dict(max_examples=6, stateful_step_count=40),
     "soak": dict(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "400")) // 4, stateful_step_count=60),
 }
+PG_PROFILES["ci"] = PG_PROFILES["slow"]
 """On PostgreSQL each example opens stores on a fresh database, and every read and recall is a
 round trip: fewer, shorter examples than on SQLite (tests/README figures in the report)."""
-PG_PROFILE = PG_PROFILES.get(os.environ.get("HYPOTHESIS_PROFILE", "default"), PG_PROFILES["default"])
+PG_PROFILE = PG_PROFILES.get(os.environ.get("HYPOTHESIS_PROFILE", bounded("default", "slow")), PG_PROFILES["default"])
 _PG_SETTINGS = settings(
     _SETTINGS, max_examples=PG_PROFILE["max_examples"], stateful_step_count=PG_PROFILE["stateful_step_count"]
 )

@@ -694,3 +694,25 @@ def test_a_tenants_ledger_holds_only_its_own_entries(store):
     assert [e["handle"] for e in globex] == [rg.handle, None]
     assert [e["kind"] for e in globex] == ["forget", "policy"]
     assert store.verify_ledger().ok  # the chain is checked whole
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "user=postgres dbname=agents host=127.0.0.1 port=5432",
+        "host=db.internal password=Secret-9 dbname=m",
+        " DBNAME=x",
+    ],
+)
+def test_a_libpq_connection_string_is_refused_not_taken_for_a_directory(tmp_path, monkeypatch, dsn):
+    """A keyword/value connection string once opened a SQLite store in a directory named after
+    it (a bench left one in the repository): it is refused with what to pass instead, never
+    echoed (it may hold a password), and nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(efface.InvalidInput, match="postgresql://") as e:
+        efface.open(dsn, embedder="hashing")
+    assert "Secret-9" not in str(e.value) and "127.0.0.1" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+    # a directory whose name merely holds '=' further on is still a directory
+    with efface.open(tmp_path / "notes=v2", embedder="hashing", background=False) as store:
+        assert store.stats() is not None

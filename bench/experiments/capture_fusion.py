@@ -116,6 +116,15 @@ print(f"{len(queries)} queries in {time.perf_counter() - t0:.1f}s", file=sys.std
 store.close()
 with open(out_path, "wb") as f:
     pickle.dump(
-        {"set": name, "embedder": emb.name, "lexical": lexical, "relevant": relevant, "kinds": kinds, "q": per_query},
+        {
+            "set": name,
+            "embedder": emb.name,
+            "lexical": lexical,
+            "relevant": relevant,
+            "kinds": kinds,
+            "q": per_query,
+            "texts": list(docs),  # for rules that read the records' words (coordination)
+            "questions": list(queries),
+        },
         f,
     )

@@ -37,9 +37,14 @@ SOURCES = {
     "sqlite_alone": "session22/sqlite-alone-200k.json",
     "erasure": "session22/erasure-cfffbf0.json",
     "extremes": "session23/extremes.json",
-    "postgres": ["postgres/scale-10k.json", "postgres/scale-100k.json", "postgres/scale-100k-7fc1add.json"],
-    "postgres_residue": "postgres/scale-100k.json",
-    "postgres_quality": "postgres/quality.json",
+    "postgres": [
+        "postgres/scale-100k-5d70974.json",  # branch pgspeed3 (the src of 8445b34); the rest older runs
+        "postgres/scale-10k.json",
+        "postgres/scale-100k-7fc1add.json",
+        "postgres/scale-100k.json",
+    ],
+    "postgres_residue": "postgres/scale-100k-5d70974.json",
+    "postgres_quality": "postgres/quality-8445b34.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 

@@ -10,6 +10,7 @@ with efface.open("./memories", embedder="hashing") as store:
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, cast
 
 from .backups import BackupResult, RestoreResult
@@ -77,6 +78,11 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
         from .on_postgres import open_postgres
 
         return open_postgres(target, embedder, **options)
+    if _CONNINFO.match(target):  # never echoed: it may hold a password
+        raise InvalidInput(
+            "the store location looks like a libpq connection string (key=value ...), which would be "
+            "taken for a directory: pass a postgresql://user@host:port/database URL instead"
+        )
     if "://" in target:
         raise InvalidInput(
             "a URL must be http:// or https:// (an efface server) or postgresql:// (a PostgreSQL store): "
@@ -86,6 +92,9 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
 
     return open_embedded(target, embedder, **options)
 
+
+_CONNINFO = re.compile(r"\s*(dbname|host|hostaddr|port|user|password|service|sslmode)\s*=", re.IGNORECASE)
+"""The start of a libpq keyword/value connection string: no directory is named like that."""
 
 __all__ = [
     "BackupCorrupt",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
+from .capable import capable
 from .errors import UnknownPurpose
 from .model import Claim, Memory, QuarantineItem
 from .origin.base import Origin
@@ -21,7 +22,7 @@ from .paths.base import ReadPath, Seeing
 def known_purpose(origin: Origin, tenant: str, purpose: str) -> None:
     """Refuse a purpose the tenant has never written under (a misspelt purpose would
     otherwise read as an empty store)."""
-    if isinstance(origin, KnownPurposes) and origin.knows_purpose(tenant, purpose):
+    if capable(origin, KnownPurposes) and cast(KnownPurposes, origin).knows_purpose(tenant, purpose):
         return
     known = origin.purposes(tenant)
     if purpose not in known:
@@ -72,10 +73,11 @@ def absorb_new_content(origin: Origin, paths: Sequence[ReadPath], background: Ca
     for p in paths:
         if p.synchronous:
             continue
-        if isinstance(p, Seeing) and background():
+        if capable(p, Seeing) and background():
             # The compactor absorbs in the background; what it has not yet is searched
             # exactly, so no recall waits for a big import's absorption.
-            p.see(origin.latest_put_epoch(after=p.seen_epoch()))
+            seeing = cast(Seeing, p)
+            seeing.see(origin.latest_put_epoch(after=seeing.seen_epoch()))
             continue
         target = origin.latest_put_epoch(after=p.applied_epoch())
         if target is not None:

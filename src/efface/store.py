@@ -42,7 +42,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,6 +53,7 @@ from .backups import format as backup_format
 from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.restore import restore_backup
+from .capable import capable
 from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
 from .derivations import quarantine, validate_policy
 from .embed import Embedder, QueryEmbedder
@@ -372,7 +373,7 @@ class Store:
 
         def vector() -> np.ndarray:  # called while the full-text leg runs beside it
             e = self.embedder  # one that encodes queries its own way: the ONNX MiniLM's int8 copy
-            got = e.embed_query(query) if isinstance(e, QueryEmbedder) else e.embed([query])[0]
+            got = cast(QueryEmbedder, e).embed_query(query) if capable(e, QueryEmbedder) else e.embed([query])[0]
             self._check_open()
             absorb_new_content(self._origin, self._paths, lambda: self._compactor.running)
             return got

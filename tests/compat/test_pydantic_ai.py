@@ -43,6 +43,8 @@ from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 from efface.compat._listing import scan_all  # noqa: E402
 from efface.compat.pydantic_ai import EffaceConversationStore, EffaceToolset  # noqa: E402
 
+from conftest import examples  # noqa: E402
+
 HTTP_CONTRACT = True
 
 
@@ -315,24 +317,30 @@ async def _check(ref, ours) -> None:
 START = [("save", "c1", None, 2), ("save", "c2", "alice", 3)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(CONV_OPS, min_size=1, max_size=12))
-# A fork shares the history it keeps: deleting the original keeps those entries, drops the rest;
-# a rewrite leaves a branch, whose entries stay while its conversation does.
-@example(ops=[("continue", 0, None, 2), ("fork", 0, 2, "f1"), ("delete", 0, "same"), ("delete", 1, "same")])
-@example(ops=[("rewrite", 0, 1), ("delete", 1, "same"), ("branch", 0, 1), ("delete", 0, None)])
-def test_same_conversations_as_pydantic_ai_in_memory_store(store, ops):
-    prefix = f"conv-{uuid.uuid4().hex[:8]}/"  # the store lives across examples
-    ours = EffaceConversationStore(store, tenant="acme", subject="anyone", key_prefix=prefix)
-    ref = InMemoryConversationStore()
-    script = Script()
+@pytest.mark.slow  # on http and postgres a quarter of the examples unless EFFACE_SLOW=1 (conftest.examples)
+def test_same_conversations_as_pydantic_ai_in_memory_store(store, backend):
+    @settings(
+        max_examples=examples(backend, 40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(ops=st.lists(CONV_OPS, min_size=1, max_size=12))
+    # A fork shares the history it keeps: deleting the original keeps those entries, drops the rest;
+    # a rewrite leaves a branch, whose entries stay while its conversation does.
+    @example(ops=[("continue", 0, None, 2), ("fork", 0, 2, "f1"), ("delete", 0, "same"), ("delete", 1, "same")])
+    @example(ops=[("rewrite", 0, 1), ("delete", 1, "same"), ("branch", 0, 1), ("delete", 0, None)])
+    def same_conversations(ops):
+        prefix = f"conv-{uuid.uuid4().hex[:8]}/"  # the store lives across examples
+        ours = EffaceConversationStore(store, tenant="acme", subject="anyone", key_prefix=prefix)
+        ref = InMemoryConversationStore()
+        script = Script()
 
-    async def main():
-        # Two stored conversations to start from, so most random ops meet one.
-        for op in [*START, *ops]:
-            await _conv_apply(ref, ours, script, op)
+        async def main():
+            # Two stored conversations to start from, so most random ops meet one.
+            for op in [*START, *ops]:
+                await _conv_apply(ref, ours, script, op)
 
-    asyncio.run(main())
+        asyncio.run(main())
+
+    same_conversations()
 
 
 def test_an_agent_conversation_saved_then_deleted_reaches_erased(store):

@@ -248,6 +248,7 @@ def test_a_maintenance_that_gives_up_on_a_lock_leaves_no_lock_timeout_on_the_poo
     connection, and a later read given that connection failed (LockNotAvailable) instead of
     waiting for the next run's rewrite."""
     monkeypatch.setattr(maintenance, "LOCK_TIMEOUT", "200ms")
+    monkeypatch.setattr(maintenance, "LOCK_PATIENCE", 0.0)  # one attempt
     with _open(pg_db.url, kek, tmp_path / "a") as s:
         s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
         s.forget(tenant=T, subject="zq")

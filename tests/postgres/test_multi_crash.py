@@ -9,9 +9,11 @@ checks after a restart):
   replay the change log the survivor kept for it): nothing either acknowledged is lost,
   nothing either erased is served again, each vector index holds exactly the live records,
   the ledger holds every forget of both;
-* a longer loop (``slow``): one store killed and restarted again and again, each life
-  continuing the last (``EFFACE_CRASH_ROUNDS`` lives, 3 by default, so CI runs a bounded
-  sample).
+* a longer loop: one store killed and restarted again and again, each life continuing the
+  last (``EFFACE_CRASH_ROUNDS`` lives; else 3, or 10 with ``EFFACE_SLOW=1``).
+
+Both are ``slow`` tests (``conftest.py``): CI runs seed 0 of the first and 3 lives of the second,
+``EFFACE_SLOW=1`` both seeds and 10 lives.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 import pytest
 
 from test_crash import Replay, Target, Worker, _ready, check_parts, replay
+
+from conftest import bounded
 
 TENANTS_A = ("acme", "globex")
 TENANTS_B = ("initech", "umbrella")
@@ -54,7 +58,8 @@ def _serves_on(worker: Worker, start: int):
     return trigger
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", bounded(range(1), range(2)))
 def test_kill_one_of_two_processes_while_the_other_serves(tmp_path, target, seed):
     rng = random.Random(4000 + seed)
     dir_a, dir_b = str(tmp_path / "a"), str(tmp_path / "b")
@@ -87,7 +92,7 @@ def test_kill_one_of_two_processes_while_the_other_serves(tmp_path, target, seed
 
 @pytest.mark.slow
 def test_kill_and_restart_one_store_again_and_again(tmp_path, target):
-    rounds = int(os.environ.get("EFFACE_CRASH_ROUNDS", "3"))
+    rounds = int(os.environ.get("EFFACE_CRASH_ROUNDS", bounded(3, 10)))
     rng = random.Random(5000)
     store_dir = str(tmp_path / "store")
     since: tuple[Replay, object] | None = None

@@ -185,3 +185,39 @@ def test_the_closing_read_ends_the_snapshot_with_its_rows(pg_db, kek, tmp_path):
             assert [r.text for r in origin.records_by_id(ids).values()] == ["Bob prefers black coffee in the morning"]
         hits = b.recall("green tea in the morning", tenant=T, purpose="p", k=5)
         assert [h.key for h in hits] == ["n2"]
+
+
+def test_the_vector_statement_is_prepared_in_a_snapshot_and_never_planned_generically(pg_db, kek, tmp_path):
+    """Inside a snapshot recall's vector statement is a prepared statement (parsed once per
+    connection), and the snapshot's transaction has every prepared statement planned for its
+    own arguments (``plan_cache_mode``, ``PLANNED_IN_SNAPSHOT``): a generic plan, made without
+    the tenant and the limit, is never used, however often it runs. The setting ends with the
+    snapshot."""
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        for i in range(12):
+            s.write(f"n{i}", f"note {i} about green tea and kettles", tenant=T, subject=f"s{i % 3}", purpose="p")
+        tenant = s._tenant(T)
+        vec = s.embedder.embed(["green tea"])[0]
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        from efface.paths.base import Query
+
+        q = Query(tenant, "green tea", vec, "p", None, time.time())
+        origin = s._origin
+        with origin.snapshot():
+            for _ in range(8):
+                near, _others = ann.live_scored(q, 5, [1, 2, 3])
+                assert len(near) == 5
+            conn = origin._local.conn
+            mode = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+            plans = conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                ("%ORDER BY r.embedding <=>%",),
+            ).fetchall()
+        assert mode == ("force_custom_plan",)
+        assert len(plans) == 1 and plans[0][0] == 0 and plans[0][1] >= 8
+        with origin._pool.connection() as other:  # the setting went with the snapshot's transaction
+            assert other.execute("SELECT current_setting('plan_cache_mode')").fetchone() == ("auto",)
+        assert [h.key for h in s.recall("green tea", tenant=T, purpose="p", k=3)]  # and outside a snapshot too
+        near, _others = ann.live_scored(q, 5, [1])
+        assert len(near) == 5

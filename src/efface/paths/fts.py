@@ -17,8 +17,10 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
+from typing import cast
 
 from .. import foreground
+from ..capable import capable
 from ..model import Check, probe_sample
 from ..origin.base import WordIndex
 from ..origin.capabilities import HeldInMemory, UncheckedRanking
@@ -150,7 +152,9 @@ class FullTextIndex:
         them, **not checked live**, and :meth:`ceiling`; for recall, which checks them best
         first in its own snapshot (with the other leg's candidates, each row looked up once).
         None when the index cannot rank without checking (then :meth:`scored_within`)."""
-        unchecked = self._text.ranked_unchecked if isinstance(self._text, UncheckedRanking) else None
+        unchecked = (
+            cast(UncheckedRanking, self._text).ranked_unchecked if capable(self._text, UncheckedRanking) else None
+        )
         if unchecked is None:
             return None
         every = content_words(query_words(query.text))

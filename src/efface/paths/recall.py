@@ -44,7 +44,10 @@ candidates the leg had, and the scores summed:
 - then each voting leg's own best record (:data:`KEEP_BEST`) is kept in the top ``k``: a
   record one leg ranks at its very top is not pushed out by records both legs find middling
   (the vector leg's, when it votes fully). It takes the place of the lowest fused record that
-  no leg ranks first, and every record keeps its fused score and place.
+  no leg ranks first, and every record keeps its fused score and place;
+- where a vector leg that is not lexical votes beside the words, the fused list's first
+  ``COORDINATED * k`` are read and re-scored, each one's text share scaled by the square
+  root of the share of the question's content words its text holds (:func:`coordinated`).
 
 Reciprocal rank fusion (which main used before) threw the legs' confidence away: in a store
 of twelve everyday memories it answered three of twelve questions with the wrong memory
@@ -83,17 +86,19 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
 from .. import foreground
+from ..capable import capable
 from ..model import Hit, Turn
 from ..origin.capabilities import ClosingRead
 from ..ranking import Ranking, live_first
 from ..vectors import read_many as read_vectors
 from . import turns
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
-from .scores import RRF_K, _background, _scaled, _standing
+from .scores import COORDINATED, RRF_K, _background, _scaled, _standing, coordinated
 
 KEEP_BEST = 1
 """Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
@@ -171,18 +176,23 @@ def _hybrid(
     memo = liveness if liveness is not None and liveness.usable(q.subject) else None
     # With a vector path every live candidate's vector is judged (exact cosine over the
     # union): read with its live check, one look-up per row.
-    vector_legs = {p.name for p in paths if isinstance(p, VectorSearch)}
+    # (each path's kind remembered: a protocol's isinstance costs tens of microseconds: efface.capable)
+    vector_legs = {p.name for p in paths if capable(p, VectorSearch)}
+    scoring = {p.name for p in paths if capable(p, Scoring)}
+    live_search = {p.name for p in paths if capable(p, LiveVectorSearch)}
     vectors = bool(vector_legs)
     # A vector path that checks the words' candidates in its own search's look-up (an origin's
     # own vector index: LiveVectorSearch) gets them first, so the words' leg only ranks.
-    together = any(isinstance(p, LiveVectorSearch) for p in paths)
+    together = bool(live_search)
     # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
     # takes microseconds, and handing the leg to a worker and waking this thread again costs
     # more than that (two thread switches, each a wait for the GIL on a busy server).
     for p in paths if not lexical else ():
-        if isinstance(p, Scoring) and p.name not in vector_legs:
+        if p.name in scoring and p.name not in vector_legs:
             early[p.name] = _beside(
-                functools.partial(_text_leg_beside, origin, p, q, n, vectors, memo is None and not together)
+                functools.partial(
+                    _text_leg_beside, origin, cast(Scoring, p), q, n, vectors, memo is None and not together
+                )
             )
     try:
         if vector is not None:
@@ -208,7 +218,7 @@ def _hybrid(
         # path that checks other legs' candidates in its own look-up (``together``) takes the
         # words' first ones with it: the leg is waited for then, and found checked after.
         def take(p) -> None:
-            if isinstance(p, Scoring):
+            if p.name in scoring:
                 leg = leg_of(p)
                 if leg.epoch is not None and leg.epoch == snap.current_epoch():
                     # checked on its worker in a snapshot of this same state: not again
@@ -224,18 +234,18 @@ def _hybrid(
                 ranked[p.name] = [rid for rid, _ in got]
                 if leg.ceiling is not None:
                     ceilings[p.name] = leg.ceiling
-            elif isinstance(p, LiveVectorSearch):  # checked live by its own search, in this snapshot
+            elif p.name in live_search:  # checked live by its own search, in this snapshot
                 also = [
                     i
                     for i in dict.fromkeys(
                         i
                         for o in paths
-                        if isinstance(o, Scoring) and o.name not in vector_legs
-                        for i in _first(leg_of(o), n)
+                        if o.name in scoring and o.name not in vector_legs
+                        for i in _first(leg_of(cast(Scoring, o)), n)
                     )
                     if i not in checked
                 ]
-                near, others = p.live_scored(q, n, also)
+                near, others = cast(LiveVectorSearch, p).live_scored(q, n, also)
                 checked.update(also)
                 checked.update(near)
                 ranked[p.name] = list(near)
@@ -257,19 +267,19 @@ def _hybrid(
         def check_new() -> None:
             check([i for ids in ranked.values() for i in ids])
 
-        for p in sorted(paths, key=lambda p: not isinstance(p, LiveVectorSearch)) if together else paths:
+        for p in sorted(paths, key=lambda p: p.name not in live_search) if together else paths:
             if p.name not in early or together:
                 take(p)
         check_new()
         for p in paths:
-            if not isinstance(p, VectorSearch):
+            if p.name not in vector_legs:
                 continue  # a path that filters in its own query (full text) is not widened here
             m = n
             # Purpose, subject and pending erasures thin the ANN list; widen until k survive.
             while (
                 sum(1 for i in ranked[p.name] if i in live) < k
                 and len(ranked[p.name]) == m
-                and m < min(p.size(q.tenant), MAX_ANN_CANDIDATES)
+                and m < min(cast(VectorSearch, p).size(q.tenant), MAX_ANN_CANDIDATES)
             ):
                 m = min(m * 4, MAX_ANN_CANDIDATES)
                 ranked[p.name] = p.candidates(q, m)
@@ -290,6 +300,7 @@ def _hybrid(
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
+        share = np.zeros(len(union), dtype=np.float64)  # the text legs' (:func:`coordinated`)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
         judged = len(vector_legs) < len(paths)
@@ -304,20 +315,29 @@ def _hybrid(
             if vote:
                 weight = _standing(ids, raw, ranked[p.name], _background(origin, q)) if vector_leg and judged else 1.0
                 total[where] += weight * scaled
+                if not vector_leg and ceilings.get(p.name):
+                    share[where] += scaled
                 if weight >= 1.0:
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
         # best first; then the tie-break (a lexical embedder's cosine); then by id
         fused = union[np.lexsort((union, -tie, -total))].tolist()
+        # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
+        wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
         if memo is not None:
-            best, rows = _confirmed(snap, q, fused, best_of, k)
+            best, rows = _confirmed(snap, q, fused, best_of, wide)
         else:
-            best = _keeping(fused, best_of, k)
+            best = _keeping(fused, best_of, wide)
             # the last read of the snapshot when no window follows: it ends with it (one round trip)
-            closing = window <= 0 and isinstance(snap, ClosingRead)
+            closing = window <= 0 and capable(snap, ClosingRead)
             rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
+        if wide > k and best:
+            at = np.searchsorted(union, np.asarray(best, dtype=np.int64))
+            total[at] = coordinated(q.text, [rows[r].text for r in best], share[at], total[at])
+            order = [best[i] for i in np.lexsort((union[at], -tie[at], -total[at]))]
+            best = _keeping(order, best_of & set(best), k)
         around = _windows(snap, q, best, rows, window, seen, memo)
     scores = total[np.searchsorted(union, np.asarray(best, dtype=np.int64))].tolist()
     return [

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import cast
 
 import numpy as np
 
+from ..capable import capable
 from ..origin.capabilities import VectorSample
+from ..text import content_words, query_words, words
 from .base import Query
 
 RRF_K = 60
@@ -47,6 +50,40 @@ against (:func:`_background`): a mean and a spread, to a few hundredths of a sta
 deviation (bench/experiments/exp_fusion_standing.py: 128 and 256 judge alike)."""
 
 
+COORDINATED = 2
+"""Times ``k``: how many of the fused list's first records recall re-scores by
+:func:`coordinated` (their texts are read for it, with the ``k`` returned)."""
+
+COORDINATION_CHARS = 1 << 16
+"""The longest text :func:`coordinated` reads (characters). Folding and splitting a text costs
+in proportion to its length (a 1 MiB text of accented words: tens of milliseconds, and 2k of
+them are read); a longer text is a document, not a turn, and its BM25 share already weighs its
+length, so it keeps its share whole: it is never judged on a part of itself."""
+
+
+def coordinated(question: str, texts: Sequence[str], share: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Fused scores ``total`` of records (their ``texts``) with each one's text share
+        ``share`` (its BM25 over the ceiling) scaled by the square root of its coordination: the
+        share of the question's content words (:func:`~efface.text.content_words`, as folded
+        words, not stems) that its text holds. BM25 sums what each word a record holds adds and
+        saturates each word's repetitions, so a record that repeats one of the rarer words, or is
+        short, can outscore one that holds every word of the question once; on chat turns the turn
+        that answers usually holds the asker's words. Lucene's classic similarity multiplied by the
+        coordination itself; the square root halves what it takes from a record missing words (the
+        man pages' queries use other words than their pages: coordination alone costs their
+        full-text ranking 3.4 points of recall@10, its root 1.4, and the fused list 0.5). A text
+    longer than :data:`COORDINATION_CHARS` keeps its share whole (it is not read). Issue #36;
+        bench/experiments/exp_fusion_calibration.py; docs/benchmarks.md, "Recall on conversations"."""
+    wanted = set(content_words(query_words(question)))
+    if not wanted:
+        return total
+    held = np.array(
+        [1.0 if len(t) > COORDINATION_CHARS else len(wanted.intersection(words(t))) / len(wanted) for t in texts],
+        dtype=np.float64,
+    )
+    return total - share + share * np.sqrt(held)
+
+
 def _scaled(vector_leg: bool, ids: np.ndarray, v: np.ndarray, ceiling: float | None) -> np.ndarray:
     """A leg's scores ``v`` (of ``ids``) on a scale that does not depend on its candidate
     list's length: standard scores of cosines over the union for a vector path, a share of
@@ -73,9 +110,9 @@ def _background(origin, q: Query) -> np.ndarray | None:
     (:data:`SAMPLE` of them, :class:`~efface.origin.base.VectorSample`), or None where the
     origin offers no sample (or too small a one: then the union's records only the words
     found stand for the tenant)."""
-    if not isinstance(origin, VectorSample):
+    if not capable(origin, VectorSample):
         return None
-    m = origin.vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
+    m = cast(VectorSample, origin).vector_sample(q.tenant, q.purpose, q.now, SAMPLE)
     if len(m) < MIN_BACKGROUND or m.shape[1] != len(q.vector):
         return None
     return (m @ np.asarray(q.vector, dtype=np.float32)).astype(np.float64)

@@ -83,7 +83,17 @@ TICK = "maintenance.tick"
 """Meta key written between WAL switches (a switch needs WAL written since the last one)."""
 MAX_ROUNDS = 256
 LOCK_TIMEOUT = "30s"
-"""How long a rewrite waits for a table's lock (a long read holds it) before this run gives up."""
+"""How long a statement of a maintenance run waits for a lock before this run gives up."""
+REWRITE_ATTEMPT = "1s"
+"""How long one attempt at a table's rewrite waits for its lock. While it waits, every new
+read of the table queues behind it: a forget whose transaction holds the table and whose
+evidence read runs on another connection of the pool would wait for the rewrite, which waits
+for that transaction (a wait PostgreSQL cannot see as a deadlock; with one 30 s wait, each
+such forget stalled 30 s). So an attempt gives up soon, lets the queue through, and tries
+again, until :data:`LOCK_PATIENCE`."""
+LOCK_PATIENCE = 30.0
+"""Seconds a run keeps trying to rewrite a table (a long read holds it) before it gives up
+(the compactor's next round tries again)."""
 SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
 GRAPH_MEM_MAX = 2 * 2**30
 """The most ``maintenance_work_mem`` this maintenance raises its own session to (bytes), so that
@@ -211,7 +221,7 @@ class Maintenance:
                 if moved is not None:
                     report["lacking"] += _rewrite_statistics(conn, s)
                 for table in tables:
-                    conn.execute(f"VACUUM (FULL) {s}.{table}")
+                    _rewrite(conn, f"{s}.{table}")
                 report["rewritten"] = list(tables)
                 r = rights(conn, self.data_dir, s)
                 report["lacking"] += list(r.lacking)
@@ -301,6 +311,26 @@ def _rewrite_statistics(conn: psycopg.Connection, schema: str) -> list[str]:
     with conn.transaction():
         conn.execute(f"DELETE FROM {s}.meta WHERE k = %s", (STATISTICS_DROPPED,))
     return []
+
+
+def _rewrite(conn: psycopg.Connection, table: str) -> None:
+    """``VACUUM FULL`` of ``table``, attempts of :data:`REWRITE_ATTEMPT` each for up to
+    :data:`LOCK_PATIENCE` seconds; then the lock timeout is raised."""
+    import psycopg
+
+    deadline = time.monotonic() + LOCK_PATIENCE
+    conn.execute(f"SET lock_timeout = '{REWRITE_ATTEMPT}'")
+    try:
+        while True:
+            try:
+                conn.execute(f"VACUUM (FULL) {table}")
+                return
+            except psycopg.errors.LockNotAvailable:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)  # the queued reads and the transaction they serve go first
+    finally:
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
 
 
 def maintained(conn: psycopg.Connection, schema: str) -> int:

@@ -67,7 +67,7 @@ from ..capabilities import ScanFn
 from ..ledger import SECRET_META
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
-from .reads import HNSW_SETTINGS, REC_COLS, PgReads, unseal_record
+from .reads import HNSW_SETTINGS, PLANNED_IN_SNAPSHOT, REC_COLS, PgReads, id_array, unseal_record
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -189,13 +189,16 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            # one round trip: the transaction begins and its snapshot is taken by the SELECT
+            # one round trip: the transaction begins and its snapshot is taken by the SELECT,
+            # which also has every prepared statement of the snapshot planned for its own
+            # arguments (PLANNED_IN_SNAPSHOT)
             cur = conn.execute(
-                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT epoch FROM {self._s}.epoch_counter"
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {PLANNED_IN_SNAPSHOT}, epoch"
+                f" FROM {self._s}.epoch_counter"
             )
             cur.nextset()  # past BEGIN's result to the SELECT's
             row = cur.fetchone()
-            self._local.epoch = 0 if row is None else int(row[0])
+            self._local.epoch = 0 if row is None else int(row[1])
             self._local.conn = conn
             self._local.closed = False
             try:
@@ -220,8 +223,8 @@ class PostgresOrigin(PgReads):
         with conn.pipeline():
             cur = conn.execute(
                 f"SELECT {REC_COLS}, r.sealed_by, k.wrapped, k.kek_id FROM {s}.records r"
-                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s)",
-                (list(ids),),
+                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])",
+                (id_array(ids),),
             )
             conn.execute("COMMIT")
         rows = cur.fetchall()
