@@ -680,6 +680,13 @@ def main() -> None:
     ap.add_argument("--systems", default="efface_postgres,efface_sqlite,langgraph")
     ap.add_argument("--quality", action="store_true", help="run the MiniLM quality cell instead of a scale run")
     ap.add_argument("--dir", default=None, help="where the server's data directory and the stores go")
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server setting over SETTINGS (repeatable), e.g. shared_buffers=3GB for a 1M run",
+    )
     ap.add_argument("--child", choices=("write", "recall"), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -701,6 +708,9 @@ def main() -> None:
         "machine": machine(),
         "load_at_start": load_start,
     }
+    for item in args.setting:
+        name, _, value = item.partition("=")
+        SETTINGS[name.strip()] = value.strip()
     server = start_primary(work / "pg", settings=SETTINGS)
     try:
         with server.connect() as conn:
