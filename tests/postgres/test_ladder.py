@@ -303,3 +303,42 @@ def test_the_maintenance_rebuilds_the_vector_index_in_memory_and_leaves_no_setti
         finally:
             for c in held:
                 pool.putconn(c)
+
+
+def test_a_rewrite_whose_parallel_build_finds_no_shared_memory_is_built_serially(pg_db):
+    """A parallel HNSW build keeps its graph in dynamic shared memory; in a container whose
+    /dev/shm is small, PostgreSQL answers "could not resize shared memory segment" (disk full).
+    The rewrite then builds once more without parallel workers, instead of failing every round,
+    and leaves the session's setting as it found it. The failure is injected (this host's
+    /dev/shm is large): the connection below is real, only its first VACUUM FULL fails."""
+    import psycopg
+
+    with pg_db.connect() as real:
+        real.execute("CREATE TABLE shm_t (id int)")
+        real.execute("INSERT INTO shm_t SELECT generate_series(1, 100)")
+        before = real.execute("SELECT pg_relation_filenode('shm_t')").fetchone()[0]
+        seen: list[str] = []
+
+        class FirstRewriteFails:
+            def execute(self, sql, *args):
+                workers = real.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
+                if sql.startswith("VACUUM (FULL)"):
+                    seen.append(workers)
+                    if workers != "0":
+                        raise psycopg.errors.DiskFull("could not resize shared memory segment")
+                return real.execute(sql, *args)
+
+        maintenance._rewrite(FirstRewriteFails(), "shm_t")
+        assert seen == ["2", "0"]  # PostgreSQL's default, then serially
+        assert real.execute("SELECT pg_relation_filenode('shm_t')").fetchone()[0] != before  # rewritten
+        assert real.execute("SHOW max_parallel_maintenance_workers").fetchone()[0] == "2"
+
+        class AlwaysFails:
+            def execute(self, sql, *args):
+                if sql.startswith("VACUUM (FULL)"):
+                    raise psycopg.errors.DiskFull("could not resize shared memory segment")
+                return real.execute(sql, *args)
+
+        with pytest.raises(psycopg.errors.DiskFull):  # a second failure is the maintenance's to report
+            maintenance._rewrite(AlwaysFails(), "shm_t")
+        assert real.execute("SHOW max_parallel_maintenance_workers").fetchone()[0] == "2"

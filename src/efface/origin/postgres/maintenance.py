@@ -319,6 +319,7 @@ def _rewrite(conn: psycopg.Connection, table: str) -> None:
     import psycopg
 
     deadline = time.monotonic() + LOCK_PATIENCE
+    serial = False
     conn.execute(f"SET lock_timeout = '{REWRITE_ATTEMPT}'")
     try:
         while True:
@@ -329,8 +330,18 @@ def _rewrite(conn: psycopg.Connection, table: str) -> None:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)  # the queued reads and the transaction they serve go first
+            except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
+                # a parallel index build keeps its graph in dynamic shared memory, which a
+                # container's small /dev/shm (Docker's 64MB) cannot hold: once, build it in
+                # this process's own memory instead
+                if serial:
+                    raise
+                serial = True
+                conn.execute("SET max_parallel_maintenance_workers = 0")
     finally:
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        if serial:
+            conn.execute("RESET max_parallel_maintenance_workers")
 
 
 def maintained(conn: psycopg.Connection, schema: str) -> int:
