@@ -385,25 +385,30 @@ def test_a_text_longer_than_coordination_reads_keeps_its_share_whole():
     assert np.allclose(got, [0.2 + 0.5 * np.sqrt(0.5), 0.7, 0.2 + 0.5 * np.sqrt(0.5)]), got
 
 
+class _Plain:
+    """The hashing embedder's vectors under a name of its own: an embedder recall does not
+    know to be lexical, so its vector leg votes as a meaning leg would."""
+
+    name, dim = "plain-hashing", 384
+
+    def __init__(self) -> None:
+        from efface.embed.hashing import HashingEmbedder
+
+        self._h = HashingEmbedder()
+
+    def embed(self, texts):
+        return self._h.embed(texts)
+
+
 @pytest.mark.parametrize("lexical", [False, True], ids=["meaning leg", "lexical embedder"])
 def test_recall_rescores_its_first_records_by_coordination_only_beside_a_meaning_leg(open_store, monkeypatch, lexical):
     """End to end: with an embedder that is not lexical, the record holding one of the two
     question words scores sqrt(1/2) of its text share, the one holding both its whole share
     (scores compared with recall's own without the re-scoring); with the hashing embedder
     (lexical: the cosine only breaks ties) nothing is re-scored."""
-    from efface.embed.hashing import HashingEmbedder
     from efface.paths import recall as R
 
-    class Plain:
-        name, dim = "plain-hashing", 384
-
-        def __init__(self) -> None:
-            self._h = HashingEmbedder()
-
-        def embed(self, texts):
-            return self._h.embed(texts)
-
-    store = open_store(embedder="hashing" if lexical else Plain())
+    store = open_store(embedder="hashing" if lexical else _Plain())
     recs = [{"key": "a", "text": "zebra zebra"}, {"key": "b", "text": "a zebra and an apple in a longer sentence"}]
     recs += [{"key": f"f{i}", "text": f"apple note number {i} for the day"} for i in range(8)]
     store.write_many(recs, tenant=TENANT, purpose=PURPOSE, subject="s")
@@ -429,19 +434,9 @@ def test_recall_rescores_its_first_records_by_coordination_only_beside_a_meaning
 def test_the_full_text_leg_alone_is_not_coordinated(open_store, monkeypatch):
     """Coordination re-scores the fused list where a meaning leg votes beside the words; the
     full-text path recalled alone (as bench_quality's ``efface.fts_leg``) keeps its BM25 order."""
-    from efface.embed.hashing import HashingEmbedder
     from efface.paths import recall as R
 
-    class Plain:
-        name, dim = "plain-hashing", 384
-
-        def __init__(self) -> None:
-            self._h = HashingEmbedder()
-
-        def embed(self, texts):
-            return self._h.embed(texts)
-
-    store = open_store(embedder=Plain())
+    store = open_store(embedder=_Plain())
     store.write_many(
         [{"key": f"k{i}", "text": f"zebra number {i}"} for i in range(12)], tenant=TENANT, purpose=PURPOSE, subject="s"
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import warnings
 
@@ -19,6 +18,8 @@ from efface.origin.postgres import KeyFileCreated, KeyFileMismatch, maintenance
 from efface.origin.postgres.hashsecret import SECRET_ID_META
 from efface.origin.postgres.keys import NAME_KEY_META, KekFile, Keys
 from efface.origin.postgres.schema import TABLES
+
+from .filescan import files_holding
 
 NAME = "alice-unique-name"
 T = f"tenant-{NAME}"
@@ -53,19 +54,8 @@ def _dump(pg_db) -> str:
 
 
 def _clear_hits(pg_db, needle: bytes) -> dict[str, int]:
-    """Files of the database's directory and of pg_wal holding ``needle`` in clear, after a
-    CHECKPOINT (the files then hold what the buffers hold)."""
-    with pg_db.connect() as conn:
-        conn.execute("CHECKPOINT")
-        dboid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
-    data_dir = str(pg_db.server.datadir)
-    hits: dict[str, int] = {}
-    for path in maintenance.db_files(f"{data_dir}/base/{dboid}") + maintenance.wal_files(data_dir):
-        with open(path, "rb") as f:
-            n = f.read().count(needle)
-        if n:
-            hits[os.path.relpath(path, data_dir)] = n
-    return hits
+    """Files of the database's directory and of pg_wal holding ``needle`` in clear."""
+    return files_holding(pg_db, [needle])
 
 
 def _kinds(store, handle, pg_db) -> dict[str, int]:

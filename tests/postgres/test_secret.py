@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from efface.origin.postgres.hashsecret import MOVED_KIND, SECRET_ID_META, STORE_
 from efface.origin.postgres.kekfile import KekFile, hash_secret_id
 from efface.origin.postgres.keys import Keys
 from efface.origin.postgres.schema import TABLES
+
+from .filescan import files_holding
 
 T = "acme-tenant"
 OTHER_T = "globex-tenant"
@@ -54,23 +55,6 @@ def _meta(pg_db, key: str) -> str | None:
     with pg_db.connect() as conn:
         row = conn.execute("SELECT v FROM efface.meta WHERE k = %s", (key,)).fetchone()
     return None if row is None else str(row[0])
-
-
-def _hits(pg_db, needles: list[bytes]) -> dict[str, int]:
-    """Files of the database's directory (its tables, indexes and catalogs, pg_statistic among
-    them) and of pg_wal holding any of ``needles``, after a CHECKPOINT."""
-    with pg_db.connect() as conn:
-        conn.execute("CHECKPOINT")
-        dboid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
-    data_dir = str(pg_db.server.datadir)
-    hits: dict[str, int] = {}
-    for path in maintenance.db_files(f"{data_dir}/base/{dboid}") + maintenance.wal_files(data_dir):
-        with open(path, "rb") as f:
-            data = f.read()
-        n = sum(data.count(x) for x in needles)
-        if n:
-            hits[os.path.relpath(path, data_dir)] = n
-    return hits
 
 
 def _forms(secret: bytes) -> list[bytes]:
@@ -125,7 +109,7 @@ def test_a_new_store_derives_its_hash_secret_from_the_file_and_never_writes_it_t
         assert _meta(pg_db, SECRET_META) is None
         assert _meta(pg_db, SECRET_ID_META) == hash_secret_id(secret)
         assert secret.hex() not in _dump(pg_db)
-        assert _hits(pg_db, _forms(secret)) == {}, "not a byte of it in the database's files or the WAL"
+        assert files_holding(pg_db, _forms(secret)) == {}, "not a byte of it in the database's files or the WAL"
     with _open(pg_db, kek, tmp_path / "b") as again:  # a reopen finds the same secret
         assert again._secret == secret
         assert len(again.receipts(T)) == 1 and again.verify_ledger().ok
@@ -138,7 +122,7 @@ def test_an_older_databases_secret_moves_into_the_file_and_the_maintenance_clear
         assert s.wait(r.handle, 60, until="erased").erased
         secret, tenant_id = s._secret, s._tenant(T)
     _to_older_database(pg_db, kek, secret)
-    assert _hits(pg_db, _forms(secret)), "the older database's secret is in its files (the test's premise)"
+    assert files_holding(pg_db, _forms(secret)), "the older database's secret is in its files (the test's premise)"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         s = _open(pg_db, kek, tmp_path / "b")
@@ -161,7 +145,7 @@ def test_an_older_databases_secret_moves_into_the_file_and_the_maintenance_clear
                 "SELECT 1 FROM pg_stats WHERE schemaname = 'efface' AND tablename = 'meta' AND attname = 'v'"
             ).fetchone(), "the sampled statistics are gone"
         assert report.get("wal_rounds", 0) > 0, report
-        assert _hits(pg_db, _forms(secret)) == {}, "the maintenance after the move left none of its bytes"
+        assert files_holding(pg_db, _forms(secret)) == {}, "the maintenance after the move left none of its bytes"
         # and the store works on: a new erasure is proven erased
         s.write("late", "a later note", tenant=T, subject="dave", purpose="support")
         late = s.forget(tenant=T, subject="dave")
