@@ -14,7 +14,7 @@ import pytest
 
 import efface
 
-from conftest import ann_vectors
+from conftest import ann_vectors, behind, on_postgres
 
 HTTP_CONTRACT = True
 """The API-level contract also runs through a served store (the http backend, conftest)."""
@@ -617,11 +617,9 @@ def _open_in_child(path):
     )
 
 
-@pytest.mark.postgres_pending(
-    reason="it opens store.path as an embedded store's directory; a PostgreSQL store's path is its cache "
-    "directory (locked the same way while open), and another process opens the database, not the path"
-)
 def test_a_second_process_cannot_open_an_open_store(store):
+    if on_postgres(store):
+        pytest.skip("postgres origin: any number of processes share one database (the test below)")
     put(store, "n1", "a note")
     locked = _open_in_child(store.path)
     assert locked.returncode == 3, locked.stderr
@@ -631,6 +629,64 @@ def test_a_second_process_cannot_open_an_open_store(store):
     store.close()
     free = _open_in_child(store.path)
     assert free.returncode == 0, free.stderr
+
+
+_OPEN_PG_IN_CHILD = textwrap.dedent(
+    """
+    import os
+    import sys
+    import efface
+    # the URL comes in the environment, never on a command line (ps shows those to every user)
+    url, kek, cache = os.environ["EFFACE_TEST_URL"], os.environ["EFFACE_KEK_FILE"], sys.argv[1] or None
+    try:
+        s = efface.open(url, embedder="hashing", background=False, cache_dir=cache)
+    except efface.StoreLocked:
+        sys.exit(3)
+    with s:
+        m = s.read("n1", tenant="acme", purpose="support")
+        print(m.text if m is not None else "<none>")
+        s.write("n2", "a note from the second process", tenant="acme", subject="alice", purpose="support")
+    """
+)
+
+
+def test_a_second_process_shares_an_open_postgres_store_but_not_its_cache_directory(store, tmp_path):
+    """On PostgreSQL nothing locks the database: a second process on the same URL opens the
+    store while the first has it open, reads what the first wrote and writes what the first
+    then reads. What one process holds is its cache directory (``store.path``): another process
+    naming the same one gets StoreLocked, as a second handle in this process does, until the
+    first closes."""
+    if not on_postgres(store):
+        pytest.skip("the PostgreSQL origin's sharing (an embedded store's directory is one process's: above)")
+    origin = behind(store)._origin
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "EFFACE_TEST_URL": origin._pool.conninfo,
+        "EFFACE_KEK_FILE": os.fspath(origin._keys.file.path),
+        "XDG_CACHE_HOME": os.fspath(tmp_path / "xdg-cache"),  # the child's own cache directory, removed at close
+    }
+
+    def child(cache_dir: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _OPEN_PG_IN_CHILD, cache_dir], capture_output=True, text=True, timeout=120, env=env
+        )
+
+    put(store, "n1", "a note")
+    locked = child(store.path)  # the first process's cache directory
+    assert locked.returncode == 3, locked.stderr
+    with pytest.raises(efface.StoreLocked):  # a second handle in this process on it, too
+        efface.open(origin._pool.conninfo, embedder="hashing", background=False, cache_dir=store.path)
+    assert text_of(store, "n1") == "a note" and text_of(store, "n2") is None
+    shared = child("")  # the same database, a cache directory of its own
+    assert shared.returncode == 0, shared.stderr
+    assert shared.stdout.strip() == "a note"  # it saw the first process's write
+    assert text_of(store, "n2") == "a note from the second process"  # and the first sees its write
+    assert not any((tmp_path / "xdg-cache").rglob("efface.lock"))  # its own directory, removed at close
+    store.close()
+    free = child(store.path)  # closed: the cache directory is free again
+    assert free.returncode == 0, free.stderr
+    assert free.stdout.strip() == "a note"
 
 
 def test_closed_store_refuses_calls(store):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 import uuid
 from pathlib import Path
@@ -35,7 +36,7 @@ from langgraph.store.memory import InMemoryStore
 import efface
 from efface.compat.langgraph import EffaceStore
 
-from conftest import backend_options
+from conftest import PG_MIGRATED, PgStores, backend_options, examples
 
 LABELS = st.sampled_from(["a", "b", "c"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
@@ -141,22 +142,37 @@ def _run(ref: InMemoryStore, ours: EffaceStore, op) -> None:
         assert _grouped([_row(i) for i in got_ours[3]]) == _grouped([_row(i) for i in got_ref[3]])
 
 
-@pytest.mark.postgres_pending(
-    reason="opens a store per Hypothesis example by directory (backend_options); "
-    "a database per example is not wired yet"
-)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(OPS, min_size=1, max_size=25))
-def test_same_results_as_langgraph_in_memory_store(backend, ops):
-    with tempfile.TemporaryDirectory() as tmp:
-        store = efface.open(Path(tmp) / "s", embedder="hashing", background=False, **backend_options(backend))
-        try:
-            ours = EffaceStore(store, tenant="acme")
-            ref = InMemoryStore()
-            for op in ops:
-                _run(ref, ours, op)
-        finally:
-            store.close()
+def test_same_results_as_langgraph_in_memory_store(backend, request):
+    # A fresh store per example: on postgres a database of its own from the pool (conftest.PgPool),
+    # emptied and handed back after the example; a quarter of the examples there (conftest.examples).
+    pool = request.getfixturevalue("pg_pool") if backend == "postgres" else None
+
+    @settings(
+        max_examples=examples(backend, 60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(ops=st.lists(OPS, min_size=1, max_size=25))
+    def same_results(ops):
+        with tempfile.TemporaryDirectory() as tmp:
+            where, options = os.path.join(tmp, "s"), backend_options(backend)
+            databases = None
+            if pool is not None:
+                databases = PgStores(pool.server, Path(tmp), pool)
+                options = databases.options(where)
+                where = databases.url(where, PG_MIGRATED)
+            try:
+                store = efface.open(where, embedder="hashing", background=False, **options)
+                try:
+                    ours = EffaceStore(store, tenant="acme")
+                    ref = InMemoryStore()
+                    for op in ops:
+                        _run(ref, ours, op)
+                finally:
+                    store.close()
+            finally:
+                if databases is not None:
+                    databases.drop()
+
+    same_results()
 
 
 @pytest.fixture

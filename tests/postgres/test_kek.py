@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from efface.errors import EffaceError, NotFound, StoreDamaged
 from efface.origin.postgres import DataKeyDestroyed, KeyFileCreated, KeyFileMismatch, KeyFileMissing
-from efface.origin.postgres.keys import _WRAP_AAD, ENV, NONCE_LEN, KekFile, Keys, kek_id
+from efface.origin.postgres.kekring import _WRAP_AAD
+from efface.origin.postgres.keys import ENV, NONCE_LEN, KekFile, Keys, kek_id
 from efface.origin.postgres.schema import migrate
 
 TEXT = b"Alice prefers green tea"

@@ -3,7 +3,8 @@ writes, recalls and forgets in a PostgreSQL store, and the erasure climbs to ``e
 a second MCP server on the same database, started after the forget, serves nothing erased.
 
 The URL carries a password (the test cluster trusts loopback and ignores it): it must never
-reach the agent, stdout's protocol stream or stderr.
+reach the agent, stdout's protocol stream or stderr. It is given in ``EFFACE_ORIGIN``, as
+``efface mcp --origin`` also reads it, never on a command line, where ``ps`` would show it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ PASSWORD = "Pw-mcp-origin-51c2"
 
 
 def _params(url: str, kek) -> StdioServerParameters:
-    args = ["-m", "efface", "mcp", "--origin", url, "--kek-file", str(kek), "--embedder", "hashing"]
+    # the URL in EFFACE_ORIGIN, never on the command line (ps shows a password there to every user)
+    args = ["-m", "efface", "mcp", "--kek-file", str(kek), "--embedder", "hashing"]
     return StdioServerParameters(
-        command=sys.executable, args=[*args, "--tenant", "acme", "--purpose", "support"], env=child_env()
+        command=sys.executable,
+        args=[*args, "--tenant", "acme", "--purpose", "support"],
+        env={**child_env(), "EFFACE_ORIGIN": url},
     )
 
 
@@ -88,8 +92,8 @@ def test_mcp_origin_errors_name_no_password(pg_db, tmp_path):
         store.write("k", "a note", tenant="acme", subject="s", purpose="support")
     missing = tmp_path / "nowhere.kek"
     proc = subprocess.run(
-        [sys.executable, "-m", "efface", "mcp", "--origin", url, "--kek-file", str(missing), "--embedder", "hashing"],
-        env=child_env(),
+        [sys.executable, "-m", "efface", "mcp", "--kek-file", str(missing), "--embedder", "hashing"],
+        env={**child_env(), "EFFACE_ORIGIN": url},
         capture_output=True,
         text=True,
         timeout=120,

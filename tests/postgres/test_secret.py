@@ -18,8 +18,7 @@ import pytest
 
 import efface
 from efface.origin.ledger import SECRET_META
-from efface.origin.postgres import KeyFileCreated, KeyFileMismatch, maintenance
-from efface.origin.postgres import keys as pg_keys
+from efface.origin.postgres import KeyFileCreated, KeyFileMismatch, kekring, maintenance
 from efface.origin.postgres.hashsecret import MOVED_KIND, SECRET_ID_META, STORE_ID_META, derived
 from efface.origin.postgres.kekfile import KekFile, hash_secret_id
 from efface.origin.postgres.keys import Keys
@@ -174,7 +173,7 @@ def test_a_crash_between_the_file_and_the_database_is_finished_at_the_next_open(
 
 
 def test_a_file_without_the_stores_hash_secret_or_with_another_is_refused(pg_db, kek, tmp_path, monkeypatch):
-    monkeypatch.setattr(pg_keys, "KEK_WAIT_S", 0.2)
+    monkeypatch.setattr(kekring, "KEK_WAIT_S", 0.2)
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         secret = s._secret

@@ -8,7 +8,11 @@ one PostgreSQL database, driven with the real HTTP client (issue #34 item 4).
   read, scan and recall, over many interleaved rounds, each server taking each role;
 * ``kill -9`` of a server in the middle of traffic loses nothing it acknowledged and
   resurrects nothing erased (checked on the other server and on the restarted one);
-* the URL's password is never printed (server log, CLI output, errors).
+* the URL's password is never printed (server log, CLI output, errors), and never put on a
+  command line either (``ps`` shows those to every user of the machine): every process here is
+  given the URL in ``EFFACE_ORIGIN``, as docs/postgres.md tells operators to;
+* a role that must give a password gets it from libpq's ``PGPASSFILE`` or ``PGPASSWORD``, the
+  URL naming no password at all.
 
 Each server is its own process (``python -m efface serve``), on a free loopback port, stopped
 by its pid. The embedder is the hashing one (no model to load twice on a shared machine): what
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,7 +40,8 @@ from efface.service.wire import Unauthorized
 
 PASSWORD = "Pw-quillon-7f3a9"
 """In every URL the servers and the CLI are given (the test cluster trusts loopback, so it is
-accepted and ignored): it must never be printed."""
+accepted and ignored): it must never be printed. The URL goes to each process in
+``EFFACE_ORIGIN``, never as ``--origin URL`` on its command line."""
 TENANT = "acme"
 PURPOSE = "support"
 
@@ -47,11 +53,12 @@ def _url(pg_db) -> str:
 class PgServe:
     """One ``efface serve --origin`` process; its log in a file."""
 
-    def __init__(self, url: str, kek: Path, log: Path) -> None:
-        self.args = [sys.executable, "-m", "efface", "serve", "--origin", url, "--kek-file", str(kek)]
+    def __init__(self, url: str, kek: Path, log: Path, env: dict[str, str] | None = None) -> None:
+        self.args = [sys.executable, "-m", "efface", "serve", "--kek-file", str(kek)]
         self.args += ["--embedder", "hashing", "--port", "0"]
         self.log_path = log
-        self.env = child_env()
+        self.env = {**child_env(), **(env or {}), "EFFACE_ORIGIN": url}  # not on the command line
+        self.env["XDG_CACHE_HOME"] = str(log.parent / "cache")  # its cache directory: kill -9 leaves it behind
         self.start()
 
     def start(self) -> None:
@@ -88,9 +95,14 @@ class PgServe:
                 self.proc.wait()
 
 
-def efface_cli(*args: str) -> tuple[int, dict, str]:
+def efface_cli(*args: str, origin: str | None = None, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    """``efface ARGS --json``; ``origin``: the store's URL, given in ``EFFACE_ORIGIN`` (a URL with
+    a password on a command line is visible in ``ps``)."""
+    env = {**child_env(), **(env or {})}
+    if origin is not None:
+        env["EFFACE_ORIGIN"] = origin
     out = subprocess.run(
-        [sys.executable, "-m", "efface", *args, "--json"], env=child_env(), capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "efface", *args, "--json"], env=env, capture_output=True, text=True, timeout=180
     )
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {}), out.stdout + out.stderr
 
@@ -114,17 +126,17 @@ def two(pg_db, tmp_path):
 
 def test_keys_created_or_revoked_anywhere_count_on_every_server(two):
     url, kek, a, b = two
-    code, made, printed = efface_cli("keys", "create", "--origin", url, "--kek-file", str(kek), "--tenant", TENANT)
+    code, made, printed = efface_cli("keys", "create", "--kek-file", str(kek), "--tenant", TENANT, origin=url)
     assert code == 0, printed
     assert PASSWORD not in printed
     key = made["key"]
     with a.client(key) as ca, b.client(key) as cb:
         ca.write("n1", "Alice prefers green tea", subject="alice", purpose=PURPOSE)
         assert cb.read("n1", purpose=PURPOSE).text == "Alice prefers green tea"
-        code, listed, _ = efface_cli("keys", "list", "--origin", url, "--kek-file", str(kek), "--tenant", TENANT)
+        code, listed, _ = efface_cli("keys", "list", "--kek-file", str(kek), "--tenant", TENANT, origin=url)
         assert code == 0 and [k["id"] for k in listed["keys"]] == [made["id"]]
         assert listed["keys"][0]["tenant"] == TENANT
-        code, _, printed = efface_cli("keys", "revoke", made["id"], "--origin", url, "--kek-file", str(kek))
+        code, _, printed = efface_cli("keys", "revoke", made["id"], "--kek-file", str(kek), origin=url)
         assert code == 0, printed
         for c in (ca, cb):
             with pytest.raises(Unauthorized):
@@ -180,13 +192,14 @@ def test_kill_9_of_a_server_loses_nothing_acknowledged_and_resurrects_nothing(tw
     written: list[str] = []  # acknowledged by A
     forgotten: list[str] = []  # acknowledged by A
     in_doubt: list[str] = []  # a forget A died under: committed or not, either is right
-    stop = threading.Event()
+    enough = threading.Event()  # A acknowledged six forgets: time to kill it
+    killing = threading.Event()  # from here on, an error is A dying under a request
     failures: list[BaseException] = []
 
     def traffic() -> None:
         i = 0
         with a.client(key) as ca:
-            while not stop.is_set():
+            while True:
                 try:
                     ca.write(f"k{i}", f"kill test record {i} quillon{i}", subject=f"p{i}", purpose=PURPOSE)
                     written.append(f"k{i}")
@@ -195,22 +208,28 @@ def test_kill_9_of_a_server_loses_nothing_acknowledged_and_resurrects_nothing(tw
                         ca.forget(subject=f"p{i - 1}")
                         forgotten.append(f"k{i - 1}")
                         in_doubt.pop()
-                except (efface.EffaceError, OSError):
-                    return  # the server died under this request: unacknowledged, either way
-                except BaseException as e:  # pragma: no cover - reported below
-                    failures.append(e)
-                    return
+                        if len(forgotten) >= 6:
+                            enough.set()
+                except BaseException as e:
+                    if not killing.is_set():  # before the kill: a real failure, reported below
+                        failures.append(e)
+                    enough.set()
+                    return  # else the server died under this request: unacknowledged, either way
                 i += 1
 
     t = threading.Thread(target=traffic)
     t.start()
-    deadline = time.monotonic() + 120
-    while len(forgotten) < 6 and time.monotonic() < deadline and t.is_alive():
-        time.sleep(0.05)
-    a.kill9()
-    stop.set()
-    t.join(timeout=120)
-    assert not failures and len(forgotten) >= 6
+    try:
+        # No while-sleeping: the traffic itself says when six forgets are acknowledged (or
+        # that it failed); the timeout only bounds a hung server.
+        assert enough.wait(300), "the server acknowledged fewer than six forgets in 300 s"
+    finally:
+        killing.set()
+        a.kill9()
+        t.join(timeout=120)
+    assert not t.is_alive()
+    assert not failures, f"a request failed before the kill: {failures[0]!r}"
+    assert len(forgotten) >= 6
     kept = [k for k in written if k not in forgotten and k not in in_doubt]
     a.start()  # restarted on the same database, the same KEK file
     with a.client(key) as ca, b.client(key) as cb:
@@ -229,21 +248,21 @@ def test_kill_9_of_a_server_loses_nothing_acknowledged_and_resurrects_nothing(tw
 def test_the_kek_file_missing_or_wrong_is_a_clear_error_never_a_new_key(two, tmp_path):
     url, _kek, _a, _b = two
     missing = tmp_path / "nowhere.kek"
-    code, doc, printed = efface_cli("keys", "list", "--origin", url, "--kek-file", str(missing))
+    code, doc, printed = efface_cli("keys", "list", "--kek-file", str(missing), origin=url)
     assert code == 1 and doc["error"]["type"] == "KeyFileMissing", printed
     assert not missing.exists() and PASSWORD not in printed
     from efface.origin.postgres.keys import KekFile
 
     other = tmp_path / "other.kek"
     assert KekFile(other).create(os.urandom(32))  # another store's file
-    code, doc, printed = efface_cli("keys", "list", "--origin", url, "--kek-file", str(other))
+    code, doc, printed = efface_cli("keys", "list", "--kek-file", str(other), origin=url)
     assert code == 1 and doc["error"]["type"] == "KeyFileMismatch", printed
-    code, doc, printed = efface_cli("receipts", "--origin", url, "--kek-file", str(other), "--embedder", "hashing")
+    code, doc, printed = efface_cli("receipts", "--kek-file", str(other), "--embedder", "hashing", origin=url)
     assert code == 1 and doc["error"]["type"] == "KeyFileMismatch", printed
     # a server given no file at all refuses too, before serving
     proc = subprocess.run(
-        [sys.executable, "-m", "efface", "serve", "--origin", url, "--embedder", "hashing", "--port", "0"],
-        env=child_env(),
+        [sys.executable, "-m", "efface", "serve", "--embedder", "hashing", "--port", "0"],
+        env={**child_env(), "EFFACE_ORIGIN": url},
         capture_output=True,
         text=True,
         timeout=180,
@@ -255,20 +274,101 @@ def test_the_kek_file_missing_or_wrong_is_a_clear_error_never_a_new_key(two, tmp
 
 def test_cli_commands_take_origin_and_never_print_the_password(two, tmp_path):
     url, kek, _a, _b = two
-    common = ("--origin", url, "--kek-file", str(kek), "--embedder", "hashing", "--tenant", TENANT)
-    code, doc, printed = efface_cli("write", "c1", "Bob likes chess", "--subject", "bob", "--purpose", PURPOSE, *common)
+    common = ("--kek-file", str(kek), "--embedder", "hashing", "--tenant", TENANT)
+    code, doc, printed = efface_cli(
+        "write", "c1", "Bob likes chess", "--subject", "bob", "--purpose", PURPOSE, *common, origin=url
+    )
     assert code == 0, printed
-    code, doc, printed = efface_cli("forget", "--subject", "bob", *common)
+    code, doc, printed = efface_cli("forget", "--subject", "bob", *common, origin=url)
     assert code == 0 and doc["erased"] == ["c1"], printed
-    code, doc, printed = efface_cli("status", doc["handle"], *common)
+    code, doc, printed = efface_cli("status", doc["handle"], *common, origin=url)
     assert code == 0 and doc["erased"] is True and doc["counts"]["erased"] == 1, printed
-    code, doc, printed = efface_cli("--origin", url, "--store", str(tmp_path / "s"), "receipts")
+    code, doc, printed = efface_cli("--store", str(tmp_path / "s"), "receipts", origin=url)
     assert code == 2 and "not both" in doc["error"]["message"]
+    # --origin on the command line still works (a URL without a password: nothing to hide)
+    code, doc, printed = efface_cli("receipts", "--origin", url.replace(f":{PASSWORD}@", "@"), *common)
+    assert code == 0, printed
     # a wrong port: a clear error, no password
     bad = re.sub(r":(\d+)/", ":1/", url)
-    code, doc, printed = efface_cli("receipts", "--origin", bad, "--kek-file", str(kek))
+    code, doc, printed = efface_cli("receipts", "--kek-file", str(kek), origin=bad)
     assert code == 1 and doc["error"]["type"] == "OriginUnreachable"
     assert PASSWORD not in printed
+
+
+@pytest.fixture
+def pw_role(pg_db):
+    """A role that must give its password: two lines of its own at the top of the test
+    server's ``pg_hba.conf`` (scram-sha-256; the cluster trusts every other role on loopback),
+    removed at teardown. No superuser: it owns the schema efface makes (docs/postgres.md,
+    "Roles"). Yields (the URL naming the role and no password, the password)."""
+    import psycopg
+    from psycopg import sql
+
+    role, password = f"pw_{pg_db.name}", secrets.token_urlsafe(18)
+    hba = pg_db.server.datadir / "pg_hba.conf"
+    original = hba.read_text()
+    with pg_db.connect() as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER PASSWORD {}").format(sql.Identifier(role), password))
+        conn.execute(sql.SQL("CREATE SCHEMA efface AUTHORIZATION {}").format(sql.Identifier(role)))
+    hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\nhost all {role} ::1/128 scram-sha-256\n" + original)
+    url = pg_db.url.replace(f"//{pg_db.url.split('//', 1)[1].split('@', 1)[0]}@", f"//{role}@", 1)
+    try:
+        with pg_db.connect() as conn:
+            conn.execute("SELECT pg_reload_conf()")
+        # the reload is the postmaster's to do: ready once the role is asked for its password
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(url, connect_timeout=5).close()
+            except psycopg.OperationalError as e:
+                if "password" in str(e):
+                    break
+                raise
+            assert time.monotonic() < deadline, "the server did not reload pg_hba.conf"
+            time.sleep(0.05)
+        yield url, password
+    finally:
+        hba.write_text(original)
+        with pg_db.connect() as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            conn.execute("DROP SCHEMA IF EXISTS efface CASCADE")
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_password_comes_from_pgpassfile_or_pgpassword_never_a_command_line(pw_role, tmp_path):
+    """docs/postgres.md, "The password": a role that needs one gets it from libpq's
+    ``PGPASSFILE`` (the server here) or ``PGPASSWORD`` (the CLI), the URL in ``EFFACE_ORIGIN``
+    naming none; without any, a clear ``OriginUnreachable`` before anything is created."""
+    url, password = pw_role
+    kek = tmp_path / "efface.kek"
+    code, doc, printed = efface_cli("receipts", "--kek-file", str(kek), "--embedder", "hashing", origin=url)
+    assert code == 1 and doc["error"]["type"] == "OriginUnreachable", printed
+    assert not kek.exists() and "Traceback" not in printed
+    host, port, dbname = re.search(r"@([^:/]+):(\d+)/(\w+)", url).groups()  # type: ignore[union-attr]
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"{host}:{port}:{dbname}:{url.split('//')[1].split('@')[0]}:{password}\n")
+    passfile.chmod(0o600)  # libpq ignores a password file others may read
+    server = PgServe(url, kek, tmp_path / "serve.log", env={"PGPASSFILE": str(passfile)})
+    try:
+        with open(f"/proc/{server.proc.pid}/cmdline", "rb") as f:
+            cmdline = f.read().decode()
+        assert "postgresql://" not in cmdline and password not in cmdline  # what ps shows
+        code, made, printed = efface_cli(
+            "keys", "create", "--kek-file", str(kek), "--tenant", TENANT, origin=url, env={"PGPASSWORD": password}
+        )
+        assert code == 0, printed
+        assert password not in printed
+        with server.client(made["key"]) as c:
+            c.write("pw1", "Alice keeps her passwords in a vault", subject="alice", purpose=PURPOSE)
+            assert c.read("pw1", purpose=PURPOSE).text == "Alice keeps her passwords in a vault"
+        code, doc, printed = efface_cli(
+            "receipts", "--kek-file", str(kek), "--tenant", TENANT, origin=url, env={"PGPASSWORD": password}
+        )
+        assert code == 0, printed
+    finally:
+        server.stop()
+    assert password not in server.log()
 
 
 def _doc_block() -> list[str]:
@@ -338,8 +438,8 @@ def test_the_commands_of_docs_postgres_md_several_servers(pg_db, tmp_path):
 def test_a_malformed_url_is_bad_input_and_never_printed(url, command, tmp_path):
     kek = tmp_path / "efface.kek"
     out = subprocess.run(
-        [sys.executable, "-m", "efface", *command, "--origin", url, "--kek-file", str(kek)],
-        env=child_env(),
+        [sys.executable, "-m", "efface", *command, "--kek-file", str(kek)],
+        env={**child_env(), "EFFACE_ORIGIN": url},
         capture_output=True,
         text=True,
         timeout=180,

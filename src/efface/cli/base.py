@@ -157,7 +157,9 @@ def _origin_options(*, root: bool = False) -> list[Callable]:
             expose_value=False,
             callback=_setter("origin"),
             help="A store in PostgreSQL (postgresql://user@host/db; or EFFACE_ORIGIN) instead of --store DIR; "
-            "several efface servers and commands may share it. A password in it is never printed.",
+            "several efface servers and commands may share it. A password in it is never printed; give the "
+            "URL with one in EFFACE_ORIGIN, or the password in PGPASSFILE or PGPASSWORD, never here: ps shows "
+            "command lines to every user.",
             **env("EFFACE_ORIGIN"),
         ),
         click.option(

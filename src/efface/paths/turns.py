@@ -7,7 +7,7 @@ other: stored with the record, returned with it, fingerprinted and erased with i
 
 A recall can be narrowed by them (:class:`Where`: ``after``, ``before``, ``said_by``): a
 record that does not match is, for that recall, as if it had no live claim. The narrowing is
-applied where liveness is checked (``efface.paths.recall._Checks``), so every path's
+applied where liveness is checked (``efface.paths.candidates._Checks``), so every path's
 candidates are checked against it before fusion and the top-``k`` cut, and recall widens its
 candidate lists while too few survive, as it does for purpose and subject; when the
 candidates still hold fewer than ``k`` that match, every matching record of the tenant is

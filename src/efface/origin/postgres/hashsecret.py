@@ -20,7 +20,7 @@ use holds it already, and two stores whose operator gives them one file still ha
 **Moving an older database's.** Before migration 7 the secret was the ``meta`` row
 :data:`efface.origin.ledger.SECRET_META`, in hex, and cannot be derived: :func:`open_hash_secret`
 moves it into the file (``hash_secrets``, under the store's id), under the
-KEK file's advisory lock (:data:`.keys.KEYS_LOCK`: one process at a time, each re-reading both
+KEK file's advisory lock (:data:`.kekring.KEYS_LOCK`: one process at a time, each re-reading both
 sides once it holds the lock): **the file first** (the same value: every hash, the ledger's
 chain and every receipt stay valid), **then the database**, in one transaction with an epoch
 of its own (kind :data:`MOVED_KIND`) that records the check value and deletes the row. A
@@ -153,7 +153,7 @@ def open_hash_secret(conn: psycopg.Connection, file: KekFile, schema: str, name_
     """The store's hash secret, checked against the database's check value: derived from
     ``name_key`` (the file's, checked already) for a store made by this efface, the file's
     copy for one moved out of an older database's ``meta`` (moved here if it has not been:
-    module docstring). Called on an autocommit connection holding :data:`.keys.KEYS_LOCK`;
+    module docstring). Called on an autocommit connection holding :data:`.kekring.KEYS_LOCK`;
     ``wait_s``: how long to wait for this host's copy of the file to catch up with another
     server's move."""
     s = schema
