@@ -294,3 +294,25 @@ def test_words_ranked_before_the_snapshot_are_ranked_again_when_another_store_wr
         assert [h.key for h in hits][:1] == ["n3"] and "fts" in hits[0].via
         assert "n2" not in [h.key for h in hits]
         assert b._origin.text.applied() > applied
+
+
+def test_a_deferred_snapshot_whose_first_statement_fails_leaves_no_transaction_open(pg_db, kek, tmp_path):
+    """The deferred snapshot's BEGIN goes with its first statement: when that statement fails
+    (here a vector of the wrong dimension), the block's end rolls the transaction back, and
+    the pooled connection serves the next recall in a snapshot of its own."""
+    import psycopg
+    import pytest
+
+    from efface.paths.base import Query
+
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        s.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        origin = s._origin
+        q = Query(s._tenant(T), "green tea", np.ones(3, dtype=np.float32), "p", None, time.time())
+        with pytest.raises(psycopg.Error), origin.snapshot_deferred():
+            ann.live_scored(q, 5, [1])
+        with origin._pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert [h.key for h in s.recall("green tea", tenant=T, purpose="p", k=1)] == ["n1"]

@@ -227,6 +227,7 @@ class PostgresOrigin(PgReads):
         conn = self._local.conn
         epoch_sql = f"SELECT {PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
         cur = None
+        self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
         if then is None:
             got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {epoch_sql}")
             got.nextset()  # past BEGIN's result to the SELECT's
@@ -237,7 +238,6 @@ class PostgresOrigin(PgReads):
                 cur = conn.execute(then[0], then[1], binary=True, prepare=True)
         row = got.fetchone()
         self._local.epoch = 0 if row is None else int(row[1])
-        self._local.begun = True
         return cur
 
     def _snapshot_rows(self, sql: str, args: Any) -> list[Any]:
