@@ -125,7 +125,6 @@ def warm(root: str, files: Sequence[str] | None = None) -> None:
     which use them once they are ready and never wait for them. The store's size is the
     files in ``root``, or ``files`` where the caller knows which grow (a stat of each,
     about 1 us, where listing ``root`` takes ~30: a store calls this after every write)."""
-    global _warming
     if _on is not None or _warming:
         return
     try:
@@ -136,8 +135,18 @@ def warm(root: str, files: Sequence[str] | None = None) -> None:
     except OSError:
         return  # nothing to size yet: the first large scan compiles instead
     if size >= COMPILE_AT:
+        warm_now()
+
+
+def warm_now() -> None:
+    """Compile the loops on a background thread, once per process (a caller that knows it is
+    large by other means than its files: the PostgreSQL origin's word index in memory)."""
+    global _warming
+    with _lock:
+        if _on is not None or _warming:
+            return
         _warming = True
-        threading.Thread(target=on, name="efface-compile", daemon=True).start()
+    threading.Thread(target=on, name="efface-compile", daemon=True).start()
 
 
 def _size(path: str) -> int:

@@ -10,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 
+from efface import compiled
 from efface.origin.memory.state import bm25_scores
 from efface.origin.postgres import postings as mod
 from efface.origin.postgres.postings import Postings
@@ -66,7 +67,8 @@ def _same(p: Postings, m: Model, rng: random.Random) -> None:
         assert p.holding_all(finders).tolist() == sorted(every)
 
 
-def test_postings_score_as_the_memory_origins_bm25(monkeypatch):
+def test_postings_score_as_the_memory_origins_bm25(monkeypatch, scan_kernel):
+    """In numpy and in the compiled walk (efface.compiled) alike."""
     monkeypatch.setattr(mod, "TAIL", 7)  # small, so tails are merged into arrays along the way
     rng = random.Random(5)
     m = Model()
@@ -102,3 +104,28 @@ def test_a_tenant_leaves_with_its_last_record():
     assert p.tenant_count("t1") == 0 and "t1" not in p._codes
     p.add(3, "t3", Counter({"a": 1}))  # a new tenant never takes another's code
     assert p.matches(["a"], "t2").tolist() == [2] and p.matches(["a"], "t3").tolist() == [3]
+
+
+def test_a_large_index_has_the_loops_compiled_and_scores_the_same(monkeypatch):
+    """Past COMPILE_RECORDS records a query starts the compile (on a thread, never waited
+    for); until it is ready numpy scores, then the compiled walk, to the same bits."""
+    compiled.reset()
+    monkeypatch.delenv(compiled.KERNEL_ENV, raising=False)
+    monkeypatch.setattr(mod, "COMPILE_RECORDS", 50)
+    started: list[bool] = []
+    monkeypatch.setattr(compiled, "warm_now", lambda: started.append(True))
+    rng = random.Random(11)
+    p = Postings.build((rid, "a", _doc(rng)) for rid in range(1, 40))
+    terms = WORDS[:6]
+    p.scores(p.matches(terms), terms)
+    assert not started  # 39 records: numpy's scoring, no compile
+    for rid in range(40, 120):
+        p.add(rid, "a", _doc(rng))
+    found = p.matches(terms)
+    by_numpy = p.scores(found, terms)
+    assert started and not compiled.ready()
+    try:
+        assert compiled.on(), "numba should load and compile"
+        assert np.array_equal(p.scores(found, terms), by_numpy)
+    finally:
+        compiled.reset()

@@ -221,3 +221,98 @@ def test_the_vector_statement_is_prepared_in_a_snapshot_and_never_planned_generi
         assert [h.key for h in s.recall("green tea", tenant=T, purpose="p", k=3)]  # and outside a snapshot too
         near, _others = ann.live_scored(q, 5, [1])
         assert len(near) == 5
+
+
+def _round_trips(monkeypatch, conn_cls):
+    """Record each statement sent and the round trips made (a pipeline block is one; a
+    statement outside one is one)."""
+    sent: list[tuple[str, bool]] = []
+    trips: list[int] = []
+    execute, pipeline = conn_cls.execute, conn_cls.pipeline
+
+    def spy_execute(self, query, params=None, **kw):
+        inside = self._pipeline is not None
+        sent.append((str(query).split()[0], inside))
+        if not inside:
+            trips.append(1)
+        return execute(self, query, params, **kw)
+
+    def spy_pipeline(self):
+        trips.append(1)
+        return pipeline(self)
+
+    monkeypatch.setattr(conn_cls, "execute", spy_execute)
+    monkeypatch.setattr(conn_cls, "pipeline", spy_pipeline)
+    return sent, trips
+
+
+def test_a_recall_begins_its_snapshot_with_the_vector_statement(pg_db, kek, tmp_path, monkeypatch):
+    """Recall's snapshot begins with its first statement (DeferredSnapshot): BEGIN, the
+    snapshot's epoch and the vector statement in one round trip, the final rows and COMMIT
+    in the other; nothing else is sent. The words were ranked before it began, at the index's
+    own epoch: nothing was committed since, so they are not ranked again."""
+    import psycopg
+
+    from efface.origin.capabilities import DeferredSnapshot
+
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        for i in range(6):
+            s.write(f"n{i}", f"note {i} about green tea and kettles", tenant=T, subject="s", purpose="p")
+        s.write("x", "the weekly report goes out on fridays", tenant=T, subject="s", purpose="p")
+        assert isinstance(s._origin, DeferredSnapshot)
+        s.recall("green tea", tenant=T, purpose="p", k=3)  # the purpose known, the statement prepared
+        sent, trips = _round_trips(monkeypatch, psycopg.Connection)
+        hits = s.recall("weekly report", tenant=T, purpose="p", k=3)
+        monkeypatch.undo()
+        assert hits[0].key == "x" and "fts" in hits[0].via
+        assert [w for w, _ in sent] == ["BEGIN", "SELECT", "(SELECT", "SELECT", "COMMIT"], sent
+        assert all(inside for _, inside in sent) and len(trips) == 2
+
+
+def test_words_ranked_before_the_snapshot_are_ranked_again_when_another_store_wrote(pg_db, kek, tmp_path):
+    """A deferred snapshot that begins past the epoch the word index answered at (another
+    store committed since this one last read the change log) has recall rank the words again
+    in it: the other store's record is found by its words (``fts`` in ``via``) from this
+    store's next recall, and a record it forgot meanwhile is not served."""
+    with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
+        a.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        a.write("n2", "Bob keeps a vermilion kettle", tenant=T, subject="bob", purpose="p")
+        assert [h.key for h in b.recall("vermilion kettle", tenant=T, purpose="p", k=1)] == ["n2"]
+        applied = b._origin.text.applied()
+        far = np.zeros(b.embedder.dim, dtype=np.float32)
+        far[-1] = 1.0  # a vector no query of these words is near: found by its words or not at all
+        a.write_many(
+            [{"key": "n3", "text": "Zebulon polishes the vermilion kettle"}],
+            tenant=T,
+            subject="zeb",
+            purpose="p",
+            embeddings=[far],
+        )
+        a.forget(tenant=T, subject="bob")
+        assert b._origin.text.applied() == applied  # b has not read the change log since
+        hits = b.recall("vermilion kettle", tenant=T, purpose="p", k=5)
+        assert [h.key for h in hits][:1] == ["n3"] and "fts" in hits[0].via
+        assert "n2" not in [h.key for h in hits]
+        assert b._origin.text.applied() > applied
+
+
+def test_a_deferred_snapshot_whose_first_statement_fails_leaves_no_transaction_open(pg_db, kek, tmp_path):
+    """The deferred snapshot's BEGIN goes with its first statement: when that statement fails
+    (here a vector of the wrong dimension), the block's end rolls the transaction back, and
+    the pooled connection serves the next recall in a snapshot of its own."""
+    import psycopg
+    import pytest
+
+    from efface.paths.base import Query
+
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        s.write("n1", "Alice prefers green tea in the morning", tenant=T, subject="alice", purpose="p")
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        origin = s._origin
+        q = Query(s._tenant(T), "green tea", np.ones(3, dtype=np.float32), "p", None, time.time())
+        with pytest.raises(psycopg.Error), origin.snapshot_deferred():
+            ann.live_scored(q, 5, [1])
+        with origin._pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert [h.key for h in s.recall("green tea", tenant=T, purpose="p", k=1)] == ["n1"]

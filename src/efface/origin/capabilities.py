@@ -208,6 +208,24 @@ class SharedByProcesses(Protocol):
 
 
 @runtime_checkable
+class DeferredSnapshot(Protocol):
+    """An origin whose read snapshot can begin with its first statement instead of a round
+    trip of its own (PostgreSQL: ``BEGIN`` and the snapshot's epoch sent with recall's vector
+    statement). Its word index answers before the snapshot begins, at the index's own epoch;
+    recall asks :meth:`words_stale` after that statement and ranks the words again in the
+    snapshot when it began at a newer epoch (another process committed meanwhile)."""
+
+    def snapshot_deferred(self) -> AbstractContextManager[Any]:
+        """:meth:`~efface.origin.base.Origin.snapshot`, begun by its first read."""
+        ...
+
+    def words_stale(self) -> bool:
+        """Whether this thread's snapshot began past the epoch its words were ranked at
+        (asked once: the answer is cleared)."""
+        ...
+
+
+@runtime_checkable
 class ClosingRead(Protocol):
     """An origin whose read snapshot can end in the round trip of its last read (PostgreSQL:
     the rows and the transaction's ``COMMIT`` sent together): recall's final rows, when no

@@ -93,18 +93,17 @@ import numpy as np
 from .. import foreground
 from ..capable import capable
 from ..model import Hit
-from ..origin.capabilities import ClosingRead
+from ..origin.capabilities import ClosingRead, DeferredSnapshot
 from ..ranking import Ranking, live_first
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
 from .candidates import _all_eligible, _Checks, _cosine, _windows
 from .scores import COORDINATED, RRF_K, _background, _scaled, _standing, coordinated
 
 KEEP_BEST = 1
-"""Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was
-``k // 2`` (chosen on 10,000 Debian documents when the text leg scored only a query's rarer
-words, where it lifted recall@10 from 0.932 to 0.948); with every query word scoring, keeping
-five of each leg's cost recall@10 on both corpora (all of Debian, MiniLM: 0.843 with five,
-0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
+"""Each voting leg's own best records kept in the top ``k`` whatever their fused score. It was ``k // 2`` (chosen on
+10,000 Debian documents when the text leg scored only a query's rarer words, where it lifted recall@10 from 0.932 to
+0.948); with every query word scoring, keeping five of each leg's cost recall@10 on both corpora (all of Debian,
+MiniLM: 0.843 with five, 0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
 
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
@@ -113,7 +112,6 @@ DEPTH = 10
 """Candidates asked of each path per result wanted (at least :data:`MIN_DEPTH`): the union is
 re-ranked exactly, so a deeper list costs a few more exact scores, not quality."""
 MIN_DEPTH = 100
-
 
 WORKERS = 4
 """Threads that run full-text legs beside their recalls; a recall finding them all busy runs
@@ -183,9 +181,8 @@ def _hybrid(
     # A vector path that checks the words' candidates in its own search's look-up (an origin's
     # own vector index: LiveVectorSearch) gets them first, so the words' leg only ranks.
     together = bool(live_search)
-    # Beside the encode only when there is an encode to overlap: a lexical embedder's vector
-    # takes microseconds, and handing the leg to a worker and waking this thread again costs
-    # more than that (two thread switches, each a wait for the GIL on a busy server).
+    # Beside the encode only when there is one to overlap: a lexical embedder's vector takes
+    # microseconds, less than handing the leg to a worker and back (two waits for the GIL).
     for p in paths if not lexical else ():
         if p.name in scoring and p.name not in vector_legs:
             early[p.name] = _beside(
@@ -200,7 +197,8 @@ def _hybrid(
         for f in early.values():
             f.cancel()
         raise
-    with origin.snapshot() as snap:
+    deferred = together and capable(origin, DeferredSnapshot)  # BEGIN sent with the vector statement
+    with cast(DeferredSnapshot, origin).snapshot_deferred() if deferred else origin.snapshot() as snap:
         scored: dict[str, dict[int, float]] = {}
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
@@ -245,6 +243,8 @@ def _hybrid(
                     if i not in checked
                 ]
                 near, others = cast(LiveVectorSearch, p).live_scored(q, n, also)
+                if deferred and cast(DeferredSnapshot, snap).words_stale():
+                    legs.clear()  # ranked before the snapshot began at a newer epoch: again, in it
                 checked.update(also)
                 checked.update(near)
                 ranked[p.name] = list(near)

@@ -57,7 +57,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -170,6 +170,8 @@ class PostgresOrigin(PgReads):
         if held is not None:
             if self._local.closed:
                 raise RuntimeError("a read after the snapshot's closing read (records_by_id_closing)")
+            if not self._local.begun:
+                self._begin()
             yield held
             return
         if self._closed:
@@ -182,6 +184,19 @@ class PostgresOrigin(PgReads):
         """Every read made in this thread inside the block sees one committed state, holding
         epoch ``at_least`` (else :class:`~efface.errors.ErasureNotSettled`: see
         :meth:`efface.origin.base.Origin.snapshot`)."""
+        with self._snapshot(at_least, deferred=False) as snap:
+            yield snap
+
+    @contextlib.contextmanager
+    def snapshot_deferred(self) -> Iterator[PostgresOrigin]:
+        """:meth:`snapshot`, begun with its first statement instead of a round trip of its own
+        (:class:`~efface.origin.capabilities.DeferredSnapshot`, recall's: the word index
+        answers at its own epoch meanwhile, :meth:`words_epoch`)."""
+        with self._snapshot(None, deferred=True) as snap:
+            yield snap
+
+    @contextlib.contextmanager
+    def _snapshot(self, at_least: int | None, *, deferred: bool) -> Iterator[PostgresOrigin]:
         if getattr(self._local, "conn", None) is not None:
             require_epoch(self, at_least)
             yield self
@@ -189,27 +204,71 @@ class PostgresOrigin(PgReads):
         if self._closed:
             raise RuntimeError("the origin is closed")
         with self._pool.connection() as conn:
-            # one round trip: the transaction begins and its snapshot is taken by the SELECT,
-            # which also has every prepared statement of the snapshot planned for its own
-            # arguments (PLANNED_IN_SNAPSHOT)
-            cur = conn.execute(
-                f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {PLANNED_IN_SNAPSHOT}, epoch"
-                f" FROM {self._s}.epoch_counter"
-            )
-            cur.nextset()  # past BEGIN's result to the SELECT's
-            row = cur.fetchone()
-            self._local.epoch = 0 if row is None else int(row[1])
-            self._local.conn = conn
-            self._local.closed = False
+            self._local.conn, self._local.closed, self._local.begun = conn, False, False
+            self._local.epoch = self._local.assumed = None
             try:
-                require_epoch(self, at_least)
+                if not deferred:
+                    self._begin()
+                    require_epoch(self, at_least)
                 yield self
             finally:
-                self._local.conn = None
-                self._local.epoch = None
-                if not self._local.closed:  # else ended by its closing read already
+                begun = self._local.begun
+                self._local.conn = self._local.epoch = self._local.assumed = None
+                if begun and not self._local.closed:  # else ended by its closing read already
                     conn.execute("COMMIT")
                 self._local.closed = False
+
+    def _begin(self, then: tuple[str, Any] | None = None) -> Any:
+        """Begin this thread's snapshot and read its epoch in one round trip: the transaction
+        begins and its snapshot is taken by the ``SELECT``, which also has every prepared
+        statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
+        ``then``: a statement (prepared) and its arguments sent in the same round trip, after
+        them (psycopg's pipeline mode); its cursor is returned."""
+        conn = self._local.conn
+        epoch_sql = f"SELECT {PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
+        cur = None
+        self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
+        if then is None:
+            got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {epoch_sql}")
+            got.nextset()  # past BEGIN's result to the SELECT's
+        else:
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                got = conn.execute(epoch_sql, prepare=True)
+                cur = conn.execute(then[0], then[1], binary=True, prepare=True)
+        row = got.fetchone()
+        self._local.epoch = 0 if row is None else int(row[1])
+        return cur
+
+    def _snapshot_rows(self, sql: str, args: Any) -> list[Any]:
+        """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
+        there), in the round trip that begins it if it has not begun (a deferred snapshot);
+        outside a snapshot, on a pooled connection, never prepared."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and not self._local.begun and not self._local.closed:
+            return self._begin((sql, args)).fetchall()
+        with self._reading() as conn:
+            return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
+
+    def words_epoch(self) -> int | None:
+        """The epoch the word index answers at in this thread: its snapshot's; in a deferred
+        snapshot not begun yet, the index's own (no round trip), noted so that
+        :meth:`words_stale` tells when the snapshot began past it."""
+        if getattr(self._local, "conn", None) is not None and not self._local.begun:
+            at = self.text.applied()
+            self._local.assumed = at if self._local.assumed is None else min(at, self._local.assumed)
+            return at
+        return self.snapshot_epoch()
+
+    def words_stale(self) -> bool:
+        """Whether this thread's snapshot began at a newer epoch than the word index answered
+        at before it began (another process committed meanwhile): its words are to be asked
+        again, now at the snapshot's epoch. Asked once (the answer is cleared)."""
+        assumed = getattr(self._local, "assumed", None)
+        if assumed is None or not getattr(self._local, "begun", False):
+            return False
+        self._local.assumed = None
+        return bool(self._local.epoch > assumed)
 
     def records_by_id_closing(self, ids: Sequence[int]) -> dict[int, RecordRow]:
         """:meth:`records_by_id` as the last read of this thread's snapshot, whose ``COMMIT``
@@ -219,6 +278,8 @@ class PostgresOrigin(PgReads):
         conn = getattr(self._local, "conn", None)
         if conn is None or self._local.closed or not ids:
             return self.records_by_id(ids)
+        if not self._local.begun:
+            self._begin()
         s = self._s
         with conn.pipeline():
             cur = conn.execute(
@@ -236,7 +297,10 @@ class PostgresOrigin(PgReads):
         return {int(r[0]): unseal_record(self._sealer, conn, r[:7]) for r in rows}
 
     def snapshot_epoch(self) -> int | None:
-        """The epoch of this thread's snapshot, inside :meth:`snapshot`; else None."""
+        """The epoch of this thread's snapshot, inside :meth:`snapshot` (a deferred one begins
+        here if it has not); else None."""
+        if getattr(self._local, "conn", None) is not None and not self._local.begun:
+            self._begin()
         return getattr(self._local, "epoch", None)
 
     def vector_sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:

@@ -164,6 +164,11 @@ class PgReads:
         """The epoch of this thread's snapshot, inside one; else None (the origin's)."""
         raise NotImplementedError
 
+    def _snapshot_rows(self, sql: str, args: Any) -> list[Any]:  # pragma: no cover
+        """Rows of ``sql``: prepared in this thread's snapshot (with its ``BEGIN`` if it has not
+        begun: a deferred snapshot), else unprepared on a pooled connection (the origin's)."""
+        raise NotImplementedError
+
     # Results in binary: a vector's text form costs more to parse than the rest of a recall.
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as conn:
@@ -278,10 +283,10 @@ class PgReads:
                 f" WHERE r.id = ANY(%(also)s::bigint[]) AND {live})"
             )
             args["also"] = id_array(also)
-        with self._reading() as conn:
-            # prepared only in a snapshot, whose statements are planned for their own
-            # arguments (PLANNED_IN_SNAPSHOT); elsewhere never, as :meth:`nearest`
-            rows = conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
+        # prepared only in a snapshot, whose statements are planned for their own arguments
+        # (PLANNED_IN_SNAPSHOT), elsewhere never, as :meth:`nearest`; sent with the snapshot's
+        # BEGIN in one round trip where recall deferred it (DeferredSnapshot)
+        rows = self._snapshot_rows(sql, args)
         near: dict[int, float | None] = {}
         others: dict[int, float | None] = {}
         for rid, dot, is_near in rows:

@@ -117,7 +117,7 @@ class PgText:
         """Replay the change log since this index's epoch (see the module docstring)."""
         for _attempt in range(8):
             start = self._applied
-            pinned = self._o.snapshot_epoch()  # inside a snapshot: its epoch, already read
+            pinned = self._o.words_epoch()  # inside a snapshot: its epoch (a deferred one's: ours)
             now = self._o.current_epoch() if pinned is None else pinned
             if now <= start:
                 return
@@ -228,7 +228,7 @@ class PgText:
     def _matches(self, terms: Sequence[str], tenant: str | None = None) -> np.ndarray:
         """Ids (sorted) of the records holding any of ``terms`` (of ``tenant``, if given)
         that this thread's snapshot, if any, holds."""
-        return self._post.matches(terms, tenant, self._o.snapshot_epoch())
+        return self._post.matches(terms, tenant, self._o.words_epoch())
 
     def _ranking(self, words: Sequence[str], scoring: Sequence[str], tenant: str | None = None) -> Ranking:
         """The records ``words`` find (of ``tenant``, if given) and their BM25 over ``words``
