@@ -180,6 +180,26 @@ def test_a_store_location_that_is_not_a_path_is_refused(where, backend):
         efface.open(where, embedder="hashing", background=False, origin=backend)
 
 
+def test_an_empty_store_location_is_refused_and_makes_no_store_in_the_working_directory(tmp_path, monkeypatch):
+    """``efface.open("")`` opened (and created) a store in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput, match="store location"):
+        efface.open("", embedder="hashing", background=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["colour", "backgroud", "kek_flie"])
+def test_an_unknown_open_option_is_invalid_input_naming_the_ones_taken(open_store, backend, option):
+    """A misspelt option of ``efface.open`` raised a raw ``TypeError`` from ``Store.__init__``
+    (on a directory and on PostgreSQL alike); it names the options each kind of store takes."""
+    with pytest.raises(InvalidInput, match=f"unknown option {option!r}") as err:
+        open_store(**{option: 1})
+    assert "background" in str(err.value)
+    again = open_store()  # nothing was left open or locked
+    again.write("a", "hello there", tenant="t", subject="s", purpose="p")
+    assert again.read("a", tenant="t", purpose="p").text == "hello there"
+
+
 def test_a_lone_surrogate_in_a_handle_or_a_reason_is_invalid_input(store):
     """#33: it reached SQLite's binding and raised a raw UnicodeEncodeError."""
     store.write("k1", "a note", tenant="t", subject="s", purpose="support")
