@@ -77,6 +77,7 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     if target.startswith(("postgresql://", "postgres://")):
         from .on_postgres import open_postgres
 
+        _check_options({k: v for k, v in options.items() if k != "origin"}, _POSTGRES_OPTIONS, "a postgresql:// store")
         return open_postgres(target, embedder, **options)
     if _CONNINFO.match(target):  # never echoed: it may hold a password
         raise InvalidInput(
@@ -88,9 +89,26 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
             "a URL must be http:// or https:// (an efface server) or postgresql:// (a PostgreSQL store): "
             "pass a directory, a server URL or a database URL"
         )
+    if not target:
+        raise InvalidInput("the store location is empty: give a directory path (or a server or database URL)")
+    _check_options(options, _EMBEDDED_OPTIONS, "a store directory")
     from .embedded import open_embedded
 
     return open_embedded(target, embedder, **options)
+
+
+_STORE_OPTIONS = ("background", "clock", "compact_interval", "ann_max_propagation_s", "erase_bound_s")
+"""The options :class:`Store` takes on every origin."""
+_EMBEDDED_OPTIONS = (*_STORE_OPTIONS, "origin")
+_POSTGRES_OPTIONS = (*_STORE_OPTIONS, "kek_file", "cache_dir", "schema", "data_dir")
+
+
+def _check_options(options: dict[str, Any], known: tuple[str, ...], what: str) -> None:
+    """:class:`InvalidInput` naming the first option not in ``known`` (a misspelt one would
+    otherwise surface as a raw ``TypeError`` from deep inside the store's constructor)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InvalidInput(f"unknown option {unknown[0]!r} for {what}: efface.open takes {', '.join(known)}")
 
 
 _CONNINFO = re.compile(r"\s*(dbname|host|hostaddr|port|user|password|service|sslmode)\s*=", re.IGNORECASE)
