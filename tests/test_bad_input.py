@@ -200,6 +200,28 @@ def test_an_unknown_open_option_is_invalid_input_naming_the_ones_taken(open_stor
     assert again.read("a", tenant="t", purpose="p").text == "hello there"
 
 
+WRONG_CALLS = {
+    "unknown-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s", purpose="p", colour="blue"),
+    "missing-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s"),
+    "read-with-subject": lambda s: s.read("s0", tenant="acme", purpose="support", subject="bob"),
+    "recall-limit": lambda s: s.recall("espresso", tenant="acme", purpose="support", limit=3),
+    "forget-typo": lambda s: s.forget(tenant="acme", sbject="bob"),
+    "too-many-positional": lambda s: s.wait("efr_x", 1, 2, 3),
+}
+
+
+@pytest.mark.parametrize("call", WRONG_CALLS.values(), ids=WRONG_CALLS.keys())
+def test_a_call_with_arguments_the_method_does_not_take_is_invalid_input(seeded, call):
+    """A misspelt or missing keyword raised Python's bare TypeError, not an efface error; it
+    is InvalidInput now (and still a TypeError), naming the method, never a value."""
+    with pytest.raises(InvalidInput, match=r"\(\) .*argument") as err:
+        call(seeded)
+    assert isinstance(err.value, TypeError)
+    assert "help(" in str(err.value)
+    assert "hello there" not in str(err.value) and "espresso" not in str(err.value)
+    assert_intact(seeded)
+
+
 def test_a_lone_surrogate_in_a_handle_or_a_reason_is_invalid_input(store):
     """#33: it reached SQLite's binding and raised a raw UnicodeEncodeError."""
     store.write("k1", "a note", tenant="t", subject="s", purpose="support")
