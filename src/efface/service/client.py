@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 
 from .. import validate as v
 from ..erasure.ledger import ChainCheck
-from ..errors import EffaceError, InvalidInput
+from ..errors import EffaceError, InvalidInput, typed_calls
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from . import wire as w
 
@@ -102,6 +102,7 @@ def _api_key(value: Any) -> None:
         )
 
 
+@typed_calls
 class Client:
     """An efface store served over HTTP. ``api_key`` defaults to ``EFFACE_API_KEY``."""
 
