@@ -239,3 +239,14 @@ def test_a_server_option_out_of_range_is_a_usage_error_before_anything_starts(ru
     result = run(runner, store_dir, *args, code=2)
     assert args[-2] in result.stderr
     assert not os.path.exists(store_dir)  # refused while parsing: no store opened, no server started
+
+
+@pytest.mark.parametrize("tenant", ["", "   "])
+def test_an_empty_tenant_is_refused_not_taken_for_the_default_one(runner, store_dir, tenant):
+    """`--tenant ""` (an unset shell variable: `--tenant "$T"`) acted on the 'default' tenant:
+    a forget meant for one tenant released the claims of another."""
+    run(runner, store_dir, "write", "k1", "Alice prefers green tea", "--subject", "alice", "--purpose", "support")
+    result = run(runner, store_dir, "--tenant", tenant, "forget", "--subject", "alice", code=2)
+    assert "--tenant" in result.stderr
+    kept = run(runner, store_dir, "--json", "read", "k1", "--purpose", "support", code=0)
+    assert json.loads(kept.stdout)["memory"]["text"] == "Alice prefers green tea"
