@@ -22,6 +22,7 @@ from .base import (
     Settings,
     _setter,
     _settings,
+    _tenant_setter,
     cli,
     embedder_option,
     open_store,
@@ -54,7 +55,7 @@ from .base import (
     "--tenant",
     metavar="TENANT",
     expose_value=False,
-    callback=_setter("tenant"),
+    callback=_tenant_setter,
     help=f"stdio: the tenant every tool acts in (or EFFACE_TENANT; default '{DEFAULT_TENANT}'). Not used over HTTP.",
 )
 @click.option(

@@ -30,6 +30,7 @@ from .base import (
     _emit,
     _setter,
     _settings,
+    _tenant_setter,
     cli,
     embedder_option,
     open_store,
@@ -168,7 +169,7 @@ def _key_options(tenant_help: str | None) -> Callable:
     def decorate(f: Callable) -> Callable:
         if tenant_help is not None:
             f = click.option(
-                "--tenant", metavar="TENANT", expose_value=False, callback=_setter("tenant"), help=tenant_help
+                "--tenant", metavar="TENANT", expose_value=False, callback=_tenant_setter, help=tenant_help
             )(f)
         f = click.option(
             "--store",
