@@ -200,6 +200,29 @@ def test_an_unknown_open_option_is_invalid_input_naming_the_ones_taken(open_stor
     assert again.read("a", tenant="t", purpose="p").text == "hello there"
 
 
+BAD_OPTIONS = {
+    "background-str": {"background": "yes"},
+    "interval-negative": {"compact_interval": -1},
+    "interval-zero": {"compact_interval": 0},
+    "interval-str": {"compact_interval": "x"},
+    "bound-nan": {"erase_bound_s": float("nan")},
+    "ann-bound-negative": {"ann_max_propagation_s": -5},
+    "clock-str": {"clock": "x"},
+}
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_an_open_option_of_the_wrong_kind_is_invalid_input(open_store, options):
+    """They were taken as given: compact_interval="x" killed the compactor thread with a raw
+    TypeError (the store then ran without one), clock="x" failed every write with one, and
+    a negative or NaN interval or bound was kept."""
+    (name,) = options
+    with pytest.raises(InvalidInput, match=name):
+        open_store(**options)
+    again = open_store()  # nothing was left open or locked
+    again.write("a", "hello there", tenant="t", subject="s", purpose="p")
+
+
 WRONG_CALLS = {
     "unknown-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s", purpose="p", colour="blue"),
     "missing-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s"),

@@ -140,6 +140,15 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_invalid_input(pg_db, ke
         efface.open(pg_db.url, embedder="hashing", background=False, kek_file=kek, cache_dir=tmp_path, schema=schema)
 
 
+@pytest.mark.parametrize("name", ["kek_file", "cache_dir", "data_dir"])
+@pytest.mark.parametrize("value", [5, b"/tmp/bytes", "/tmp/a\x00b"], ids=["int", "bytes", "NUL"])
+def test_a_path_option_that_is_not_a_path_is_invalid_input(pg_db, kek, tmp_path, name, value):
+    """kek_file=5 or cache_dir=5 raised os.fspath's raw TypeError."""
+    options = {"kek_file": kek, "cache_dir": tmp_path / "c", name: value}
+    with pytest.raises(efface.InvalidInput, match=name):
+        efface.open(pg_db.url, embedder="hashing", background=False, **options)
+
+
 def test_a_default_cache_directory_is_per_process_and_removed_at_close(pg_db, kek, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     s = efface.open(pg_db.url, embedder="hashing", background=False, kek_file=kek)
