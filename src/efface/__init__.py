@@ -9,6 +9,7 @@ with efface.open("./memories", embedder="hashing") as store:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, cast
@@ -110,6 +111,26 @@ def _check_options(options: dict[str, Any], known: tuple[str, ...], what: str) -
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise InvalidInput(f"unknown option {unknown[0]!r} for {what}: efface.open takes {', '.join(known)}")
+    # Checked here: taken as given, a wrong kind failed later and elsewhere (a raw TypeError in
+    # the compactor's thread, which then died and left the store without one).
+    if "background" in options and not isinstance(options["background"], bool):
+        raise InvalidInput("background must be True or False")
+    if "clock" in options and not callable(options["clock"]):
+        raise InvalidInput("clock must be a callable returning unix seconds, like time.time")
+    for name, zero in (("compact_interval", False), ("ann_max_propagation_s", True), ("erase_bound_s", True)):
+        value = options.get(name, 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value < math.inf):
+            raise InvalidInput(f"{name} must be a finite number of seconds, {'0 or more' if zero else 'above 0'}")
+        if value == 0 and not zero:
+            raise InvalidInput(f"{name} must be a finite number of seconds, above 0")
+    for name in ("kek_file", "cache_dir", "data_dir"):
+        if options.get(name) is not None:
+            try:
+                where = os.fspath(options[name])
+            except TypeError:
+                raise InvalidInput(f"{name} must be a path (str or os.PathLike)") from None
+            if not isinstance(where, str) or "\x00" in where:
+                raise InvalidInput(f"{name} must be a path given as str, without NUL characters")
 
 
 _CONNINFO = re.compile(r"\s*(dbname|host|hostaddr|port|user|password|service|sslmode)\s*=", re.IGNORECASE)
