@@ -510,6 +510,17 @@ def test_not_a_backup_and_bad_destinations(store, tmp_path):
         store.backup(tmp_path / "no" / "such" / "dir.efb")
 
 
+@pytest.mark.parametrize("where", [5, None, b"/tmp/bytes.efb", "/tmp/a\x00b.efb"], ids=["int", "None", "bytes", "NUL"])
+def test_a_backup_location_that_is_not_a_path_is_invalid_input(store, where):
+    """An int or None reached ``os.fspath`` and raised a raw TypeError; a NUL a raw ValueError."""
+    store.write("k1", "Alice prefers green tea", tenant="t", subject="alice", purpose="support")
+    with pytest.raises(efface.InvalidInput, match="path"):
+        store.backup(where)
+    with pytest.raises(efface.InvalidInput, match="path"):
+        store.restore(where)
+    assert store.read("k1", tenant="t", purpose="support").text == "Alice prefers green tea"
+
+
 def test_a_rewritten_ledger_refuses_the_restore(store, tmp_path):
     world(store)
     store.backup(tmp_path / "b.efb")

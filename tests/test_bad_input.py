@@ -180,6 +180,71 @@ def test_a_store_location_that_is_not_a_path_is_refused(where, backend):
         efface.open(where, embedder="hashing", background=False, origin=backend)
 
 
+def test_an_empty_store_location_is_refused_and_makes_no_store_in_the_working_directory(tmp_path, monkeypatch):
+    """``efface.open("")`` opened (and created) a store in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput, match="store location"):
+        efface.open("", embedder="hashing", background=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["colour", "backgroud", "kek_flie"])
+def test_an_unknown_open_option_is_invalid_input_naming_the_ones_taken(open_store, backend, option):
+    """A misspelt option of ``efface.open`` raised a raw ``TypeError`` from ``Store.__init__``
+    (on a directory and on PostgreSQL alike); it names the options each kind of store takes."""
+    with pytest.raises(InvalidInput, match=f"unknown option {option!r}") as err:
+        open_store(**{option: 1})
+    assert "background" in str(err.value)
+    again = open_store()  # nothing was left open or locked
+    again.write("a", "hello there", tenant="t", subject="s", purpose="p")
+    assert again.read("a", tenant="t", purpose="p").text == "hello there"
+
+
+BAD_OPTIONS = {
+    "background-str": {"background": "yes"},
+    "interval-negative": {"compact_interval": -1},
+    "interval-zero": {"compact_interval": 0},
+    "interval-str": {"compact_interval": "x"},
+    "bound-nan": {"erase_bound_s": float("nan")},
+    "ann-bound-negative": {"ann_max_propagation_s": -5},
+    "clock-str": {"clock": "x"},
+}
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_an_open_option_of_the_wrong_kind_is_invalid_input(open_store, options):
+    """They were taken as given: compact_interval="x" killed the compactor thread with a raw
+    TypeError (the store then ran without one), clock="x" failed every write with one, and
+    a negative or NaN interval or bound was kept."""
+    (name,) = options
+    with pytest.raises(InvalidInput, match=name):
+        open_store(**options)
+    again = open_store()  # nothing was left open or locked
+    again.write("a", "hello there", tenant="t", subject="s", purpose="p")
+
+
+WRONG_CALLS = {
+    "unknown-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s", purpose="p", colour="blue"),
+    "missing-keyword": lambda s: s.write("k", "hello there", tenant="t", subject="s"),
+    "read-with-subject": lambda s: s.read("s0", tenant="acme", purpose="support", subject="bob"),
+    "recall-limit": lambda s: s.recall("espresso", tenant="acme", purpose="support", limit=3),
+    "forget-typo": lambda s: s.forget(tenant="acme", sbject="bob"),
+    "too-many-positional": lambda s: s.wait("efr_x", 1, 2, 3),
+}
+
+
+@pytest.mark.parametrize("call", WRONG_CALLS.values(), ids=WRONG_CALLS.keys())
+def test_a_call_with_arguments_the_method_does_not_take_is_invalid_input(seeded, call):
+    """A misspelt or missing keyword raised Python's bare TypeError, not an efface error; it
+    is InvalidInput now (and still a TypeError), naming the method, never a value."""
+    with pytest.raises(InvalidInput, match=r"\(\) .*argument") as err:
+        call(seeded)
+    assert isinstance(err.value, TypeError)
+    assert "help(" in str(err.value)
+    assert "hello there" not in str(err.value) and "espresso" not in str(err.value)
+    assert_intact(seeded)
+
+
 def test_a_lone_surrogate_in_a_handle_or_a_reason_is_invalid_input(store):
     """#33: it reached SQLite's binding and raised a raw UnicodeEncodeError."""
     store.write("k1", "a note", tenant="t", subject="s", purpose="support")

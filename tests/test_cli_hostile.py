@@ -215,3 +215,38 @@ def test_status_and_wait_refuse_another_tenants_erasure(runner, store_dir, comma
         assert "Erasure" not in human.stdout and "no receipt with that handle" in human.stderr
     doc = json.loads(run(runner, store_dir, "--tenant", "acme", "--json", name, handle, *opts, code=0).stdout)
     assert doc["handle"] == handle
+
+
+# -- server options out of range --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--port", "99999"],
+        ["serve", "--port", "-1"],
+        ["serve", "--max-body", "0"],
+        ["serve", "--max-body", "-5"],
+        ["serve", "--max-wait", "-1"],
+        ["serve", "--max-wait", "nan"],
+        ["serve", "--max-wait", "inf"],
+        ["mcp", "--transport", "http", "--port", "70000"],
+    ],
+    ids=lambda a: "-".join(a).replace("--", ""),
+)
+def test_a_server_option_out_of_range_is_a_usage_error_before_anything_starts(runner, store_dir, args):
+    """`serve --port 99999` announced "running on http://127.0.0.1:99999" while it listened on
+    port 34463 (99999 mod 65536); a negative --max-body refused every request, and a negative
+    or NaN --max-wait reached the store's wait."""
+    result = run(runner, store_dir, *args, code=2)
+    assert args[-2] in result.stderr
+    assert not os.path.exists(store_dir)  # refused while parsing: no store opened, no server started
+
+
+@pytest.mark.parametrize("tenant", ["", "   "])
+def test_an_empty_tenant_is_refused_not_taken_for_the_default_one(runner, store_dir, tenant):
+    """`--tenant ""` (an unset shell variable: `--tenant "$T"`) acted on the 'default' tenant:
+    a forget meant for one tenant released the claims of another."""
+    run(runner, store_dir, "write", "k1", "Alice prefers green tea", "--subject", "alice", "--purpose", "support")
+    result = run(runner, store_dir, "--tenant", tenant, "forget", "--subject", "alice", code=2)
+    assert "--tenant" in result.stderr
+    kept = run(runner, store_dir, "--json", "read", "k1", "--purpose", "support", code=0)
+    assert json.loads(kept.stdout)["memory"]["text"] == "Alice prefers green tea"

@@ -30,6 +30,7 @@ EFFACE_ALL = [
     "EmbedderMismatch",
     "ErasureNotSettled",
     "Hit",
+    "InvalidArguments",
     "InvalidInput",
     "KeyInUse",
     "Memory",

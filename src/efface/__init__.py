@@ -9,6 +9,7 @@ with efface.open("./memories", embedder="hashing") as store:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, cast
@@ -21,6 +22,7 @@ from .errors import (
     EffaceError,
     EmbedderMismatch,
     ErasureNotSettled,
+    InvalidArguments,
     InvalidInput,
     KeyInUse,
     NotFound,
@@ -77,6 +79,7 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     if target.startswith(("postgresql://", "postgres://")):
         from .on_postgres import open_postgres
 
+        _check_options({k: v for k, v in options.items() if k != "origin"}, _POSTGRES_OPTIONS, "a postgresql:// store")
         return open_postgres(target, embedder, **options)
     if _CONNINFO.match(target):  # never echoed: it may hold a password
         raise InvalidInput(
@@ -88,9 +91,46 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
             "a URL must be http:// or https:// (an efface server) or postgresql:// (a PostgreSQL store): "
             "pass a directory, a server URL or a database URL"
         )
+    if not target:
+        raise InvalidInput("the store location is empty: give a directory path (or a server or database URL)")
+    _check_options(options, _EMBEDDED_OPTIONS, "a store directory")
     from .embedded import open_embedded
 
     return open_embedded(target, embedder, **options)
+
+
+_STORE_OPTIONS = ("background", "clock", "compact_interval", "ann_max_propagation_s", "erase_bound_s")
+"""The options :class:`Store` takes on every origin."""
+_EMBEDDED_OPTIONS = (*_STORE_OPTIONS, "origin")
+_POSTGRES_OPTIONS = (*_STORE_OPTIONS, "kek_file", "cache_dir", "schema", "data_dir")
+
+
+def _check_options(options: dict[str, Any], known: tuple[str, ...], what: str) -> None:
+    """:class:`InvalidInput` naming the first option not in ``known`` (a misspelt one would
+    otherwise surface as a raw ``TypeError`` from deep inside the store's constructor)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InvalidInput(f"unknown option {unknown[0]!r} for {what}: efface.open takes {', '.join(known)}")
+    # Checked here: taken as given, a wrong kind failed later and elsewhere (a raw TypeError in
+    # the compactor's thread, which then died and left the store without one).
+    if "background" in options and not isinstance(options["background"], bool):
+        raise InvalidInput("background must be True or False")
+    if "clock" in options and not callable(options["clock"]):
+        raise InvalidInput("clock must be a callable returning unix seconds, like time.time")
+    for name, zero in (("compact_interval", False), ("ann_max_propagation_s", True), ("erase_bound_s", True)):
+        value = options.get(name, 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value < math.inf):
+            raise InvalidInput(f"{name} must be a finite number of seconds, {'0 or more' if zero else 'above 0'}")
+        if value == 0 and not zero:
+            raise InvalidInput(f"{name} must be a finite number of seconds, above 0")
+    for name in ("kek_file", "cache_dir", "data_dir"):
+        if options.get(name) is not None:
+            try:
+                where = os.fspath(options[name])
+            except TypeError:
+                raise InvalidInput(f"{name} must be a path (str or os.PathLike)") from None
+            if not isinstance(where, str) or "\x00" in where:
+                raise InvalidInput(f"{name} must be a path given as str, without NUL characters")
 
 
 _CONNINFO = re.compile(r"\s*(dbname|host|hostaddr|port|user|password|service|sslmode)\s*=", re.IGNORECASE)
@@ -107,6 +147,7 @@ __all__ = [
     "EmbedderMismatch",
     "ErasureNotSettled",
     "Hit",
+    "InvalidArguments",
     "InvalidInput",
     "KeyInUse",
     "Memory",

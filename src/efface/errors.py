@@ -5,7 +5,9 @@
      │    ├── UnknownPurpose   a purpose the tenant has never written under
      │    ├── UnknownBasis     a basis outside the closed list
      │    ├── CommonIdentifier an identifier too common to name one person (.index, .rule)
-     │    └── KeyInUse         a write to a key other subjects' claims hold (.claims)
+     │    ├── KeyInUse         a write to a key other subjects' claims hold (.claims)
+     │    └── InvalidArguments (also a TypeError) a call with an argument its method does
+     │                         not take, or without one it needs
      ├── ScopeError            a forget selector that names nothing beyond the tenant
      ├── NotFound              (also a KeyError) no such handle, or no such record to retain
      ├── ErasureNotSettled     a read path is behind an erasure in the query's scope
@@ -31,7 +33,10 @@ it as keyword arguments after the message and keeps it as attributes, None when 
 
 from __future__ import annotations
 
-from typing import Protocol
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 
 class Classified(Protocol):
@@ -52,6 +57,39 @@ class EffaceError(Exception):
 
 class InvalidInput(EffaceError, ValueError):
     """An argument is malformed; nothing was written or changed."""
+
+
+class InvalidArguments(InvalidInput, TypeError):
+    """A method was called with an argument it does not take (a misspelt keyword), without
+    one it needs, or with too many: a TypeError too, as Python raises for such a call."""
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def typed_calls(cls: _C) -> _C:
+    """Make a wrong call of any public method of ``cls`` an :class:`InvalidArguments` (a
+    TypeError that is also an efface error) instead of Python's bare TypeError. Only the
+    call's own binding is turned: a TypeError raised inside the method passes unchanged."""
+    for name, fn in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(fn):
+            setattr(cls, name, _typed_call(fn))
+    return cls
+
+
+def _typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            tb = e.__traceback__
+            if tb is None or tb.tb_next is not None:
+                raise  # raised inside fn: its frame ran, so the arguments did bind
+            # Python's message names the method and the argument, never a value
+            raise InvalidArguments(f"{e}: see help({fn.__module__}.{fn.__qualname__}) for what it takes") from None
+
+    return call
 
 
 class UnknownPurpose(InvalidInput):

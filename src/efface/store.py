@@ -59,7 +59,7 @@ from .derivations import quarantine, validate_policy
 from .embed import Embedder, QueryEmbedder
 from .erasure.ledger import ChainCheck, verify_chain
 from .erasure.propagation import ERASE_BOUND_S, SETTLED_STATES
-from .errors import EffaceError, InvalidInput
+from .errors import EffaceError, InvalidInput, typed_calls
 from .forgetting import Erasures
 from .model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from .origin.base import Origin
@@ -73,6 +73,7 @@ _ERASURES = frozenset({"forget", "expire"})
 """Mutation kinds that make a receipt: their bytes are erased promptly after the commit."""
 
 
+@typed_calls
 class Store:
     """An efface store over one origin. Use :func:`efface.open` to get one."""
 

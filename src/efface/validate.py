@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -101,6 +102,17 @@ def reason(value: Any, what: str = "reason", *, blank: bool = False) -> str:
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")
     return value
+
+
+def file_path(value: Any, what: str) -> str:
+    """A file's location as a caller gives it (str or os.PathLike), made absolute."""
+    try:
+        where = os.fspath(value)
+    except TypeError:
+        raise InvalidInput(f"{what} must be a file path (str or os.PathLike)") from None
+    if not isinstance(where, str) or "\x00" in where:
+        raise InvalidInput(f"{what} must be a file path given as str, without NUL characters")
+    return os.path.abspath(where)
 
 
 def purpose(value: Any) -> str:

@@ -231,6 +231,20 @@ def test_from_config(tmp_path):
         Memory.from_config({"path": tmp_path / "t", "colour": "blue"})
 
 
+def test_a_refused_config_leaves_no_store_open(tmp_path):
+    """``from_config`` opened the store at ``path`` before it checked the other keys, and a
+    refused config left that store open and locked: the corrected config then failed with
+    ``StoreLocked`` until the process ended."""
+    where = tmp_path / "s"
+    with pytest.raises(efface.InvalidInput, match="unknown config"):
+        Memory.from_config({"path": where, "embedder": "hashing", "tenat": "acme"})
+    with pytest.raises(efface.InvalidInput):
+        Memory.from_config({"path": where, "embedder": "hashing", "tenant": "acme", "purpose": "not a purpose"})
+    with Memory.from_config({"path": where, "embedder": "hashing", "tenant": "acme"}) as m:
+        m.add("Alice likes tea", user_id="alice", infer=False)
+        assert m.get_all(user_id="alice")["results"][0]["memory"] == "Alice likes tea"
+
+
 def test_the_facade_never_imports_mem0():
     code = "import sys, efface.compat.mem0; print('mem0' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)

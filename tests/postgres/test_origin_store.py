@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import efface
-from efface.origin.postgres import DataKeyDestroyed
+from efface.origin.postgres import DataKeyDestroyed, KeyFileCreated, KeyFileMissing
 from efface.origin.postgres.keys import ENV, Keys
 from efface.origin.postgres.reads import record_aad
 from efface.origin.postgres.schema import TABLES
@@ -115,6 +115,38 @@ def test_the_key_file_may_come_from_the_environment_and_a_missing_one_is_refused
         with efface.open(pg_db.url, embedder="hashing", background=False, cache_dir=tmp_path / "a") as s:
             s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
             assert s.read("n1", tenant=T, purpose="support").text == TEXT
+
+
+def test_a_key_file_that_cannot_be_created_is_a_typed_error_and_leaves_the_store_unmade(pg_db, tmp_path):
+    """A new store's key file named in a directory that does not exist raised a raw
+    ``FileNotFoundError`` from deep in the key file's creation."""
+    where = tmp_path / "no-such-dir" / "efface.kek"
+    with pytest.raises(KeyFileMissing, match="could not be created") as err:
+        efface.open(pg_db.url, embedder="hashing", background=False, kek_file=where, cache_dir=tmp_path / "a")
+    assert "create its directory" in str(err.value)
+    assert not where.parent.exists()
+    good = tmp_path / "efface.kek"  # the database took nothing from the failed first open
+    with pytest.warns(KeyFileCreated):
+        s = efface.open(pg_db.url, embedder="hashing", background=False, kek_file=good, cache_dir=tmp_path / "b")
+    with s:
+        s.write("n1", TEXT, tenant=T, subject="zq", purpose="support")
+        assert s.read("n1", tenant=T, purpose="support").text == TEXT
+
+
+@pytest.mark.parametrize("schema", ["Bad", "a b", "x;drop", "", "s" * 64])
+def test_a_schema_name_that_is_not_a_plain_identifier_is_invalid_input(pg_db, kek, tmp_path, schema):
+    """It raised a bare ``ValueError``, not an efface error."""
+    with pytest.raises(efface.InvalidInput, match="schema name"):
+        efface.open(pg_db.url, embedder="hashing", background=False, kek_file=kek, cache_dir=tmp_path, schema=schema)
+
+
+@pytest.mark.parametrize("name", ["kek_file", "cache_dir", "data_dir"])
+@pytest.mark.parametrize("value", [5, b"/tmp/bytes", "/tmp/a\x00b"], ids=["int", "bytes", "NUL"])
+def test_a_path_option_that_is_not_a_path_is_invalid_input(pg_db, kek, tmp_path, name, value):
+    """kek_file=5 or cache_dir=5 raised os.fspath's raw TypeError."""
+    options = {"kek_file": kek, "cache_dir": tmp_path / "c", name: value}
+    with pytest.raises(efface.InvalidInput, match=name):
+        efface.open(pg_db.url, embedder="hashing", background=False, **options)
 
 
 def test_a_default_cache_directory_is_per_process_and_removed_at_close(pg_db, kek, tmp_path, monkeypatch):

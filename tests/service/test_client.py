@@ -60,6 +60,22 @@ def test_bad_key_unreachable_server_and_bad_urls(served):
         efface.open("postgres://db.invalid/x")
 
 
+def test_a_password_in_the_server_url_is_never_shown():
+    """The URL's password was echoed in every Unreachable message and in the client's repr."""
+    with efface.open("http://bob:hunter2@127.0.0.1:9/", api_key="efk_x", timeout=2) as c:
+        assert "hunter2" not in repr(c) and "127.0.0.1:9" in repr(c)
+        with pytest.raises(Unreachable) as info:
+            c.receipts()
+    assert "hunter2" not in str(info.value) and "127.0.0.1:9" in str(info.value)
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, float("nan"), float("inf"), "30", None, True])
+def test_a_client_timeout_that_is_not_positive_seconds_is_invalid_input(timeout):
+    """-1 raised httpx's raw ValueError at the first request, "30" a raw TypeError."""
+    with pytest.raises(efface.InvalidInput, match="timeout"):
+        efface.open("http://127.0.0.1:9", api_key="efk_x", timeout=timeout)
+
+
 def test_efface_serve_and_the_cli_in_other_processes(tmp_path):
     """`efface serve` in its own process; `efface keys create` and the CLI (EFFACE_URL) in
     others, while the server holds the store."""

@@ -27,8 +27,9 @@ YIELD_EVERY = 64
 
 def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResult:
     from ..errors import InvalidInput
+    from ..validate import file_path
 
-    dest = os.path.abspath(os.fspath(dest))
+    dest = file_path(dest, "the backup destination")
     parent, base = os.path.dirname(dest), os.path.basename(dest)
     if os.path.isdir(dest):
         raise InvalidInput("the backup destination is a directory: give a file path")

@@ -34,7 +34,9 @@ def _replay(entries: list[dict], seq: int) -> tuple[set[str], set[tuple]]:
 
 
 def restore_backup(ctx: BackupContext, src: str | os.PathLike) -> fmt.RestoreResult:
-    src = os.path.abspath(os.fspath(src))
+    from ..validate import file_path
+
+    src = file_path(src, "the backup to restore")
     if not os.path.isfile(src):
         raise NotFound("no backup file at that path")
     header = fmt.read_header(src)

@@ -121,6 +121,15 @@ def _setter(field: str) -> Callable:
     return callback
 
 
+def _tenant_setter(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """``--tenant``; a blank one given on the command line (``--tenant "$T"`` with ``T``
+    unset) is refused rather than taken for the default tenant, where it would act on the
+    wrong tenant's records. (An empty ``EFFACE_TENANT`` is unset, as click reads it.)"""
+    if isinstance(value, str) and not value.strip():
+        raise click.BadParameter("must not be empty: name a tenant, or leave --tenant out for the default one")
+    _setter("tenant")(ctx, param, value)
+
+
 def embedder_option() -> Callable:
     """A command's ``--embedder``: the embedder of a store it creates."""
     return click.option(
@@ -224,7 +233,7 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     "--tenant",
                     metavar="TENANT",
                     expose_value=False,
-                    callback=_setter("tenant"),
+                    callback=_tenant_setter,
                     help=f"Tenant to act in (default: '{DEFAULT_TENANT}').",
                     **env("EFFACE_TENANT"),
                 ),

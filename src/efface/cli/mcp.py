@@ -22,6 +22,7 @@ from .base import (
     Settings,
     _setter,
     _settings,
+    _tenant_setter,
     cli,
     embedder_option,
     open_store,
@@ -40,7 +41,7 @@ from .base import (
     help="stdio: one client (its tenant is --tenant); http: streamable HTTP, each API key acts for its tenant.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to bind.")
-@click.option("--port", type=int, default=8000, show_default=True, help="HTTP: the port to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port to bind.")
 @click.option("--path", default="/mcp", show_default=True, help="HTTP: the MCP endpoint's path.")
 @click.option(
     "--store",
@@ -54,7 +55,7 @@ from .base import (
     "--tenant",
     metavar="TENANT",
     expose_value=False,
-    callback=_setter("tenant"),
+    callback=_tenant_setter,
     help=f"stdio: the tenant every tool acts in (or EFFACE_TENANT; default '{DEFAULT_TENANT}'). Not used over HTTP.",
 )
 @click.option(

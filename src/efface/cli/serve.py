@@ -30,6 +30,7 @@ from .base import (
     _emit,
     _setter,
     _settings,
+    _tenant_setter,
     cli,
     embedder_option,
     open_store,
@@ -71,14 +72,36 @@ def _mcp_hook(
     return None if make is None else make(store, ring, host=host, purpose=purpose, forget_everything=forget_everything)
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A float option's value, refused when NaN (which passes every range check)."""
+    if value != value:
+        raise click.BadParameter("must be a number of seconds, not NaN", ctx=ctx, param=param)
+    return value
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
-@click.option("--port", type=int, default=8750, show_default=True, help="Port to listen on (0: any free port).")
 @click.option(
-    "--max-body", type=int, default=4 << 20, show_default=True, help="Largest request body accepted, in bytes."
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8750,
+    show_default=True,
+    help="Port to listen on (0: any free port).",
 )
 @click.option(
-    "--max-wait", type=float, default=30.0, show_default=True, help="Longest a /v1/wait request blocks, in seconds."
+    "--max-body",
+    type=click.IntRange(min=1),
+    default=4 << 20,
+    show_default=True,
+    help="Largest request body accepted, in bytes.",
+)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(0.0, 86400.0),
+    callback=_finite,
+    default=30.0,
+    show_default=True,
+    help="Longest a /v1/wait request blocks, in seconds.",
 )
 @click.option("--no-access-log", is_flag=True, help="Do not log requests (method, path and status only anyway).")
 @click.option(
@@ -146,7 +169,7 @@ def _key_options(tenant_help: str | None) -> Callable:
     def decorate(f: Callable) -> Callable:
         if tenant_help is not None:
             f = click.option(
-                "--tenant", metavar="TENANT", expose_value=False, callback=_setter("tenant"), help=tenant_help
+                "--tenant", metavar="TENANT", expose_value=False, callback=_tenant_setter, help=tenant_help
             )(f)
         f = click.option(
             "--store",

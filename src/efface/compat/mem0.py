@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from .. import validate
 from ..errors import InvalidInput, NotFound, UnknownPurpose
 from ..model import Receipt
 from ._listing import scan_all
@@ -65,8 +66,13 @@ class Memory:
         owns_store: bool = False,
     ) -> None:
         self.store = store
-        self.tenant, self.purpose, self.basis = tenant, purpose, basis
-        self.history_purpose = purpose + ".history"
+        # checked here, not at the first add: a config that names a bad one is refused at once
+        self.tenant, self.purpose, self.basis = (
+            validate.name(tenant, "tenant"),
+            validate.purpose(purpose),
+            validate.basis(basis),
+        )
+        self.history_purpose = validate.purpose(purpose + ".history")
         """History events live under their own purpose, so recall never returns them."""
         self.extractor = extractor
         self.key_prefix = key_prefix
@@ -97,15 +103,19 @@ class Memory:
         embedder = config.pop("embedder", None)
         if (store is None) == (path is None):
             raise InvalidInput("give the config exactly one of 'store' (an efface store) or 'path' (a directory)")
-        owns = False
-        if store is None:
-            import efface
-
-            store, owns = efface.open(path, embedder=embedder), True
         unknown = set(config) - {"tenant", "purpose", "basis", "extractor", "key_prefix", "clock"}
-        if unknown:
+        if unknown:  # before opening anything: a refused config must leave no store open (and locked)
             raise InvalidInput(f"unknown config keys {sorted(unknown)}: see efface.compat.mem0.Memory")
-        return cls(store, owns_store=owns, **config)
+        if store is not None:
+            return cls(store, **config)
+        import efface
+
+        opened = efface.open(path, embedder=embedder)
+        try:
+            return cls(opened, owns_store=True, **config)
+        except BaseException:
+            opened.close()
+            raise
 
     def close(self) -> None:
         """Close the store if :meth:`from_config` opened it."""

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import TypeAdapter
 
 from .. import validate as v
 from ..erasure.ledger import ChainCheck
-from ..errors import EffaceError, InvalidInput
+from ..errors import EffaceError, InvalidInput, typed_calls
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from . import wire as w
 
@@ -102,6 +104,18 @@ def _api_key(value: Any) -> None:
         )
 
 
+def _shown(url: str) -> str:
+    """``url`` without what may be a secret or personal: its user and password (``***`` in
+    their place), its query string and its fragment."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("//", 1)[0] + "//<a malformed address>"
+    netloc = parts.netloc if "@" not in parts.netloc else "***@" + parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@typed_calls
 class Client:
     """An efface store served over HTTP. ``api_key`` defaults to ``EFFACE_API_KEY``."""
 
@@ -122,7 +136,11 @@ class Client:
         _api_key(api_key)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput("the server URL must start with http:// or https://")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+            raise InvalidInput("timeout must be a positive, finite number of seconds per request (default 60)")
         self.url = url.rstrip("/")
+        self._shown = _shown(self.url)
+        """The URL as messages and repr show it: no user, password, query or fragment."""
         self.path = None
         """A served store has no local directory."""
         self._timeout = timeout
@@ -152,7 +170,7 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"efface.Client({self.url!r})"
+        return f"efface.Client({self._shown!r})"
 
     # -- the wire
     def _post(
@@ -171,7 +189,9 @@ class Client:
         try:
             response = self._http.post(route, content=content, headers=headers, timeout=timeout or self._timeout)
         except httpx.HTTPError as exc:
-            raise Unreachable(f"the efface server at {self.url} could not be reached ({type(exc).__name__})") from None
+            raise Unreachable(
+                f"the efface server at {self._shown} could not be reached ({type(exc).__name__})"
+            ) from None
         if response.status_code >= 400:
             raise self._error(response)
         return response
@@ -181,7 +201,9 @@ class Client:
         try:
             response = self._http.get(route)
         except httpx.HTTPError as exc:
-            raise Unreachable(f"the efface server at {self.url} could not be reached ({type(exc).__name__})") from None
+            raise Unreachable(
+                f"the efface server at {self._shown} could not be reached ({type(exc).__name__})"
+            ) from None
         if response.status_code >= 400:
             raise self._error(response)
         return response

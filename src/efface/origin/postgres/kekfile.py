@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...dirs import fsync_dir
-from .errors import KeyFileMismatch
+from .errors import KeyFileMismatch, KeyFileMissing
 
 FORMAT = "efface-kek"
 
@@ -159,6 +159,11 @@ class KekFile:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return False
+        except OSError as e:  # no such directory, not allowed to write there, ...
+            raise KeyFileMissing(
+                f"the key-encryption key file {self.path} could not be created ({e.strerror}): create its directory, "
+                "or name a file in a directory this process may write (it is made there on the store's first use)"
+            ) from None
         os.close(fd)
         self.write([key], secrets.token_bytes(32), {})
         return True

@@ -54,7 +54,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...errors import EmbedderMismatch, StoreUnwritable
+from ...errors import EmbedderMismatch, InvalidInput, StoreUnwritable
 from .errors import SchemaTooNew
 
 if TYPE_CHECKING:
@@ -371,8 +371,11 @@ TABLES = (
 
 def check_name(schema: str) -> str:
     """``schema`` if it is a plain lower-case SQL identifier (it is put into SQL as is)."""
-    if not _NAME.match(schema):
-        raise ValueError("a schema name is lower-case letters, digits and underscores, at most 63")
+    if not isinstance(schema, str) or not _NAME.fullmatch(schema):
+        raise InvalidInput(  # also a ValueError
+            "a schema name is a lower-case letter or underscore, then up to 62 lower-case letters, digits and "
+            "underscores: name another schema, or leave schema= out for 'efface'"
+        )
     return schema
 
 
