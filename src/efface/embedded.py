@@ -29,7 +29,11 @@ def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str 
     root = os.path.abspath(os.fspath(path))
     if os.path.exists(root) and not os.path.isdir(root):
         raise InvalidInput("the store path exists and is not a directory: give a directory path")
-    lockfile = lock_dir(root, "another process has this store open; close it (or stop `efface serve`) and try again")
+    lockfile = lock_dir(
+        root,
+        "this store is open already (in another process, or another handle in this one): "
+        "close it (or stop `efface serve`) and try again",
+    )
 
     def release() -> None:
         try:
