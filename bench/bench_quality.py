@@ -11,7 +11,7 @@ Linux man pages (query: a page's NAME summary, answer: its DESCRIPTION; ~1k docu
 bench installs them itself when run as root (``apt-get update -o Acquire::Languages=en``,
 ``apt-get install manpages manpages-dev``) and otherwise says which command to run.
 
-For every (corpus, embedder) it prints recall@1, recall@10 and MRR@10, each with the p50 and
+For every (corpus, embedder) it prints recall@1, recall@5, recall@10 and MRR@10, each with the p50 and
 p99 latency of one query (vectors precomputed, so latency is search only, except
 ``efface.recall``, which encodes the query itself as a caller's recall does). Systems:
 
@@ -110,15 +110,17 @@ def encode(emb, texts: list[str], label: str) -> np.ndarray:
 
 # -- metrics ------------------------------------------------------------------------------
 def score(ranked: list[list[int]], relevant: list[set[int]], lat: list[float]) -> dict:
-    r1 = r10 = mrr = 0.0
+    r1 = r5 = r10 = mrr = 0.0
     for got, rel in zip(ranked, relevant, strict=True):
         r1 += len(rel & set(got[:1])) / min(len(rel), 1)
+        r5 += len(rel & set(got[:5])) / min(len(rel), 5)
         r10 += len(rel & set(got[:10])) / min(len(rel), 10)
         mrr += next((1.0 / (i + 1) for i, d in enumerate(got[:10]) if d in rel), 0.0)
     n = len(relevant)
     ms = np.asarray(lat) * 1000
     return {
         "recall@1": round(r1 / n, 4),
+        "recall@5": round(r5 / n, 4),
         "recall@10": round(r10 / n, 4),
         "mrr@10": round(mrr / n, 4),
         "p50_ms": round(float(np.percentile(ms, 50)), 3),
@@ -198,6 +200,7 @@ def run_efface(root: Path, docs, queries, dvec, qvec, emb, out: dict) -> None:
     for name, fn in systems.items():
         ranked, lat = timed(fn, len(queries))
         out[name] = score(ranked, REL, lat)
+        LISTS[name] = ranked
         log(f"  {name:18s} {out[name]}")
     store.close()
 
@@ -232,10 +235,11 @@ def run_exact(docs, queries, dvec, qvec, out: dict) -> dict[str, list[list[int]]
     lists: dict[str, list[list[int]]] = {}
     for name, fn in (("exact", exact), ("bm25_all_words", bm25), ("bm25_porter", bm25_porter)):
         ranked, lat = timed(fn, len(queries))
-        lists[name] = ranked
+        lists[name] = LISTS[name] = ranked
         out[name] = score(ranked, REL, lat)
         log(f"  {name:18s} {out[name]}")
     fused = [rrf([a, b]) for a, b in zip(lists["exact"], lists["bm25_porter"], strict=True)]
+    LISTS["rrf_exact_bm25"] = fused
     out["rrf_exact_bm25"] = {
         **score(fused, REL, [0.0]),
         "p50_ms": None,
@@ -275,11 +279,15 @@ def run_lancedb(root: Path, docs, queries, dvec, qvec, out: dict) -> None:
 
     for name, fn in (("lancedb.hybrid", hyb), ("lancedb.fts", fts)):
         ranked, lat = timed(fn, len(queries))
+        LISTS[name] = ranked
         out[name] = score(ranked, REL, lat)
         log(f"  {name:18s} {out[name]}")
 
 
 REL: list[set[int]] = []
+LISTS: dict[str, list[list[int]]] = {}
+"""Each system's ranked lists of the current run (``--dump``)."""
+DUMP: Path | None = None
 ORIGIN = None
 """``--origin``: the PostgreSQL cluster (bench/pg_local.Cluster) efface's stores are made on."""
 
@@ -289,6 +297,8 @@ def run_baseline(src: str, c: corpora.Corpus, emb_name: str, n_docs: int, n_q: i
     process over the same documents, queries and cached vectors."""
     cmd = [sys.executable, __file__, "--efface-only", "--corpora", c.name, "--embedders", emb_name]
     cmd += ["--docs", str(n_docs), "--queries", str(n_q)]
+    if DUMP is not None:
+        cmd += ["--dump", str(DUMP / "before")]
     env = {**os.environ, "PYTHONPATH": src}
     log(f"[baseline] efface from {src}")
     got = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
@@ -323,6 +333,12 @@ def run_one(c: corpora.Corpus, emb_name: str, efface_only: bool = False) -> dict
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["systems"] = res
+    if DUMP is not None:  # every system's ranked lists (document numbers), for per-query analysis
+        DUMP.mkdir(parents=True, exist_ok=True)
+        (DUMP / f"lists-{c.name}-{emb.name}.json").write_text(
+            json.dumps({"relevant": [sorted(r) for r in REL], **LISTS})
+        )
+    LISTS.clear()
     return out
 
 
@@ -355,8 +371,11 @@ def main() -> None:
         help="run efface on PostgreSQL: 'postgres' starts one (bench/pg_local.py), or a postgresql:// URL of a "
         "server to make a database on (dropped after)",
     )
+    ap.add_argument("--dump", type=Path, help="write each system's ranked lists here")
     ap.add_argument("--efface-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global DUMP
+    DUMP = args.dump
     if args.origin:
         import contextlib
 

@@ -446,3 +446,25 @@ def test_the_full_text_leg_alone_is_not_coordinated(open_store, monkeypatch):
     )
     hits = R.hybrid(store._origin, [store._fts], q, 3)
     assert len(hits) == 3 and all(h.via == ("fts",) for h in hits)
+
+
+def test_with_a_lexical_embedder_equal_text_scores_keep_the_text_legs_order(open_store):
+    """With the hashing embedder the cosine does not break the text scores' ties (issue #36:
+    there it put the answer first no more often than the order by id): two records holding
+    the question's word alike (equal BM25, equal length) come in the full-text leg's order,
+    although the later one is nearer by cosine (its trigrams); a record the words did not find
+    (a misspelling) comes after both, by its cosine."""
+    from efface.paths import recall as R
+
+    store = open_store(embedder="hashing")
+    recs = [{"key": "first", "text": "zebra xylophone"}, {"key": "second", "text": "zebra zebr"}]
+    recs += [{"key": "typo", "text": "zebr"}] + [{"key": f"f{i}", "text": f"quilt {i}"} for i in range(6)]
+    store.write_many(recs, tenant=TENANT, purpose=PURPOSE, subject="s")
+    vec = store.embedder.embed(["zebra", "zebra xylophone", "zebra zebr", "zebr"])
+    assert vec[2] @ vec[0] > vec[1] @ vec[0] > vec[3] @ vec[0] > 0  # the cosine would put "second" first
+    hits = store.recall("zebra", tenant=TENANT, purpose=PURPOSE, k=3)
+    assert [h.key for h in hits] == ["first", "second", "typo"]
+    assert hits[0].score == hits[1].score > 0 == hits[2].score
+    q = Query(store._tenant(TENANT), "zebra", vec[0], PURPOSE, None, time.time())
+    alone = R.hybrid(store._origin, [store._fts], q, 2)  # the text leg alone: the same two, in the same order
+    assert [h.key for h in alone] == ["first", "second"]
