@@ -42,6 +42,8 @@ _on: bool | None = None
 """None until chosen; then whether the loops are compiled."""
 _warming = False
 """Whether :func:`warm` has started the compile on a thread already."""
+_warm_lock = threading.Lock()
+"""Guards :data:`_warming` (never :data:`_lock`, which the compile holds for its whole run)."""
 
 
 class Loop:
@@ -142,7 +144,9 @@ def warm_now() -> None:
     """Compile the loops on a background thread, once per process (a caller that knows it is
     large by other means than its files: the PostgreSQL origin's word index in memory)."""
     global _warming
-    with _lock:
+    if _on is not None or _warming:  # without the lock: the compile holds it for its whole run,
+        return  # and a recall that asks while it runs must not wait for it
+    with _warm_lock:
         if _on is not None or _warming:
             return
         _warming = True

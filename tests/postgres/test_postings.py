@@ -6,6 +6,7 @@ tail merged into the arrays and not). No server needed."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 
 import numpy as np
@@ -129,3 +130,23 @@ def test_a_large_index_has_the_loops_compiled_and_scores_the_same(monkeypatch):
         assert np.array_equal(p.scores(found, terms), by_numpy)
     finally:
         compiled.reset()
+
+
+def test_asking_for_the_compile_while_it_runs_never_waits_for_it(monkeypatch):
+    """The compile holds ``compiled._lock`` for its whole run (a second or more): a recall
+    that asks for it meanwhile (``warm_now``, past COMPILE_RECORDS) must return at once, not
+    queue behind it on that lock while it holds the word index's own lock."""
+    compiled.reset()
+    monkeypatch.setattr(compiled, "_warming", True)  # a compile started and is running
+    returned = threading.Event()
+    with compiled._lock:  # held as the compile holds it
+
+        def ask() -> None:
+            compiled.warm_now()
+            returned.set()
+
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        t.join(timeout=30)  # a deadlock guard, not a timing: with the lock taken it never returns
+        assert returned.is_set(), "warm_now waited for the running compile's lock"
+    compiled.reset()
