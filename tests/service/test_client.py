@@ -69,6 +69,20 @@ def test_a_password_in_the_server_url_is_never_shown():
     assert "hunter2" not in str(info.value) and "127.0.0.1:9" in str(info.value)
 
 
+@pytest.mark.parametrize("secret", ["pa/ss9", "pa#ss9", "pa?ss9"])
+def test_a_password_with_an_unescaped_slash_hash_or_question_mark_is_never_shown(secret):
+    """httpx took the password's first part for a port and raised its raw InvalidURL,
+    quoting it; and the repr kept what urlsplit put outside the user part."""
+    from efface.service.client import _shown
+
+    url = f"http://alice:{secret}@127.0.0.1:9"
+    with pytest.raises(efface.InvalidInput) as info:
+        efface.open(url, api_key="efk_x")
+    assert secret not in str(info.value) and "ss9" not in str(info.value) and "alice" not in str(info.value)
+    shown = _shown(url)
+    assert secret not in shown and "ss9" not in shown and shown.endswith("127.0.0.1:9")
+
+
 @pytest.mark.parametrize("timeout", [-1, 0, float("nan"), float("inf"), "30", None, True])
 def test_a_client_timeout_that_is_not_positive_seconds_is_invalid_input(timeout):
     """-1 raised httpx's raw ValueError at the first request, "30" a raw TypeError."""

@@ -107,10 +107,13 @@ def _api_key(value: Any) -> None:
 def _shown(url: str) -> str:
     """``url`` without what may be a secret or personal: its user and password (``***`` in
     their place), its query string and its fragment."""
+    scheme, sep, rest = url.partition("//")
+    if sep and "@" in rest:  # a password may hold '/', '?' or '#' unescaped: all before the last '@' goes
+        url = scheme + "//***@" + rest.rpartition("@")[2]
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url.split("//", 1)[0] + "//<a malformed address>"
+        return scheme + "//<a malformed address>"
     netloc = parts.netloc if "@" not in parts.netloc else "***@" + parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
@@ -145,13 +148,19 @@ class Client:
         """A served store has no local directory."""
         self._timeout = timeout
         self._closed = False
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {api_key}", "User-Agent": "efface-client"},
-            timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(keepalive_expiry=KEEP_ALIVE_S),
-        )
+        try:
+            self._http = httpx.Client(
+                base_url=self.url,
+                headers={"Authorization": f"Bearer {api_key}", "User-Agent": "efface-client"},
+                timeout=timeout,
+                transport=transport,
+                limits=httpx.Limits(keepalive_expiry=KEEP_ALIVE_S),
+            )
+        except httpx.InvalidURL:  # its message quotes the URL's parts: never shown
+            raise InvalidInput(
+                "the server URL is malformed: give http(s)://host:port, with any '/', '?', '#' or '@' in a "
+                "user name or password percent-encoded"
+            ) from None
 
     # -- lifecycle
     def close(self) -> None:
