@@ -195,6 +195,23 @@ def test_the_listing_read_and_the_langgraph_store_over_a_served_store(served):
         assert store.verify(receipt.handle).level == "erased"
 
 
+def test_the_mem0_facade_over_a_served_store_takes_the_keys_tenant(served, tmp_path):
+    """tenant=None means the API key's tenant to a client: the facade passes it on (and
+    refuses it over a local store, which has no key to take it from)."""
+    from efface.compat.mem0 import Memory
+
+    with efface.open(served.url, api_key=served.key("acme")) as store:
+        m = Memory(store, tenant=None)
+        m.add("Alice prefers oolong", user_id="alice", infer=False)
+        assert [r["memory"] for r in m.get_all(filters={"user_id": "alice"})["results"]] == ["Alice prefers oolong"]
+        assert [r.text for r in store.recall("oolong", tenant="acme", purpose="memory")] == ["Alice prefers oolong"]
+    with (
+        efface.open(tmp_path / "local", embedder="hashing", background=False) as local,
+        pytest.raises(efface.InvalidInput, match="tenant"),
+    ):
+        Memory(local, tenant=None)
+
+
 def test_a_replacing_write_over_a_served_store(served):
     with efface.open(served.url, api_key=served.key("acme")) as store:
         store.write("k1", "alice prefers zephyrine tea", subject="alice", purpose="support")

@@ -46,6 +46,13 @@ _UNSET: Any = object()
 _MEM0_ONLY = ("vector_store", "llm", "graph_store", "history_db_path", "version", "reranker", "custom_instructions")
 
 
+def _served(store: Any) -> bool:
+    """Whether ``store`` is a served store's client, whose ``tenant=None`` means its API key's."""
+    from ..service.client import Client  # only here: the facade does not need the service
+
+    return isinstance(store, Client)
+
+
 class MemoryNotFound(NotFound, ValueError):
     """No live memory with that id (a ValueError too, as mem0 raises)."""
 
@@ -57,7 +64,7 @@ class Memory:
         self,
         store: Any,
         *,
-        tenant: str = "default",
+        tenant: str | None = "default",
         purpose: str = "memory",
         basis: str = "consent",
         extractor: Callable[[list[dict]], list[str]] | None = None,
@@ -68,7 +75,7 @@ class Memory:
         self.store = store
         # checked here, not at the first add: a config that names a bad one is refused at once
         self.tenant, self.purpose, self.basis = (
-            validate.name(tenant, "tenant"),
+            None if tenant is None and _served(store) else validate.name(tenant, "tenant"),
             validate.purpose(purpose),
             validate.basis(basis),
         )
