@@ -4,6 +4,9 @@
     PYTHONPATH=src nice -n 10 python bench/bench_postgres.py --n 100000 > bench/results/postgres/scale-100k.json
     PYTHONPATH=src nice -n 10 python bench/bench_postgres.py --quality  > bench/results/postgres/quality.json
     PYTHONPATH=src python bench/bench_postgres.py --n 2000 --queries 50 --forgets 3   # smoke run, ~1 min
+    PYTHONPATH=src nice -n 5 python bench/bench_postgres.py --n 1000000 --prefill 980000 --forgets 2 \
+        --erase-timeout 3600 --systems efface_postgres --setting shared_buffers=3GB \
+        --setting max_wal_size=8GB --setting maintenance_work_mem=3GB       # 1M: one to two hours
 
 Prints ONE JSON document on stdout; progress goes to stderr.
 
@@ -36,6 +39,14 @@ each system (the same hashing embedder). Per system:
   defaults m=16, ef_construction=64, ef_search=40), the same vectors through its ``embed`` function:
   ``batch`` of 1,000 ``PutOp``\\ s, ``search`` p50/p99 (vector only: it has no word leg),
   ``delete`` of 100 items (one subject's worth) p50/p99.
+
+**At 1M** (``--prefill K``): growing pgvector's graph one insert at a time to a million rows
+takes hours on two cores (about 200 records/s near 100k, slower as it grows). With
+``--prefill K`` the first K records are written (``write_many`` / ``batch``, as before) with
+the HNSW index dropped, the index is then built again from its own definition with 3GB of
+``maintenance_work_mem`` (pgvector's advice for a bulk load; timed as ``index_build_s``), and
+the remaining N-K are timed as ``write_many`` / ``put`` into an indexed store of K records:
+the write rate *at* that size. Both PostgreSQL systems get the same treatment.
 
 **Residue.** For LangGraph and for efface, one marked record (a unique word in its text, a
 distinctive vector) among the N: after it is written, after the delete / forget (+ CHECKPOINT),
@@ -200,26 +211,84 @@ def open_pg(url: str, work: Path, name: str, embedder: Any = "hashing"):
     )
 
 
-def build(store, corpus: Corpus, vectors: np.ndarray, n: int) -> dict[str, Any]:
+def write_range(store, corpus: Corpus, vectors: np.ndarray, start: int, stop: int) -> None:
+    items = [corpus.item(i) for i in range(start, stop)]
+    store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vectors[start:stop])
+
+
+def build(store, corpus: Corpus, vectors: np.ndarray, n: int, first: int = 0) -> dict[str, Any]:
+    """``write_many`` of records ``first`` to ``n`` in batches, timed."""
     per: list[tuple[int, float]] = []
-    for start in range(0, n, BATCH):
+    for start in range(first, n, BATCH):
         stop = min(start + BATCH, n)
-        items = [corpus.item(i) for i in range(start, stop)]
         t = time.perf_counter()
-        store.write_many(items, tenant=TENANT, purpose=PURPOSE, embeddings=vectors[start:stop])
+        write_range(store, corpus, vectors, start, stop)
         per.append((stop - start, time.perf_counter() - t))
-        if len(per) % max(1, (n // BATCH) // 10) == 0:
+        if len(per) % max(1, ((n - first) // BATCH) // 10) == 0:
             log(f"    {stop}/{n} written, last batch {per[-1][1] * 1000:.0f} ms")
     total = sum(s for _, s in per)
     t = time.perf_counter()
     store.recall(corpus.texts[0], tenant=TENANT, purpose=PURPOSE, k=10)
-    first = time.perf_counter() - t
+    first_recall = time.perf_counter() - t
     return {
-        "records_per_s": round(n / total, 1),
+        "records": n - first,
+        "into_store_of": first,
+        "records_per_s": round((n - first) / total, 1),
         "seconds": round(total, 2),
         "batch_ms": pct([s * 1000 for _, s in per]),
-        "first_recall_s": round(first, 3),
+        "first_recall_s": round(first_recall, 3),
     }
+
+
+def vector_indexes(server: Server, db: str, schema: str) -> list[tuple[str, str]]:
+    """The HNSW indexes of ``schema`` in ``db``: (name, definition)."""
+    with server.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND indexdef ILIKE %s",
+            (schema, "%USING hnsw%"),
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def drop_indexes(server: Server, db: str, indexes: list[tuple[str, str]], schema: str) -> None:
+    with server.connect(db) as conn:
+        for name, _ in indexes:
+            conn.execute(f'DROP INDEX "{schema}"."{name}"')
+
+
+def build_indexes(server: Server, db: str, indexes: list[tuple[str, str]]) -> float:
+    """Create the dropped indexes again, as a DBA would after a bulk load (pgvector's advice):
+    with ``maintenance_work_mem`` large enough to build the graph in memory."""
+    t = time.perf_counter()
+    with server.connect(db) as conn:
+        conn.execute("SET maintenance_work_mem = '3GB'")
+        for _, definition in indexes:
+            conn.execute(definition)
+        conn.execute("ANALYZE")
+    return round(time.perf_counter() - t, 2)
+
+
+def prefilled(server: Server, db: str, schema: str, args, write: Any, who: str) -> dict[str, Any]:
+    """``--prefill K``: the first K records written (``write(start, stop)``) with the vector
+    index dropped, the index built again, then the rest timed as writes into the indexed
+    store of K records: the write rate *at* that size, without hours of growing the graph."""
+    out: dict[str, Any] = {"records": args.prefill}
+    indexes = vector_indexes(server, db, schema)
+    if not indexes:
+        raise RuntimeError(f"{who}: no HNSW index found in schema {schema!r} to drop for the prefill")
+    drop_indexes(server, db, indexes, schema)
+    log(f"[{who}] prefill {args.prefill} without its HNSW index ({', '.join(n for n, _ in indexes)})")
+    t = time.perf_counter()
+    for start in range(0, args.prefill, BATCH):
+        write(start, min(start + BATCH, args.prefill))
+        if (start // BATCH + 1) % max(1, (args.prefill // BATCH) // 10) == 0:
+            log(f"    {min(start + BATCH, args.prefill)}/{args.prefill} prefilled")
+    out["seconds"] = round(time.perf_counter() - t, 2)
+    out["records_per_s"] = round(args.prefill / out["seconds"], 1)
+    log(f"[{who}] building the HNSW index again over {args.prefill} records")
+    out["index_build_s"] = build_indexes(server, db, indexes)
+    log(f"    built in {out['index_build_s']} s")
+    return out
 
 
 def recall_latency(store, queries: list[str]) -> dict[str, Any]:
@@ -345,8 +414,14 @@ def run_efface_pg(args, server: Server, work: Path, corpus: Corpus, vectors: np.
     out: dict[str, Any] = {}
     a = open_pg(url, work, "a")
     try:
-        log(f"[efface_postgres] write_many {args.n}")
-        out["write_many"] = build(a, corpus, vectors, args.n)
+        first = 0
+        if args.prefill:
+            out["prefill"] = prefilled(
+                server, db, "efface", args, lambda i, j: write_range(a, corpus, vectors, i, j), "efface_postgres"
+            )
+            first = args.prefill
+        log(f"[efface_postgres] write_many {args.n - first}")
+        out["write_many"] = build(a, corpus, vectors, args.n, first)
         word, vec = _marker()
         marker_write(a, vec, word)
         with server.connect(db) as conn:
@@ -528,9 +603,17 @@ def run_langgraph(args, server: Server, corpus: Corpus, vectors: np.ndarray) -> 
 
     with langgraph_store(server.url(db), Vectors(HashingEmbedder(), known)) as store:
         store.setup()
-        log(f"[langgraph] put {args.n} in batches of {BATCH}")
+        first = 0
+        if args.prefill:
+
+            def put_range(i: int, j: int) -> None:
+                store.batch([PutOp(ns(x), corpus.key(x), {"text": corpus.texts[x], "seq": x}) for x in range(i, j)])
+
+            out["prefill"] = prefilled(server, db, "public", args, put_range, "langgraph")
+            first = args.prefill
+        log(f"[langgraph] put {args.n - first} in batches of {BATCH}")
         per = []
-        for start in range(0, args.n, BATCH):
+        for start in range(first, args.n, BATCH):
             ops = [
                 PutOp(ns(i), corpus.key(i), {"text": corpus.texts[i], "seq": i})
                 for i in range(start, min(start + BATCH, args.n))
@@ -538,11 +621,13 @@ def run_langgraph(args, server: Server, corpus: Corpus, vectors: np.ndarray) -> 
             t = time.perf_counter()
             store.batch(ops)
             per.append((len(ops), time.perf_counter() - t))
-            if len(per) % max(1, (args.n // BATCH) // 10) == 0:
+            if len(per) % max(1, ((args.n - first) // BATCH) // 10) == 0:
                 log(f"    {start + len(ops)}/{args.n} put, last batch {per[-1][1] * 1000:.0f} ms")
         total = sum(s for _, s in per)
         out["put"] = {
-            "records_per_s": round(args.n / total, 1),
+            "records": args.n - first,
+            "into_store_of": first,
+            "records_per_s": round((args.n - first) / total, 1),
             "seconds": round(total, 2),
             "batch_ms": pct([s * 1000 for _, s in per]),
         }
@@ -678,6 +763,13 @@ def main() -> None:
     ap.add_argument("--extra", type=int, default=5000, help="records each process writes in the 1/2-process cell")
     ap.add_argument("--erase-timeout", type=float, default=30.0, help="wait(until='erased') timeout (s)")
     ap.add_argument("--systems", default="efface_postgres,efface_sqlite,langgraph")
+    ap.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="write the first K records with the HNSW index dropped, build it, then time the rest "
+        "(efface_postgres and langgraph; efface_sqlite writes all): a 1M run in about an hour",
+    )
     ap.add_argument("--quality", action="store_true", help="run the MiniLM quality cell instead of a scale run")
     ap.add_argument("--dir", default=None, help="where the server's data directory and the stores go")
     ap.add_argument(
