@@ -6,7 +6,7 @@
     PYTHONPATH=src python bench/bench_postgres.py --n 2000 --queries 50 --forgets 3   # smoke run, ~1 min
     PYTHONPATH=src nice -n 5 python bench/bench_postgres.py --n 1000000 --prefill 980000 --forgets 2 \
         --erase-timeout 3600 --systems efface_postgres --setting shared_buffers=3GB \
-        --setting max_wal_size=8GB --setting maintenance_work_mem=3GB       # 1M: one to two hours
+        --setting max_wal_size=4GB --setting maintenance_work_mem=3GB       # 1M: one to two hours
 
 Prints ONE JSON document on stdout; progress goes to stderr.
 
