@@ -136,7 +136,7 @@ def _as_dict(scores: dict[int, float], leg, ceiling) -> dict[int, float]:
 
 def test_with_a_lexical_embedder_recall_keeps_the_text_order(store):
     """The hashing embedder is built from the words alone: recall's order is then the full-text
-    leg's wherever it has k candidates, ties included (its cosine only fills)."""
+    leg's wherever it has k candidates (its cosine only breaks ties and fills)."""
     words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor"]
     records = []
     for i in range(120):

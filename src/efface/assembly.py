@@ -43,7 +43,7 @@ class Parts:
     hash: Hasher
     embedder: Embedder
     lexical: bool
-    """Whether the embedder's vectors come from the words alone (recall: they order only what the words miss)."""
+    """Whether the embedder's vectors come from the words alone (recall's tie-break only)."""
     derivations: Derivations
     fts: FullTextIndex
     ann: VectorIndex | OriginVectors

@@ -74,8 +74,7 @@ class QueryEmbedder(Protocol):
 @runtime_checkable
 class Lexical(Protocol):
     """An embedder whose vectors are built from the words alone (the hashing one): recall
-    then keeps the full-text leg's order (ties too) and the cosine orders only the records
-    the words did not find."""
+    then lets the full-text leg order the hits and the cosine only break ties."""
 
     lexical: bool
 

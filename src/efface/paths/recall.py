@@ -54,10 +54,13 @@ of twelve everyday memories it answered three of twelve questions with the wrong
 (``tests/test_recall_fusion.py``). Figures on both corpora are in docs/benchmarks-history.md
 ("Retrieval quality").
 
-A lexical embedder (hashed words, word pairs and trigrams: the hashing one) is a weaker copy of
-BM25's evidence: its cosine neither votes nor breaks the text scores' ties (it put the answer
-first there no more often than the order by id, issue #36): the words' records keep the text
-leg's order, those they did not find (misspellings) follow by cosine: never below that leg.
+An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
+character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
+evidence BM25 already weighs, so with it the cosine does not vote: it orders records the text
+scores tie on, and the records the words did not find at all (misspellings), after them. (Over
+the benchmark sets' ties it put the answer first about as often as the order by id did, issue
+#36; but where one record holds the query's very words in its order, word pairs make its
+cosine decide the tie, and a recall by a record's own text finds that record first.)
 
 The vector scores are exact: the union of every path's candidates scored by cosine to the
 query over the origin's vectors, half precision as stored (not the index's i8 copies), so a record the words
@@ -147,7 +150,7 @@ def hybrid(
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
-    hashing embedder), whose cosine then orders only the records the words did not find.
+    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs. ``q.where`` narrows the records that count as live
     and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
@@ -320,8 +323,8 @@ def _hybrid(
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
-        # best first; then a lexical embedder's cosine, for the records the words did not find; then by id
-        fused = union[np.lexsort((union, -np.where(total > 0.0, 0.0, tie), -total))].tolist()
+        # best first; then the tie-break (a lexical embedder's cosine); then by id
+        fused = union[np.lexsort((union, -tie, -total))].tolist()
         # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
         wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
         # Text leaves the store only here: from the origin, for ids checked live in this snapshot.
