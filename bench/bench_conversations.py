@@ -96,6 +96,10 @@ def write_tenants(store, c: cv.Conversations, dvec) -> dict[int, list[int]]:
     return by_tenant
 
 
+ORIGIN = None
+"""The PostgreSQL cluster efface's store is made on (``--origin``), else None: SQLite."""
+
+
 # -- metrics ------------------------------------------------------------------------------
 def _one(got: list[int], rel: set[int]) -> tuple[float, float, float]:
     r5 = len(rel & set(got[:5])) / min(len(rel), 5)
@@ -158,9 +162,16 @@ def run_efface(root: Path, c: cv.Conversations, dvec, qvec, emb, out: dict, list
         from efface.embed import resolve
 
         emb = resolve("minilm")  # the store's own query encoder (ONNX int8 where it runs)
-    store = efface.open(root / "efface", embedder=emb, background=False)
+    if ORIGIN is None:
+        store = efface.open(root / "efface", embedder=emb, background=False)
+    else:  # every pair's turns in one PostgreSQL database (one tenant each), as a served store holds them
+        store = efface.open(
+            ORIGIN.fresh(), embedder=emb, background=False, kek_file=str(root / "kek"), cache_dir=str(root / "cache")
+        )
     by_tenant = write_tenants(store, c, dvec)
     store.compact()
+    if ORIGIN is not None:
+        ORIGIN.analyze(store)  # the planner's statistics, as autovacuum would have them after a bulk load
     log(f"[efface] built in {time.perf_counter() - t0:.1f}s")
     origin = store._origin
     fuse = {"lexical": getattr(emb, "lexical", False)} if "lexical" in inspect.signature(hybrid).parameters else {}
@@ -337,7 +348,27 @@ def main() -> None:
     ap.add_argument("--embedders", default="hashing,minilm")
     ap.add_argument("--efface-only", action="store_true", help="efface's systems only (as a baseline run)")
     ap.add_argument("--dump", type=Path, help="write each system's ranked lists here")
+    ap.add_argument(
+        "--origin",
+        metavar="PG",
+        help="run efface on PostgreSQL: 'postgres' starts one (bench/pg_local.py), or a postgresql:// URL of a "
+        "server to make a database on (dropped after)",
+    )
     args = ap.parse_args()
+    if args.origin:
+        import contextlib
+
+        import pg_local
+
+        global ORIGIN
+        with contextlib.ExitStack() as stack:
+            ORIGIN = stack.enter_context(pg_local.cluster("start" if args.origin == "postgres" else args.origin))
+            _main(args)
+        return
+    _main(args)
+
+
+def _main(args) -> None:
     try:
         full = cv.build()
     except cv.ConversationsMissing as exc:
@@ -352,6 +383,7 @@ def main() -> None:
         "note": "latency measured on a shared 2-core machine under other engineers' load",
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "quick": args.quick,
+        "origin": "postgres" if args.origin else "sqlite",
         "source": full.source,
         "runs": [],
     }

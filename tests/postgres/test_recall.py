@@ -11,6 +11,7 @@ import numpy as np
 
 import efface
 from efface.origin.capabilities import NearestVectors
+from efface.origin.postgres.reads import NEAR_SHARE
 from efface.paths.base import LiveVectorSearch, Seeing, VectorSearch
 from efface.paths.indexed import OriginVectors
 
@@ -206,8 +207,8 @@ def test_the_vector_statement_is_prepared_in_a_snapshot_and_never_planned_generi
         origin = s._origin
         with origin.snapshot():
             for _ in range(8):
-                near, _others = ann.live_scored(q, 5, [1, 2, 3])
-                assert len(near) == 5
+                near, _others = ann.live_scored(q, 10, [1, 2, 3])
+                assert len(near) == 10 // NEAR_SHARE
             conn = origin._local.conn
             mode = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
             plans = conn.execute(
@@ -219,8 +220,47 @@ def test_the_vector_statement_is_prepared_in_a_snapshot_and_never_planned_generi
         with origin._pool.connection() as other:  # the setting went with the snapshot's transaction
             assert other.execute("SELECT current_setting('plan_cache_mode')").fetchone() == ("auto",)
         assert [h.key for h in s.recall("green tea", tenant=T, purpose="p", k=3)]  # and outside a snapshot too
-        near, _others = ann.live_scored(q, 5, [1])
-        assert len(near) == 5
+        near, _others = ann.live_scored(q, 10, [1])
+        assert len(near) == 10 // NEAR_SHARE
+
+
+def test_a_tenant_holding_most_of_a_large_store_recalls_on_a_generic_plan(pg_db, kek, tmp_path, monkeypatch):
+    """Recall's vector statement, beginning its snapshot for a tenant that holds at least half
+    of a store of ``GENERIC_FROM`` records or more (as the word index counts them), runs on a
+    generic plan (``PLANNED_GENERIC``: no planning a recall), with the rows a plan made for its
+    own arguments gives; any other tenant's is planned for its own arguments
+    (``PLANNED_IN_SNAPSHOT``). The setting ends with the snapshot."""
+    from efface.origin.postgres import origin as pg_origin
+    from efface.paths.base import Query
+
+    monkeypatch.setattr(pg_origin, "GENERIC_FROM", 20)
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        for i in range(24):
+            s.write(f"n{i}", f"note {i} about green tea and kettles", tenant="big", subject=f"s{i % 3}", purpose="p")
+        for i in range(3):
+            s.write(f"m{i}", f"memo {i} about green tea", tenant="small", subject="s", purpose="p")
+        o = s._origin
+        big, small = s._tenant("big"), s._tenant("small")
+        assert o._dominant(big) and not o._dominant(small)
+        vec = s.embedder.embed(["green tea"])[0]
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        sql = "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s"
+        for tenant, mode, plan in ((big, "force_generic_plan", 0), (small, "force_custom_plan", 1)):
+            for _ in range(3):
+                now = time.time()
+                with o.snapshot_deferred():
+                    near, _others = ann.live_scored(Query(tenant, "green tea", vec, "p", None, now), 10, [])
+                    conn = o._local.conn
+                    got = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+                    before = conn.execute(sql, ("%ORDER BY r.embedding <=>%",)).fetchall()
+                assert got == (mode,)
+                assert len(before) == 1 and before[0][plan] >= 1
+                exact = o.nearest(vec, 10 // NEAR_SHARE, tenant, "p", None, now)  # planned for its own arguments
+                assert set(near) == set(exact) and len(near) == min(10 // NEAR_SHARE, 24 if tenant == big else 3)
+        with o._pool.connection() as other:  # the setting went with the snapshot's transaction
+            assert other.execute("SELECT current_setting('plan_cache_mode')").fetchone() == ("auto",)
+        assert [h.key for h in s.recall("green tea", tenant="big", purpose="p", k=3)]
 
 
 def _round_trips(monkeypatch, conn_cls):

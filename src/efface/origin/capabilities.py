@@ -142,10 +142,11 @@ class NearestVectors(Protocol):
         now: float,
         also: Sequence[int],
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
-        """:meth:`nearest`, and which of ``also`` (another leg's candidates) are live, in one
-        round trip: each id with its vector's dot product with ``vector`` (the cosine recall
-        judges it by: stored vectors are unit length) instead of the vector, None for a record
-        without one. Inside a snapshot, read in it."""
+        """:meth:`nearest` (up to ``n``; an origin may ask its index for fewer, as PostgreSQL's
+        half: ``efface.origin.postgres.reads.NEAR_SHARE``), and which of ``also`` (another
+        leg's candidates) are live, in one round trip: each id with its vector's dot product
+        with ``vector`` (the cosine recall judges it by: stored vectors are unit length)
+        instead of the vector, None for a record without one. Inside a snapshot, read in it."""
         ...
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:

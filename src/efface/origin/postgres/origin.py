@@ -67,7 +67,16 @@ from ..capabilities import ScanFn
 from ..ledger import SECRET_META
 from . import epochs, locks, maintenance, names, schema
 from .keys import Keys
-from .reads import HNSW_SETTINGS, PLANNED_IN_SNAPSHOT, REC_COLS, PgReads, id_array, unseal_record
+from .reads import (
+    GENERIC_FROM,
+    HNSW_SETTINGS,
+    PLANNED_GENERIC,
+    PLANNED_IN_SNAPSHOT,
+    REC_COLS,
+    PgReads,
+    id_array,
+    unseal_record,
+)
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -218,14 +227,15 @@ class PostgresOrigin(PgReads):
                     conn.execute("COMMIT")
                 self._local.closed = False
 
-    def _begin(self, then: tuple[str, Any] | None = None) -> Any:
+    def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False) -> Any:
         """Begin this thread's snapshot and read its epoch in one round trip: the transaction
         begins and its snapshot is taken by the ``SELECT``, which also has every prepared
         statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
         ``then``: a statement (prepared) and its arguments sent in the same round trip, after
-        them (psycopg's pipeline mode); its cursor is returned."""
+        them (psycopg's pipeline mode); its cursor is returned. ``generic``: the snapshot's
+        prepared statements on generic plans instead (``PLANNED_GENERIC``)."""
         conn = self._local.conn
-        epoch_sql = f"SELECT {PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
+        epoch_sql = f"SELECT {PLANNED_GENERIC if generic else PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
         cur = None
         self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
         if then is None:
@@ -240,15 +250,20 @@ class PostgresOrigin(PgReads):
         self._local.epoch = 0 if row is None else int(row[1])
         return cur
 
-    def _snapshot_rows(self, sql: str, args: Any) -> list[Any]:
+    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:
         """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
-        there), in the round trip that begins it if it has not begun (a deferred snapshot);
-        outside a snapshot, on a pooled connection, never prepared."""
+        there), in the round trip that begins it if it has not begun (a deferred snapshot; on
+        a generic plan if ``generic``); outside a snapshot, on a pooled connection, never
+        prepared."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and not self._local.begun and not self._local.closed:
-            return self._begin((sql, args)).fetchall()
+            return self._begin((sql, args), generic=generic).fetchall()
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
+
+    def _dominant(self, tenant: str) -> bool:
+        total = self.text.doc_count()
+        return total >= GENERIC_FROM and 2 * self.text.tenant_count(tenant) >= total
 
     def words_epoch(self) -> int | None:
         """The epoch the word index answers at in this thread: its snapshot's; in a deferred

@@ -34,23 +34,36 @@ REC_COLS = "r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.updat
 PURPOSES_SEEN = 100_000
 """(tenant, purpose) pairs :meth:`PgReads.knows_purpose` remembers at most (forgotten all at once past it)."""
 
-HNSW_SETTINGS = {"hnsw.ef_search": "100", "hnsw.iterative_scan": "relaxed_order"}
-"""Set on every connection of the origin (pgvector 0.8): the search width of a query (recall
-asks for 100 candidates at least: the least that returns them in one pass; 128, the ANN
-files' ``EXPANSION_SEARCH``, cost 12 % more of the search's CPU at 100k records for the same
-quality, ``bench/results/postgres/quality-ef100.json``), and iterative scans, so a query whose filters (tenant, purpose,
-subject, expiry, quarantine) drop rows goes on through the graph until it has ``n`` live ones
-(up to pgvector's ``hnsw.max_scan_tuples``) instead of returning fewer. ``relaxed_order``: the
-rows may come slightly out of distance order, which costs nothing here (recall scores every
-candidate by exact cosine)."""
+HNSW_SETTINGS = {"hnsw.ef_search": "50", "hnsw.iterative_scan": "relaxed_order"}
+"""Set on every connection of the origin (pgvector 0.8): the search width of a query (recall's
+vector statement asks the graph for 50 candidates, :data:`NEAR_SHARE`: the least width that
+returns them in one pass; 50 at 50 cost 1.2 ms less of the server's CPU a recall at 100k
+records than 100 at 100, quality in docs/postgres.md), and iterative scans, so a query whose
+filters (tenant, purpose, subject, expiry, quarantine) drop rows goes on through the graph
+until it has ``n`` live ones (up to pgvector's ``hnsw.max_scan_tuples``) instead of returning
+fewer. ``relaxed_order``: the rows may come slightly out of distance order, which costs nothing
+here (recall scores every candidate by exact cosine)."""
+
+NEAR_SHARE = 2
+"""Recall's vector statement (:meth:`PgReads.nearest_scored`) asks the graph for ``n // NEAR_SHARE`` of the ``n``."""
+
+GENERIC_FROM = 20_000
+"""Records (as this process's word index counts them) from which recall's vector statement
+runs on a generic plan for a tenant holding at least half of them (:data:`PLANNED_GENERIC`)."""
+
+PLANNED_GENERIC = "set_config('plan_cache_mode', 'force_generic_plan', true)"
+""":data:`PLANNED_IN_SNAPSHOT`'s place in the snapshot recall's vector statement begins for such a
+tenant: its plan made once per connection (planning cost 0.33 ms of the server's CPU a recall at
+100k records), the HNSW walk that a plan for its own arguments makes too. A smaller tenant's is
+planned for its own arguments (an exact scan of its rows may be better: docs/postgres.md)."""
 
 PLANNED_IN_SNAPSHOT = "set_config('plan_cache_mode', 'force_custom_plan', true)"
 """Set for the transaction of each snapshot (in the ``SELECT`` that takes it): a prepared
-statement in it is planned for its own arguments every time, never with a generic plan. So
+statement in it is planned for its own arguments every time (:data:`PLANNED_GENERIC` aside). So
 recall's vector statement (:meth:`PgReads.nearest_scored`) is prepared inside a snapshot: the
 server parses it once per connection instead of once a recall (about 0.5 ms of the server's
 CPU at 100k records), and a generic plan, made without the tenant and the limit, which may
-leave the HNSW index for a scan of every row, is never used."""
+leave the HNSW index for a scan of every row, is not used."""
 
 
 def vector_bytes(v: Any) -> bytes:
@@ -164,9 +177,15 @@ class PgReads:
         """The epoch of this thread's snapshot, inside one; else None (the origin's)."""
         raise NotImplementedError
 
-    def _snapshot_rows(self, sql: str, args: Any) -> list[Any]:  # pragma: no cover
+    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:  # pragma: no cover
         """Rows of ``sql``: prepared in this thread's snapshot (with its ``BEGIN`` if it has not
-        begun: a deferred snapshot), else unprepared on a pooled connection (the origin's)."""
+        begun: a deferred snapshot, whose statements then run on generic plans if ``generic``:
+        :data:`PLANNED_GENERIC`), else unprepared on a pooled connection (the origin's)."""
+        raise NotImplementedError
+
+    def _dominant(self, tenant: str) -> bool:  # pragma: no cover
+        """Whether ``tenant`` holds at least half of a store of :data:`GENERIC_FROM` records or
+        more, as this process's word index counts them (the origin's)."""
         raise NotImplementedError
 
     # Results in binary: a vector's text form costs more to parse than the rest of a recall.
@@ -267,7 +286,7 @@ class PgReads:
         live = live_claim(s, subject, named=True)
         args: dict[str, Any] = {
             "q": np.asarray(vector, dtype=np.float32),
-            "n": n,
+            "near": max(1, n // NEAR_SHARE),
             "tenant": tenant,
             "purpose": purpose,
             "now": now,
@@ -275,7 +294,7 @@ class PgReads:
         }
         sql = (
             f"(SELECT r.id, -(r.embedding <#> %(q)s), true FROM {s}.records r WHERE r.embedding IS NOT NULL AND {live}"
-            " ORDER BY r.embedding <=> %(q)s LIMIT %(n)s)"
+            " ORDER BY r.embedding <=> %(q)s LIMIT %(near)s)"
         )
         if also:
             sql += (
@@ -283,10 +302,10 @@ class PgReads:
                 f" WHERE r.id = ANY(%(also)s::bigint[]) AND {live})"
             )
             args["also"] = id_array(also)
-        # prepared only in a snapshot, whose statements are planned for their own arguments
-        # (PLANNED_IN_SNAPSHOT), elsewhere never, as :meth:`nearest`; sent with the snapshot's
-        # BEGIN in one round trip where recall deferred it (DeferredSnapshot)
-        rows = self._snapshot_rows(sql, args)
+        # prepared only in a snapshot (planned for its own arguments, PLANNED_IN_SNAPSHOT, or for
+        # a dominant tenant generically, PLANNED_GENERIC), elsewhere never, as :meth:`nearest`;
+        # sent with the snapshot's BEGIN in one round trip where recall deferred it (DeferredSnapshot)
+        rows = self._snapshot_rows(sql, args, generic=self._dominant(tenant))
         near: dict[int, float | None] = {}
         others: dict[int, float | None] = {}
         for rid, dot, is_near in rows:
