@@ -108,6 +108,13 @@ KEEP_BEST = 1
 0.948); with every query word scoring, keeping five of each leg's cost recall@10 on both corpora (all of Debian,
 MiniLM: 0.843 with five, 0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
 
+SAME_TEXT = 0.999
+"""The cosine of a lexical embedder at or above which a record is the query's own text (the same
+words in the same order, up to case, accents and punctuation: the same features, cosine 1 but for
+the half precision the vectors are stored at, a few parts in 10^7). Only there does that cosine
+break the text scores' ties (issue #36): elsewhere it put the answer first about as often as the
+order by id, and the text leg's own order stands."""
+
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
 
@@ -302,6 +309,7 @@ def _hybrid(
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
+        same = np.zeros(len(union), dtype=bool)  # a lexical embedder's: the query's own text (SAME_TEXT)
         share = np.zeros(len(union), dtype=np.float64)  # the text legs' (:func:`coordinated`)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
@@ -323,7 +331,12 @@ def _hybrid(
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
-        # best first; then the tie-break (a lexical embedder's cosine); then by id
+                same[where] = raw >= SAME_TEXT
+        if lexical:
+            # a lexical embedder's cosine orders the records the words did not find, and among
+            # those they did, puts a record holding the query's own text before its equals
+            tie[(total > 0.0) & ~same] = 0.0
+        # best first; then the tie-break; then by id (the text leg's own order of its ties)
         fused = union[np.lexsort((union, -tie, -total))].tolist()
         # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
         wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
