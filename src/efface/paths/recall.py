@@ -56,11 +56,14 @@ of twelve everyday memories it answered three of twelve questions with the wrong
 
 An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
 character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
-evidence BM25 already weighs, so with it the cosine does not vote: it orders records the text
-scores tie on, and the records the words did not find at all (misspellings), after them. (Over
-the benchmark sets' ties it put the answer first about as often as the order by id did, issue
-#36; but where one record holds the query's very words in its order, word pairs make its
-cosine decide the tie, and a recall by a record's own text finds that record first.)
+evidence BM25 already weighs, so with it the cosine does not vote: the records the words found
+keep the text leg's order, ties by id as that leg alone orders them, and the cosine orders the
+records the words did not find at all (misspellings), after them. It breaks a tie of the text
+scores in one case only: a record whose cosine says it holds the query's own text
+(:data:`SAME_TEXT`: the same words in the same order) comes first among its equals, so a recall
+by a record's own text finds that record first when another holds the same words. (Over the
+benchmark sets' other ties the cosine put the answer first about as often as the order by id
+did, a coin flip that left recall one query under its text leg on two cuts, issue #36.)
 
 The vector scores are exact: the union of every path's candidates scored by cosine to the
 query over the origin's vectors, half precision as stored (not the index's i8 copies), so a record the words
@@ -157,7 +160,8 @@ def hybrid(
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
-    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
+    hashing embedder), whose cosine then does not vote: it orders what the words did not find,
+    and among equal text scores puts a record holding the query's own text first.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs. ``q.where`` narrows the records that count as live
     and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
