@@ -465,3 +465,29 @@ def test_with_a_lexical_embedder_a_records_own_text_finds_it_first_among_equal_t
         hits = store.recall(text, tenant=TENANT, purpose=PURPOSE, k=3)
         assert [h.key for h in hits][:2] == [own, ({"plural", "singular"} - {own}).pop()]
         assert hits[1].score > 0
+
+
+def test_with_a_lexical_embedder_equal_text_scores_keep_the_text_legs_order_unless_one_is_the_querys_text(open_store):
+    """With the hashing embedder the cosine breaks the text scores' ties only for a record
+    holding the query's own text (``SAME_TEXT``): two records hold the same three words (equal
+    BM25), the one written second holds the query's two words as a pair (a higher cosine), and
+    neither is the query's text: recall keeps the full-text leg's own order, as that leg alone
+    returns it (issue #36: there the cosine put the answer first no more often than the order
+    did). Asked by the second one's own text, that one comes first."""
+    from efface.paths import recall as R
+
+    store = open_store(embedder="hashing")
+    recs = [{"key": "apart", "text": "alpha gamma beta"}, {"key": "pair", "text": "gamma alpha beta"}]
+    recs += [{"key": f"f{i}", "text": f"quilt {i}"} for i in range(6)]
+    store.write_many(recs, tenant=TENANT, purpose=PURPOSE, subject="s")
+    question = "alpha beta"
+    q_vec, a_vec, p_vec = store.embedder.embed([question, recs[0]["text"], recs[1]["text"]])
+    assert float(q_vec @ p_vec) > float(q_vec @ a_vec) + 0.05  # the cosine alone would put "pair" first
+    q = Query(store._tenant(TENANT), question, q_vec, PURPOSE, None, time.time())
+    alone = [h.key for h in R.hybrid(store._origin, [store._fts], q, 2)]
+    assert sorted(alone) == ["apart", "pair"]
+    hits = store.recall(question, tenant=TENANT, purpose=PURPOSE, k=2)
+    assert [h.key for h in hits] == alone
+    assert hits[0].score == pytest.approx(hits[1].score)  # a tie of the text scores
+    own = store.recall("Gamma, alpha beta!", tenant=TENANT, purpose=PURPOSE, k=2)  # case and punctuation aside
+    assert [h.key for h in own] == ["pair", "apart"]

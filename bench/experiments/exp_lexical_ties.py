@@ -14,6 +14,8 @@ Rules (recall@1 / @5 / @10 / MRR@10 each):
 - ``cosine breaks ties``: main before session 27 (text scores, then the cosine, then id);
 - ``text order, cosine fills``: session 27 (the text leg's order; the cosine only orders the
   records the words did not find);
+- ``cosine for the own text only``: session 28 (shipped): as the one above, but a record whose
+  cosine says it holds the query's own text (``SAME_TEXT``) goes first among its equals;
 - ``+ w * cosine``: the cosine's standard score (as a meaning leg's) added at weight w;
 - ``cosine votes by standing``: the cosine voting as a meaning leg does (``_standing``);
 - ``coordination (words | stems)``: the first 20 re-scored as ``paths.scores.coordinated``
@@ -29,6 +31,7 @@ import sys
 
 import numpy as np
 
+from efface.paths.recall import SAME_TEXT
 from efface.paths.scores import _scaled, _standing
 from efface.text import content_words, query_words, words
 
@@ -114,6 +117,9 @@ def rules(d):
             *(lambda u, s, z, *_: (u, -np.where(s > 0, 0, z), -s))(*fused(q))
         ),
     }
+    out["cosine for the own text only"] = lambda q, i: first(
+        *(lambda u, s, z, c, _: (u, -np.where((s > 0) & (c < SAME_TEXT), 0, z), -s))(*fused(q))
+    )
     for w in (0.01, 0.05, 0.1):
         out[f"+ {w} * cosine"] = lambda q, i, w=w: first(*(lambda u, s, z, *_: (u, -z, -(s + w * z)))(*fused(q)))
     out["cosine votes by standing"] = standing
@@ -158,6 +164,8 @@ def main() -> None:
             m = metrics([rule(q, i) for i, q in enumerate(d["q"])], d["relevant"])
             print(f"  {name:28s} " + " / ".join(f"{x:.4f}" for x in m))
         print("  ties in the text leg's first ten:", tie_pairs(d))
+        own = sum(bool((fused(q)[3] >= SAME_TEXT).any()) for q in d["q"])
+        print(f"  queries with a record holding their own text (cosine >= {SAME_TEXT}): {own}")
 
 
 if __name__ == "__main__":

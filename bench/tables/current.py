@@ -26,7 +26,7 @@ RESULTS = BENCH / "results"
 DOC = BENCH.parent / "docs" / "benchmarks.md"
 
 SOURCES = {
-    "quality": "session15/quality-minilm.json",
+    "quality": "session28/quality-minilm-f2cc195.json",
     "recall_100k": [
         "session20/recall-latency-100k-chroma-7266884-run1.json",
         "session20/recall-latency-100k-chroma-7266884-run2.json",

@@ -43,7 +43,8 @@ class Parts:
     hash: Hasher
     embedder: Embedder
     lexical: bool
-    """Whether the embedder's vectors come from the words alone (recall's tie-break only)."""
+    """Whether the embedder's vectors come from the words alone (recall: they order what the
+    words miss, and put the query's own text first among equal text scores)."""
     derivations: Derivations
     fts: FullTextIndex
     ann: VectorIndex | OriginVectors

@@ -74,7 +74,8 @@ class QueryEmbedder(Protocol):
 @runtime_checkable
 class Lexical(Protocol):
     """An embedder whose vectors are built from the words alone (the hashing one): recall
-    then lets the full-text leg order the hits and the cosine only break ties."""
+    then lets the full-text leg order the hits (its ties too, unless a record holds the query's
+    own text) and the cosine order only the records the words did not find."""
 
     lexical: bool
 

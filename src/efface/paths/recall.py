@@ -56,11 +56,14 @@ of twelve everyday memories it answered three of twelve questions with the wrong
 
 An embedder built from the words alone (the hashing embedder: hashed words, word pairs and
 character trigrams, no meaning) says so (``lexical``); its cosine is a weaker copy of the
-evidence BM25 already weighs, so with it the cosine does not vote: it orders records the text
-scores tie on, and the records the words did not find at all (misspellings), after them. (Over
-the benchmark sets' ties it put the answer first about as often as the order by id did, issue
-#36; but where one record holds the query's very words in its order, word pairs make its
-cosine decide the tie, and a recall by a record's own text finds that record first.)
+evidence BM25 already weighs, so with it the cosine does not vote: the records the words found
+keep the text leg's order, ties by id as that leg alone orders them, and the cosine orders the
+records the words did not find at all (misspellings), after them. It breaks a tie of the text
+scores in one case only: a record whose cosine says it holds the query's own text
+(:data:`SAME_TEXT`: the same words in the same order) comes first among its equals, so a recall
+by a record's own text finds that record first when another holds the same words. (Over the
+benchmark sets' other ties the cosine put the answer first about as often as the order by id
+did, a coin flip that left recall one query under its text leg on two cuts, issue #36.)
 
 The vector scores are exact: the union of every path's candidates scored by cosine to the
 query over the origin's vectors, half precision as stored (not the index's i8 copies), so a record the words
@@ -108,6 +111,13 @@ KEEP_BEST = 1
 0.948); with every query word scoring, keeping five of each leg's cost recall@10 on both corpora (all of Debian,
 MiniLM: 0.843 with five, 0.860 with one; man pages 0.933 against 0.943, MRR@10 equal), docs/benchmarks-history.md."""
 
+SAME_TEXT = 0.999
+"""The cosine of a lexical embedder at or above which a record is the query's own text (the same
+words in the same order, up to case, accents and punctuation: the same features, cosine 1 but for
+the half precision the vectors are stored at, a few parts in 10^7). Only there does that cosine
+break the text scores' ties (issue #36): elsewhere it put the answer first about as often as the
+order by id, and the text leg's own order stands."""
+
 MAX_ANN_CANDIDATES = 4096
 """How far recall widens the ANN candidate list when filters thin it."""
 
@@ -150,7 +160,8 @@ def hybrid(
 ) -> list[Hit]:
     """The ``k`` best live records for ``q``: each path's candidates resolved, then fused.
     ``lexical``: the query's vector comes from an embedder built from the words alone (the
-    hashing embedder), whose cosine is then a tie-break after the text scores, not a vote.
+    hashing embedder), whose cosine then does not vote: it orders what the words did not find,
+    and among equal text scores puts a record holding the query's own text first.
     ``vector``: computes the query's vector (``q.vector`` is then a placeholder), called
     while the full-text leg already runs. ``q.where`` narrows the records that count as live
     and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
@@ -302,6 +313,7 @@ def _hybrid(
         # judge a record adds 0 to its score
         total = np.zeros(len(union), dtype=np.float64)
         tie = np.zeros(len(union), dtype=np.float64)
+        same = np.zeros(len(union), dtype=bool)  # a lexical embedder's: the query's own text (SAME_TEXT)
         share = np.zeros(len(union), dtype=np.float64)  # the text legs' (:func:`coordinated`)
         best_of: set[int] = set()  # each voting leg's own best KEEP_BEST
         # the vector leg's vote is weighed only against another leg's (with none, its order is all)
@@ -323,7 +335,12 @@ def _hybrid(
                     best_of.update(ids[np.lexsort((ids, -raw))[:KEEP_BEST]].tolist())
             else:
                 tie[where] = scaled
-        # best first; then the tie-break (a lexical embedder's cosine); then by id
+                same[where] = raw >= SAME_TEXT
+        if lexical:
+            # a lexical embedder's cosine orders the records the words did not find, and among
+            # those they did, puts a record holding the query's own text before its equals
+            tie[(total > 0.0) & ~same] = 0.0
+        # best first; then the tie-break; then by id (the text leg's own order of its ties)
         fused = union[np.lexsort((union, -tie, -total))].tolist()
         # a meaning leg beside the words: the first COORDINATED * k re-scored by their texts
         wide = COORDINATED * k if vectors and judged and not lexical and share.any() else k
