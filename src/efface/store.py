@@ -573,15 +573,16 @@ class Store:
             expire_due=lambda: self._erasures.expire_due(self._clock()),
         )
 
-    def backup(self, dest: str | os.PathLike) -> backup_format.BackupResult:
+    def backup(self, dest: str | os.PathLike, *, overwrite: bool = False) -> backup_format.BackupResult:
         """Write a backup of every live record to the file ``dest``, each record encrypted so
         that only the data keys of the subjects holding claims on it (kept in this store's
         origin, nowhere else) can open it. A later forget that leaves a subject with no claim
         destroys its key, and so its part of every backup. The file appears whole or not at
-        all; the backup is recorded in the origin and the ledger. Writes wait for it; reads
-        do not."""
+        all; the backup is recorded in the origin and the ledger. An existing ``dest`` is
+        refused (:class:`~efface.errors.InvalidInput`, nothing written) unless ``overwrite=True``,
+        which replaces it. Writes wait for it; reads do not."""
         self._check_open()
-        return write_backup(self._backup_context(), dest)
+        return write_backup(self._backup_context(), dest, overwrite=overwrite)
 
     def restore(self, src: str | os.PathLike) -> backup_format.RestoreResult:
         """Bring back the records of a backup this store made that are missing from it, after

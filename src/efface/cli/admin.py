@@ -132,11 +132,13 @@ def compact() -> None:
 
 @cli.command()
 @click.argument("dest", type=click.Path(dir_okay=False))
+@click.option("--overwrite", is_flag=True, default=False, help="Replace DEST if it exists (else it is refused).")
 @_common_options()
-def backup(dest) -> None:
+def backup(dest, overwrite) -> None:
     """Write an encrypted backup of every live record to the file DEST. Each subject's part
-    is sealed with a key only this store holds; forgetting the subject destroys it."""
-    result = _open().backup(dest).to_dict()
+    is sealed with a key only this store holds; forgetting the subject destroys it. An
+    existing DEST is refused unless --overwrite is given."""
+    result = _open().backup(dest, overwrite=overwrite).to_dict()
 
     def human(out: Console) -> None:
         out.print(

@@ -435,7 +435,7 @@ class Client:
             "(e.g. `efface --store DIR ...` on the server's machine), not through a client"
         )
 
-    def backup(self, dest: Any) -> Any:
+    def backup(self, dest: Any, *, overwrite: bool = False) -> Any:
         raise self._local_only("backup")
 
     def restore(self, src: Any) -> Any:
