@@ -105,14 +105,15 @@ def reason(value: Any, what: str = "reason", *, blank: bool = False) -> str:
 
 
 def file_path(value: Any, what: str) -> str:
-    """A file's location as a caller gives it (str or os.PathLike), made absolute."""
+    """A file's location as a caller gives it (str or os.PathLike), made absolute, a leading
+    ``~`` expanded as a shell would."""
     try:
         where = os.fspath(value)
     except TypeError:
         raise InvalidInput(f"{what} must be a file path (str or os.PathLike)") from None
     if not isinstance(where, str) or "\x00" in where:
         raise InvalidInput(f"{what} must be a file path given as str, without NUL characters")
-    return os.path.abspath(where)
+    return os.path.abspath(os.path.expanduser(where))
 
 
 def purpose(value: Any) -> str:

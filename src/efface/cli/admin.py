@@ -8,7 +8,7 @@ import json
 import click
 from rich.console import Console
 
-from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
+from .base import EXIT_FAILED, UserPath, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
 from .render import (
     console,
     data,
@@ -66,13 +66,13 @@ def ledger_verify() -> None:
 @click.option(
     "--out",
     "out_path",
-    type=click.Path(dir_okay=False, writable=True),
+    type=UserPath(dir_okay=False, writable=True),
     help="Write the JSON certificate to this file (default: standard output).",
 )
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, writable=True),
+    type=UserPath(dir_okay=False, writable=True),
     help="Also write a readable HTML certificate to this file.",
 )
 @_common_options()
@@ -131,7 +131,7 @@ def compact() -> None:
 
 
 @cli.command()
-@click.argument("dest", type=click.Path(dir_okay=False))
+@click.argument("dest", type=UserPath(dir_okay=False))
 @click.option("--overwrite", is_flag=True, default=False, help="Replace DEST if it exists (else it is refused).")
 @_common_options()
 def backup(dest, overwrite) -> None:
@@ -159,7 +159,7 @@ def backup(dest, overwrite) -> None:
 
 
 @cli.command()
-@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("src", type=UserPath(dir_okay=False))
 @_common_options()
 def restore(src) -> None:
     """Restore the records of the backup SRC that are missing from the store, after replaying
