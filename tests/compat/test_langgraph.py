@@ -284,6 +284,18 @@ def test_bad_input_is_refused_clearly(lg):
     assert lg.get(("a",), "never") is None and lg.search(("a",)) == [] and lg.list_namespaces() == []
 
 
+def test_a_misspelt_option_is_invalid_arguments_naming_what_is_taken(store):
+    """EffaceStore(store, tenat=...) raised Python's bare TypeError: now efface.InvalidArguments
+    (an InvalidInput, still a TypeError) naming the options it takes, never a value given."""
+    for call in (lambda: EffaceStore(store, tenat="Alice Secret"), lambda: EffaceStore()):
+        with pytest.raises(efface.InvalidArguments, match="store, tenant, subject, purpose, template") as err:
+            call()
+        assert isinstance(err.value, TypeError) and "Alice Secret" not in str(err.value)
+    lg = EffaceStore(store, tenant="acme")
+    with pytest.raises(efface.InvalidArguments, match="forget_subject"):
+        lg.forget_subject("alice", tenat="acme")
+
+
 def test_langmem_tools_on_the_efface_store(store):
     langmem = pytest.importorskip("langmem")
     lg_mem = EffaceStore(store, tenant="acme", template=("*", "subject"))

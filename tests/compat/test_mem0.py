@@ -231,6 +231,26 @@ def test_from_config(tmp_path):
         Memory.from_config({"path": tmp_path / "t", "colour": "blue"})
 
 
+def test_a_misspelt_option_is_invalid_arguments_naming_what_is_taken(store, tmp_path):
+    """A misspelt keyword of the constructor (or of from_config, or of search/get_all) raised
+    Python's bare TypeError, or an InvalidInput echoing the names given: now it is
+    efface.InvalidArguments (an InvalidInput, still a TypeError) naming what is taken, and
+    never a value given."""
+    calls = [
+        (lambda: Memory(store, tenat="acme"), "tenant, purpose, basis"),
+        (lambda: Memory.from_config({"store": store, "tenat": "Alice Secret"}), "tenant, purpose, basis"),
+        (lambda: Memory.from_config({"store": store}, colour="Alice Secret"), "takes config"),
+        (lambda: Memory(store, tenant="acme").search("tea", user_id="alice", usr="Alice Secret"), "user_id"),
+        (lambda: Memory(store, tenant="acme").get_all(user_id="alice", usr="Alice Secret"), "user_id"),
+        (lambda: Memory(store, tenant="acme").delete_all(usr="Alice Secret"), "user_id, agent_id, run_id"),
+    ]
+    for call, takes in calls:
+        with pytest.raises(efface.InvalidArguments, match=takes) as err:
+            call()
+        assert isinstance(err.value, TypeError) and isinstance(err.value, efface.InvalidInput)
+        assert "Alice Secret" not in str(err.value)
+
+
 def test_a_refused_config_leaves_no_store_open(tmp_path):
     """``from_config`` opened the store at ``path`` before it checked the other keys, and a
     refused config left that store open and locked: the corrected config then failed with

@@ -52,7 +52,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ..errors import InvalidInput, UnknownPurpose
+from ..errors import InvalidInput, UnknownPurpose, typed_calls
 from ..model import Memory, Receipt
 from ._listing import scan_all
 
@@ -65,6 +65,7 @@ _RECALL_K = 1000
 namespace prefix that pass the filter."""
 
 
+@typed_calls
 class EffaceStore(BaseStore):
     """A LangGraph ``BaseStore`` over an efface store (anything with ``efface.Store``'s methods).
 
