@@ -106,6 +106,27 @@ def test_metadata_that_holds_itself_is_refused(seeded):
     assert_intact(seeded)
 
 
+@pytest.mark.parametrize(
+    "meta",
+    [{1: "x"}, {True: "x"}, {None: "x"}, {1.5: "x"}, {"a": {2: "x"}}, {"a": [{"b": 1}, {3: "x"}]}, {1: "a", "1": "b"}],
+    ids=["int", "bool", "None", "float", "nested", "in-list", "collision"],
+)
+def test_metadata_with_a_key_that_is_not_a_string_is_refused(seeded, meta):
+    """{1: "x"} was stored as {"1": "x"} without a word (JSON's keys are strings), and
+    {1: "a", "1": "b"} would have been two keys made one. On every origin and over HTTP (the
+    client checks before it sends: JSON cannot even carry the difference)."""
+    refused(lambda: seeded.write("x", "t", tenant="acme", subject="bob", purpose="support", metadata=meta), "strings")
+    refused(
+        lambda: seeded.write_many(
+            [{"key": "x", "text": "t", "metadata": meta}], tenant="acme", subject="b", purpose="support"
+        ),
+        "strings",
+    )
+    refused(lambda: seeded.rederive("s1", "t", tenant="acme", metadata=meta), "strings")
+    assert_intact(seeded)
+    assert seeded.read("x", tenant="acme", purpose="support") is None
+
+
 # -- ttl beyond any float ----------------------------------------------------------------------------
 @pytest.mark.parametrize("ttl", [10**400, -(10**400), 10**309], ids=["1e400", "-1e400", "1e309"])
 def test_a_ttl_beyond_any_float_is_refused(seeded, ttl):

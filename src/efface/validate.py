@@ -207,6 +207,8 @@ def metadata(value: Any) -> str:
         return "{}"
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
+    if not all(isinstance(k, str) for k in value):
+        raise InvalidInput(_KEYS)
     if "at" in value or "speaker" in value or "session" in value:
         value = _turn_fields(value)
     if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
@@ -230,17 +232,28 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Value types with nothing nested inside (exact types: a subclass may be anything)."""
 
 
+_KEYS = (
+    "metadata keys must be strings at every level, as JSON's are (a key 1 would come back as '1', "
+    "and two keys could become one): convert them with str() first"
+)
+
+
 def _shallow(value: dict) -> None:
     """Refuse metadata nested deeper than MAX_METADATA_DEPTH, without recursing (the JSON
-    encoder recurses, and 50,000 levels would raise RecursionError)."""
+    encoder recurses, and 50,000 levels would raise RecursionError), and a nested object
+    with a key that is not a string (the JSON encoder turns 1, True or None into one)."""
     level: list[Any] = [value]
     for _depth in range(MAX_METADATA_DEPTH):
-        level = [
-            child
-            for node in level
-            for child in (node.values() if isinstance(node, dict) else node)
-            if isinstance(child, (dict, list, tuple))
-        ]
+        deeper: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, dict):
+                    if not all(isinstance(k, str) for k in child):
+                        raise InvalidInput(_KEYS)
+                    deeper.append(child)
+                elif isinstance(child, (list, tuple)):
+                    deeper.append(child)
+        level = deeper
         if not level:
             return
     raise InvalidInput(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
