@@ -67,18 +67,20 @@ def ledger_verify() -> None:
     "--out",
     "out_path",
     type=UserPath(dir_okay=False, writable=True),
-    help="Write the JSON certificate to this file (default: standard output).",
+    help="Write the JSON certificate to this file (default: standard output, unless --html is given).",
 )
 @click.option(
     "--html",
     "html_path",
     type=UserPath(dir_okay=False, writable=True),
-    help="Also write a readable HTML certificate to this file.",
+    help="Write a readable HTML certificate to this file (the JSON one then goes only to --out, if given).",
 )
 @_common_options()
 def ledger_export(handle, out_path, html_path) -> None:
     """Export the deletion certificate of erasure HANDLE: what was asked, when, the epoch,
-    each verification check with its outcome and time, and what was retained and why."""
+    each verification check with its outcome and time, and what was retained and why.
+    It goes to standard output as JSON, or to the files --out (JSON) and --html (HTML) name;
+    with --json, standard output holds the JSON certificate either way."""
     from efface.erasure.certificate import to_html
 
     cert = _open().certificate(handle, tenant=_tenant())
@@ -90,12 +92,12 @@ def ledger_export(handle, out_path, html_path) -> None:
             json.dump(cert, f, indent=2, sort_keys=True)
 
     def human(out: Console) -> None:
-        if not out_path:
+        if not out_path and not html_path:
             click.echo(json.dumps(cert, indent=2, sort_keys=True))
-        else:
+        if out_path:
             out.print(data(f"certificate for {handle} (level {cert['level']}) written to {out_path}"))
         if html_path:
-            out.print(data(f"HTML certificate written to {html_path}"))
+            out.print(data(f"HTML certificate for {handle} (level {cert['level']}) written to {html_path}"))
 
     _emit(cert, human)
 
