@@ -127,6 +127,19 @@ def test_metadata_with_a_key_that_is_not_a_string_is_refused(seeded, meta):
     assert seeded.read("x", tenant="acme", purpose="support") is None
 
 
+def test_whole_numbers_of_numpys_integer_types_are_taken(seeded):
+    """recall(k=np.int64(3)) and scan(limit=...) were refused ("k must be an int"), and over
+    HTTP the client could not even send them ("cannot be sent as JSON"): a count taken from
+    an array is a whole number like any other. A float or a bool is still refused."""
+    import numpy as np
+
+    hits = seeded.recall("espresso", tenant="acme", purpose="support", k=np.int64(2), window=np.int32(1))
+    assert len(hits) == 2
+    assert len(seeded.scan(tenant="acme", purpose="support", limit=np.int64(1))) == 1
+    refused(lambda: seeded.recall("tea", tenant="acme", purpose="support", k=np.float64(2)), "k must be an int")
+    refused(lambda: seeded.scan(tenant="acme", purpose="support", limit=True), "limit must be an int")
+
+
 # -- ttl beyond any float ----------------------------------------------------------------------------
 @pytest.mark.parametrize("ttl", [10**400, -(10**400), 10**309], ids=["1e400", "-1e400", "1e309"])
 def test_a_ttl_beyond_any_float_is_refused(seeded, ttl):

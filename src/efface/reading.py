@@ -59,6 +59,7 @@ def read(origin: Origin, tenant: str, name: str, key: str, purpose: str, now: fl
 
 def listing(prefix: Any, subject: Any, after: Any, limit: Any) -> tuple[str, str | None, str | None, int]:
     """A listing read's checked ``(prefix, subject, after, limit)``."""
+    limit = v.whole(limit)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInput("limit must be an int from 1 to 1000; page on with after=")
     return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -195,7 +196,16 @@ def where(after: Any, before: Any, said_by: Any) -> Where | None:
     return Where(time(after, "after"), time(before, "before"), said_by)
 
 
+def whole(value: Any) -> Any:
+    """``value`` as an ``int`` when it is a whole number of any integer type (numpy's
+    ``int64`` from an array is one; ``bool`` is not), else as given, for the caller's check."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def window(value: Any) -> int:
+    value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 50:
         raise InvalidInput("window must be an int from 0 (no window) to 50: the turns each side of a hit")
     return value
@@ -290,6 +300,7 @@ def sources(value: Iterable[str] | None) -> tuple[str, ...]:
 
 
 def k(value: Any) -> int:
+    value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
         raise InvalidInput("k must be an int from 1 to 1000")
     return value

@@ -312,7 +312,7 @@ class Client:
         limit: int = 100,
     ) -> list[Memory]:
         """As :meth:`efface.Store.scan`."""
-        body: dict[str, Any] = {"purpose": purpose, "limit": limit}
+        body: dict[str, Any] = {"purpose": purpose, "limit": v.whole(limit)}
         body |= _opt(tenant=tenant, prefix=prefix, subject=subject, after=after)
         return self._as(list[Memory], "/v1/scan", body)
 
@@ -330,7 +330,8 @@ class Client:
         window: int = 0,
     ) -> list[Hit]:
         """As :meth:`efface.Store.recall`."""
-        body = {"query": query, "purpose": purpose, "k": k, "window": window} | _opt(tenant=tenant, subject=subject)
+        body = {"query": query, "purpose": purpose, "k": v.whole(k), "window": v.whole(window)}
+        body |= _opt(tenant=tenant, subject=subject)
         body |= _opt(after=_time(after), before=_time(before), said_by=said_by)
         return self._as(list[Hit], "/v1/recall", body)
 
