@@ -218,11 +218,11 @@ def metadata(value: Any) -> str:
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
     if not all(isinstance(k, str) for k in value):
-        raise InvalidInput(_KEYS)
+        raise InvalidInput(_keys("metadata"))
     if "at" in value or "speaker" in value or "session" in value:
         value = _turn_fields(value)
     if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
-        _shallow(value)
+        json_tree(value, "metadata")
     try:
         encoded = _canonical(value)
         raw = _utf8(encoded, "metadata")
@@ -242,16 +242,20 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Value types with nothing nested inside (exact types: a subclass may be anything)."""
 
 
-_KEYS = (
-    "metadata keys must be strings at every level, as JSON's are (a key 1 would come back as '1', "
-    "and two keys could become one): convert them with str() first"
-)
+def _keys(what: str) -> str:
+    return (
+        f"{what} keys must be strings at every level, as JSON's are (a key 1 would come back as '1', "
+        "and two keys could become one): convert them with str() first"
+    )
 
 
-def _shallow(value: dict) -> None:
-    """Refuse metadata nested deeper than MAX_METADATA_DEPTH, without recursing (the JSON
-    encoder recurses, and 50,000 levels would raise RecursionError), and a nested object
-    with a key that is not a string (the JSON encoder turns 1, True or None into one)."""
+def json_tree(value: dict, what: str) -> None:
+    """Refuse a dict (``what``: metadata, a LangGraph value) nested deeper than
+    MAX_METADATA_DEPTH, without recursing (the JSON encoder recurses, and 50,000 levels would
+    raise RecursionError), or holding an object with a key that is not a string at any level
+    (the JSON encoder turns 1, True or None into one)."""
+    if not all(isinstance(k, str) for k in value):
+        raise InvalidInput(_keys(what))
     level: list[Any] = [value]
     for _depth in range(MAX_METADATA_DEPTH):
         deeper: list[Any] = []
@@ -259,14 +263,14 @@ def _shallow(value: dict) -> None:
             for child in node.values() if isinstance(node, dict) else node:
                 if isinstance(child, dict):
                     if not all(isinstance(k, str) for k in child):
-                        raise InvalidInput(_KEYS)
+                        raise InvalidInput(_keys(what))
                     deeper.append(child)
                 elif isinstance(child, (list, tuple)):
                     deeper.append(child)
         level = deeper
         if not level:
             return
-    raise InvalidInput(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
+    raise InvalidInput(f"{what} is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
 
 
 def timeout(value: Any) -> float:

@@ -52,6 +52,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from .. import validate
 from ..errors import InvalidInput, UnknownPurpose, typed_calls
 from ..model import Memory, Receipt
 from ._listing import scan_all
@@ -247,6 +248,8 @@ class EffaceStore(BaseStore):
             return
         if not isinstance(op.value, dict):
             raise InvalidInput("a LangGraph value must be a dict of JSON values")
+        # JSON would make {1: "x"} {"1": "x"}, and json.dumps raise RecursionError 50,000 levels down
+        validate.json_tree(op.value, "a LangGraph value")
         try:
             text = json.dumps(op.value, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError):
