@@ -214,6 +214,28 @@ def test_filters_and_bad_input(m):
         m.get("../escape")
 
 
+def test_logical_filters_and_or_not(m):
+    """mem0's AND, OR and NOT (each over a list of conditions) were read as a metadata key
+    named "AND" that no memory has: every such filter silently matched nothing."""
+    m.add("Alice plays chess", user_id="alice", metadata={"level": 3, "kind": "hobby"}, infer=False)
+    m.add("Alice plays go", user_id="alice", metadata={"level": 1, "kind": "hobby"}, infer=False)
+    m.add("Alice works late", user_id="alice", metadata={"level": 2, "kind": "work"}, infer=False)
+
+    def memories(**logical):
+        return sorted(r["memory"] for r in m.get_all(filters={"user_id": "alice", **logical})["results"])
+
+    assert memories(AND=[{"kind": "hobby"}, {"level": {"gte": 2}}]) == ["Alice plays chess"]
+    assert memories(OR=[{"level": 1}, {"kind": "work"}]) == ["Alice plays go", "Alice works late"]
+    assert memories(NOT=[{"kind": "hobby"}]) == ["Alice works late"]
+    assert memories(OR=[{"kind": "work"}], NOT=[{"level": 2}]) == []
+    hits = m.search("plays", filters={"user_id": "alice", "OR": [{"level": 3}, {"level": 2}]})["results"]
+    assert sorted(r["memory"] for r in hits) == ["Alice plays chess", "Alice works late"]
+    for bad in ({"OR": []}, {"AND": {"kind": "hobby"}}, {"NOT": ["Alice Secret"]}):
+        with pytest.raises(ValueError, match="non-empty list of conditions") as err:
+            m.get_all(filters={"user_id": "alice", **bad})
+        assert "Alice Secret" not in str(err.value)
+
+
 def test_from_config(tmp_path):
     with pytest.warns(UserWarning, match="ignores"):
         m = Memory.from_config(
