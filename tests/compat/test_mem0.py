@@ -212,6 +212,11 @@ def test_filters_and_bad_input(m):
         m.delete_all()
     with pytest.raises(ValueError):
         m.get("../escape")
+    for filters in (["alice"], "alice", [("user_id", "alice")]):  # dict() took the last, gave a raw error for the rest
+        with pytest.raises(efface.InvalidInput, match="filters must be a dict"):
+            m.get_all(filters=filters)
+        with pytest.raises(efface.InvalidInput, match="filters must be a dict"):
+            m.search("plays", filters=filters)
 
 
 def test_logical_filters_and_or_not(m):

@@ -380,6 +380,8 @@ class Memory:
     def _filters(self, filters: Any, kwargs: dict[str, Any], top_k: Any, what: str) -> tuple[dict[str, Any], int]:
         if "limit" in kwargs:
             top_k = kwargs.pop("limit")
+        if filters is not None and not isinstance(filters, dict):
+            raise InvalidInput('filters must be a dict, e.g. {"user_id": "alice"}')
         merged = dict(filters or {})
         for k in IDS:
             if k in kwargs:
