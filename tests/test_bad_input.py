@@ -140,6 +140,22 @@ def test_whole_numbers_of_numpys_integer_types_are_taken(seeded):
     refused(lambda: seeded.scan(tenant="acme", purpose="support", limit=True), "limit must be an int")
 
 
+@pytest.mark.parametrize("embedder", [5, object(), b"hashing"], ids=["int", "object", "bytes"])
+def test_an_embedder_that_is_none_of_the_kinds_is_invalid_input(tmp_path, embedder):
+    """efface.open(path, embedder=5) raised AttributeError ('int' object has no attribute
+    'name') from deep in the store's assembly; the store is not left locked."""
+    with pytest.raises(InvalidInput, match="embedder must be None"):
+        efface.open(tmp_path / "s", embedder=embedder, background=False)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        assert store.embedder.name.startswith("hashing")
+
+
+def test_scan_with_an_empty_prefix_lists_every_key(seeded):
+    """prefix="" was refused ("prefix must not be empty"), where it means what None does."""
+    every = [m.key for m in seeded.scan(tenant="acme", purpose="support")]
+    assert [m.key for m in seeded.scan(tenant="acme", purpose="support", prefix="")] == every == sorted(SEED)
+
+
 # -- ttl beyond any float ----------------------------------------------------------------------------
 @pytest.mark.parametrize("ttl", [10**400, -(10**400), 10**309], ids=["1e400", "-1e400", "1e309"])
 def test_a_ttl_beyond_any_float_is_refused(seeded, ttl):

@@ -63,7 +63,7 @@ def listing(prefix: Any, subject: Any, after: Any, limit: Any) -> tuple[str, str
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInput("limit must be an int from 1 to 1000; page on with after=")
     return (
-        "" if prefix is None else v.key(prefix, "prefix"),
+        "" if prefix is None or prefix == "" else v.key(prefix, "prefix"),  # "": every key, as None
         None if subject is None else v.name(subject, "subject"),
         None if after is None else v.key(after, "after"),
         limit,
