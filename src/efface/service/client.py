@@ -139,6 +139,12 @@ class Client:
         _api_key(api_key)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput("the server URL must start with http:// or https://")
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:  # an unclosed '[': the message below says how to write it
+            host = "?"
+        if not host:
+            raise InvalidInput("the server URL names no host: give http(s)://host:port, e.g. http://127.0.0.1:8750")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
             raise InvalidInput("timeout must be a positive, finite number of seconds per request (default 60)")
         self.url = url.rstrip("/")
