@@ -550,7 +550,7 @@ CHILD = textwrap.dedent("""
         store.write_many(items[start:start + 2000], tenant="acme")
     print("ready", flush=True)
     while True:
-        store.backup(sys.argv[2])
+        store.backup(sys.argv[2], overwrite=True)
 """)
 
 
@@ -583,7 +583,7 @@ def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, op
     store = open_store(store_dir)
     result = store.restore(dest)  # whichever backup DEST holds is whole and authentic
     assert result.present == 2000
-    store.backup(dest)
+    store.backup(dest, overwrite=True)
     assert os.listdir(dest.parent) == [dest.name]  # the dead run's temporary file is cleaned up
 
 
