@@ -327,6 +327,24 @@ def test_ledger_export_html_prints_no_json(js, efc, tmp_path):
     assert "{" not in both and both.count("written to") == 2
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--max-wait", "nan"],
+        ["serve", "--max-wait", "inf"],
+        ["gate", "proxy", "--settle", "nan", "--", "true"],
+    ],
+    ids=["max-wait-nan", "max-wait-inf", "settle-nan"],
+)
+def test_a_non_finite_number_is_a_usage_error(runner, store_dir, args):
+    """NaN compares false with both bounds of click's FloatRange, so `--max-wait nan` was taken
+    (and capped no wait: min(timeout, nan) is the timeout) and `--settle nan` settled nothing."""
+    result = runner.invoke(cli, ["--json", "--store", store_dir, *args])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "BadParameter" and "range its --help gives" in error["message"]
+
+
 def test_receipts_and_ledger(js, efc, store_dir):
     js("write", "acme:secret-key", "secret text", "--subject", "subject-zelda", "--purpose", "support")
     js("write", "other", "other text", "--subject", "s", "--purpose", "support")

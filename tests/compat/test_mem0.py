@@ -219,6 +219,16 @@ def test_filters_and_bad_input(m):
             m.search("plays", filters=filters)
 
 
+def test_search_takes_mems_reference_date_as_none(m):
+    """mem0's search(reference_date=None) (code ported as it is) was refused as an unknown
+    keyword; mem0 takes None and refuses a date, as the facade does now."""
+    m.add("Alice plays chess", user_id="alice", infer=False)
+    hits = m.search("chess", filters={"user_id": "alice"}, reference_date=None)["results"]
+    assert [h["memory"] for h in hits] == ["Alice plays chess"]
+    with pytest.raises(ValueError, match="reference_date"):
+        m.search("chess", filters={"user_id": "alice"}, reference_date="2024-01-01")
+
+
 def test_logical_filters_and_or_not(m):
     """mem0's AND, OR and NOT (each over a list of conditions) were read as a metadata key
     named "AND" that no memory has: every such filter silently matched nothing."""

@@ -9,6 +9,7 @@ import logging
 import httpx
 import pytest
 
+from efface.errors import InvalidInput
 from efface.service.http import create_app
 from efface.service.runner import BackgroundServer
 
@@ -127,6 +128,18 @@ def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
         r = httpx.post(small.url + "/v1/write", content=chunks(), headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 413
     assert served.store.stats()["epoch"] == 0  # nothing was written
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_wait": float("nan")}, {"max_wait": -1}, {"max_wait": float("inf")}, {"max_body": 0}, {"max_body": 1.5}],
+    ids=["wait-nan", "wait-negative", "wait-inf", "body-0", "body-float"],
+)
+def test_a_server_limit_that_limits_nothing_is_refused(served, options):
+    """`efface serve --max-wait nan` got through click's range check (NaN compares false) and
+    capped nothing: min(timeout, nan) is the client's timeout, and /v1/health said NaN."""
+    with pytest.raises(InvalidInput, match=r"max_wait|max_body"):
+        create_app(served.store, served.ring, **options)
 
 
 def test_wait_is_capped_by_the_server(served):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -122,6 +123,17 @@ class UserPath(click.Path):
         if isinstance(value, str):
             value = os.path.expanduser(value)
         return super().convert(value, param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN (which compares false with both bounds, so
+    the range let it through) and infinities."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        if not math.isfinite(got):
+            self.fail("must be a finite number", param, ctx)
+        return got
 
 
 PATH_FIELDS = ("store", "kek_file")

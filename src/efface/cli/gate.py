@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .base import UserPath, cli
+from .base import FiniteRange, UserPath, cli
 
 
 def _default_state() -> str:
@@ -38,7 +38,7 @@ def gate() -> None:
 @click.option(
     "--settle",
     metavar="SECONDS",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=60.0,
     show_default=True,
     help="Seconds after a delete's answer before sentinel probes may settle it and allow reads in its scope.",

@@ -348,11 +348,15 @@ class Memory:
         threshold: float | None = None,
         rerank: bool = False,
         explain: bool = False,
+        reference_date: Any = None,
         show_expired: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """``{"results": [...]}`` with ``score``: efface recall (ANN + full text) in the
-        scope ``filters`` names. ``threshold`` is accepted and not applied (see module doc)."""
+        scope ``filters`` names. ``threshold`` is accepted and not applied (see module doc);
+        ``reference_date`` only as None, as mem0's open-source ``Memory`` takes it."""
+        if reference_date is not None:
+            raise InvalidInput("reference_date is not supported (nor by mem0's open-source Memory): leave it None")
         filters, top_k = self._filters(filters, kwargs, top_k, "search")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("query must be a non-empty string")
