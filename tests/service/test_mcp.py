@@ -255,6 +255,19 @@ def test_arguments_outside_the_schema_come_back_in_effaces_error_shape(store):
     assert store.stats()["records"] == 0  # nothing was written
 
 
+def test_an_unknown_tool_is_answered_in_effaces_shape_without_its_name(store):
+    """Over stdio (and in memory) the SDK answered "Unknown tool: <the name asked for>"; only
+    over HTTP did the guard hide the name. Now every transport gets efface's NotFound."""
+
+    async def body():
+        async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:
+            return await client.call_tool("forget_alice-secret", {"subject": "alice-secret"})
+
+    error = error_of(run(body))
+    assert error["type"] == "NotFound" and "tools/list" in error["message"]
+    assert "alice-secret" not in error["message"]
+
+
 def test_an_unexpected_failure_is_answered_without_its_details(store, monkeypatch, caplog):
     def broken(*_a, **_k):
         raise RuntimeError("alice's secret text")

@@ -159,6 +159,20 @@ class EffaceTool(Tool):
             return self.fn_metadata.convert_result(result) if convert_result else result
 
 
+class EffaceServer(MCPServer):
+    """The SDK's ``MCPServer`` that answers a call of a tool it does not have in efface's
+    error shape (``NotFound``), without the name asked for (the SDK's answer, "Unknown tool:
+    <name>", repeats it). Its handler calls :meth:`call_tool` for every ``tools/call``."""
+
+    tool_names: frozenset[str] = frozenset()
+    """The names of the tools :func:`build_mcp` registered."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if name not in self.tool_names:
+            return _tool_error("NotFound", "this server has no tool of that name: tools/list gives the ones it has")
+        return await super().call_tool(name, arguments, context)
+
+
 def _misfit(exc: ValidationError, fields: set[str]) -> str:
     """What is wrong with a tool's arguments: each argument by its name and pydantic's rule,
     never a value (nor a name the caller made up: it may be data too)."""
@@ -445,7 +459,7 @@ def build_mcp(
             {**ver.to_dict(), "failed": [c.name for c in ver.failed], "level_means": LADDER[ver.level]}
         )
 
-    return MCPServer(
+    server = EffaceServer(
         name,
         instructions=INSTRUCTIONS,
         version=_version(),
@@ -454,6 +468,8 @@ def build_mcp(
         log_level="WARNING",
         tools=tools,
     )
+    server.tool_names = frozenset(t.name for t in tools)
+    return server
 
 
 def _hide_inputs(registered: Tool) -> Tool:
