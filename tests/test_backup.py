@@ -596,7 +596,7 @@ def test_an_existing_destination_is_refused_unless_overwrite(store, tmp_path):
     dest = tmp_path / "out" / "b.efb"
     dest.write_bytes(b"someone's precious file")
     entries = len(store.ledger())
-    with pytest.raises(efface.InvalidInput, match="exists already.*overwrite=True"):
+    with pytest.raises(efface.InvalidInput, match=r"exists already.*overwrite=True"):
         store.backup(dest)
     assert dest.read_bytes() == b"someone's precious file"
     assert len(store.ledger()) == entries and os.listdir(dest.parent) == ["b.efb"]

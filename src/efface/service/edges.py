@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -114,12 +115,12 @@ def _too_large(limit: int) -> JSONResponse:
 
 # -- errors -------------------------------------------------------------------------------------------
 def _error_response(
-    status: int, kind: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+    status: int, kind: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
     detail = {"type": kind, "message": message, **{k: v for k, v in extra.items() if v is not None}}
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse({"error": detail}, status_code=status, headers=headers)
+    return JSONResponse({"error": detail}, status_code=status, headers=None if headers is None else dict(headers))
 
 
 NOT_JSON = (
