@@ -550,7 +550,7 @@ CHILD = textwrap.dedent("""
         store.write_many(items[start:start + 2000], tenant="acme")
     print("ready", flush=True)
     while True:
-        store.backup(sys.argv[2])
+        store.backup(sys.argv[2], overwrite=True)
 """)
 
 
@@ -583,8 +583,44 @@ def test_kill_during_backup_leaves_no_partial_file_and_no_plaintext(tmp_path, op
     store = open_store(store_dir)
     result = store.restore(dest)  # whichever backup DEST holds is whole and authentic
     assert result.present == 2000
-    store.backup(dest)
+    store.backup(dest, overwrite=True)
     assert os.listdir(dest.parent) == [dest.name]  # the dead run's temporary file is cleaned up
+
+
+def test_an_existing_destination_is_refused_unless_overwrite(store, tmp_path):
+    """backup(dest) replaced whatever file was at dest without a word (an earlier backup, or
+    any file the caller named by mistake). Now it is refused before anything is written (no
+    ledger entry), and overwrite=True replaces it."""
+    store.write("k1", "Alice prefers green tea", tenant="t", subject="alice", purpose="support")
+    (tmp_path / "out").mkdir()
+    dest = tmp_path / "out" / "b.efb"
+    dest.write_bytes(b"someone's precious file")
+    entries = len(store.ledger())
+    with pytest.raises(efface.InvalidInput, match=r"exists already.*overwrite=True"):
+        store.backup(dest)
+    assert dest.read_bytes() == b"someone's precious file"
+    assert len(store.ledger()) == entries and os.listdir(dest.parent) == ["b.efb"]
+    with pytest.raises(efface.InvalidInput, match="overwrite"):
+        store.backup(tmp_path / "out" / "c.efb", overwrite="yes")
+    result = store.backup(dest, overwrite=True)
+    assert read_header(dest)["backup_id"] == result.backup_id
+    with pytest.raises(efface.InvalidInput, match="exists already"):
+        store.backup(dest)  # an earlier backup too
+    assert read_header(dest)["backup_id"] == result.backup_id
+
+
+def test_a_destination_that_appears_meanwhile_is_not_replaced(tmp_path):
+    """The last step gives the finished file its name with a hard link, which fails on a
+    file made after the first look (a rename would silently replace it)."""
+    from efface.backups.backup import _place_new
+
+    (tmp_path / "tmp").write_bytes(b"backup")
+    (tmp_path / "dest").write_bytes(b"theirs")
+    with pytest.raises(efface.InvalidInput, match="exists already"):
+        _place_new(os.fspath(tmp_path / "tmp"), os.fspath(tmp_path / "dest"))
+    assert (tmp_path / "dest").read_bytes() == b"theirs"
+    _place_new(os.fspath(tmp_path / "tmp"), os.fspath(tmp_path / "new"))
+    assert (tmp_path / "new").read_bytes() == b"backup" and not (tmp_path / "tmp").exists()
 
 
 # -- CLI -------------------------------------------------------------------------------------------
@@ -616,6 +652,10 @@ def test_cli_backup_and_restore(tmp_path):
     assert err["error"]["type"] == "BackupCorrupt"
     err = json.loads(run("backup", os.fspath(tmp_path), "--json", code=2).stdout)
     assert err["error"]["type"] in ("InvalidInput", "BadParameter")
+    err = json.loads(run("backup", os.fspath(tmp_path / "b.efb"), "--json", code=2).stdout)
+    assert err["error"]["type"] == "InvalidInput" and "--overwrite" in err["error"]["message"]
+    doc = json.loads(run("backup", os.fspath(tmp_path / "b.efb"), "--overwrite", "--json").stdout)
+    assert read_header(tmp_path / "b.efb")["backup_id"] == doc["backup_id"]
 
 
 # -- property: what comes back is exactly what survived ----------------------------------------------

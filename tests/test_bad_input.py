@@ -106,6 +106,56 @@ def test_metadata_that_holds_itself_is_refused(seeded):
     assert_intact(seeded)
 
 
+@pytest.mark.parametrize(
+    "meta",
+    [{1: "x"}, {True: "x"}, {None: "x"}, {1.5: "x"}, {"a": {2: "x"}}, {"a": [{"b": 1}, {3: "x"}]}, {1: "a", "1": "b"}],
+    ids=["int", "bool", "None", "float", "nested", "in-list", "collision"],
+)
+def test_metadata_with_a_key_that_is_not_a_string_is_refused(seeded, meta):
+    """{1: "x"} was stored as {"1": "x"} without a word (JSON's keys are strings), and
+    {1: "a", "1": "b"} would have been two keys made one. On every origin and over HTTP (the
+    client checks before it sends: JSON cannot even carry the difference)."""
+    refused(lambda: seeded.write("x", "t", tenant="acme", subject="bob", purpose="support", metadata=meta), "strings")
+    refused(
+        lambda: seeded.write_many(
+            [{"key": "x", "text": "t", "metadata": meta}], tenant="acme", subject="b", purpose="support"
+        ),
+        "strings",
+    )
+    refused(lambda: seeded.rederive("s1", "t", tenant="acme", metadata=meta), "strings")
+    assert_intact(seeded)
+    assert seeded.read("x", tenant="acme", purpose="support") is None
+
+
+def test_whole_numbers_of_numpys_integer_types_are_taken(seeded):
+    """recall(k=np.int64(3)) and scan(limit=...) were refused ("k must be an int"), and over
+    HTTP the client could not even send them ("cannot be sent as JSON"): a count taken from
+    an array is a whole number like any other. A float or a bool is still refused."""
+    import numpy as np
+
+    hits = seeded.recall("espresso", tenant="acme", purpose="support", k=np.int64(2), window=np.int32(1))
+    assert len(hits) == 2
+    assert len(seeded.scan(tenant="acme", purpose="support", limit=np.int64(1))) == 1
+    refused(lambda: seeded.recall("tea", tenant="acme", purpose="support", k=np.float64(2)), "k must be an int")
+    refused(lambda: seeded.scan(tenant="acme", purpose="support", limit=True), "limit must be an int")
+
+
+@pytest.mark.parametrize("embedder", [5, object(), b"hashing"], ids=["int", "object", "bytes"])
+def test_an_embedder_that_is_none_of_the_kinds_is_invalid_input(tmp_path, embedder):
+    """efface.open(path, embedder=5) raised AttributeError ('int' object has no attribute
+    'name') from deep in the store's assembly; the store is not left locked."""
+    with pytest.raises(InvalidInput, match="embedder must be None"):
+        efface.open(tmp_path / "s", embedder=embedder, background=False)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False) as store:
+        assert store.embedder.name.startswith("hashing")
+
+
+def test_scan_with_an_empty_prefix_lists_every_key(seeded):
+    """prefix="" was refused ("prefix must not be empty"), where it means what None does."""
+    every = [m.key for m in seeded.scan(tenant="acme", purpose="support")]
+    assert [m.key for m in seeded.scan(tenant="acme", purpose="support", prefix="")] == every == sorted(SEED)
+
+
 # -- ttl beyond any float ----------------------------------------------------------------------------
 @pytest.mark.parametrize("ttl", [10**400, -(10**400), 10**309], ids=["1e400", "-1e400", "1e309"])
 def test_a_ttl_beyond_any_float_is_refused(seeded, ttl):

@@ -311,6 +311,40 @@ def test_verify_and_ledger_export(js, efc, store_dir, tmp_path):
     assert js("verify", "efr_nope", code=1)["error"]["type"] == "NotFound"
 
 
+def test_ledger_export_html_prints_no_json(js, efc, tmp_path):
+    """--html FILE also printed the whole JSON certificate on stdout (only --out took it
+    away): what --html asks for is the page; the JSON goes to stdout only when neither file
+    is named (and with --json, which always prints the one JSON document)."""
+    js("write", "k1", "first memory", "--subject", "s", "--purpose", "support")
+    handle = js("forget", "--key", "k1")["handle"]
+    page = tmp_path / "cert.html"
+    out = efc("ledger", "export", handle, "--html", str(page)).stdout
+    assert "Deletion certificate" in page.read_text()
+    assert '"handle"' not in out and "{" not in out and "written to" in out
+    assert json.loads(efc("ledger", "export", handle).stdout)["handle"] == handle
+    assert js("ledger", "export", handle, "--html", str(tmp_path / "two.html"))["handle"] == handle
+    both = efc("ledger", "export", handle, "--html", str(page), "--out", str(tmp_path / "c.json")).stdout
+    assert "{" not in both and both.count("written to") == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--max-wait", "nan"],
+        ["serve", "--max-wait", "inf"],
+        ["gate", "proxy", "--settle", "nan", "--", "true"],
+    ],
+    ids=["max-wait-nan", "max-wait-inf", "settle-nan"],
+)
+def test_a_non_finite_number_is_a_usage_error(runner, store_dir, args):
+    """NaN compares false with both bounds of click's FloatRange, so `--max-wait nan` was taken
+    (and capped no wait: min(timeout, nan) is the timeout) and `--settle nan` settled nothing."""
+    result = runner.invoke(cli, ["--json", "--store", store_dir, *args])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "BadParameter" and "range its --help gives" in error["message"]
+
+
 def test_receipts_and_ledger(js, efc, store_dir):
     js("write", "acme:secret-key", "secret text", "--subject", "subject-zelda", "--purpose", "support")
     js("write", "other", "other text", "--subject", "s", "--purpose", "support")

@@ -75,7 +75,7 @@ def test_nothing_erased_is_served_to_a_read_that_starts_after_forget(open_store,
                 elif maintenance == "verify" and handles:
                     store.verify(handles[-1])
                 elif maintenance == "backup":
-                    store.backup(tmp_path / f"b{n % 2}.efb")
+                    store.backup(tmp_path / f"b{n % 2}.efb", overwrite=True)
                 n += 1
         except BaseException as exc:
             errors.append(exc)

@@ -82,3 +82,36 @@ def test_inserted_puts_the_new_ids_in_their_places(ids, more):
     own = {i: i + 0.5 for i in ids} | {i: i + 0.25 for i in more}
     assert got_counts.tolist() == [own[i] for i in sorted(ids + more)]
     assert a.tolist() == sorted(ids)  # the input untouched
+
+
+_sorted_ids = st.lists(st.integers(0, 3000), max_size=300, unique=True).map(lambda v: np.asarray(sorted(v), np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(cands=_sorted_ids, ids=_sorted_ids, seed=st.integers(0, 2**32 - 1), wide=st.booleans())
+def test_the_shared_bm25_walk_keeps_each_origins_reference_to_the_last_bit(cands, ids, seed, wide):
+    """One compiled walk serves both word indexes (it was written twice, differing only in
+    the order of the formula's operations): in TF_FIRST order it gives FTS5's formula's bits
+    (the SQLite origin's reference), in LEFT_TO_RIGHT order the memory origin's bm25_term's
+    (the PostgreSQL origin's), whichever list is the longer; counts as float32 or float64."""
+    from efface import compiled
+    from efface.origin.memory.state import BM25_B, BM25_K1, bm25_term
+    from efface.sorted_ids import LEFT_TO_RIGHT, TF_FIRST, bm25_walk
+
+    assert compiled.on(), "numba should load and compile"
+    rng = np.random.default_rng(seed)
+    tf = rng.integers(1, 9, len(ids)).astype(np.float64 if wide else np.float32)
+    length, avg = rng.integers(1, 60, len(cands)).astype(np.float64), float(rng.random() * 30 + 1)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avg)
+    idf, k1p = float(rng.random() * 5), BM25_K1 + 1
+    start = rng.random(len(cands))
+    count = dict(zip(ids.tolist(), tf.astype(np.float64).tolist(), strict=True))
+    held = [(j, count[c]) for j, c in enumerate(cands.tolist()) if c in count]
+    fts5, memory = start.copy(), start.copy()
+    for j, t in held:
+        fts5[j] += (idf * (t * k1p)) / (t + norm[j])
+        memory[j] += bm25_term(idf, t, length[j], avg)
+    by_fts5, by_memory = start.copy(), start.copy()
+    bm25_walk.compiled(cands, ids, tf, norm, idf, k1p, by_fts5, TF_FIRST)
+    bm25_walk.compiled(cands, ids, tf, norm, idf, k1p, by_memory, LEFT_TO_RIGHT)
+    assert by_fts5.tobytes() == fts5.tobytes() and by_memory.tobytes() == memory.tobytes()

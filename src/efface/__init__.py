@@ -43,7 +43,8 @@ __version__ = "0.1.0"
 
 
 def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -> Store:
-    """Open (or create) a store. A directory path gives the embedded store; an
+    """Open (or create) a store. A directory path (a leading ``~`` expanded, as for every
+    path efface takes) gives the embedded store; an
     ``http://`` or ``https://`` URL gives a :class:`Client` of ``efface serve`` with the same
     methods (``api_key=``, else ``EFFACE_API_KEY``; ``timeout=`` seconds per request), typed
     as ``Store`` so code written for one runs on the other.
@@ -96,7 +97,7 @@ def open(path_or_url: str | os.PathLike, embedder: Any = None, **options: Any) -
     _check_options(options, _EMBEDDED_OPTIONS, "a store directory")
     from .embedded import open_embedded
 
-    return open_embedded(target, embedder, **options)
+    return open_embedded(os.path.expanduser(target), embedder, **options)
 
 
 _STORE_OPTIONS = ("background", "clock", "compact_interval", "ann_max_propagation_s", "erase_bound_s")

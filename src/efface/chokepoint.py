@@ -191,6 +191,43 @@ def stage(tx: Any, tenant: str | None, puts: list, drops: list, texts: dict, pat
                 path.stage(tx, tenant, puts, drops, texts)
 
 
+ERASURES = frozenset({"forget", "expire"})
+"""Mutation kinds that make a receipt: their bytes are erased promptly after the commit."""
+
+
+def lead(
+    jobs: list[Job],
+    origin: Any,
+    paths: Sequence[Any],
+    ann: Any,
+    compactor: Any,
+    prepare: Callable[[bool], None],
+    clock: Callable[[], float],
+) -> None:
+    """The leader's part of a group (``Store._run_jobs``), under the store lock: every job gets
+    its answer. ``prepare(sweep)`` runs first (the store open? due expiries honoured when a
+    job asks for the sweep); its error is every job's. Then :func:`run_jobs`, beside which a
+    background absorption of ``ann`` stands back; then ``compactor`` is woken for what changed."""
+    with ann.writing():  # a background absorption stands back meanwhile
+        try:
+            prepare(any(j.sweep for j in jobs))
+        except Exception as exc:
+            for j in jobs:
+                j.error, j.done = exc, True
+            return
+        run_jobs(origin, jobs, clock(), paths)
+    if any(j.changed for j in jobs):
+        # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
+        # compactor; recall catches them up on new content first (read-your-writes), and
+        # reads are safe meanwhile because every candidate is resolved in the origin.
+        ann.touch()  # writes are streaming in: a background absorption stands back
+    woken = [j for j in jobs if j.changed or (j.error is None and j.kind in ERASURES)]
+    if woken:
+        # An erasure's bytes are due soon even when it dropped no record (identifiers
+        # only, or every record under hold): wait(until="erased") depends on it.
+        compactor.wake(erased=any(j.erased or j.kind in ERASURES for j in woken))
+
+
 def run_jobs(origin: Any, jobs: list[Job], now: float, paths: Sequence[Any]) -> None:
     """Run ``jobs`` in order in as few origin transactions as their ``after`` hooks allow (see
     the module docstring), each member's content changes staged on ``paths`` inside its

@@ -68,16 +68,36 @@ _C = TypeVar("_C", bound=type)
 
 
 def typed_calls(cls: _C) -> _C:
-    """Make a wrong call of any public method of ``cls`` an :class:`InvalidArguments` (a
-    TypeError that is also an efface error) instead of Python's bare TypeError. Only the
-    call's own binding is turned: a TypeError raised inside the method passes unchanged."""
+    """Make a wrong call of any public method of ``cls``, or of its constructor, an
+    :class:`InvalidArguments` (a TypeError that is also an efface error) instead of Python's
+    bare TypeError, naming the arguments it takes. Only the call's own binding is turned: a
+    TypeError raised inside the method passes unchanged."""
     for name, fn in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.isfunction(fn):
+        if name != "__init__" and name.startswith("_"):
+            continue
+        if isinstance(fn, classmethod) and inspect.isfunction(fn.__func__):
+            setattr(cls, name, classmethod(_typed_call(fn.__func__)))
+        elif inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn):  # an async one stays one
             setattr(cls, name, _typed_call(fn))
     return cls
 
 
+def _takes(fn: Callable[..., Any]) -> str:
+    """The arguments ``fn`` takes, as its signature names them (never a value)."""
+    names = []
+    for p in list(inspect.signature(fn).parameters.values())[1:]:  # past self / cls
+        if p.kind is p.VAR_POSITIONAL:
+            names.append(f"*{p.name}")
+        elif p.kind is p.VAR_KEYWORD:
+            names.append(f"**{p.name}")
+        else:
+            names.append(p.name)
+    return ", ".join(names) if names else "no arguments"
+
+
 def _typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    what = fn.__qualname__.removesuffix(".__init__")
+
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -87,7 +107,7 @@ def _typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             if tb is None or tb.tb_next is not None:
                 raise  # raised inside fn: its frame ran, so the arguments did bind
             # Python's message names the method and the argument, never a value
-            raise InvalidArguments(f"{e}: see help({fn.__module__}.{fn.__qualname__}) for what it takes") from None
+            raise InvalidArguments(f"{e}: {what}() takes {_takes(fn)}; see help({fn.__module__}.{what})") from None
 
     return call
 

@@ -90,6 +90,11 @@ def _first_comer(url: str, schema_name: str, embedder: str) -> None:
         )
 
 
+def _local(path: str | os.PathLike[str]) -> str:
+    """A local path option made absolute, a leading ``~`` expanded."""
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
 def open_postgres(
     url: str,
     embedder: str | Embedder | None = None,
@@ -116,13 +121,15 @@ def open_postgres(
         raise StoreUnwritable(
             f"a PostgreSQL store needs psycopg 3 and its pool (pip install 'efface[postgres]'): {e}"
         ) from None
-    from .origin.postgres.origin import PostgresOrigin
+    from .origin.postgres.origin import DATA_DIR_ENV, PostgresOrigin
 
     check_url(url)
     name = pg_schema.check_name(schema)
+    if data_dir is None:
+        data_dir = os.environ.get(DATA_DIR_ENV) or None  # expanded as the option is
     chosen = for_store(embedder, _recorded_embedder(url, name))
     owned = cache_dir is None
-    root = default_cache_dir(url, name) if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
+    root = default_cache_dir(url, name) if cache_dir is None else _local(cache_dir)
     lockfile = lock_dir(
         root, "another process uses this cache directory for its store: give each process its own cache_dir", mode=0o700
     )
@@ -140,10 +147,10 @@ def open_postgres(
         o = PostgresOrigin(
             url,
             dim=chosen.dim,
-            kek_file=kek_file,
+            kek_file=kek_file,  # a leading ~ is expanded where the file is named (kekring.resolve_path)
             local_dir=root,
             schema_name=name,
-            data_dir=None if data_dir is None else os.path.abspath(os.fspath(data_dir)),
+            data_dir=None if data_dir is None else _local(data_dir),
         )
         _first_comer(url, name, chosen.name)
         return Store(root, chosen, origin=o, on_close=release, **options)

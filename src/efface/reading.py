@@ -1,5 +1,6 @@
 """The read side of the store, below its facade: the purpose check every read makes, the
-``Memory`` a read returns, the quarantine listing, and recall's read-your-writes.
+point read and the listing read, the ``Memory`` a read returns, the quarantine listing, and
+recall's read-your-writes.
 
 Nothing here takes the store's lock: each read runs on its own origin snapshot, and every
 candidate any path offers is resolved against the origin's live claims before text leaves.
@@ -11,8 +12,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
+from . import validate as v
 from .capable import capable
-from .errors import UnknownPurpose
+from .errors import InvalidInput, UnknownPurpose
 from .model import Claim, Memory, QuarantineItem
 from .origin.base import Origin
 from .origin.capabilities import KnownPurposes
@@ -44,6 +46,41 @@ def memory(rec: Any, claims: Iterable[Any], tenant: str) -> Memory:
         claims=tuple(Claim(c.subject, c.purpose, c.basis, c.expires_at) for c in claims),
         updated_at=rec.updated_at,
     )
+
+
+def read(origin: Origin, tenant: str, name: str, key: str, purpose: str, now: float) -> Memory | None:
+    """The record under ``key`` of tenant id ``tenant`` (named ``name``) with a live claim for
+    ``purpose`` at ``now``, on one snapshot; else None."""
+    with origin.snapshot() as r:
+        known_purpose(origin, tenant, purpose)
+        found = r.read(tenant, key, purpose, now)
+    return None if found is None else memory(*found, name)
+
+
+def listing(prefix: Any, subject: Any, after: Any, limit: Any) -> tuple[str, str | None, str | None, int]:
+    """A listing read's checked ``(prefix, subject, after, limit)``."""
+    limit = v.whole(limit)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be an int from 1 to 1000; page on with after=")
+    return (
+        "" if prefix is None or prefix == "" else v.key(prefix, "prefix"),  # "": every key, as None
+        None if subject is None else v.name(subject, "subject"),
+        None if after is None else v.key(after, "after"),
+        limit,
+    )
+
+
+def scan(
+    origin: Origin, tenant: str, name: str, purpose: str, listing: tuple[str, str | None, str | None, int], now: float
+) -> list[Memory]:
+    """The listing read (``Store.scan``) on one snapshot: records with a live claim for
+    ``purpose`` (and the subject) whose key starts with the prefix, in key order."""
+    prefix, subject, after, limit = listing
+    with origin.snapshot() as r:
+        known_purpose(origin, tenant, purpose)
+        keys = r.scan_keys(tenant, purpose, prefix, subject, after, limit, now)
+        found = [r.read(tenant, key, purpose, now) for key in keys]
+    return [memory(*f, name) for f in found if f is not None]
 
 
 def quarantined(origin: Origin, tenant: str) -> list[QuarantineItem]:

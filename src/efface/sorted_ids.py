@@ -4,7 +4,7 @@ postings as, and the few array operations they share over them.
 
 Every ``ids`` array here is sorted and distinct (int64); a ``counts`` array lies beside it,
 one count per id. No function here changes an array it is given, except :func:`gather`'s
-``into``.
+``into`` and :data:`bm25_walk`'s ``total``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from . import compiled
 
 
 def by_id(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,3 +70,60 @@ def inserted(
     counts with them: new arrays."""
     at = np.searchsorted(ids, more)
     return np.insert(ids, at, more), np.insert(counts, at, more_counts)
+
+
+TF_FIRST, LEFT_TO_RIGHT = 0, 1
+"""The two orders :data:`bm25_walk` computes a term's BM25 in, each an origin's reference's to
+the last bit: ``idf * (tf * k1p) / (tf + norm)`` (FTS5's, the SQLite origin's) and
+``idf * tf * k1p / (tf + norm)`` read left to right (the memory origin's ``bm25_term``, which
+the PostgreSQL origin's scores match)."""
+
+
+def _warm_walk(f) -> None:
+    """The layouts the word indexes pass (ids int64; counts float32 on SQLite, float64 on
+    PostgreSQL; the rest float64), each of the two walks and each order."""
+    few, many = np.array([3], np.int64), np.array([1, 3, 5], np.int64)
+    for dtype in (np.float32, np.float64):
+        for order in (TF_FIRST, LEFT_TO_RIGHT):
+            f(many, few, np.ones(1, dtype), np.ones(3), 1.5, 2.2, np.zeros(3), order)
+            f(few, many, np.ones(3, dtype), np.ones(1), 1.5, 2.2, np.zeros(1), order)
+
+
+@compiled.loop(_warm_walk)
+def bm25_walk(cands, ids, tf, norm, idf, k1p, total, order):  # pragma: no cover - run compiled, not traced
+    """One term's BM25 added to the ``total`` of each of ``cands`` (sorted) that holds it
+    (``ids``, sorted, with its counts ``tf``; ``norm`` each candidate's length norm): the
+    shorter list walked in order, each one's place in the longer found by galloping on from
+    the last place (doubling steps, then halving), so a common term's long list is touched
+    near the candidates only. ``order`` (:data:`TF_FIRST` or :data:`LEFT_TO_RIGHT`) says in
+    which order the formula's operations go, so each origin keeps its reference's bits.
+    Compiled (:mod:`efface.compiled`): each origin keeps its numpy version for when it is not."""
+    by_ids = len(ids) < len(cands)
+    walk, search = (ids, cands) if by_ids else (cands, ids)
+    n = len(search)
+    lo = 0
+    for x in range(len(walk)):
+        v = walk[x]
+        if lo >= n:
+            break
+        if search[lo] < v:
+            prev, step, hi = lo, 1, lo + 1
+            while hi < n and search[hi] < v:
+                prev = hi
+                step <<= 1
+                hi = prev + step
+            hi = min(hi, n)
+            lo = prev + 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if search[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        if lo < n and search[lo] == v:
+            i, j = (x, lo) if by_ids else (lo, x)
+            t = np.float64(tf[i])
+            if order == TF_FIRST:
+                total[j] += (idf * (t * k1p)) / (t + norm[j])
+            else:
+                total[j] += ((idf * t) * k1p) / (t + norm[j])

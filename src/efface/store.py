@@ -46,7 +46,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from . import compiled, forgetting, vectors, writing
+from . import compiled, forgetting, reading, vectors, writing
 from . import validate as v
 from .assembly import assemble
 from .backups import format as backup_format
@@ -54,7 +54,7 @@ from .backups.backup import write_backup
 from .backups.context import BackupContext
 from .backups.restore import restore_backup
 from .capable import capable
-from .chokepoint import Chokepoint, Job, StoreLock, run_jobs
+from .chokepoint import Chokepoint, Job, StoreLock, lead
 from .derivations import quarantine, validate_policy
 from .embed import Embedder, QueryEmbedder
 from .erasure.ledger import ChainCheck, verify_chain
@@ -65,12 +65,9 @@ from .model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from .origin.base import Origin
 from .paths.base import Query
 from .paths.recall import hybrid
-from .reading import absorb_new_content, known_purpose, memory, quarantined
+from .reading import absorb_new_content, known_purpose, quarantined
 
 __all__ = ["ERASE_BOUND_S", "SETTLED_STATES", "Store"]
-
-_ERASURES = frozenset({"forget", "expire"})
-"""Mutation kinds that make a receipt: their bytes are erased promptly after the commit."""
 
 
 @typed_calls
@@ -189,27 +186,15 @@ class Store:
         return self._chokepoint.submit(Job(kind, tenant, body, after, sweep), self._run_jobs)
 
     def _run_jobs(self, jobs: list[Job]) -> None:
-        """The leader's part, under the store lock: every job gets its answer."""
-        with self._ann.writing():  # a background absorption stands back meanwhile
-            try:
-                self._check_open()
-                if any(j.sweep for j in jobs):
-                    self._erasures.expire_due(self._clock())
-            except Exception as exc:
-                for j in jobs:
-                    j.error, j.done = exc, True
-                return
-            run_jobs(self._origin, jobs, self._clock(), self._paths)
-        if any(j.changed for j in jobs):
-            # Committed and fsynced: acknowledged. Asynchronous paths (ANN) absorb it in the
-            # compactor; recall catches them up on new content first (read-your-writes), and
-            # reads are safe meanwhile because every candidate is resolved in the origin.
-            self._ann.touch()  # writes are streaming in: a background absorption stands back
-        woken = [j for j in jobs if j.changed or (j.error is None and j.kind in _ERASURES)]
-        if woken:
-            # An erasure's bytes are due soon even when it dropped no record (identifiers
-            # only, or every record under hold): wait(until="erased") depends on it.
-            self._compactor.wake(erased=any(j.erased or j.kind in _ERASURES for j in woken))
+        """The leader's part, under the store lock (:func:`efface.chokepoint.lead`): due
+        expiries are honoured before the group runs."""
+
+        def prepare(sweep: bool) -> None:
+            self._check_open()
+            if sweep:
+                self._erasures.expire_due(self._clock())
+
+        lead(jobs, self._origin, self._paths, self._ann, self._compactor, prepare, self._clock)
 
     # -- writes --------------------------------------------------------------------------
     def write(
@@ -313,10 +298,7 @@ class Store:
         name = v.name(tenant, "tenant")
         tenant, key, purpose = self._tenant(name), v.key(key), v.purpose(purpose)
         self._check_open()
-        with self._origin.snapshot() as r:
-            known_purpose(self._origin, tenant, purpose)
-            found = r.read(tenant, key, purpose, self._clock())
-        return None if found is None else memory(*found, name)
+        return reading.read(self._origin, tenant, name, key, purpose, self._clock())
 
     def scan(
         self,
@@ -332,19 +314,13 @@ class Store:
         whose key starts with ``prefix``, in key order, at most ``limit`` (1-1000). Page on
         by passing the last key returned as ``after``."""
         name = v.name(tenant, "tenant")
-        tenant, purpose = self._tenant(name), v.purpose(purpose)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise InvalidInput("limit must be an int from 1 to 1000; page on with after=")
-        prefix = "" if prefix is None else v.key(prefix, "prefix")
-        after = None if after is None else v.key(after, "after")
-        subject = None if subject is None else v.name(subject, "subject")
+        tenant, purpose, listing = (
+            self._tenant(name),
+            v.purpose(purpose),
+            reading.listing(prefix, subject, after, limit),
+        )
         self._check_open()
-        now = self._clock()
-        with self._origin.snapshot() as r:
-            known_purpose(self._origin, tenant, purpose)
-            keys = r.scan_keys(tenant, purpose, prefix, subject, after, limit, now)
-            found = [r.read(tenant, key, purpose, now) for key in keys]
-        return [memory(*f, name) for f in found if f is not None]
+        return reading.scan(self._origin, tenant, name, purpose, listing, self._clock())
 
     def recall(
         self,
@@ -573,15 +549,16 @@ class Store:
             expire_due=lambda: self._erasures.expire_due(self._clock()),
         )
 
-    def backup(self, dest: str | os.PathLike) -> backup_format.BackupResult:
+    def backup(self, dest: str | os.PathLike, *, overwrite: bool = False) -> backup_format.BackupResult:
         """Write a backup of every live record to the file ``dest``, each record encrypted so
         that only the data keys of the subjects holding claims on it (kept in this store's
         origin, nowhere else) can open it. A later forget that leaves a subject with no claim
         destroys its key, and so its part of every backup. The file appears whole or not at
-        all; the backup is recorded in the origin and the ledger. Writes wait for it; reads
-        do not."""
+        all; the backup is recorded in the origin and the ledger. An existing ``dest`` is
+        refused (:class:`~efface.errors.InvalidInput`, nothing written) unless ``overwrite=True``,
+        which replaces it. Writes wait for it; reads do not."""
         self._check_open()
-        return write_backup(self._backup_context(), dest)
+        return write_backup(self._backup_context(), dest, overwrite=overwrite)
 
     def restore(self, src: str | os.PathLike) -> backup_format.RestoreResult:
         """Bring back the records of a backup this store made that are missing from it, after

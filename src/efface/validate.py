@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -105,14 +106,15 @@ def reason(value: Any, what: str = "reason", *, blank: bool = False) -> str:
 
 
 def file_path(value: Any, what: str) -> str:
-    """A file's location as a caller gives it (str or os.PathLike), made absolute."""
+    """A file's location as a caller gives it (str or os.PathLike), made absolute, a leading
+    ``~`` expanded as a shell would."""
     try:
         where = os.fspath(value)
     except TypeError:
         raise InvalidInput(f"{what} must be a file path (str or os.PathLike)") from None
     if not isinstance(where, str) or "\x00" in where:
         raise InvalidInput(f"{what} must be a file path given as str, without NUL characters")
-    return os.path.abspath(where)
+    return os.path.abspath(os.path.expanduser(where))
 
 
 def purpose(value: Any) -> str:
@@ -194,7 +196,16 @@ def where(after: Any, before: Any, said_by: Any) -> Where | None:
     return Where(time(after, "after"), time(before, "before"), said_by)
 
 
+def whole(value: Any) -> Any:
+    """``value`` as an ``int`` when it is a whole number of any integer type (numpy's
+    ``int64`` from an array is one; ``bool`` is not), else as given, for the caller's check."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def window(value: Any) -> int:
+    value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 50:
         raise InvalidInput("window must be an int from 0 (no window) to 50: the turns each side of a hit")
     return value
@@ -206,10 +217,12 @@ def metadata(value: Any) -> str:
         return "{}"
     if not isinstance(value, dict):
         raise InvalidInput("metadata must be a dict of JSON values")
+    if not all(isinstance(k, str) for k in value):
+        raise InvalidInput(_keys("metadata"))
     if "at" in value or "speaker" in value or "session" in value:
         value = _turn_fields(value)
     if not all(type(v) in _SCALARS for v in value.values()):  # flat metadata needs no depth check
-        _shallow(value)
+        json_tree(value, "metadata")
     try:
         encoded = _canonical(value)
         raw = _utf8(encoded, "metadata")
@@ -229,20 +242,35 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Value types with nothing nested inside (exact types: a subclass may be anything)."""
 
 
-def _shallow(value: dict) -> None:
-    """Refuse metadata nested deeper than MAX_METADATA_DEPTH, without recursing (the JSON
-    encoder recurses, and 50,000 levels would raise RecursionError)."""
+def _keys(what: str) -> str:
+    return (
+        f"{what} keys must be strings at every level, as JSON's are (a key 1 would come back as '1', "
+        "and two keys could become one): convert them with str() first"
+    )
+
+
+def json_tree(value: dict, what: str) -> None:
+    """Refuse a dict (``what``: metadata, a LangGraph value) nested deeper than
+    MAX_METADATA_DEPTH, without recursing (the JSON encoder recurses, and 50,000 levels would
+    raise RecursionError), or holding an object with a key that is not a string at any level
+    (the JSON encoder turns 1, True or None into one)."""
+    if not all(isinstance(k, str) for k in value):
+        raise InvalidInput(_keys(what))
     level: list[Any] = [value]
     for _depth in range(MAX_METADATA_DEPTH):
-        level = [
-            child
-            for node in level
-            for child in (node.values() if isinstance(node, dict) else node)
-            if isinstance(child, (dict, list, tuple))
-        ]
+        deeper: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, dict):
+                    if not all(isinstance(k, str) for k in child):
+                        raise InvalidInput(_keys(what))
+                    deeper.append(child)
+                elif isinstance(child, (list, tuple)):
+                    deeper.append(child)
+        level = deeper
         if not level:
             return
-    raise InvalidInput(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
+    raise InvalidInput(f"{what} is nested more than {MAX_METADATA_DEPTH} levels deep: flatten it")
 
 
 def timeout(value: Any) -> float:
@@ -276,6 +304,7 @@ def sources(value: Iterable[str] | None) -> tuple[str, ...]:
 
 
 def k(value: Any) -> int:
+    value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
         raise InvalidInput("k must be an int from 1 to 1000")
     return value

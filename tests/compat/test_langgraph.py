@@ -284,6 +284,37 @@ def test_bad_input_is_refused_clearly(lg):
     assert lg.get(("a",), "never") is None and lg.search(("a",)) == [] and lg.list_namespaces() == []
 
 
+@pytest.mark.parametrize(
+    "value", [{1: "x"}, {"a": {None: 1}}, {"a": [{True: 1}]}, {1: "a", "1": "b"}], ids=["int", "None", "bool", "both"]
+)
+def test_a_value_with_a_key_that_is_not_a_string_is_refused(lg, value):
+    """InMemoryStore gives {1: "x"} back as put; the value's JSON text gave {"1": "x"} back
+    (and {1: "a", "1": "b"} one key of two), silently: refused now, as metadata is."""
+    with pytest.raises(efface.InvalidInput, match="keys must be strings"):
+        lg.put(("a",), "k", value)
+    assert lg.get(("a",), "k") is None
+
+
+def test_a_value_nested_very_deep_is_refused_not_a_recursion_error(lg):
+    deep: object = 1
+    for _ in range(50_000):
+        deep = {"a": deep}
+    with pytest.raises(efface.InvalidInput, match="nested"):
+        lg.put(("a",), "k", {"v": deep})
+
+
+def test_a_misspelt_option_is_invalid_arguments_naming_what_is_taken(store):
+    """EffaceStore(store, tenat=...) raised Python's bare TypeError: now efface.InvalidArguments
+    (an InvalidInput, still a TypeError) naming the options it takes, never a value given."""
+    for call in (lambda: EffaceStore(store, tenat="Alice Secret"), lambda: EffaceStore()):
+        with pytest.raises(efface.InvalidArguments, match="store, tenant, subject, purpose, template") as err:
+            call()
+        assert isinstance(err.value, TypeError) and "Alice Secret" not in str(err.value)
+    lg = EffaceStore(store, tenant="acme")
+    with pytest.raises(efface.InvalidArguments, match="forget_subject"):
+        lg.forget_subject("alice", tenat="acme")
+
+
 def test_langmem_tools_on_the_efface_store(store):
     langmem = pytest.importorskip("langmem")
     lg_mem = EffaceStore(store, tenant="acme", template=("*", "subject"))

@@ -212,6 +212,43 @@ def test_filters_and_bad_input(m):
         m.delete_all()
     with pytest.raises(ValueError):
         m.get("../escape")
+    for filters in (["alice"], "alice", [("user_id", "alice")]):  # dict() took the last, gave a raw error for the rest
+        with pytest.raises(efface.InvalidInput, match="filters must be a dict"):
+            m.get_all(filters=filters)
+        with pytest.raises(efface.InvalidInput, match="filters must be a dict"):
+            m.search("plays", filters=filters)
+
+
+def test_search_takes_mems_reference_date_as_none(m):
+    """mem0's search(reference_date=None) (code ported as it is) was refused as an unknown
+    keyword; mem0 takes None and refuses a date, as the facade does now."""
+    m.add("Alice plays chess", user_id="alice", infer=False)
+    hits = m.search("chess", filters={"user_id": "alice"}, reference_date=None)["results"]
+    assert [h["memory"] for h in hits] == ["Alice plays chess"]
+    with pytest.raises(ValueError, match="reference_date"):
+        m.search("chess", filters={"user_id": "alice"}, reference_date="2024-01-01")
+
+
+def test_logical_filters_and_or_not(m):
+    """mem0's AND, OR and NOT (each over a list of conditions) were read as a metadata key
+    named "AND" that no memory has: every such filter silently matched nothing."""
+    m.add("Alice plays chess", user_id="alice", metadata={"level": 3, "kind": "hobby"}, infer=False)
+    m.add("Alice plays go", user_id="alice", metadata={"level": 1, "kind": "hobby"}, infer=False)
+    m.add("Alice works late", user_id="alice", metadata={"level": 2, "kind": "work"}, infer=False)
+
+    def memories(**logical):
+        return sorted(r["memory"] for r in m.get_all(filters={"user_id": "alice", **logical})["results"])
+
+    assert memories(AND=[{"kind": "hobby"}, {"level": {"gte": 2}}]) == ["Alice plays chess"]
+    assert memories(OR=[{"level": 1}, {"kind": "work"}]) == ["Alice plays go", "Alice works late"]
+    assert memories(NOT=[{"kind": "hobby"}]) == ["Alice works late"]
+    assert memories(OR=[{"kind": "work"}], NOT=[{"level": 2}]) == []
+    hits = m.search("plays", filters={"user_id": "alice", "OR": [{"level": 3}, {"level": 2}]})["results"]
+    assert sorted(r["memory"] for r in hits) == ["Alice plays chess", "Alice works late"]
+    for bad in ({"OR": []}, {"AND": {"kind": "hobby"}}, {"NOT": ["Alice Secret"]}):
+        with pytest.raises(ValueError, match="non-empty list of conditions") as err:
+            m.get_all(filters={"user_id": "alice", **bad})
+        assert "Alice Secret" not in str(err.value)
 
 
 def test_from_config(tmp_path):
@@ -229,6 +266,26 @@ def test_from_config(tmp_path):
         Memory.from_config({})
     with pytest.raises(efface.InvalidInput, match="unknown config"):
         Memory.from_config({"path": tmp_path / "t", "colour": "blue"})
+
+
+def test_a_misspelt_option_is_invalid_arguments_naming_what_is_taken(store, tmp_path):
+    """A misspelt keyword of the constructor (or of from_config, or of search/get_all) raised
+    Python's bare TypeError, or an InvalidInput echoing the names given: now it is
+    efface.InvalidArguments (an InvalidInput, still a TypeError) naming what is taken, and
+    never a value given."""
+    calls = [
+        (lambda: Memory(store, tenat="acme"), "tenant, purpose, basis"),
+        (lambda: Memory.from_config({"store": store, "tenat": "Alice Secret"}), "tenant, purpose, basis"),
+        (lambda: Memory.from_config({"store": store}, colour="Alice Secret"), "takes config"),
+        (lambda: Memory(store, tenant="acme").search("tea", user_id="alice", usr="Alice Secret"), "user_id"),
+        (lambda: Memory(store, tenant="acme").get_all(user_id="alice", usr="Alice Secret"), "user_id"),
+        (lambda: Memory(store, tenant="acme").delete_all(usr="Alice Secret"), "user_id, agent_id, run_id"),
+    ]
+    for call, takes in calls:
+        with pytest.raises(efface.InvalidArguments, match=takes) as err:
+            call()
+        assert isinstance(err.value, TypeError) and isinstance(err.value, efface.InvalidInput)
+        assert "Alice Secret" not in str(err.value)
 
 
 def test_a_refused_config_leaves_no_store_open(tmp_path):

@@ -60,6 +60,14 @@ def test_bad_key_unreachable_server_and_bad_urls(served):
         efface.open("postgres://db.invalid/x")
 
 
+@pytest.mark.parametrize("url", ["http://", "https:///v1", "http://:8750"])
+def test_a_server_url_without_a_host_is_invalid_input(url):
+    """It was taken, and every call then failed as Unreachable (a network error), telling the
+    caller to check a server that was never named."""
+    with pytest.raises(efface.InvalidInput, match="names no host"):
+        efface.Client(url, api_key="efk_x")
+
+
 def test_a_password_in_the_server_url_is_never_shown():
     """The URL's password was echoed in every Unreachable message and in the client's repr."""
     with efface.open("http://bob:hunter2@127.0.0.1:9/", api_key="efk_x", timeout=2) as c:

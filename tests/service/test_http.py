@@ -9,6 +9,7 @@ import logging
 import httpx
 import pytest
 
+from efface.errors import InvalidInput
 from efface.service.http import create_app
 from efface.service.runner import BackgroundServer
 
@@ -85,6 +86,33 @@ def test_malformed_json_and_unknown_routes_get_the_envelope(served):
     assert r.status_code == 404 and r.json()["error"]["type"] == "NotFound"
 
 
+def test_a_body_that_is_not_json_and_a_wrong_method_say_what_to_do(served):
+    """A syntax error was answered "8: JSON decode error" (a byte position, nothing to do), a
+    body not UTF-8, a number too long or nesting too deep a 400 "There was an error parsing the
+    body" (FastAPI's words), and a wrong method a 405 typed InvalidInput, "Method Not Allowed",
+    without the Allow header HTTP requires. Now every unparsable body is one 422 saying what
+    the server reads, and a 405 is MethodNotAllowed naming the method the route takes."""
+    headers = {"Authorization": f"Bearer {served.key(TENANT)}", "content-type": "application/json"}
+    for body in (
+        b'{"key": "Bartholomew',
+        b'{"key": "\xff Bartholomew"}',
+        b'{"k": 1' + b"0" * 5000 + b"}",
+        b'{"metadata": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ):
+        r = httpx.post(served.url + "/v1/write", content=body, headers=headers)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["type"] == "InvalidInput" and "not JSON this server can read" in r.text
+        assert "Bartholomew" not in r.text
+    for method in ("GET", "PUT", "DELETE"):
+        r = httpx.request(method, served.url + "/v1/write", headers=headers)
+        assert r.status_code == 405 and r.headers["allow"] == "POST"
+        assert r.json()["error"] == {
+            "type": "MethodNotAllowed",
+            "message": "this route takes POST only: see /openapi.json",
+        }
+    assert served.store.stats()["epoch"] == 0  # nothing was written
+
+
 def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
     key = served.key(TENANT)
     app = create_app(served.store, served.ring, max_body=1000)
@@ -100,6 +128,18 @@ def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
         r = httpx.post(small.url + "/v1/write", content=chunks(), headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 413
     assert served.store.stats()["epoch"] == 0  # nothing was written
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_wait": float("nan")}, {"max_wait": -1}, {"max_wait": float("inf")}, {"max_body": 0}, {"max_body": 1.5}],
+    ids=["wait-nan", "wait-negative", "wait-inf", "body-0", "body-float"],
+)
+def test_a_server_limit_that_limits_nothing_is_refused(served, options):
+    """`efface serve --max-wait nan` got through click's range check (NaN compares false) and
+    capped nothing: min(timeout, nan) is the client's timeout, and /v1/health said NaN."""
+    with pytest.raises(InvalidInput, match=r"max_wait|max_body"):
+        create_app(served.store, served.ring, **options)
 
 
 def test_wait_is_capped_by_the_server(served):

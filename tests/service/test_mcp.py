@@ -232,6 +232,42 @@ def test_arguments_outside_the_schema_are_refused_without_echoing_them(store):
     assert "ttl_s" in block.text and "alice-secret-ttl" not in block.text
 
 
+def test_arguments_outside_the_schema_come_back_in_effaces_error_shape(store):
+    """Every other refusal is {"error": {"type", "message"}}; arguments that did not fit the
+    schema came back as the SDK's text ("Error executing tool remember: 1 validation error
+    for rememberArguments ..."), which an agent parsing efface's shape could not read."""
+    calls = [
+        ("remember", {"key": "k", "text": "t", "subject": "s", "ttl_s": "alice-secret-ttl"}, "ttl_s"),
+        ("remember", {"text": "alice-secret-text"}, "key: Field required; subject: Field required"),
+        ("remember", {"key": "k", "text": "t", "subject": "s", "sources": ["a", 5]}, "sources[1]"),
+        ("recall", {"query": "alice-secret-query", "k": 5000}, "k: Input should be less than or equal to 1000"),
+        ("wait_erasure", {"handle": "h", "until": "alice-secret-until"}, "until"),
+    ]
+
+    async def body():
+        async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:
+            return [await client.call_tool(name, args) for name, args, _ in calls]
+
+    for (_name, _args, says), result in zip(calls, run(body), strict=True):
+        error = error_of(result)
+        assert error["type"] == "InvalidInput" and says in error["message"], error
+        assert "alice-secret" not in error["message"]
+    assert store.stats()["records"] == 0  # nothing was written
+
+
+def test_an_unknown_tool_is_answered_in_effaces_shape_without_its_name(store):
+    """Over stdio (and in memory) the SDK answered "Unknown tool: <the name asked for>"; only
+    over HTTP did the guard hide the name. Now every transport gets efface's NotFound."""
+
+    async def body():
+        async with Client(build_mcp(store, tenant="acme", purpose="support")) as client:
+            return await client.call_tool("forget_alice-secret", {"subject": "alice-secret"})
+
+    error = error_of(run(body))
+    assert error["type"] == "NotFound" and "tools/list" in error["message"]
+    assert "alice-secret" not in error["message"]
+
+
 def test_an_unexpected_failure_is_answered_without_its_details(store, monkeypatch, caplog):
     def broken(*_a, **_k):
         raise RuntimeError("alice's secret text")

@@ -25,16 +25,26 @@ YIELD_EVERY = 64
 """Records sealed between two yields of the GIL (reads run beside a backup)."""
 
 
-def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResult:
+EXISTS = (
+    "the backup destination exists already: choose another file, or pass overwrite=True "
+    "(efface backup --overwrite) to replace it"
+)
+
+
+def write_backup(ctx: BackupContext, dest: str | os.PathLike, *, overwrite: bool = False) -> fmt.BackupResult:
     from ..errors import InvalidInput
     from ..validate import file_path
 
     dest = file_path(dest, "the backup destination")
+    if not isinstance(overwrite, bool):
+        raise InvalidInput("overwrite must be True or False")
     parent, base = os.path.dirname(dest), os.path.basename(dest)
     if os.path.isdir(dest):
         raise InvalidInput("the backup destination is a directory: give a file path")
     if not os.path.isdir(parent):
         raise InvalidInput("the backup destination's directory does not exist: create it first")
+    if not overwrite and os.path.lexists(dest):
+        raise InvalidInput(EXISTS)
     h = ctx.hasher
     store_id = h("store", "id")
     mac_key, settings_key = ctx.secret("backup-mac"), ctx.secret("backup-settings")
@@ -128,7 +138,10 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
         return fmt.BackupResult(dest, backup_id, tx.epoch, seq, written, len(keys), size), [], [], {}
 
     def after(_result):
-        os.replace(tmp[0], dest)
+        if overwrite:
+            os.replace(tmp[0], dest)
+        else:
+            _place_new(tmp[0], dest)
         fsync_dir(parent)
 
     try:
@@ -139,3 +152,21 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike) -> fmt.BackupResul
                 os.unlink(path)
         raise
     return result
+
+
+def _place_new(tmp: str, dest: str) -> None:
+    """Give the finished file ``tmp`` the name ``dest`` unless a file of that name appeared
+    meanwhile (a hard link fails then, where a rename would replace it); a file system
+    without hard links gets the rename after a last look."""
+    from ..errors import InvalidInput
+
+    try:
+        os.link(tmp, dest)
+    except FileExistsError:
+        raise InvalidInput(EXISTS) from None
+    except OSError:
+        if os.path.lexists(dest):
+            raise InvalidInput(EXISTS) from None
+        os.replace(tmp, dest)
+        return
+    os.unlink(tmp)

@@ -8,7 +8,7 @@ import json
 import click
 from rich.console import Console
 
-from .base import EXIT_FAILED, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
+from .base import EXIT_FAILED, UserPath, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
 from .render import (
     console,
     data,
@@ -66,19 +66,21 @@ def ledger_verify() -> None:
 @click.option(
     "--out",
     "out_path",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write the JSON certificate to this file (default: standard output).",
+    type=UserPath(dir_okay=False, writable=True),
+    help="Write the JSON certificate to this file (default: standard output, unless --html is given).",
 )
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Also write a readable HTML certificate to this file.",
+    type=UserPath(dir_okay=False, writable=True),
+    help="Write a readable HTML certificate to this file (the JSON one then goes only to --out, if given).",
 )
 @_common_options()
 def ledger_export(handle, out_path, html_path) -> None:
     """Export the deletion certificate of erasure HANDLE: what was asked, when, the epoch,
-    each verification check with its outcome and time, and what was retained and why."""
+    each verification check with its outcome and time, and what was retained and why.
+    It goes to standard output as JSON, or to the files --out (JSON) and --html (HTML) name;
+    with --json, standard output holds the JSON certificate either way."""
     from efface.erasure.certificate import to_html
 
     cert = _open().certificate(handle, tenant=_tenant())
@@ -90,12 +92,12 @@ def ledger_export(handle, out_path, html_path) -> None:
             json.dump(cert, f, indent=2, sort_keys=True)
 
     def human(out: Console) -> None:
-        if not out_path:
+        if not out_path and not html_path:
             click.echo(json.dumps(cert, indent=2, sort_keys=True))
-        else:
+        if out_path:
             out.print(data(f"certificate for {handle} (level {cert['level']}) written to {out_path}"))
         if html_path:
-            out.print(data(f"HTML certificate written to {html_path}"))
+            out.print(data(f"HTML certificate for {handle} (level {cert['level']}) written to {html_path}"))
 
     _emit(cert, human)
 
@@ -131,12 +133,14 @@ def compact() -> None:
 
 
 @cli.command()
-@click.argument("dest", type=click.Path(dir_okay=False))
+@click.argument("dest", type=UserPath(dir_okay=False))
+@click.option("--overwrite", is_flag=True, default=False, help="Replace DEST if it exists (else it is refused).")
 @_common_options()
-def backup(dest) -> None:
+def backup(dest, overwrite) -> None:
     """Write an encrypted backup of every live record to the file DEST. Each subject's part
-    is sealed with a key only this store holds; forgetting the subject destroys it."""
-    result = _open().backup(dest).to_dict()
+    is sealed with a key only this store holds; forgetting the subject destroys it. An
+    existing DEST is refused unless --overwrite is given."""
+    result = _open().backup(dest, overwrite=overwrite).to_dict()
 
     def human(out: Console) -> None:
         out.print(
@@ -157,7 +161,7 @@ def backup(dest) -> None:
 
 
 @cli.command()
-@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("src", type=UserPath(dir_okay=False))
 @_common_options()
 def restore(src) -> None:
     """Restore the records of the backup SRC that are missing from the store, after replaying

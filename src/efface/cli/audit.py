@@ -12,12 +12,13 @@ from ..audit.model import Selection
 from ..audit.report import render, to_html, to_json
 from ..audit.run import run_audit
 from ..errors import InvalidInput
+from .base import UserPath
 from .render import console
 
 
 @click.command("audit")
 @click.argument("kind", type=click.Choice(KINDS))
-@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("path", type=UserPath(file_okay=False, path_type=Path))
 @click.option("--subject", help="Forget the records whose subject field has this value.")
 @click.option("--ids", help="Forget these ids instead (comma-separated).")
 @click.option(
@@ -31,7 +32,7 @@ from .render import console
 @click.option(
     "--html",
     "html_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=UserPath(dir_okay=False, path_type=Path),
     help="Also write an HTML report to this file.",
 )
 @click.option("--id-field", default=None, help="LanceDB: the id column (default: id).")

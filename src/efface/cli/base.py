@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -112,10 +114,38 @@ def require_serve(command: str) -> None:
 
 
 # -- common options ----------------------------------------------------------------------------
+class UserPath(click.Path):
+    """A file or directory option as ``click.Path``, with a leading ``~`` or ``~user`` expanded
+    as a shell would (``--out=~/x``, a quoted ``"~/x"`` or a variable holding one reach a
+    command unexpanded)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            value = os.path.expanduser(value)
+        return super().convert(value, param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN (which compares false with both bounds, so
+    the range let it through) and infinities."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        if not math.isfinite(got):
+            self.fail("must be a finite number", param, ctx)
+        return got
+
+
+PATH_FIELDS = ("store", "kek_file")
+"""The settings that name a file or directory: a leading ``~`` is expanded (:class:`UserPath`)."""
+
+
 def _setter(field: str) -> Callable:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         settings = ctx.ensure_object(Settings)
         if value is not None and value is not False:
+            if field in PATH_FIELDS and isinstance(value, str):
+                value = os.path.expanduser(value)
             setattr(settings, field, value)
 
     return callback

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .base import cli
+from .base import FiniteRange, UserPath, cli
 
 
 def _default_state() -> str:
@@ -29,6 +29,7 @@ def gate() -> None:
 @click.option(
     "--state",
     metavar="FILE",
+    type=UserPath(dir_okay=False),
     envvar="EFFACE_GATE_STATE",
     show_envvar=True,
     help="The gate's state file (erasures as keyed hashes, and the handles); default "
@@ -37,7 +38,7 @@ def gate() -> None:
 @click.option(
     "--settle",
     metavar="SECONDS",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=60.0,
     show_default=True,
     help="Seconds after a delete's answer before sentinel probes may settle it and allow reads in its scope.",
@@ -46,6 +47,7 @@ def gate() -> None:
     "--map",
     "map_file",
     metavar="FILE",
+    type=UserPath(dir_okay=False),
     help="A JSON mapping file: upstream tool name -> kind (delete/read/write/other), scope argument, targets.",
 )
 @click.option("--upstream-url", metavar="URL", help="An upstream served over streamable HTTP instead of a command.")

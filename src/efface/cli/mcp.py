@@ -20,6 +20,7 @@ from efface.service.keys import KeyRing
 from .base import (
     DEFAULT_TENANT,
     Settings,
+    UserPath,
     _setter,
     _settings,
     _tenant_setter,
@@ -69,6 +70,7 @@ from .base import (
     "--keys",
     "keys_file",
     metavar="FILE",
+    type=UserPath(dir_okay=False),
     help="HTTP: the API key ring (default: DIR.keys.db beside the store's directory DIR; with --origin, the "
     "store's database).",
 )

@@ -25,6 +25,7 @@ import efface
 from efface.service.keys import ApiKey, KeyRing, Ring, key_path
 
 from .base import (
+    FiniteRange,
     Settings,
     _common_options,
     _emit,
@@ -97,7 +98,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--max-wait",
-    type=click.FloatRange(0.0, 86400.0),
+    type=FiniteRange(0.0, 86400.0),
     callback=_finite,
     default=30.0,
     show_default=True,

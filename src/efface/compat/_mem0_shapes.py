@@ -71,11 +71,23 @@ def _item(memory_id: str, text: str, payload: dict[str, Any], score: float | Non
     return item
 
 
+LOGICAL = ("AND", "OR", "NOT")
+"""mem0's logical filters, each over a list of conditions: every one, any one, none of them."""
+
+
 def _match(payload: dict[str, Any], filters: dict[str, Any]) -> bool:
-    """mem0's filters: ids and metadata keys by equality, ``"*"`` for any value, and the
-    operators eq, ne, in, nin, gt, gte, lt, lte, contains, icontains."""
+    """mem0's filters: ids and metadata keys by equality, ``"*"`` for any value, the
+    operators eq, ne, in, nin, gt, gte, lt, lte, contains, icontains, and AND, OR and NOT
+    over lists of such filters."""
     meta = {k: v for k, v in payload.items()}
     for k, want in filters.items():
+        if k in LOGICAL:
+            if not isinstance(want, list) or not want or not all(isinstance(c, dict) for c in want):
+                raise InvalidInput(f"filters' {k} needs a non-empty list of conditions (dicts)")
+            met = [_match(payload, c) for c in want]
+            if not (all(met) if k == "AND" else any(met) if k == "OR" else not any(met)):
+                return False
+            continue
         have = meta.get(k)
         if want == "*":
             if k not in meta:
@@ -107,4 +119,4 @@ def _op(have: Any, op: str, arg: Any) -> bool:
             return {"gt": a > b, "gte": a >= b, "lt": a < b, "lte": a <= b}[op]
     except (TypeError, ValueError):
         return False
-    raise InvalidInput(f"unsupported filter operator {op}: use eq, ne, in, nin, gt, gte, lt, lte, contains, icontains")
+    raise InvalidInput("unsupported filter operator: use eq, ne, in, nin, gt, gte, lt, lte, contains, icontains")

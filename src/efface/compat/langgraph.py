@@ -52,7 +52,8 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ..errors import InvalidInput, UnknownPurpose
+from .. import validate
+from ..errors import InvalidInput, UnknownPurpose, typed_calls
 from ..model import Memory, Receipt
 from ._listing import scan_all
 
@@ -65,6 +66,7 @@ _RECALL_K = 1000
 namespace prefix that pass the filter."""
 
 
+@typed_calls
 class EffaceStore(BaseStore):
     """A LangGraph ``BaseStore`` over an efface store (anything with ``efface.Store``'s methods).
 
@@ -246,6 +248,8 @@ class EffaceStore(BaseStore):
             return
         if not isinstance(op.value, dict):
             raise InvalidInput("a LangGraph value must be a dict of JSON values")
+        # JSON would make {1: "x"} {"1": "x"}, and json.dumps raise RecursionError 50,000 levels down
+        validate.json_tree(op.value, "a LangGraph value")
         try:
             text = json.dumps(op.value, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError):

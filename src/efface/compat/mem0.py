@@ -35,7 +35,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from .. import validate
-from ..errors import InvalidInput, NotFound, UnknownPurpose
+from ..errors import InvalidArguments, InvalidInput, NotFound, UnknownPurpose, typed_calls
 from ..model import Receipt
 from ._listing import scan_all
 from ._mem0_shapes import IDS, _expiration, _ids, _item, _match, _md5, _subject
@@ -43,6 +43,8 @@ from ._mem0_shapes import IDS, _expiration, _ids, _item, _match, _md5, _subject
 __all__ = ["Memory", "MemoryNotFound"]
 
 _UNSET: Any = object()
+_CONFIG_KEYS = ("tenant", "purpose", "basis", "extractor", "key_prefix", "clock")
+"""What :meth:`Memory.from_config` takes besides ``store`` or ``path`` and ``embedder``."""
 _MEM0_ONLY = ("vector_store", "llm", "graph_store", "history_db_path", "version", "reranker", "custom_instructions")
 
 
@@ -57,6 +59,7 @@ class MemoryNotFound(NotFound, ValueError):
     """No live memory with that id (a ValueError too, as mem0 raises)."""
 
 
+@typed_calls
 class Memory:
     """mem0's ``Memory`` over an efface store. Prefer :meth:`from_config`."""
 
@@ -110,9 +113,12 @@ class Memory:
         embedder = config.pop("embedder", None)
         if (store is None) == (path is None):
             raise InvalidInput("give the config exactly one of 'store' (an efface store) or 'path' (a directory)")
-        unknown = set(config) - {"tenant", "purpose", "basis", "extractor", "key_prefix", "clock"}
+        unknown = set(config) - set(_CONFIG_KEYS)
         if unknown:  # before opening anything: a refused config must leave no store open (and locked)
-            raise InvalidInput(f"unknown config keys {sorted(unknown)}: see efface.compat.mem0.Memory")
+            raise InvalidArguments(
+                f"unknown config key(s) ({len(unknown)}): Memory.from_config takes store or path, "
+                f"{', '.join(_CONFIG_KEYS)}, embedder, and mem0's own {', '.join(_MEM0_ONLY)} (ignored)"
+            )
         if store is not None:
             return cls(store, **config)
         import efface
@@ -319,7 +325,7 @@ class Memory:
         """``{"results": [...]}``: the scope's memories, oldest first, at most ``top_k``.
         ``filters`` must name a ``user_id``, ``agent_id`` or ``run_id`` (passing them as
         keywords, as mem0 1.x did, works too)."""
-        filters, top_k = self._filters(filters, kwargs, top_k)
+        filters, top_k = self._filters(filters, kwargs, top_k, "get_all")
         mems = self._scan(self.key_prefix, self.purpose, self._scope_subject(filters))
         rows = []
         for m in mems:
@@ -342,12 +348,16 @@ class Memory:
         threshold: float | None = None,
         rerank: bool = False,
         explain: bool = False,
+        reference_date: Any = None,
         show_expired: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """``{"results": [...]}`` with ``score``: efface recall (ANN + full text) in the
-        scope ``filters`` names. ``threshold`` is accepted and not applied (see module doc)."""
-        filters, top_k = self._filters(filters, kwargs, top_k)
+        scope ``filters`` names. ``threshold`` is accepted and not applied (see module doc);
+        ``reference_date`` only as None, as mem0's open-source ``Memory`` takes it."""
+        if reference_date is not None:
+            raise InvalidInput("reference_date is not supported (nor by mem0's open-source Memory): leave it None")
+        filters, top_k = self._filters(filters, kwargs, top_k, "search")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("query must be a non-empty string")
         try:
@@ -371,15 +381,20 @@ class Memory:
                 break
         return {"results": rows}
 
-    def _filters(self, filters: Any, kwargs: dict[str, Any], top_k: Any) -> tuple[dict[str, Any], int]:
+    def _filters(self, filters: Any, kwargs: dict[str, Any], top_k: Any, what: str) -> tuple[dict[str, Any], int]:
         if "limit" in kwargs:
             top_k = kwargs.pop("limit")
+        if filters is not None and not isinstance(filters, dict):
+            raise InvalidInput('filters must be a dict, e.g. {"user_id": "alice"}')
         merged = dict(filters or {})
         for k in IDS:
             if k in kwargs:
                 merged[k] = kwargs.pop(k)
-        if kwargs:
-            raise InvalidInput(f"unexpected arguments {sorted(kwargs)}")
+        if kwargs:  # a TypeError, as Python's for a keyword a method does not take; the names only
+            raise InvalidArguments(
+                f"Memory.{what}() got {len(kwargs)} keyword argument(s) it does not take: besides its own "
+                f"it takes limit and {', '.join(IDS)}; see help(efface.compat.mem0.Memory.{what})"
+            )
         if not any(merged.get(k) for k in IDS):
             raise InvalidInput("filters must contain at least one of: user_id, agent_id, run_id")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:

@@ -51,6 +51,7 @@ def _preload_onnxruntime() -> None:
 _preload_onnxruntime()
 
 
+@runtime_checkable
 class Embedder(Protocol):
     """Anything that maps texts to L2-normalised float32 vectors of a fixed size."""
 
@@ -114,6 +115,10 @@ def minilm_runtime() -> str | None:
 def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedder:
     """Choose the embedder: an explicit one, the one the store was built with, or the best installed."""
     if spec is not None and not isinstance(spec, str):
+        if not isinstance(spec, Embedder) or not isinstance(spec.name, str) or not callable(spec.embed):
+            raise InvalidInput(_EMBEDDERS)
+        if isinstance(spec.dim, bool) or not isinstance(spec.dim, int) or spec.dim < 1:
+            raise InvalidInput("an embedder's dim must be a positive int (the size of its vectors)")
         return spec
     wanted = spec or recorded
     if wanted is None:
@@ -138,10 +143,13 @@ def resolve(spec: str | Embedder | None, recorded: str | None = None) -> Embedde
         if recorded is not None and recorded != named:
             raise _mismatch(recorded, named)  # before loading a model the store cannot use
         return load(named)
-    raise InvalidInput(
-        "embedder must be None, 'minilm', 'hashing', 'sentence-transformers:<directory or model id>', "
-        "'onnx:<directory or .onnx file>' or an object with name, dim and embed()"
-    )
+    raise InvalidInput(_EMBEDDERS)
+
+
+_EMBEDDERS = (
+    "embedder must be None, 'minilm', 'hashing', 'sentence-transformers:<directory or model id>', "
+    "'onnx:<directory or .onnx file>' or an object with name (str), dim (int) and embed()"
+)
 
 
 def _mismatch(recorded: str, chosen: str) -> EmbedderMismatch:

@@ -139,6 +139,12 @@ class Client:
         _api_key(api_key)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput("the server URL must start with http:// or https://")
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:  # an unclosed '[': the message below says how to write it
+            host = "?"
+        if not host:
+            raise InvalidInput("the server URL names no host: give http(s)://host:port, e.g. http://127.0.0.1:8750")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
             raise InvalidInput("timeout must be a positive, finite number of seconds per request (default 60)")
         self.url = url.rstrip("/")
@@ -312,7 +318,7 @@ class Client:
         limit: int = 100,
     ) -> list[Memory]:
         """As :meth:`efface.Store.scan`."""
-        body: dict[str, Any] = {"purpose": purpose, "limit": limit}
+        body: dict[str, Any] = {"purpose": purpose, "limit": v.whole(limit)}
         body |= _opt(tenant=tenant, prefix=prefix, subject=subject, after=after)
         return self._as(list[Memory], "/v1/scan", body)
 
@@ -330,7 +336,8 @@ class Client:
         window: int = 0,
     ) -> list[Hit]:
         """As :meth:`efface.Store.recall`."""
-        body = {"query": query, "purpose": purpose, "k": k, "window": window} | _opt(tenant=tenant, subject=subject)
+        body = {"query": query, "purpose": purpose, "k": v.whole(k), "window": v.whole(window)}
+        body |= _opt(tenant=tenant, subject=subject)
         body |= _opt(after=_time(after), before=_time(before), said_by=said_by)
         return self._as(list[Hit], "/v1/recall", body)
 
@@ -435,7 +442,7 @@ class Client:
             "(e.g. `efface --store DIR ...` on the server's machine), not through a client"
         )
 
-    def backup(self, dest: Any) -> Any:
+    def backup(self, dest: Any, *, overwrite: bool = False) -> Any:
         raise self._local_only("backup")
 
     def restore(self, src: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -113,10 +114,23 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 # -- errors -------------------------------------------------------------------------------------------
-def _error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
+def _error_response(
+    status: int, kind: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     detail = {"type": kind, "message": message, **{k: v for k, v in extra.items() if v is not None}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": detail}, status_code=status, headers=headers)
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    return JSONResponse({"error": detail}, status_code=status, headers=None if headers is None else dict(headers))
+
+
+NOT_JSON = (
+    "the request body is not JSON this server can read (UTF-8 JSON, numbers of at most 4300 digits, "
+    "not nested thousands deep): send one JSON object, as /openapi.json describes"
+)
+"""The answer (a 422, as for a body of the wrong shape) to a body that cannot be parsed at all,
+however it fails: FastAPI answered a syntax error with a 422 naming only a byte position
+("8: JSON decode error"), and a body that is not UTF-8, a number too long or nesting too deep
+with a 400 in its own words ("There was an error parsing the body")."""
 
 
 def efface_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -126,6 +140,8 @@ def efface_error(_request: Request, exc: Exception) -> JSONResponse:
 
 def validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    if any(e.get("type") == "json_invalid" for e in exc.errors()):
+        return _error_response(422, "InvalidInput", NOT_JSON)
     # Name the field and the rule, never the value (pydantic keeps it under "input").
     problems = []
     for e in exc.errors()[:5]:
@@ -139,9 +155,15 @@ def validation_error(_request: Request, exc: Exception) -> JSONResponse:
 
 def http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    kind = "NotFound" if exc.status_code == 404 else "InvalidInput"
-    message = "no such route: see /openapi.json" if exc.status_code == 404 else str(exc.detail)
-    return _error_response(exc.status_code, kind, message)
+    if exc.status_code == 404:
+        return _error_response(404, "NotFound", "no such route: see /openapi.json")
+    if exc.status_code == 405:  # the Allow header stays (HTTP requires it on a 405)
+        allow = (exc.headers or {}).get("Allow", "")
+        told = f"this route takes {allow} only" if allow else "this route does not take that method"
+        return _error_response(405, "MethodNotAllowed", f"{told}: see /openapi.json", headers=exc.headers)
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":  # FastAPI's own
+        return _error_response(422, "InvalidInput", NOT_JSON)
+    return _error_response(exc.status_code, "InvalidInput", str(exc.detail), headers=exc.headers)
 
 
 def _unexpected(exc: Exception) -> JSONResponse:

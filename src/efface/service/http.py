@@ -138,6 +138,11 @@ def create_app(
 ) -> FastAPI:
     """The HTTP API over ``store``, with keys from ``ring``. The caller owns both (and closes
     them); ``mcp`` mounts an MCP streamable-HTTP app at ``/mcp`` (see :data:`McpHook`)."""
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise InvalidInput("max_body must be a positive whole number of bytes")
+    if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or not 0 <= max_wait <= 86_400:
+        # NaN too: min(timeout, nan) is the client's timeout, so a NaN cap capped nothing
+        raise InvalidInput("max_wait must be a number of seconds from 0 to 86400")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

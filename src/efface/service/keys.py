@@ -102,7 +102,7 @@ def key_path(store_dir: str | os.PathLike) -> str:
     """Where a store's key ring lives by default: ``DIR.keys.db`` beside the store's directory,
     not inside it. The ring names tenants, and ``verify`` scans every file of the store for an
     erased tenant's or subject's bytes: a ring inside would read as residue."""
-    path = os.path.abspath(os.fspath(store_dir)).rstrip(os.sep)
+    path = os.path.abspath(os.path.expanduser(os.fspath(store_dir))).rstrip(os.sep)
     return f"{path}.{KEYS_FILE}"
 
 

@@ -29,9 +29,10 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, Field, ValidationError
 from starlette.types import ASGIApp
 
 from ..errors import EffaceError, InvalidInput, ScopeError
@@ -142,6 +143,48 @@ def _edge(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return tool
 
 
+class EffaceTool(Tool):
+    """The SDK's ``Tool`` whose arguments, when they do not fit its input schema, come back as
+    an efface tool error (``{"error": {"type": "InvalidInput", ...}}``, the shape of every
+    other refusal), not as the SDK's text: the SDK raises a ``ToolError`` caused by the
+    ``ValidationError`` (``Tool.run``'s contract), and this answers it in efface's shape."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        try:
+            return await super().run(arguments, context, convert_result)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            result = _tool_error("InvalidInput", _misfit(exc.__cause__, set(self.parameters.get("properties", {}))))
+            return self.fn_metadata.convert_result(result) if convert_result else result
+
+
+class EffaceServer(MCPServer):
+    """The SDK's ``MCPServer`` that answers a call of a tool it does not have in efface's
+    error shape (``NotFound``), without the name asked for (the SDK's answer, "Unknown tool:
+    <name>", repeats it). Its handler calls :meth:`call_tool` for every ``tools/call``."""
+
+    tool_names: frozenset[str] = frozenset()
+    """The names of the tools :func:`build_mcp` registered."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if name not in self.tool_names:
+            return _tool_error("NotFound", "this server has no tool of that name: tools/list gives the ones it has")
+        return await super().call_tool(name, arguments, context)
+
+
+def _misfit(exc: ValidationError, fields: set[str]) -> str:
+    """What is wrong with a tool's arguments: each argument by its name and pydantic's rule,
+    never a value (nor a name the caller made up: it may be data too)."""
+    problems = []
+    for e in exc.errors(include_input=False, include_url=False)[:5]:
+        loc = e.get("loc", ())
+        name = loc[0] if loc and loc[0] in fields else "an argument"
+        where = "".join(f"[{p}]" for p in loc[1:] if isinstance(p, int))
+        problems.append(f"{name}{where}: {e.get('msg', 'invalid')}")
+    return "the arguments do not fit this tool's input schema: " + "; ".join(problems)
+
+
 def _ladder(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """Append what each rung of the ladder means to a tool's description."""
     fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + " " + LADDER_TEXT
@@ -208,7 +251,7 @@ def build_mcp(
 
     def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tools.append(_hide_inputs(Tool.from_function(fn, **options)))
+            tools.append(_hide_inputs(EffaceTool.from_function(fn, **options)))
             return fn
 
         return register
@@ -416,7 +459,7 @@ def build_mcp(
             {**ver.to_dict(), "failed": [c.name for c in ver.failed], "level_means": LADDER[ver.level]}
         )
 
-    return MCPServer(
+    server = EffaceServer(
         name,
         instructions=INSTRUCTIONS,
         version=_version(),
@@ -425,6 +468,8 @@ def build_mcp(
         log_level="WARNING",
         tools=tools,
     )
+    server.tool_names = frozenset(t.name for t in tools)
+    return server
 
 
 def _hide_inputs(registered: Tool) -> Tool:

@@ -91,7 +91,7 @@ def resolve_path(kek_file: str | os.PathLike[str] | None) -> Path:
             f"a PostgreSQL store needs a key-encryption key file: name one with --kek-file or {ENV} "
             "(it is created on first use; back it up)"
         )
-    return Path(named)
+    return Path(named).expanduser()
 
 
 @dataclass(frozen=True)

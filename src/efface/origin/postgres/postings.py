@@ -12,9 +12,10 @@ over the same postings, to the last bit. Held per record in Python dicts, the sa
 5 ms at 10k records and grew with the store (the candidates a common word finds). Once
 :mod:`efface.compiled` has its loops (compiled in the background when the index holds
 :data:`COMPILE_RECORDS` records), each word's counts are walked against the candidates in one
-compiled pass (:func:`_walk`) instead of numpy's gather, mask and formula: at 100k records,
-0.16 ms of a recall's CPU instead of 0.76 (the query words find about 6,700 records), with the
-same float operations in the same order, so the same scores to the last bit.
+compiled pass (:data:`~efface.sorted_ids.bm25_walk`, in ``bm25_term``'s order of operations)
+instead of numpy's gather, mask and formula: at 100k records, 0.16 ms of a recall's CPU
+instead of 0.76 (the query words find about 6,700 records), with the same float operations
+in the same order, so the same scores to the last bit.
 
 Records added since a term's array was last rebuilt wait in a small tail (:data:`TAIL`), merged
 into the array past that size; a removed record leaves every array it is in at once, with its
@@ -31,7 +32,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ... import compiled
-from ...sorted_ids import by_id, found, gather, inserted, union
+from ...sorted_ids import LEFT_TO_RIGHT, bm25_walk, by_id, found, gather, inserted, union
 from ..memory.state import BM25_B, BM25_K1, bm25_idf, bm25_term
 
 TAIL = 4096
@@ -237,7 +238,7 @@ class Postings:
             return total
         avg = self.len_total / n
         length = self.length[cands]
-        loop = _walk.compiled if compiled.ready() else None
+        loop = bm25_walk.compiled if compiled.ready() else None
         if loop is None and n >= COMPILE_RECORDS:
             compiled.warm_now()
         if loop is not None:
@@ -246,7 +247,7 @@ class Postings:
             for term in dict.fromkeys(terms):
                 t = self.terms.get(term)
                 if t is not None:
-                    loop(cands, *t.merged(), norm, bm25_idf(n, t.count()), BM25_K1 + 1, total)
+                    loop(cands, *t.merged(), norm, bm25_idf(n, t.count()), BM25_K1 + 1, total, LEFT_TO_RIGHT)
             return total
         for term in dict.fromkeys(terms):
             t = self.terms.get(term)
@@ -258,46 +259,3 @@ class Postings:
             idf = bm25_idf(n, t.count())
             total[held] += bm25_term(idf, f[held], length[held], avg)
         return total
-
-
-def _warm_walk(f) -> None:
-    """The layouts :meth:`Postings.scores` passes (ids int64, everything else float64), each of
-    the two walks."""
-    few, many = np.array([3], np.int64), np.array([1, 3, 5], np.int64)
-    f(many, few, np.ones(1), np.ones(3), 1.5, 2.2, np.zeros(3))
-    f(few, many, np.ones(3), np.ones(1), 1.5, 2.2, np.zeros(1))
-
-
-@compiled.loop(_warm_walk)
-def _walk(cands, ids, tf, norm, idf, k1p, total):  # pragma: no cover - run compiled, not traced
-    """One word's BM25 added to each of ``cands`` (sorted) that holds it (``ids``, sorted, with
-    its counts ``tf``): the shorter list walked in order, each one's place in the longer found
-    by galloping on from the last place, so a common word's long list is touched near the
-    candidates only. ``idf * tf * k1p / (tf + norm)``: :func:`~efface.origin.memory.state.bm25_term`'s
-    operations in its order (``norm`` its length norm), so the same bits."""
-    by_ids = len(ids) < len(cands)
-    walk, search = (ids, cands) if by_ids else (cands, ids)
-    n = len(search)
-    lo = 0
-    for x in range(len(walk)):
-        v = walk[x]
-        if lo >= n:
-            break
-        if search[lo] < v:
-            prev, step, hi = lo, 1, lo + 1
-            while hi < n and search[hi] < v:
-                prev = hi
-                step <<= 1
-                hi = prev + step
-            hi = min(hi, n)
-            lo = prev + 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if search[mid] < v:
-                    lo = mid + 1
-                else:
-                    hi = mid
-        if lo < n and search[lo] == v:
-            i, j = (x, lo) if by_ids else (lo, x)
-            t = tf[i]
-            total[j] += idf * t * k1p / (t + norm[j])

@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import compiled
 from ...ranking import Ranking
-from ...sorted_ids import by_id, found, gather, inserted, union
+from ...sorted_ids import TF_FIRST, bm25_walk, by_id, found, gather, inserted, union
 
 K1, B = 1.2, 0.75
 """FTS5's bm25() defaults, which efface keeps."""
@@ -77,64 +77,22 @@ def _term_into(
 ) -> None:
     """Add one term's BM25 to the total of each candidate (``cands``, sorted) that holds it:
     ``idf * tf * (K1 + 1) / (tf + norm)``, its count ``tf`` read from the term's parts (ids
-    sorted and distinct; a record is in one part at most). Compiled (:func:`_merged`, once
-    :mod:`efface.compiled` has its loops): one walk per part, without the GIL, adding where
-    a candidate holds the term. Else numpy: the counts gathered (:func:`~efface.sorted_ids.gather`),
-    then the formula over every candidate (0 where it holds none). Both
-    make the same float operations in the same order, so the totals are the same to the
-    last bit."""
-    loop = _merged.compiled if compiled.ready() else None
+    sorted and distinct; a record is in one part at most). Compiled (once :mod:`efface.compiled`
+    has its loops): one walk per part (:data:`~efface.sorted_ids.bm25_walk`, in FTS5's order
+    of operations), without the GIL, adding where a candidate holds the term. Else numpy: the
+    counts gathered (:func:`~efface.sorted_ids.gather`), then the formula over every candidate
+    (0 where it holds none). Both make the same float operations in the same order, so the
+    totals are the same to the last bit."""
+    loop = bm25_walk.compiled if compiled.ready() else None
     if loop is not None:
         for ids, tf in parts:
             if len(ids):
-                loop(cands, ids, tf, norm, idf, K1 + 1.0, total)
+                loop(cands, ids, tf, norm, idf, K1 + 1.0, total, TF_FIRST)
         return
     f = np.zeros(len(cands), dtype=np.float64)
     for ids, tf in parts:
         gather(cands, ids, tf, f)
     total += idf * (f * (K1 + 1.0)) / (f + norm)
-
-
-def _warm_merged(f) -> None:
-    """The layouts :func:`_term_into` passes: ids as int64, counts as float32, the rest float64;
-    each of the two walks."""
-    few, many = np.array([3], np.int64), np.array([1, 3, 5], np.int64)
-    f(many, few, np.ones(1, np.float32), np.ones(3), 1.5, 2.2, np.zeros(3))
-    f(few, many, np.ones(3, np.float32), np.ones(1), 1.5, 2.2, np.zeros(1))
-
-
-@compiled.loop(_warm_merged)
-def _merged(cands, ids, tf, norm, idf, k1p, total):  # pragma: no cover - run compiled, not traced
-    """:func:`_term_into`'s walk: the shorter list in order, each one's place in the longer
-    found by galloping on from the last place (doubling steps, then halving), so a common
-    term's long list is touched near the candidates only; where a candidate holds the term,
-    its BM25 added to its total."""
-    by_ids = len(ids) < len(cands)
-    walk, search = (ids, cands) if by_ids else (cands, ids)
-    n = len(search)
-    lo = 0
-    for x in range(len(walk)):
-        v = walk[x]
-        if lo >= n:
-            break
-        if search[lo] < v:
-            prev, step, hi = lo, 1, lo + 1
-            while hi < n and search[hi] < v:
-                prev = hi
-                step <<= 1
-                hi = prev + step
-            hi = min(hi, n)
-            lo = prev + 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if search[mid] < v:
-                    lo = mid + 1
-                else:
-                    hi = mid
-        if lo < n and search[lo] == v:
-            i, j = (x, lo) if by_ids else (lo, x)
-            t = np.float64(tf[i])
-            total[j] += (idf * (t * k1p)) / (t + norm[j])
 
 
 class _Term:
