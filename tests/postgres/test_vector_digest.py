@@ -21,7 +21,8 @@ from pgvector import Vector
 import efface
 from efface.erasure.fingerprint import Fingerprints
 from efface.origin.postgres import schema
-from efface.origin.postgres.schema import VECTOR_DIGEST, VECTOR_DIGEST_INDEX, migrate
+from efface.origin.postgres.schema import VECTOR_DIGEST_INDEX, migrate
+from efface.origin.postgres.txmore import HELD_NAMES, HELD_VECTORS, NAME_HOLDERS
 
 T, P = "acme", "assistant"
 DIM = 384
@@ -90,6 +91,7 @@ def test_a_replaced_vector_held_by_another_record_is_not_residue(pg_db, kek, tmp
     another live record holds it (here one does, then none does)."""
     vecs = _vectors(3, 3)
     with _open(pg_db, kek, tmp_path / "c") as s:
+
         def put(key, text, subject, v):
             s.write_many([{"key": key, "text": text, "subject": subject}], tenant=T, purpose=P, embeddings=v[None])
 
@@ -169,6 +171,7 @@ def test_the_lookup_takes_the_digest_index(pg_db):
     digest index, never every record (the planner has no statistics on the digests)."""
     with pg_db.connect() as conn:
         migrate(conn, dim=DIM)
+        conn.execute("DROP INDEX efface.records_embedding")  # the HNSW graph: not this test's, and slow to fill
         conn.execute(
             "INSERT INTO efface.records(tenant, key, text, metadata, sources, sealed_by, embedding, created_at,"
             " updated_at) SELECT 't', 'k' || g, decode(repeat('ab', 300), 'hex'), '\\x00', '\\x00', '\\x00',"
@@ -179,10 +182,7 @@ def test_the_lookup_takes_the_digest_index(pg_db):
         conn.execute("ANALYZE efface.records")
         probe = [r[0] for r in conn.execute("SELECT embedding FROM efface.records WHERE id % 200 = 0").fetchall()]
         assert len(probe) == 100
-        sql = (
-            f"EXPLAIN SELECT DISTINCT embedding FROM efface.records WHERE {VECTOR_DIGEST}"
-            f" = ANY(ARRAY(SELECT {schema.vector_digest('u.v')} FROM unnest(%s::vector[]) AS u(v)))"
-        )
+        sql = "EXPLAIN " + HELD_VECTORS.format(s="efface")
         plan = "\n".join(r[0] for r in conn.execute(sql, (probe,)).fetchall())
         assert VECTOR_DIGEST_INDEX in plan and "Seq Scan on records" not in plan, plan
         # no planner statistics sampled from the digests (migration 5's rule)
@@ -190,6 +190,44 @@ def test_the_lookup_takes_the_digest_index(pg_db):
             "SELECT count(*) FROM pg_statistic WHERE starelid = to_regclass('efface.' || %s)", (VECTOR_DIGEST_INDEX,)
         ).fetchone()[0]
         assert n == 0
+
+
+def test_the_name_hash_lookup_reads_an_index_of_each_table_in_a_store_of_many_tenants(pg_db):
+    """The same check for the name hashes an erasure deleted: by the hash alone, each table
+    through an index led by it, not one led by the tenant (2,000 tenants, 20,000 rows each)."""
+    with pg_db.connect() as conn:
+        migrate(conn, dim=DIM)
+        conn.execute("INSERT INTO efface.keks(kek_id, state, created_at) VALUES ('k', 'current', 0)")
+        conn.execute(
+            "INSERT INTO efface.records(tenant, key, text, metadata, sources, sealed_by, created_at, updated_at)"
+            " VALUES ('t', 'k', '', '', '', '', 0, 0)"
+        )
+        rows = "FROM generate_series(1, 20000) AS g"
+        conn.execute(
+            "INSERT INTO efface.mentions(record_id, tenant, subject)"
+            f" SELECT g, md5('t' || g % 2000), md5('m' || g) {rows}"
+        )
+        conn.execute(
+            "INSERT INTO efface.subjects(tenant, subject, identifiers, updated_at)"
+            f" SELECT md5('t' || g % 2000), md5('s' || g), '', 0 {rows}"
+        )
+        conn.execute(
+            "INSERT INTO efface.data_keys(kid, tenant, subject_h, subject, wrapped, kek_id, created_at)"
+            f" SELECT decode(md5('d' || g), 'hex'), md5('t' || g % 2000), md5('h' || g), md5('d' || g), '', 'k', 0"
+            f" {rows}"
+        )
+        conn.execute(
+            "INSERT INTO efface.claims(record_id, subject, purpose, basis, created_at)"
+            f" SELECT (SELECT min(id) FROM efface.records), md5('c' || g), 'p', 'b', 0 {rows}"
+        )
+        conn.execute("ANALYZE efface.mentions, efface.subjects, efface.data_keys, efface.claims")
+        names = [f"{i:032x}" for i in range(40)]
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + HELD_NAMES.format(s="efface"), [names] * len(NAME_HOLDERS))
+        )
+        assert "Seq Scan" not in plan, plan
+        for index in ("claims_subject", "mentions_by_subject", "subjects_by_subject", "data_keys_by_subject"):
+            assert index in plan, plan
 
 
 def test_a_store_made_before_the_index_gets_it_for_its_records(pg_db, kek, tmp_path, monkeypatch):

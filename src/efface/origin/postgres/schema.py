@@ -90,7 +90,8 @@ efface refuses the database from then on (:class:`.errors.SchemaTooNew`): it wou
 secret in ``meta`` and hash every tenant differently.
 8: an index of ``records`` by a digest of each vector's exact bytes (:data:`VECTOR_DIGEST`), so
 an erasure finds the live records holding a vector identical to one it deleted without a
-scan of every record (issue #34); no planner statistics on it."""
+scan of every record (issue #34); no planner statistics on it. And indexes by the name hash
+alone on ``mentions``, ``subjects`` and ``data_keys``, for the same check of the names."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
@@ -332,6 +333,7 @@ _V6 = (
 
 _V7 = ("ALTER TABLE {s}.meta ALTER COLUMN v SET STATISTICS 0",)
 
+
 def vector_digest(column: str) -> str:
     """SQL for the digest of the ``vector`` value ``column`` (:data:`VECTOR_DIGEST`)."""
     return f"(md5(vector_send({column}))::uuid)"
@@ -354,6 +356,13 @@ _V8 = (
     f"CREATE INDEX IF NOT EXISTS {VECTOR_DIGEST_INDEX} ON {{s}}.records ({VECTOR_DIGEST})",
     # ANALYZE samples an expression index's values into pg_statistic like a column's (migration 5)
     f"ALTER INDEX {{s}}.{VECTOR_DIGEST_INDEX} ALTER COLUMN 1 SET STATISTICS 0",
+    # an erasure asks which of the name hashes it deleted a live row still holds, by the hash
+    # alone (txmore.stored_forms): these tables' indexes lead with the tenant, which PostgreSQL
+    # before 18 cannot skip, and 18 skips one tenant at a time (a scan of the whole index
+    # when a store has thousands of tenants); claims has its own (claims_subject)
+    "CREATE INDEX IF NOT EXISTS mentions_by_subject ON {s}.mentions(subject)",
+    "CREATE INDEX IF NOT EXISTS subjects_by_subject ON {s}.subjects(subject)",
+    "CREATE INDEX IF NOT EXISTS data_keys_by_subject ON {s}.data_keys(subject)",
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -364,7 +373,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "no planner statistics sampled from content, names or keys", _V5),
     Migration(6, "no subject name or record key in clear: keyed hashes and sealed copies", _V6),
     Migration(7, "the hash secret out of the database, into the KEK file", _V7),
-    Migration(8, "records found by a digest of their vector's bytes", _V8),
+    Migration(8, "records found by a digest of their vector's bytes, rows by a name hash alone", _V8),
 )
 
 TABLES = (

@@ -34,6 +34,22 @@ LEDGER_LOCK = 0x65666661_00000004
 append without an epoch, so the epoch counter's row lock does not order them."""
 
 
+HELD_VECTORS = (
+    f"SELECT DISTINCT embedding FROM {{s}}.records WHERE {VECTOR_DIGEST}"
+    f" = ANY(ARRAY(SELECT {vector_digest('u.v')} FROM unnest(%s::vector[]) AS u(v)))"
+)
+"""The live vectors whose digest (:data:`.schema.VECTOR_DIGEST`) is one of the given vectors':
+computed by the index's own function, on the server, in one array, for which the planner takes
+the digest index (a bitmap scan: 1-3 ms at 100k records where comparing every record's vector
+took 165-200 ms; tests/postgres/test_vector_digest.py checks the plan)."""
+
+NAME_HOLDERS = (("claims", "subject"), ("mentions", "subject"), ("subjects", "subject"), ("data_keys", "subject"))
+"""The columns holding name hashes (:mod:`.names`) a live row may hold, each indexed by itself
+(``claims_subject``, and migration 8's ``*_by_subject``)."""
+HELD_NAMES = " UNION ".join(f"SELECT {col} FROM {{s}}.{table} WHERE {col} = ANY(%s)" for table, col in NAME_HOLDERS)
+"""Which of the given name hashes a live row holds."""
+
+
 class TxMore:
     """Shared state and the second half of :class:`.tx.PostgresTx`."""
 
@@ -117,18 +133,7 @@ class TxMore:
         if names:
             held = {
                 str(r[0]).encode("ascii")
-                for r in self._all(
-                    " UNION ".join(
-                        f"SELECT {col} FROM {{s}}.{table} WHERE {col} = ANY(%s)"
-                        for table, col in (
-                            ("claims", "subject"),
-                            ("mentions", "subject"),
-                            ("subjects", "subject"),
-                            ("data_keys", "subject"),
-                        )
-                    ),
-                    [[n.decode("ascii") for n in names]] * 4,
-                )
+                for r in self._all(HELD_NAMES, [[n.decode("ascii") for n in names]] * len(NAME_HOLDERS))
             }
             names = [n for n in names if n not in held]
         # Without the version byte and the kid: every value a key seals starts with them, so a
@@ -149,14 +154,7 @@ class TxMore:
         (:data:`.schema.VECTOR_DIGEST`, computed by the server from the binary form on every
         write, so a live copy is never missed), not a scan of every record: the candidates whose
         digest is one of ``vectors``' are read and kept only when their bytes are one's."""
-        sql = (
-            f"SELECT DISTINCT embedding FROM {{s}}.records WHERE {VECTOR_DIGEST}"
-            # the digests by the index's own function, on the server, in one array: the planner
-            # takes the index for it (a bitmap scan, 1.5 ms at 100k records where the exact
-            # scan took 120 ms; tests/postgres/test_vector_digest.py checks the plan)
-            f" = ANY(ARRAY(SELECT {vector_digest('u.v')} FROM unnest(%s::vector[]) AS u(v)))"
-        )
-        rows = self._all(sql, ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],))
+        rows = self._all(HELD_VECTORS, ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],))
         return {np.asarray(read_vector(vector_bytes(r[0])), dtype="<f4").tobytes() for r in rows}
 
     # -- change log, receipts, evidence, ledger ----------------------------------------------
@@ -541,4 +539,4 @@ class TxMore:
         return {r[0] for r in rows}
 
 
-__all__ = ["LEDGER_LOCK", "ClaimRow", "TxMore"]
+__all__ = ["HELD_NAMES", "HELD_VECTORS", "LEDGER_LOCK", "NAME_HOLDERS", "ClaimRow", "TxMore"]

