@@ -197,6 +197,35 @@ def writes(store, conn, corpus: Corpus, lo: int, count: int) -> tuple[dict, dict
     return res, migration, lo
 
 
+def index_insert_cost(conn, rounds: int) -> dict:
+    """The digest index's own cost to an insert, apart from the HNSW graph's and the load's
+    swings: 1,000 of the store's rows copied into a bare table like ``records`` (no index but
+    its primary key), with and without the digest index, alternating, ``rounds`` times each,
+    each copy one statement timed on the server's clock (``clock_timestamp()`` around it in a
+    ``DO`` block)."""
+    conn.execute("DROP TABLE IF EXISTS efface.scratch")
+    conn.execute("CREATE TABLE efface.scratch (LIKE efface.records INCLUDING STORAGE)")
+    conn.execute("ALTER TABLE efface.scratch ALTER COLUMN id DROP IDENTITY IF EXISTS")
+    out: dict = {"without_index": [], "with_index": []}
+    for i in range(rounds):
+        for way in ("without_index", "with_index") if i % 2 == 0 else ("with_index", "without_index"):
+            conn.execute("TRUNCATE efface.scratch")
+            conn.execute("DROP INDEX IF EXISTS efface.scratch_digest")
+            if way == "with_index":
+                conn.execute(f"CREATE INDEX scratch_digest ON efface.scratch ({VECTOR_DIGEST})")
+            conn.execute(
+                "DO $$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN"
+                " INSERT INTO efface.scratch SELECT * FROM efface.records ORDER BY id LIMIT 1000;"
+                " PERFORM set_config('bench.ms', (extract(epoch FROM clock_timestamp() - t0) * 1000)::text, false);"
+                " END $$"
+            )
+            out[way].append(round(float(conn.execute("SELECT current_setting('bench.ms')").fetchone()[0]), 2))
+    conn.execute("DROP TABLE efface.scratch")
+    res = {w: {"ms_per_1000": v, "p50_ms": pct(v)["p50"]} for w, v in out.items()}
+    res["added_us_per_record"] = round(res["with_index"]["p50_ms"] - res["without_index"]["p50_ms"], 2)
+    return res
+
+
 def plans(conn) -> dict:
     """EXPLAIN ANALYZE of the name-hash lookups of an erasure's evidence (txmore.stored_forms)."""
     out = {}
@@ -244,6 +273,8 @@ def run() -> None:
                     f"+{w['added_insert_us_per_record']} µs (server, the upserts); "
                     f"migration 8 {res['migration']['migration_8_p50_s']} s"
                 )
+                res["digest_index_insert"] = index_insert_cost(conn, 2 * args.writes)
+                log(f"{size}: the digest index adds {res['digest_index_insert']['added_us_per_record']} µs an insert")
                 if size == max(args.sizes):
                     res["plans"] = plans(conn)
                 result["sizes"][str(size)] = res
