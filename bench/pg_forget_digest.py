@@ -130,7 +130,7 @@ def forgets(store, conn, corpus: Corpus, first_subject: int, count: int) -> tupl
     for i in range(2 * count):
         way = ("main", "digest")[(i + i // 2) % 2]  # main, digest, digest, main, main, ...
         txmore.TxMore._held_vectors = main_held if way == "main" else NEW_HELD
-        like = "%r.embedding = ANY%" if way == "main" else f"%{VECTOR_DIGEST}%"
+        like = "%r.embedding = ANY%" if way == "main" else "%CROSS JOIN LATERAL%vector_send%"
         c0, e0 = statement_ms(conn, like)
         t0, p0 = time.perf_counter(), time.process_time()
         r = store.forget(tenant=TENANT, subject=f"user-{j:06d}")
