@@ -35,7 +35,7 @@ append without an epoch, so the epoch counter's row lock does not order them."""
 
 
 HELD_VECTORS = (
-    "SELECT u.i FROM unnest(%s::vector[]) WITH ORDINALITY AS u(v, i) CROSS JOIN LATERAL"
+    "SELECT u.i FROM unnest(%b::vector[]) WITH ORDINALITY AS u(v, i) CROSS JOIN LATERAL"
     f" (SELECT 1 FROM {{s}}.records r WHERE {vector_digest('r.embedding')} = {vector_digest('u.v')}"
     " AND vector_send(r.embedding) = vector_send(u.v) LIMIT 1) AS held"
 )
