@@ -44,11 +44,12 @@ each, the records whose digest (:data:`.schema.VECTOR_DIGEST`, computed on the s
 index's own function) is its digest, the first whose binary form is its binary form. The
 subquery per vector (``LATERAL`` with ``LIMIT``: PostgreSQL cannot flatten it into a join)
 makes the plan a lookup of the index per vector, whatever the planner guesses of the digests'
-spread (it has no statistics on them): a semi-join form of it was planned as a hash join over a
-scan of every record (17 s at 1M), an ``= ANY(ARRAY(...))`` one as a parallel bitmap scan
-(60 ms of worker start-up at 1M for 1 ms of work). Measured: 1.3 ms for 100 vectors at 100k
-records where comparing every record's vector took 165-330 ms; tests/postgres/test_vector_digest.py
-checks the plan."""
+spread (it has no statistics on them): a semi-join form was planned as a hash join over every
+record (17.7 s at 1M), an ``= ANY(ARRAY(...))`` one as a parallel bitmap scan (26-63 ms at 1M,
+nearly all of it starting workers, for 1 ms of work). The vectors go in binary (``%b``: their
+text form took 37-48 ms of this process for 100). Measured: 1.0-1.5 ms for 100 vectors at 100k
+records, where comparing every record's vector took 176-212 ms (docs/postgres.md);
+tests/postgres/test_vector_digest.py checks the plan."""
 
 NAME_HOLDERS = (("claims", "subject"), ("mentions", "subject"), ("subjects", "subject"), ("data_keys", "subject"))
 """The columns holding name hashes (:mod:`.names`) a live row may hold, each indexed by itself
