@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
 the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
 2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
@@ -87,7 +87,11 @@ statistics (it held the secret, and ``ANALYZE`` copies sample values into ``pg_s
 the secret's ``meta`` row is moved into the KEK file when the keys are opened, in a
 transaction with an epoch of its own, so the next maintenance rewrites ``meta`` too. An older
 efface refuses the database from then on (:class:`.errors.SchemaTooNew`): it would make a new
-secret in ``meta`` and hash every tenant differently."""
+secret in ``meta`` and hash every tenant differently.
+8: an index of ``records`` by a digest of each vector's exact bytes (:data:`VECTOR_DIGEST`), so
+an erasure finds the live records holding a vector identical to one it deleted without a
+scan of every record (issue #34); no planner statistics on it. And indexes by the name hash
+alone on ``mentions``, ``subjects`` and ``data_keys``, for the same check of the names."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
@@ -329,6 +333,38 @@ _V6 = (
 
 _V7 = ("ALTER TABLE {s}.meta ALTER COLUMN v SET STATISTICS 0",)
 
+
+def vector_digest(column: str) -> str:
+    """SQL for the digest of the ``vector`` value ``column`` (:data:`VECTOR_DIGEST`)."""
+    return f"(md5(vector_send({column}))::uuid)"
+
+
+VECTOR_DIGEST = vector_digest("embedding")
+"""A digest of a record's vector as PostgreSQL computes it from the vector's binary form
+(``vector_send``: the dimension, then each float32's exact bits), so equal bytes always give
+equal digests, whatever the session's settings (the text form is avoided: its digits are
+pgvector's choice, and ``-0`` and ``0`` are equal vectors but different bytes). Every write
+path gets it, and every copy of ``records`` that rebuilds its indexes: nothing in efface
+computes it; ``NULL`` for a record without a vector. Not a proof of equality: a lookup by it
+compares the vectors' bytes after (:meth:`.txmore.TxMore.stored_forms`). Like the vectors it
+is taken from, it leaves the server's files with the rewrite of ``records`` (the maintenance's
+``VACUUM FULL`` rebuilds the index)."""
+VECTOR_DIGEST_INDEX = "records_vector_digest"
+"""The btree index of ``records`` on :data:`VECTOR_DIGEST` (migration 8)."""
+
+_V8 = (
+    f"CREATE INDEX IF NOT EXISTS {VECTOR_DIGEST_INDEX} ON {{s}}.records ({VECTOR_DIGEST})",
+    # ANALYZE samples an expression index's values into pg_statistic like a column's (migration 5)
+    f"ALTER INDEX {{s}}.{VECTOR_DIGEST_INDEX} ALTER COLUMN 1 SET STATISTICS 0",
+    # an erasure asks which of the name hashes it deleted a live row still holds, by the hash
+    # alone (txmore.stored_forms): these tables' indexes lead with the tenant, which PostgreSQL
+    # before 18 cannot skip, and 18 skips one tenant at a time (a scan of the whole index
+    # when a store has thousands of tenants); claims has its own (claims_subject)
+    "CREATE INDEX IF NOT EXISTS mentions_by_subject ON {s}.mentions(subject)",
+    "CREATE INDEX IF NOT EXISTS subjects_by_subject ON {s}.subjects(subject)",
+    "CREATE INDEX IF NOT EXISTS data_keys_by_subject ON {s}.data_keys(subject)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the first schema", _V1),
     Migration(2, "the origin: data keys by subject, the change log's order", _V2),
@@ -337,6 +373,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "no planner statistics sampled from content, names or keys", _V5),
     Migration(6, "no subject name or record key in clear: keyed hashes and sealed copies", _V6),
     Migration(7, "the hash secret out of the database, into the KEK file", _V7),
+    Migration(8, "records found by a digest of their vector's bytes, rows by a name hash alone", _V8),
 )
 
 TABLES = (
