@@ -144,7 +144,9 @@ class PostgresOrigin(PgReads):
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
         self._sealer = Sealer(self._keys)
-        self._maint = maintenance.Maintenance(self._s, self._keys, data_dir or os.environ.get(DATA_DIR_ENV) or None)
+        self._maint = maintenance.Maintenance(
+            self._s, self._keys, data_dir or os.environ.get(DATA_DIR_ENV) or None, url=url
+        )
         self._w = psycopg.connect(url, autocommit=True)
         try:
             schema.migrate(self._w, dim=dim, schema=self._s)

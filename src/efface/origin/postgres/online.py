@@ -1,0 +1,367 @@
+"""The rewrite of ``records`` without the long lock (issue #34; docs/postgres.md "The
+maintenance at scale").
+
+``VACUUM FULL records`` holds an ``ACCESS EXCLUSIVE`` lock while it copies the heap and
+rebuilds every index, the pgvector HNSW graph among them (20-40 s at 100k records on a
+2-core host): every server's recalls, reads and writes wait for it. :func:`rewrite` gets the
+same result, new files holding only the live rows, with the lock held for a moment only, in
+the manner of pg_repack but in plain SQL:
+
+1. a trigger on ``records`` logs the id of every row written, changed or deleted from now on
+   into :data:`LOG` (creating it waits for the writes in flight, and new writes wait for it,
+   in short attempts: reads go on);
+2. ``INSERT INTO records_online SELECT * FROM records``: one statement, one MVCC snapshot
+   taken after the trigger is in place, so every change it does not see is logged; reads and
+   writes go on;
+3. the indexes of ``records`` built on the copy (the HNSW graph in memory, :func:`.maintenance.index_memory`);
+   reads and writes go on;
+4. rounds of catch-up: the logged ids are consumed (``DELETE ... RETURNING``: only what is
+   committed) and each one's row re-read from ``records`` and written over the copy's (absent
+   there when it is absent in ``records``);
+5. a wait, holding no lock, until no session of the database holds a snapshot older than
+   the last catch-up (below: what a snapshot sees of the new table);
+6. under ``ACCESS EXCLUSIVE`` locks on ``records`` and the tables whose foreign keys name it
+   (``claims``), taken in short attempts: the last catch-up, the old table dropped, the copy
+   renamed ``records``, its constraints made from its indexes, its identity resumed where the
+   old one stood, the foreign keys added back (``NOT VALID``, validated after, without the
+   lock), its grants; one transaction, so a crash anywhere in it leaves the old table as it was;
+7. ``ANALYZE``, the trigger's function and log dropped.
+
+**What a snapshot sees of the new table.** Unlike ``VACUUM FULL``, which keeps each row's
+transaction ids, the copy's rows are new rows: the copy's transaction, or a catch-up's, wrote
+them. A ``REPEATABLE READ`` snapshot (efface's ``Origin.snapshot()`` block) taken before that
+transaction committed and reading ``records`` after the swap would not see them: before
+step 5, none of the table. Step 5 makes that impossible for the copy and every catch-up but
+the swap's own; a transaction older than the copy that stays open past :data:`PATIENCE` makes
+the run give up (:class:`Stalled`) and the maintenance rewrite ``records`` with ``VACUUM
+FULL`` instead. What remains: the rows changed between the last catch-up and the swap (the
+note's ``late_rows``, written by the swap's transaction) are seen in their earlier version
+(absent, for a new row) by a snapshot begun before the swap committed, for that snapshot's
+life. Holding writers off across step 5 would close that too, but a process whose reader
+waits (in the process) for its own writer, held off, keeps its snapshot open: the wait then
+never ends (seen in ``bench/pg_maintenance_outage.py``); so it is not done. An erased row is
+never served by it: the erasure's deletion of the row's claims and its data key is seen.
+
+An erasure committed during steps 2-5 is applied to the copy by the catch-up: its record is
+absent from the new ``records``, but the copy's pages hold the deleted row until the next
+maintenance, whose epoch covers that erasure (this run covers only the epoch it started at).
+
+A crash (the efface process killed, the connection lost) at any step leaves the old
+``records`` intact and in use; what the run made (the copy, the trigger, its log) is dropped
+by the next run before anything else (:func:`clean`): the copy's files may hold rows erased
+since, and the next run's checkpoint unlinks them. Only one server runs it at a time (the
+maintenance's advisory lock).
+
+:func:`unsupported` says why a database's ``records`` cannot be rewritten so (a publication,
+row security, inheritance, a trigger of the operator's, a view on it): the maintenance then
+uses ``VACUUM FULL`` as before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psycopg
+
+COPY = "records_online"
+"""The new table while it is built."""
+LOG = "records_online_log"
+"""The ids of the rows changed since the trigger was made."""
+FUNC = "records_online_note"
+TRIGGER = "records_online_note"
+SUFFIX = "_online"
+"""Added to the names of the copy's indexes until the swap."""
+ATTEMPT = "250ms"
+"""How long one attempt at a lock that stops other servers waits (queued reads wait behind it)."""
+PATIENCE = 30.0
+"""Seconds of attempts before the run gives up (the compactor's next round tries again)."""
+ROUNDS = 8
+"""Catch-up rounds before the swap; each takes what was committed during the one before."""
+
+
+class Stalled(Exception):
+    """A transaction older than the copy stayed open past :data:`PATIENCE`: the run gives the
+    online rewrite up (the maintenance rewrites ``records`` with ``VACUUM FULL`` instead)."""
+
+
+def unsupported(conn: psycopg.Connection, schema: str) -> str | None:
+    """Why ``records`` cannot be rewritten online here, or None."""
+    row = conn.execute(
+        "SELECT c.relrowsecurity, c.relhassubclass OR EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid),"
+        " EXISTS (SELECT 1 FROM pg_publication_rel WHERE prrelid = c.oid)"
+        "  OR EXISTS (SELECT 1 FROM pg_publication WHERE puballtables),"
+        " EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgname <> %s),"
+        " EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass"
+        "   AND d.objid = r.oid WHERE d.refobjid = c.oid AND r.ev_class <> c.oid)"
+        " FROM pg_class c WHERE c.oid = to_regclass(%s)",
+        (TRIGGER, f"{schema}.records"),
+    ).fetchone()
+    if row is None:
+        return "no records table"
+    for flag, why in zip(
+        row,
+        (
+            "row-level security is enabled on records",
+            "records has inheritance children or parents",
+            "records is in a publication",
+            "records has a trigger efface did not make",
+            "a view or rule depends on records",
+        ),
+        strict=True,
+    ):
+        if flag:
+            return why
+    return None
+
+
+def clean(conn: psycopg.Connection, schema: str) -> bool:
+    """Drop what an earlier run left (it crashed): the copy, the trigger, its log. True if
+    anything was there. The trigger's removal waits for the writes in flight (short attempts)."""
+    s = schema
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL,"
+        " EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s),"
+        " to_regprocedure(%s) IS NOT NULL",
+        (f"{s}.{COPY}", f"{s}.{LOG}", f"{s}.records", TRIGGER, f"{s}.{FUNC}()"),
+    ).fetchone()
+    assert row is not None
+    if not any(row):
+        return False
+    if row[2]:
+        _locking(conn, lambda: conn.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON {s}.records"))
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {s}.{COPY}")
+        conn.execute(f"DROP TABLE IF EXISTS {s}.{LOG}")
+        conn.execute(f"DROP FUNCTION IF EXISTS {s}.{FUNC}()")
+    return True
+
+
+def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) -> dict[str, float | int]:
+    """Rewrite ``{schema}.records`` online (module docstring); ``conn`` in autocommit, holding
+    the maintenance's lock; ``other`` a second autocommit connection to the same database (the
+    last catch-up commits on it while ``conn`` holds writers off). Returns the seconds of each
+    step and the rows caught up."""
+    s = schema
+    took: dict[str, float | int] = {}
+    t = time.monotonic()
+    clean(conn, s)
+    with conn.transaction():
+        conn.execute(f"CREATE TABLE {s}.{LOG}(seq bigint GENERATED ALWAYS AS IDENTITY, id bigint NOT NULL)")
+        conn.execute(
+            f"CREATE FUNCTION {s}.{FUNC}() RETURNS trigger LANGUAGE plpgsql"
+            ""
+            " SECURITY DEFINER SET search_path = pg_catalog AS $$ BEGIN"
+            f" INSERT INTO {s}.{LOG}(id) VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);"
+            " RETURN NULL; END $$"
+        )
+
+    def trigger() -> None:
+        conn.execute(
+            f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE ON {s}.records"
+            f" FOR EACH ROW EXECUTE FUNCTION {s}.{FUNC}()"
+        )
+
+    _locking(conn, trigger)
+    took["trigger_s"] = _lap(t)
+    t = time.monotonic()
+    # after the trigger's commit: every change this snapshot does not see is logged
+    with conn.transaction():
+        conn.execute(
+            f"CREATE TABLE {s}.{COPY} (LIKE {s}.records INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+            " INCLUDING STORAGE INCLUDING COMPRESSION)"
+        )
+        for col, target in conn.execute(
+            "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+            " AND NOT attisdropped AND attstattarget IS NOT NULL AND attstattarget >= 0",
+            (f"{s}.records",),
+        ).fetchall():
+            conn.execute(f'ALTER TABLE {s}.{COPY} ALTER COLUMN "{col}" SET STATISTICS {int(target)}')
+        opts = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f"{s}.records",)).fetchone()
+        if opts and opts[0]:
+            conn.execute(f"ALTER TABLE {s}.{COPY} SET ({', '.join(opts[0])})")
+    with conn.transaction():
+        conn.execute(f"INSERT INTO {s}.{COPY} SELECT * FROM {s}.records")
+    took["copy_s"] = _lap(t)
+    t = time.monotonic()
+    indexes = conn.execute(
+        "SELECT i.relname, pg_get_indexdef(x.indexrelid), c.conname, c.contype FROM pg_index x"
+        " JOIN pg_class i ON i.oid = x.indexrelid LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid"
+        " AND c.conrelid = x.indrelid WHERE x.indrelid = to_regclass(%s) ORDER BY x.indisprimary DESC, i.relname",
+        (f"{s}.records",),
+    ).fetchall()
+    for name, ddl, _con, _type in indexes:
+        head = f"INDEX {name} ON {s}.records "
+        if head not in ddl:
+            raise RuntimeError("an index of records has a definition efface cannot reproduce")
+        _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{COPY} ", 1))
+    took["indexes_s"] = _lap(t)
+    t = time.monotonic()
+    caught = 0
+    for _ in range(ROUNDS):
+        n = _catch_up(conn, s)
+        caught += n
+        if n < 100:
+            break
+    took["catch_up_s"] = _lap(t)
+    t = time.monotonic()
+    refs = conn.execute(
+        "SELECT c.conname, c.conrelid::regclass::text, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+        " WHERE c.contype = 'f' AND c.confrelid = to_regclass(%s) AND c.conrelid <> c.confrelid",
+        (f"{s}.records",),
+    ).fetchall()
+    grants = conn.execute(
+        "SELECT a.grantee::regrole::text, a.privilege_type, a.is_grantable FROM pg_class c,"
+        " aclexplode(c.relacl) a WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner AND a.grantee <> 0",
+        (f"{s}.records",),
+    ).fetchall()
+    swapped: dict[str, int] = {}
+    locked = ", ".join([f"{s}.records", *sorted({r[1] for r in refs})])
+
+    # no snapshot older than the copy's last change may read the new table (it would see none
+    # of the copy's rows): wait for them to end, holding nothing; a long transaction makes
+    # the run give up (Stalled: the maintenance uses VACUUM FULL)
+    last: list[int] = []
+    caught += _catch_up(other, s, last)
+    _no_older_snapshots(conn, other, last[0], PATIENCE, Stalled)
+
+    def swap() -> None:
+        conn.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
+        # what was committed since the last catch-up: these rows' new versions are this
+        # transaction's, unseen by a snapshot taken before it commits (module docstring)
+        swapped["late"] = _catch_up(conn, s)
+        got = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (f"{s}.records",)).fetchone()
+        seq = str(got[0]).split(".")[-1] if got and got[0] else None
+        state = conn.execute(f"SELECT last_value, is_called FROM {s}.{seq}").fetchone() if seq else None
+        for con, table, _ in refs:
+            conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{con}"')
+        conn.execute(f"DROP TABLE {s}.records")  # RESTRICT: anything else depending on it stops the swap
+        conn.execute(f"ALTER TABLE {s}.{COPY} RENAME TO records")
+        for name, _ddl, con, kind in indexes:
+            if con is not None and kind in ("p", "u"):
+                what = "PRIMARY KEY" if kind == "p" else "UNIQUE"
+                conn.execute(f'ALTER TABLE {s}.records ADD CONSTRAINT "{con}" {what} USING INDEX {name}{SUFFIX}')
+            else:
+                conn.execute(f"ALTER INDEX {s}.{name}{SUFFIX} RENAME TO {name}")
+        if seq is not None and state is not None:
+            conn.execute(
+                f"ALTER TABLE {s}.records ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {s}.{seq})"
+            )
+            conn.execute("SELECT setval(%s, %s, %s)", (f"{s}.{seq}", int(state[0]), bool(state[1])))
+        for con, table, ddl in refs:
+            conn.execute(f'ALTER TABLE {table} ADD CONSTRAINT "{con}" {ddl} NOT VALID')
+        for grantee, privilege, grantable in grants:
+            conn.execute(f"GRANT {privilege} ON {s}.records TO {grantee}" + (" WITH GRANT OPTION" if grantable else ""))
+
+    _locking(conn, swap)
+    took["swap_s"] = _lap(t)
+    took["caught_up"] = caught + swapped.get("late", 0)
+    took["late_rows"] = swapped.get("late", 0)
+    t = time.monotonic()
+    for con, table, _ in refs:
+        conn.execute(f'ALTER TABLE {table} VALIDATE CONSTRAINT "{con}"')
+    conn.execute(f"ANALYZE {s}.records")
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {s}.{LOG}")
+        conn.execute(f"DROP FUNCTION IF EXISTS {s}.{FUNC}()")
+    took["after_s"] = _lap(t)
+    return took
+
+
+def _build(conn: psycopg.Connection, ddl: str) -> None:
+    """One index of the copy; a parallel build that finds no dynamic shared memory (a
+    container's small ``/dev/shm``) is built again in this session's memory, as
+    :func:`.maintenance._rewrite` does."""
+    import psycopg
+
+    try:
+        conn.execute(ddl)
+    except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
+        conn.execute("SET max_parallel_maintenance_workers = 0")
+        try:
+            conn.execute(ddl)
+        finally:
+            conn.execute("RESET max_parallel_maintenance_workers")
+
+
+def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None) -> int:
+    """Consume the committed log entries and make the copy's rows for their ids what
+    ``records`` holds now (a change committed after this read logs again: a later round
+    applies it). Returns the ids applied. ``xid``: the transaction takes an id even when
+    there is nothing to apply, appended there (:func:`_no_older_snapshots` waits for it)."""
+    with conn.transaction():
+        if xid is not None:
+            got = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+            assert got is not None
+            xid.append(int(got[0]))
+        ids = [r[0] for r in conn.execute(f"DELETE FROM {s}.{LOG} RETURNING id").fetchall()]
+        if not ids:
+            return 0
+        ids = sorted(set(ids))
+        conn.execute(f"DELETE FROM {s}.{COPY} WHERE id = ANY(%s)", (ids,))
+        conn.execute(f"INSERT INTO {s}.{COPY} SELECT * FROM {s}.records WHERE id = ANY(%s)", (ids,))
+    return len(ids)
+
+
+def _no_older_snapshots(
+    conn: psycopg.Connection, other: psycopg.Connection, xid: int, patience: float, error: type[Exception] | None
+) -> None:
+    """Wait until every session of this database holds a snapshot that sees transaction
+    ``xid`` (just committed on ``other``) committed, but this run's own and those waiting for
+    this run's locks (a writer's next statement takes a new snapshot); after ``patience``
+    seconds raise ``error`` (None: ``LockNotAvailable``, so the caller lets the writers go and
+    tries again). A session is taken for one whose snapshot may be older when its transaction
+    began before now (a snapshot is taken at or after its transaction's start) and its oldest
+    xmin is not past ``xid`` (this run's own open transaction holds every xmin back: the xmin
+    alone cannot tell); and a replica whose ``hot_standby_feedback`` reports an xmin not past
+    it (a snapshot there, as old, would read the new table once the swap is replayed)."""
+    import psycopg
+
+    got = other.execute("SELECT clock_timestamp()").fetchone()
+    assert got is not None
+    since = got[0]
+
+    deadline = time.monotonic() + patience
+    while True:
+        rows = conn.execute(
+            "SELECT coalesce(a.state, '?'), coalesce(a.wait_event_type, '-'),"
+            " extract(epoch FROM clock_timestamp() - a.xact_start)::int FROM pg_stat_activity a"
+            " WHERE a.backend_xmin IS NOT NULL AND age(a.backend_xmin) >= age(%s::text::xid) AND (a.backend_type ="
+            " 'walsender' OR a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND a.backend_type = 'client backend' AND a.pid NOT IN (pg_backend_pid(), %s) AND a.xact_start < %s"
+            " AND NOT (pg_backend_pid() = ANY(pg_blocking_pids(a.pid))))",
+            (str(xid % 2**32), other.info.backend_pid, since),
+        ).fetchall()
+        if not rows:
+            return
+        if time.monotonic() >= deadline:
+            which = "; ".join(f"{state} (waiting: {wait}) for {age} s" for state, wait, age in rows[:3])
+            raise (error or psycopg.errors.LockNotAvailable)(
+                f"{len(rows)} sessions hold a snapshot older than the copy's last change: {which}"
+            )
+        time.sleep(0.02)
+
+
+def _locking(conn: psycopg.Connection, step: object) -> None:
+    """Run ``step`` (a callable) in one transaction whose lock waits last :data:`ATTEMPT`
+    each, again until :data:`PATIENCE` (a long transaction holds the table): while this waits,
+    other servers' statements queue behind it, so it never waits long at once."""
+    import psycopg
+
+    assert callable(step)
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{ATTEMPT}'")
+                step()
+            return
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)  # the queued statements and the transactions they serve go first
+
+
+def _lap(t: float) -> float:
+    return round(time.monotonic() - t, 3)
