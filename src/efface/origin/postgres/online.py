@@ -81,9 +81,38 @@ ROUNDS = 8
 """Catch-up rounds before the swap; each takes what was committed during the one before."""
 
 
+LIKE = "INCLUDING ALL EXCLUDING INDEXES EXCLUDING IDENTITY"
+"""What the copy takes of ``records`` at its creation: every column with its defaults,
+generation, constraints, storage, compression, statistics and comments; its indexes are built
+after the copy (faster than kept up row by row), its identity is resumed at the swap."""
+
+
 class Stalled(Exception):
     """A transaction older than the copy stayed open past :data:`PATIENCE`: the run gives the
     online rewrite up (the maintenance rewrites ``records`` with ``VACUUM FULL`` instead)."""
+
+
+class Reshaped(Stalled):
+    """``records`` changed (a column, an index) while it was copied: the run gives the online
+    rewrite up, as for :class:`Stalled`."""
+
+
+def reader_lock(schema: str) -> str:
+    """The statement every snapshot of efface on PostgreSQL begins with, after ``BEGIN`` and
+    before the statement that takes its snapshot (:meth:`.origin.PostgresOrigin._begin`).
+
+    A snapshot taken before the swap committed must never read the new table: it would miss
+    the rows the swap's own transaction wrote (and every row, had the copy not committed
+    before it). PostgreSQL takes a statement's snapshot before its parse acquires the table's
+    lock, so a snapshot's first read of ``records`` alone does not prevent it: its lock wait
+    can end after the swap. Locked first (``ACCESS SHARE``, taken without a snapshot), the
+    table the snapshot reads is the one it was taken on: either the swap committed before
+    (the snapshot sees all of it), or it waits until the snapshot ends (the old table is
+    read, as it was). ``ACCESS SHARE`` conflicts only with ``ACCESS EXCLUSIVE`` (the swap,
+    ``VACUUM FULL``, DDL), which the snapshot's first read of ``records`` would wait for
+    anyway; a snapshot that reads no ``records`` row holds the swap off for its life too
+    (a few statements)."""
+    return f"LOCK TABLE {schema}.records IN ACCESS SHARE MODE"
 
 
 def unsupported(conn: psycopg.Connection, schema: str) -> str | None:
@@ -168,10 +197,9 @@ def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) ->
     t = time.monotonic()
     # after the trigger's commit: every change this snapshot does not see is logged
     with conn.transaction():
-        conn.execute(
-            f"CREATE TABLE {s}.{COPY} (LIKE {s}.records INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
-            " INCLUDING STORAGE INCLUDING COMPRESSION)"
-        )
+        # every column, from the catalog (a column a migration adds is copied too); indexes
+        # after the copy, the identity at the swap
+        conn.execute(f"CREATE TABLE {s}.{COPY} (LIKE {s}.records {LIKE})")
         for col, target in conn.execute(
             "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
             " AND NOT attisdropped AND attstattarget IS NOT NULL AND attstattarget >= 0",
@@ -182,15 +210,12 @@ def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) ->
         if opts and opts[0]:
             conn.execute(f"ALTER TABLE {s}.{COPY} SET ({', '.join(opts[0])})")
     with conn.transaction():
-        conn.execute(f"INSERT INTO {s}.{COPY} SELECT * FROM {s}.records")
+        cols = _copied(conn, s)
+        conn.execute(f"INSERT INTO {s}.{COPY} ({cols}) SELECT {cols} FROM {s}.records")
     took["copy_s"] = _lap(t)
     t = time.monotonic()
-    indexes = conn.execute(
-        "SELECT i.relname, pg_get_indexdef(x.indexrelid), c.conname, c.contype FROM pg_index x"
-        " JOIN pg_class i ON i.oid = x.indexrelid LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid"
-        " AND c.conrelid = x.indrelid WHERE x.indrelid = to_regclass(%s) ORDER BY x.indisprimary DESC, i.relname",
-        (f"{s}.records",),
-    ).fetchall()
+    shape = _shape(conn, f"{s}.records")
+    indexes = _indexes(conn, s)
     for name, ddl, _con, _type in indexes:
         head = f"INDEX {name} ON {s}.records "
         if head not in ddl:
@@ -228,6 +253,12 @@ def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) ->
 
     def swap() -> None:
         conn.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
+        # a migration run meanwhile (a new server's open) may have changed records: the copy
+        # would lose what it added, so the run gives up (VACUUM FULL keeps every column)
+        if _shape(conn, f"{s}.records") != shape or _indexes(conn, s) != indexes:
+            raise Reshaped("records changed shape during the rewrite (a migration ran)")
+        if _shape(conn, f"{s}.{COPY}") != shape:
+            raise Reshaped("the copy's columns differ from records'")
         # what was committed since the last catch-up: these rows' new versions are this
         # transaction's, unseen by a snapshot taken before it commits (module docstring)
         swapped["late"] = _catch_up(conn, s)
@@ -269,6 +300,48 @@ def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) ->
     return took
 
 
+def _copied(conn: psycopg.Connection, s: str) -> str:
+    """The columns the copy is given values for, from the catalog: every one it took from
+    ``records`` but the generated (``LIKE ... INCLUDING GENERATED`` computes them). A column
+    ``records`` gained since is not among them: the swap sees it and gives up."""
+    rows = conn.execute(
+        "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+        " AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+        (f"{s}.{COPY}",),
+    ).fetchall()
+    return ", ".join(r[0] for r in rows)
+
+
+def _shape(conn: psycopg.Connection, table: str) -> list[tuple[object, ...]]:
+    """``table``'s columns as the swap must keep them (name, type, collation, nullability,
+    default, generation, storage, compression; not the identity, which the copy is given at
+    the swap)."""
+    return [
+        tuple(r)
+        for r in conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attcollation, a.attnotnull,"
+            " pg_get_expr(d.adbin, d.adrelid), a.attgenerated::text, a.attstorage::text, a.attcompression::text"
+            " FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (table,),
+        ).fetchall()
+    ]
+
+
+def _indexes(conn: psycopg.Connection, s: str) -> list[tuple[str, str, str | None, str | None]]:
+    """Every index of ``records`` (name, definition, the constraint it backs and its kind),
+    from the catalog: the copy is given each."""
+    return [
+        (str(r[0]), str(r[1]), r[2], r[3])
+        for r in conn.execute(
+            "SELECT i.relname, pg_get_indexdef(x.indexrelid), c.conname, c.contype::text FROM pg_index x"
+            " JOIN pg_class i ON i.oid = x.indexrelid LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid"
+            " AND c.conrelid = x.indrelid WHERE x.indrelid = to_regclass(%s) ORDER BY x.indisprimary DESC, i.relname",
+            (f"{s}.records",),
+        ).fetchall()
+    ]
+
+
 def _build(conn: psycopg.Connection, ddl: str) -> None:
     """One index of the copy; a parallel build that finds no dynamic shared memory (a
     container's small ``/dev/shm``) is built again in this session's memory, as
@@ -290,6 +363,15 @@ def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None) ->
     ``records`` holds now (a change committed after this read logs again: a later round
     applies it). Returns the ids applied. ``xid``: the transaction takes an id even when
     there is nothing to apply, appended there (:func:`_no_older_snapshots` waits for it)."""
+    import psycopg
+
+    try:
+        return _apply(conn, s, xid)
+    except (psycopg.errors.UndefinedColumn, psycopg.errors.DatatypeMismatch) as e:
+        raise Reshaped(f"records changed shape during the rewrite ({type(e).__name__})") from None
+
+
+def _apply(conn: psycopg.Connection, s: str, xid: list[int] | None) -> int:
     with conn.transaction():
         if xid is not None:
             got = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
@@ -299,8 +381,9 @@ def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None) ->
         if not ids:
             return 0
         ids = sorted(set(ids))
+        cols = _copied(conn, s)
         conn.execute(f"DELETE FROM {s}.{COPY} WHERE id = ANY(%s)", (ids,))
-        conn.execute(f"INSERT INTO {s}.{COPY} SELECT * FROM {s}.records WHERE id = ANY(%s)", (ids,))
+        conn.execute(f"INSERT INTO {s}.{COPY} ({cols}) SELECT {cols} FROM {s}.records WHERE id = ANY(%s)", (ids,))
     return len(ids)
 
 
