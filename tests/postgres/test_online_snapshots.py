@@ -51,11 +51,11 @@ class Swap:
             self.ready.set()
             assert self.go.wait(GUARD), "the test never let the swap go"
 
-        def caught(conn, s, xid=None):
+        def caught(conn, s, xid=None, **kw):
             if conn.info.transaction_status != 0:  # inside the swap's transaction
                 self.locked.set()
                 assert self.go_on.wait(GUARD), "the test never let the swap commit"
-            return catch_up(conn, s, xid)
+            return catch_up(conn, s, xid, **kw)
 
         monkeypatch.setattr(online, "_no_older_snapshots", waited)
         monkeypatch.setattr(online, "_catch_up", caught)
@@ -110,7 +110,7 @@ def test_a_snapshot_whose_first_read_of_records_follows_the_swap_misses_a_late_r
             swap.go_on.set()
             t.join(GUARD)
             assert "error" not in out and "online" in out["report"], repr(out)
-            assert out["report"]["online"]["late_rows"] == 1
+            assert out["report"]["online"]["records"]["late_rows"] == 1
             # the new table, read in the old snapshot: the late row is the swap's, unseen
             assert reader.execute(COUNT).fetchone()[0] == 5
             reader.execute("COMMIT")
@@ -152,7 +152,7 @@ def test_a_snapshot_begun_while_the_swap_holds_its_lock_waits_for_it_and_sees_th
         r.join(GUARD)
         t.join(GUARD)
         assert "error" not in seen, seen.get("error")
-        assert "error" not in out and out["report"]["online"]["late_rows"] == 1, out
+        assert "error" not in out and out["report"]["online"]["records"]["late_rows"] == 1, out
         assert seen["epoch"] >= acked
         assert seen["count"] == 6 and seen["late"] == "acknowledged before the snapshot began"
 
@@ -183,7 +183,7 @@ def test_a_snapshot_begun_before_the_swap_holds_it_off_and_reads_the_old_table_w
         swap.go_on.set()
         t.join(GUARD)
         assert "error" not in out and "online" in out["report"], out
-        assert out["report"]["online"]["late_rows"] == 1
+        assert out["report"]["online"]["records"]["late_rows"] == 1
         assert b.read("late", tenant=T, purpose="support") is not None
         with pg_db.connect() as conn:
             assert conn.execute(COUNT).fetchone()[0] == 6
@@ -224,7 +224,7 @@ def test_a_column_index_and_generated_column_added_to_records_are_carried_by_the
         s.write("n3", "written after the swap", tenant=T, subject="ob", purpose="support")
         with pg_db.connect() as conn:
             noted = maintenance.note(conn, "efface")
-            assert "online" in noted and "records_offline" not in noted, noted
+            assert set(noted["online"]) == {"records", "claims"} and "records_offline" not in noted, noted
             assert _shape(conn) == before
             assert (
                 conn.execute(
@@ -253,9 +253,51 @@ def test_records_changed_during_the_rewrite_make_it_give_up_for_vacuum_full(pg_d
         pause.release.set()
         t.join(GUARD)
         assert "error" not in out, out.get("error")
-        assert "online" not in out["report"]
+        assert list(out["report"]["online"]) == ["claims"]
         assert out["report"]["records_offline"].startswith("the online rewrite gave up: records changed shape")
         with pg_db.connect() as conn:
             assert _leftovers(conn) == []
             assert conn.execute("SELECT digest FROM efface.records").fetchall() == [(b"\x01",)]
         assert s.read("n2", tenant=T, purpose="support").text == OTHER
+
+
+def test_claims_written_and_erased_during_their_copy_are_as_committed_after_the_swap(pg_db, kek, tmp_path, monkeypatch):
+    """``claims`` is rewritten online too: a record written (its claim) and a subject forgotten
+    (its claims deleted) while ``claims`` is copied are as committed after its swap."""
+    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
+        _setup(a)
+        a.write("zz", TEXT, tenant=T, subject="zr", purpose="support")
+        reached, release, real = threading.Event(), threading.Event(), online._catch_up
+
+        def paused(conn, s, xid=None, **kw):
+            if kw.get("table") == "claims" and not reached.is_set():
+                reached.set()
+                assert release.wait(GUARD), "the test never released the rewrite"
+            return real(conn, s, xid, **kw)
+
+        monkeypatch.setattr(online, "_catch_up", paused)
+        out: dict = {}
+        t = _maintain_in_thread(a, out)
+        assert reached.wait(GUARD), out.get("error")
+        with pg_db.connect() as conn:  # the copy of claims holds zr's claim
+            assert conn.execute("SELECT count(*) FROM efface.claims_online").fetchone()[0] == 6
+        b.write("during", "written while claims is copied", tenant=T, subject="ob", purpose="support")
+        b.forget(tenant=T, subject="zr")
+        release.set()
+        t.join(GUARD)
+        assert "error" not in out, out.get("error")
+        assert set(out["report"]["online"]) == {"records", "claims"}, out["report"]
+        assert out["report"]["online"]["claims"]["caught_up"] >= 2
+        assert b.read("during", tenant=T, purpose="support").text == "written while claims is copied"
+        assert b.read("zz", tenant=T, purpose="support") is None
+        with pg_db.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 6
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM pg_constraint WHERE conrelid = 'efface.claims'::regclass AND contype = 'f'"
+                    " AND convalidated"
+                ).fetchone()[0]
+                == 1
+            )
+            assert _leftovers(conn) == []
+            assert conn.execute("SELECT to_regclass('efface.claims_online')").fetchone()[0] is None

@@ -11,13 +11,14 @@ work to the holder, whose recorded epoch covers it):
    (:meth:`.keys.Keys.rotate`), so every wrapped copy of a destroyed key, wherever it lies
    (heap pages, WAL, replicas, backups), is useless. Needs the KEK file writable here.
 2. **Rewrites the relations an erasure touches** (:data:`TOUCHED`): a new file for each
-   table, its TOAST table and every index. ``records`` (and its pgvector HNSW index) online
-   (:mod:`.online`: copied in one snapshot while reads and writes go on, its indexes built on
-   the copy, swapped in under a lock held for a moment); the others, small, with ``VACUUM
-   FULL`` (which rebuilds indexes), each under an ``ACCESS EXCLUSIVE`` lock for its rewrite;
-   ``records`` too where :func:`.online.unsupported` says why not, or when a transaction
-   older than the copy stays open (:class:`.online.Stalled`). Needs the tables' owner
-   (efface's role is).
+   table, its TOAST table and every index. ``records`` (and its pgvector HNSW index) and
+   ``claims`` online (:mod:`.online`: copied in one snapshot while reads and writes go on,
+   their indexes built on the copy, swapped in under a lock held for a moment); the others,
+   small, with ``VACUUM FULL`` (which rebuilds indexes), each under an ``ACCESS EXCLUSIVE``
+   lock for its rewrite; ``records`` and ``claims`` too where :func:`.online.unsupported`
+   says why not (the note's ``records_offline``, ``claims_offline``), or when a transaction
+   older than the copy stays open or the table changed meanwhile (:class:`.online.Stalled`).
+   Needs the tables' owner (efface's role is).
 3. ``CHECKPOINT``, so the old files are unlinked and the pages are on disk. Needs superuser
    or the ``pg_checkpoint`` role (PostgreSQL 15+).
 4. **Switches the WAL past its retention**: rounds of (a small write, ``pg_switch_wal()``,
@@ -177,7 +178,7 @@ class Maintenance:
     url: str | None = field(default=None, repr=False)
     """Where a second connection goes (the online rewrite's); None: ``conn``'s own parameters."""
     online: bool = True
-    """Rewrite ``records`` online (:mod:`.online`); False: ``VACUUM FULL`` as the other tables."""
+    """Rewrite ``records`` and ``claims`` online (:mod:`.online`); False: ``VACUUM FULL`` as the other tables."""
 
     def run(self, conn: psycopg.Connection) -> dict[str, Any] | None:
         """One maintenance run on ``conn`` (autocommit, this run's own); None when another
@@ -230,22 +231,22 @@ class Maintenance:
                         )
                 if moved is not None:
                     report["lacking"] += _rewrite_statistics(conn, s)
-                why = online.unsupported(conn, s) if self.online else "not asked"
                 for table in tables:
-                    if table == "records" and why is None:
+                    if table not in online.TABLES:
+                        _rewrite(conn, f"{s}.{table}")
+                        continue
+                    why = online.unsupported(conn, s, table) if self.online else "not asked"
+                    if why is None:
                         try:
                             with self._second(conn) as other:
-                                report["online"] = online.rewrite(conn, other, s)
+                                report.setdefault("online", {})[table] = online.rewrite(conn, other, s, table)
                             continue
                         except (online.Stalled, psycopg.errors.LockNotAvailable) as e:
                             why = f"the online rewrite gave up: {e}"
                             with contextlib.suppress(psycopg.Error):
                                 online.clean(conn, s)
-                        _rewrite(conn, f"{s}.{table}")
-                    else:
-                        _rewrite(conn, f"{s}.{table}")
-                if why is not None:
-                    report["records_offline"] = why
+                    report[f"{table}_offline"] = why
+                    _rewrite(conn, f"{s}.{table}")
                 report["rewritten"] = list(tables)
                 r = rights(conn, self.data_dir, s)
                 report["lacking"] += list(r.lacking)

@@ -65,14 +65,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
-COPY = "records_online"
-"""The new table while it is built."""
-LOG = "records_online_log"
-"""The ids of the rows changed since the trigger was made."""
-FUNC = "records_online_note"
-TRIGGER = "records_online_note"
+TABLES = ("records", "claims")
+"""The tables rewritten so, in this order (the others, small, with ``VACUUM FULL``): each has
+an ``id`` key (its identity). A lock on several takes them in this order."""
 SUFFIX = "_online"
-"""Added to the names of the copy's indexes until the swap."""
+"""Added to the names of the copy's indexes until the swap (and to the table's, the copy's)."""
+
+
+def names(table: str) -> tuple[str, str, str]:
+    """The copy of ``table`` while it is built, the log of the ids of its rows changed since
+    the trigger was made, and the trigger (and its function)."""
+    return f"{table}{SUFFIX}", f"{table}{SUFFIX}_log", f"{table}{SUFFIX}_note"
+
+
+COPY, LOG, TRIGGER = names("records")
+FUNC = TRIGGER
 ATTEMPT = "250ms"
 """How long one attempt at a lock that stops other servers waits (queued reads wait behind it)."""
 PATIENCE = 30.0
@@ -111,12 +118,12 @@ def reader_lock(schema: str) -> str:
     read, as it was). ``ACCESS SHARE`` conflicts only with ``ACCESS EXCLUSIVE`` (the swap,
     ``VACUUM FULL``, DDL), which the snapshot's first read of ``records`` would wait for
     anyway; a snapshot that reads no ``records`` row holds the swap off for its life too
-    (a few statements)."""
-    return f"LOCK TABLE {schema}.records IN ACCESS SHARE MODE"
+    (a few statements). Likewise ``claims``, rewritten so too (:data:`TABLES`, in order)."""
+    return f"LOCK TABLE {', '.join(f'{schema}.{t}' for t in TABLES)} IN ACCESS SHARE MODE"
 
 
-def unsupported(conn: psycopg.Connection, schema: str) -> str | None:
-    """Why ``records`` cannot be rewritten online here, or None."""
+def unsupported(conn: psycopg.Connection, schema: str, table: str = "records") -> str | None:
+    """Why ``table`` cannot be rewritten online here, or None."""
     row = conn.execute(
         "SELECT c.relrowsecurity, c.relhassubclass OR EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid),"
         " EXISTS (SELECT 1 FROM pg_publication_rel WHERE prrelid = c.oid)"
@@ -125,18 +132,18 @@ def unsupported(conn: psycopg.Connection, schema: str) -> str | None:
         " EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass"
         "   AND d.objid = r.oid WHERE d.refobjid = c.oid AND r.ev_class <> c.oid)"
         " FROM pg_class c WHERE c.oid = to_regclass(%s)",
-        (TRIGGER, f"{schema}.records"),
+        (names(table)[2], f"{schema}.{table}"),
     ).fetchone()
     if row is None:
-        return "no records table"
+        return f"no {table} table"
     for flag, why in zip(
         row,
         (
-            "row-level security is enabled on records",
-            "records has inheritance children or parents",
-            "records is in a publication",
-            "records has a trigger efface did not make",
-            "a view or rule depends on records",
+            f"row-level security is enabled on {table}",
+            f"{table} has inheritance children or parents",
+            f"{table} is in a publication",
+            f"{table} has a trigger efface did not make",
+            f"a view or rule depends on {table}",
         ),
         strict=True,
     ):
@@ -146,168 +153,190 @@ def unsupported(conn: psycopg.Connection, schema: str) -> str | None:
 
 
 def clean(conn: psycopg.Connection, schema: str) -> bool:
-    """Drop what an earlier run left (it crashed): the copy, the trigger, its log. True if
-    anything was there. The trigger's removal waits for the writes in flight (short attempts)."""
-    s = schema
-    row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL,"
-        " EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s),"
-        " to_regprocedure(%s) IS NOT NULL",
-        (f"{s}.{COPY}", f"{s}.{LOG}", f"{s}.records", TRIGGER, f"{s}.{FUNC}()"),
-    ).fetchone()
-    assert row is not None
-    if not any(row):
-        return False
-    if row[2]:
-        _locking(conn, lambda: conn.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON {s}.records"))
-    with conn.transaction():
-        conn.execute(f"DROP TABLE IF EXISTS {s}.{COPY}")
-        conn.execute(f"DROP TABLE IF EXISTS {s}.{LOG}")
-        conn.execute(f"DROP FUNCTION IF EXISTS {s}.{FUNC}()")
-    return True
+    """Drop what an earlier run left (it crashed), for each of :data:`TABLES`: the copy, the
+    trigger, its function, its log. True if anything was there. The trigger's removal waits
+    for the writes in flight (short attempts)."""
+    s, found = schema, False
+    for table in TABLES:
+        copy, log, trigger = names(table)
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL,"
+            " EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s),"
+            " to_regprocedure(%s) IS NOT NULL",
+            (f"{s}.{copy}", f"{s}.{log}", f"{s}.{table}", trigger, f"{s}.{trigger}()"),
+        ).fetchone()
+        assert row is not None
+        if not any(row):
+            continue
+        found = True
+        if row[2]:
+            _locking(conn, lambda t=table, g=trigger: conn.execute(f"DROP TRIGGER IF EXISTS {g} ON {s}.{t}"))
+        with conn.transaction():
+            conn.execute(f"DROP TABLE IF EXISTS {s}.{copy}")
+            conn.execute(f"DROP TABLE IF EXISTS {s}.{log}")
+            conn.execute(f"DROP FUNCTION IF EXISTS {s}.{trigger}()")
+    return found
 
 
-def rewrite(conn: psycopg.Connection, other: psycopg.Connection, schema: str) -> dict[str, float | int]:
-    """Rewrite ``{schema}.records`` online (module docstring); ``conn`` in autocommit, holding
-    the maintenance's lock; ``other`` a second autocommit connection to the same database (the
-    last catch-up commits on it while ``conn`` holds writers off). Returns the seconds of each
-    step and the rows caught up."""
-    s = schema
+def rewrite(
+    conn: psycopg.Connection, other: psycopg.Connection, schema: str, table: str = "records"
+) -> dict[str, float | int]:
+    """Rewrite ``{schema}.{table}`` (one of :data:`TABLES`) online (module docstring); ``conn``
+    in autocommit, holding the maintenance's lock; ``other`` a second autocommit connection to
+    the same database (the last catch-up commits on it, for the wait for older snapshots).
+    Returns the seconds of each step and the rows caught up."""
+    s, rel = schema, f"{schema}.{table}"
+    copy, log, trigger = names(table)
     took: dict[str, float | int] = {}
     t = time.monotonic()
     clean(conn, s)
     with conn.transaction():
-        conn.execute(f"CREATE TABLE {s}.{LOG}(seq bigint GENERATED ALWAYS AS IDENTITY, id bigint NOT NULL)")
+        conn.execute(f"CREATE TABLE {s}.{log}(seq bigint GENERATED ALWAYS AS IDENTITY, id bigint NOT NULL)")
         conn.execute(
-            f"CREATE FUNCTION {s}.{FUNC}() RETURNS trigger LANGUAGE plpgsql"
-            ""
+            f"CREATE OR REPLACE FUNCTION {s}.{trigger}() RETURNS trigger LANGUAGE plpgsql"
             " SECURITY DEFINER SET search_path = pg_catalog AS $$ BEGIN"
-            f" INSERT INTO {s}.{LOG}(id) VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);"
+            f" INSERT INTO {s}.{log}(id) VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);"
             " RETURN NULL; END $$"
         )
-
-    def trigger() -> None:
-        conn.execute(
-            f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE ON {s}.records"
-            f" FOR EACH ROW EXECUTE FUNCTION {s}.{FUNC}()"
-        )
-
-    _locking(conn, trigger)
+    _locking(
+        conn,
+        lambda: conn.execute(
+            f"CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {rel}"
+            f" FOR EACH ROW EXECUTE FUNCTION {s}.{trigger}()"
+        ),
+    )
     took["trigger_s"] = _lap(t)
     t = time.monotonic()
     # after the trigger's commit: every change this snapshot does not see is logged
     with conn.transaction():
         # every column, from the catalog (a column a migration adds is copied too); indexes
         # after the copy, the identity at the swap
-        conn.execute(f"CREATE TABLE {s}.{COPY} (LIKE {s}.records {LIKE})")
+        conn.execute(f"CREATE TABLE {s}.{copy} (LIKE {rel} {LIKE})")
         for col, target in conn.execute(
             "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
             " AND NOT attisdropped AND attstattarget IS NOT NULL AND attstattarget >= 0",
-            (f"{s}.records",),
+            (rel,),
         ).fetchall():
-            conn.execute(f'ALTER TABLE {s}.{COPY} ALTER COLUMN "{col}" SET STATISTICS {int(target)}')
-        opts = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f"{s}.records",)).fetchone()
+            conn.execute(f'ALTER TABLE {s}.{copy} ALTER COLUMN "{col}" SET STATISTICS {int(target)}')
+        opts = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (rel,)).fetchone()
         if opts and opts[0]:
-            conn.execute(f"ALTER TABLE {s}.{COPY} SET ({', '.join(opts[0])})")
+            conn.execute(f"ALTER TABLE {s}.{copy} SET ({', '.join(opts[0])})")
     with conn.transaction():
-        cols = _copied(conn, s)
-        conn.execute(f"INSERT INTO {s}.{COPY} ({cols}) SELECT {cols} FROM {s}.records")
+        cols = _copied(conn, s, table)
+        conn.execute(f"INSERT INTO {s}.{copy} ({cols}) SELECT {cols} FROM {rel}")
     took["copy_s"] = _lap(t)
     t = time.monotonic()
-    shape = _shape(conn, f"{s}.records")
-    indexes = _indexes(conn, s)
+    shape = _shape(conn, rel)
+    indexes = _indexes(conn, rel)
     for name, ddl, _con, _type in indexes:
-        head = f"INDEX {name} ON {s}.records "
+        head = f"INDEX {name} ON {rel} "
         if head not in ddl:
-            raise RuntimeError("an index of records has a definition efface cannot reproduce")
-        _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{COPY} ", 1))
+            raise RuntimeError(f"an index of {table} has a definition efface cannot reproduce")
+        _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{copy} ", 1))
     took["indexes_s"] = _lap(t)
     t = time.monotonic()
     caught = 0
     for _ in range(ROUNDS):
-        n = _catch_up(conn, s)
+        n = _catch_up(conn, s, table=table)
         caught += n
         if n < 100:
             break
     took["catch_up_s"] = _lap(t)
     t = time.monotonic()
+    # foreign keys naming the table (dropped, added back to the copy) and the table's own
+    # (dropped with it, added to the copy), all NOT VALID in the swap, validated after it
     refs = conn.execute(
         "SELECT c.conname, c.conrelid::regclass::text, pg_get_constraintdef(c.oid) FROM pg_constraint c"
         " WHERE c.contype = 'f' AND c.confrelid = to_regclass(%s) AND c.conrelid <> c.confrelid",
-        (f"{s}.records",),
+        (rel,),
+    ).fetchall()
+    outs = conn.execute(
+        "SELECT c.conname, c.confrelid::regclass::text, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+        " WHERE c.contype = 'f' AND c.conrelid = to_regclass(%s) AND c.conrelid <> c.confrelid",
+        (rel,),
     ).fetchall()
     grants = conn.execute(
         "SELECT a.grantee::regrole::text, a.privilege_type, a.is_grantable FROM pg_class c,"
         " aclexplode(c.relacl) a WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner AND a.grantee <> 0",
-        (f"{s}.records",),
+        (rel,),
     ).fetchall()
     swapped: dict[str, int] = {}
-    locked = ", ".join([f"{s}.records", *sorted({r[1] for r in refs})])
+    order = [f"{s}.{x}" for x in TABLES]
+    locked = ", ".join(
+        sorted(
+            {rel, *(r[1] for r in refs), *(r[1] for r in outs)},
+            key=lambda x: (x not in order, order.index(x) if x in order else 0, x),
+        )
+    )
 
     # no snapshot older than the copy's last change may read the new table (it would see none
     # of the copy's rows): wait for them to end, holding nothing; a long transaction makes
     # the run give up (Stalled: the maintenance uses VACUUM FULL)
     last: list[int] = []
-    caught += _catch_up(other, s, last)
+    caught += _catch_up(other, s, last, table=table)
     _no_older_snapshots(conn, other, last[0], PATIENCE, Stalled)
 
     def swap() -> None:
         conn.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
-        # a migration run meanwhile (a new server's open) may have changed records: the copy
+        # a migration run meanwhile (a new server's open) may have changed the table: the copy
         # would lose what it added, so the run gives up (VACUUM FULL keeps every column)
-        if _shape(conn, f"{s}.records") != shape or _indexes(conn, s) != indexes:
-            raise Reshaped("records changed shape during the rewrite (a migration ran)")
-        if _shape(conn, f"{s}.{COPY}") != shape:
-            raise Reshaped("the copy's columns differ from records'")
+        if _shape(conn, rel) != shape or _indexes(conn, rel) != indexes:
+            raise Reshaped(f"{table} changed shape during the rewrite (a migration ran)")
+        if _shape(conn, f"{s}.{copy}") != shape:
+            raise Reshaped(f"the copy's columns differ from {table}'s")
         # what was committed since the last catch-up: these rows' new versions are this
         # transaction's, unseen by a snapshot taken before it commits (module docstring)
-        swapped["late"] = _catch_up(conn, s)
-        got = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (f"{s}.records",)).fetchone()
+        swapped["late"] = _catch_up(conn, s, table=table)
+        got = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (rel,)).fetchone()
         seq = str(got[0]).split(".")[-1] if got and got[0] else None
         state = conn.execute(f"SELECT last_value, is_called FROM {s}.{seq}").fetchone() if seq else None
-        for con, table, _ in refs:
-            conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{con}"')
-        conn.execute(f"DROP TABLE {s}.records")  # RESTRICT: anything else depending on it stops the swap
-        conn.execute(f"ALTER TABLE {s}.{COPY} RENAME TO records")
+        for con, other_table, _ in refs:
+            conn.execute(f'ALTER TABLE {other_table} DROP CONSTRAINT "{con}"')
+        conn.execute(f"DROP TABLE {rel}")  # RESTRICT: anything else depending on it stops the swap
+        conn.execute(f"ALTER TABLE {s}.{copy} RENAME TO {table}")
         for name, _ddl, con, kind in indexes:
             if con is not None and kind in ("p", "u"):
                 what = "PRIMARY KEY" if kind == "p" else "UNIQUE"
-                conn.execute(f'ALTER TABLE {s}.records ADD CONSTRAINT "{con}" {what} USING INDEX {name}{SUFFIX}')
+                conn.execute(f'ALTER TABLE {rel} ADD CONSTRAINT "{con}" {what} USING INDEX {name}{SUFFIX}')
             else:
                 conn.execute(f"ALTER INDEX {s}.{name}{SUFFIX} RENAME TO {name}")
         if seq is not None and state is not None:
             conn.execute(
-                f"ALTER TABLE {s}.records ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {s}.{seq})"
+                f"ALTER TABLE {rel} ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {s}.{seq})"
             )
             conn.execute("SELECT setval(%s, %s, %s)", (f"{s}.{seq}", int(state[0]), bool(state[1])))
-        for con, table, ddl in refs:
-            conn.execute(f'ALTER TABLE {table} ADD CONSTRAINT "{con}" {ddl} NOT VALID')
+        for con, other_table, ddl in refs:
+            conn.execute(f'ALTER TABLE {other_table} ADD CONSTRAINT "{con}" {ddl} NOT VALID')
+        for con, _target, ddl in outs:
+            conn.execute(f'ALTER TABLE {rel} ADD CONSTRAINT "{con}" {ddl} NOT VALID')
         for grantee, privilege, grantable in grants:
-            conn.execute(f"GRANT {privilege} ON {s}.records TO {grantee}" + (" WITH GRANT OPTION" if grantable else ""))
+            conn.execute(f"GRANT {privilege} ON {rel} TO {grantee}" + (" WITH GRANT OPTION" if grantable else ""))
 
     _locking(conn, swap)
     took["swap_s"] = _lap(t)
     took["caught_up"] = caught + swapped.get("late", 0)
     took["late_rows"] = swapped.get("late", 0)
     t = time.monotonic()
-    for con, table, _ in refs:
-        conn.execute(f'ALTER TABLE {table} VALIDATE CONSTRAINT "{con}"')
-    conn.execute(f"ANALYZE {s}.records")
+    for con, other_table, _ in refs:
+        conn.execute(f'ALTER TABLE {other_table} VALIDATE CONSTRAINT "{con}"')
+    for con, _target, _ddl in outs:
+        conn.execute(f'ALTER TABLE {rel} VALIDATE CONSTRAINT "{con}"')
+    conn.execute(f"ANALYZE {rel}")
     with conn.transaction():
-        conn.execute(f"DROP TABLE IF EXISTS {s}.{LOG}")
-        conn.execute(f"DROP FUNCTION IF EXISTS {s}.{FUNC}()")
+        conn.execute(f"DROP TABLE IF EXISTS {s}.{log}")
+        conn.execute(f"DROP FUNCTION IF EXISTS {s}.{trigger}()")
     took["after_s"] = _lap(t)
     return took
 
 
-def _copied(conn: psycopg.Connection, s: str) -> str:
+def _copied(conn: psycopg.Connection, s: str, table: str) -> str:
     """The columns the copy is given values for, from the catalog: every one it took from
-    ``records`` but the generated (``LIKE ... INCLUDING GENERATED`` computes them). A column
-    ``records`` gained since is not among them: the swap sees it and gives up."""
+    ``table`` but the generated (``LIKE ... INCLUDING GENERATED`` computes them). A column
+    ``table`` gained since is not among them: the swap sees it and gives up."""
     rows = conn.execute(
         "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
         " AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
-        (f"{s}.{COPY}",),
+        (f"{s}.{names(table)[0]}",),
     ).fetchall()
     return ", ".join(r[0] for r in rows)
 
@@ -328,16 +357,16 @@ def _shape(conn: psycopg.Connection, table: str) -> list[tuple[object, ...]]:
     ]
 
 
-def _indexes(conn: psycopg.Connection, s: str) -> list[tuple[str, str, str | None, str | None]]:
-    """Every index of ``records`` (name, definition, the constraint it backs and its kind),
-    from the catalog: the copy is given each."""
+def _indexes(conn: psycopg.Connection, rel: str) -> list[tuple[str, str, str | None, str | None]]:
+    """Every index of ``rel`` (name, definition, the constraint it backs and its kind), from
+    the catalog: the copy is given each."""
     return [
         (str(r[0]), str(r[1]), r[2], r[3])
         for r in conn.execute(
             "SELECT i.relname, pg_get_indexdef(x.indexrelid), c.conname, c.contype::text FROM pg_index x"
             " JOIN pg_class i ON i.oid = x.indexrelid LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid"
             " AND c.conrelid = x.indrelid WHERE x.indrelid = to_regclass(%s) ORDER BY x.indisprimary DESC, i.relname",
-            (f"{s}.records",),
+            (rel,),
         ).fetchall()
     ]
 
@@ -358,32 +387,33 @@ def _build(conn: psycopg.Connection, ddl: str) -> None:
             conn.execute("RESET max_parallel_maintenance_workers")
 
 
-def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None) -> int:
+def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None, *, table: str = "records") -> int:
     """Consume the committed log entries and make the copy's rows for their ids what
-    ``records`` holds now (a change committed after this read logs again: a later round
+    ``table`` holds now (a change committed after this read logs again: a later round
     applies it). Returns the ids applied. ``xid``: the transaction takes an id even when
     there is nothing to apply, appended there (:func:`_no_older_snapshots` waits for it)."""
     import psycopg
 
     try:
-        return _apply(conn, s, xid)
+        return _apply(conn, s, xid, table)
     except (psycopg.errors.UndefinedColumn, psycopg.errors.DatatypeMismatch) as e:
-        raise Reshaped(f"records changed shape during the rewrite ({type(e).__name__})") from None
+        raise Reshaped(f"{table} changed shape during the rewrite ({type(e).__name__})") from None
 
 
-def _apply(conn: psycopg.Connection, s: str, xid: list[int] | None) -> int:
+def _apply(conn: psycopg.Connection, s: str, xid: list[int] | None, table: str) -> int:
+    copy, log, _ = names(table)
     with conn.transaction():
         if xid is not None:
             got = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
             assert got is not None
             xid.append(int(got[0]))
-        ids = [r[0] for r in conn.execute(f"DELETE FROM {s}.{LOG} RETURNING id").fetchall()]
+        ids = [r[0] for r in conn.execute(f"DELETE FROM {s}.{log} RETURNING id").fetchall()]
         if not ids:
             return 0
         ids = sorted(set(ids))
-        cols = _copied(conn, s)
-        conn.execute(f"DELETE FROM {s}.{COPY} WHERE id = ANY(%s)", (ids,))
-        conn.execute(f"INSERT INTO {s}.{COPY} ({cols}) SELECT {cols} FROM {s}.records WHERE id = ANY(%s)", (ids,))
+        cols = _copied(conn, s, table)
+        conn.execute(f"DELETE FROM {s}.{copy} WHERE id = ANY(%s)", (ids,))
+        conn.execute(f"INSERT INTO {s}.{copy} ({cols}) SELECT {cols} FROM {s}.{table} WHERE id = ANY(%s)", (ids,))
     return len(ids)
 
 
