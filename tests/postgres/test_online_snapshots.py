@@ -301,3 +301,29 @@ def test_claims_written_and_erased_during_their_copy_are_as_committed_after_the_
             )
             assert _leftovers(conn) == []
             assert conn.execute("SELECT to_regclass('efface.claims_online')").fetchone()[0] is None
+
+
+def test_a_statement_outside_a_snapshot_that_waits_for_the_swap_sees_the_late_row(pg_db, kek, tmp_path, monkeypatch):
+    """An autocommit statement (``READ COMMITTED``: its snapshot taken after its locks) whose
+    lock wait ends with the swap's commit reads the new table whole."""
+    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
+        _setup(a)
+        swap, out, seen = Swap(monkeypatch), {}, {}
+        t = _maintain_in_thread(a, out)
+        assert swap.ready.wait(GUARD), out.get("error")
+        _late(b, pg_db)
+        swap.go.set()
+        assert swap.locked.wait(GUARD), out.get("error")
+
+        def count():
+            with pg_db.connect() as conn:
+                seen["count"] = conn.execute(COUNT).fetchone()[0]
+
+        r = threading.Thread(target=count, daemon=True)
+        r.start()
+        _lock_waiter(pg_db)
+        swap.go_on.set()
+        r.join(GUARD)
+        t.join(GUARD)
+        assert "error" not in out and out["report"]["online"]["records"]["late_rows"] == 1, out
+        assert seen["count"] == 6

@@ -1,60 +1,68 @@
-"""The rewrite of ``records`` without the long lock (issue #34; docs/postgres.md "The
-maintenance at scale").
+"""The rewrite of ``records`` and ``claims`` without the long lock (issue #34; docs/postgres.md
+"The maintenance at scale").
 
 ``VACUUM FULL records`` holds an ``ACCESS EXCLUSIVE`` lock while it copies the heap and
 rebuilds every index, the pgvector HNSW graph among them (20-40 s at 100k records on a
 2-core host): every server's recalls, reads and writes wait for it. :func:`rewrite` gets the
 same result, new files holding only the live rows, with the lock held for a moment only, in
-the manner of pg_repack but in plain SQL:
+the manner of pg_repack but in plain SQL, for each table of :data:`TABLES`:
 
-1. a trigger on ``records`` logs the id of every row written, changed or deleted from now on
-   into :data:`LOG` (creating it waits for the writes in flight, and new writes wait for it,
-   in short attempts: reads go on);
-2. ``INSERT INTO records_online SELECT * FROM records``: one statement, one MVCC snapshot
-   taken after the trigger is in place, so every change it does not see is logged; reads and
-   writes go on;
-3. the indexes of ``records`` built on the copy (the HNSW graph in memory, :func:`.maintenance.index_memory`);
-   reads and writes go on;
+1. a trigger on the table logs the id of every row written, changed or deleted from now on
+   into its log (creating it waits for the writes in flight, and new writes wait for it, in
+   short attempts: reads go on);
+2. ``INSERT INTO <copy> SELECT <every column> FROM <table>``: one statement, one MVCC
+   snapshot taken after the trigger is in place, so every change it does not see is logged;
+   reads and writes go on. The copy is made ``LIKE`` the table (:data:`LIKE`): its columns,
+   defaults, generated columns, constraints, storage, from the catalog, so a column a
+   migration adds is never dropped by the rewrite;
+3. the table's indexes, from the catalog, built on the copy (the HNSW graph in memory,
+   :func:`.maintenance.index_memory`); reads and writes go on;
 4. rounds of catch-up: the logged ids are consumed (``DELETE ... RETURNING``: only what is
-   committed) and each one's row re-read from ``records`` and written over the copy's (absent
-   there when it is absent in ``records``);
+   committed) and each one's row re-read from the table and written over the copy's (absent
+   there when it is absent in the table);
 5. a wait, holding no lock, until no session of the database holds a snapshot older than
-   the last catch-up (below: what a snapshot sees of the new table);
-6. under ``ACCESS EXCLUSIVE`` locks on ``records`` and the tables whose foreign keys name it
-   (``claims``), taken in short attempts: the last catch-up, the old table dropped, the copy
-   renamed ``records``, its constraints made from its indexes, its identity resumed where the
-   old one stood, the foreign keys added back (``NOT VALID``, validated after, without the
-   lock), its grants; one transaction, so a crash anywhere in it leaves the old table as it was;
+   the last catch-up (for readers other than efface's, below);
+6. under ``ACCESS EXCLUSIVE`` locks on the table and the tables its foreign keys join
+   (``records`` and ``claims`` both, for either), taken in short attempts: the table checked
+   unchanged since the copy (else :class:`Reshaped`), the last catch-up, the old table
+   dropped, the copy renamed, its constraints made from its indexes, its identity resumed
+   where the old one stood, the foreign keys added back (``NOT VALID``, validated after,
+   without the lock), its grants; one transaction, so a crash anywhere in it leaves the old
+   table as it was;
 7. ``ANALYZE``, the trigger's function and log dropped.
 
 **What a snapshot sees of the new table.** Unlike ``VACUUM FULL``, which keeps each row's
-transaction ids, the copy's rows are new rows: the copy's transaction, or a catch-up's, wrote
-them. A ``REPEATABLE READ`` snapshot (efface's ``Origin.snapshot()`` block) taken before that
-transaction committed and reading ``records`` after the swap would not see them: before
-step 5, none of the table. Step 5 makes that impossible for the copy and every catch-up but
-the swap's own; a transaction older than the copy that stays open past :data:`PATIENCE` makes
-the run give up (:class:`Stalled`) and the maintenance rewrite ``records`` with ``VACUUM
-FULL`` instead. What remains: the rows changed between the last catch-up and the swap (the
-note's ``late_rows``, written by the swap's transaction) are seen in their earlier version
-(absent, for a new row) by a snapshot begun before the swap committed, for that snapshot's
-life. Holding writers off across step 5 would close that too, but a process whose reader
-waits (in the process) for its own writer, held off, keeps its snapshot open: the wait then
-never ends (seen in ``bench/pg_maintenance_outage.py``); so it is not done. An erased row is
-never served by it: the erasure's deletion of the row's claims and its data key is seen.
+transaction ids, the copy's rows are new rows, and the rows changed between the last
+catch-up and the swap (the note's ``late_rows``) are written by the swap's own transaction.
+A ``REPEATABLE READ`` snapshot taken before the swap committed that read the new table would
+miss them (and the copy's, had it been taken before the copy committed): a record
+acknowledged before the snapshot began, absent from it. PostgreSQL takes a statement's
+snapshot before its parse locks the tables it reads, so a snapshot whose first read of the
+table waits for the swap's lock would read the new table under the old snapshot. So every
+snapshot of efface takes ``ACCESS SHARE`` locks on :data:`TABLES` before its snapshot
+(:func:`reader_lock`, :meth:`.origin.PostgresOrigin._begin`, in the same round trip): the
+swap commits either before the snapshot is taken (which then sees it all) or after it ended
+(it read the old table, whole). Statements outside a snapshot (autocommit, ``READ
+COMMITTED``) take their snapshot after their locks, so they see the swap or the old table.
+Step 5 remains for other readers (an operator's session, a replica's reported snapshots): a
+transaction older than the copy that stays open past :data:`PATIENCE` makes the run give up
+(:class:`Stalled`) and the maintenance rewrite the table with ``VACUUM FULL`` instead; such a
+reader begun after step 5 and before the swap, that reads the table only after it, still
+misses the late rows (efface's own never do).
 
 An erasure committed during steps 2-5 is applied to the copy by the catch-up: its record is
-absent from the new ``records``, but the copy's pages hold the deleted row until the next
+absent from the new table, but the copy's pages hold the deleted row until the next
 maintenance, whose epoch covers that erasure (this run covers only the epoch it started at).
 
-A crash (the efface process killed, the connection lost) at any step leaves the old
-``records`` intact and in use; what the run made (the copy, the trigger, its log) is dropped
-by the next run before anything else (:func:`clean`): the copy's files may hold rows erased
-since, and the next run's checkpoint unlinks them. Only one server runs it at a time (the
-maintenance's advisory lock).
+A crash (the efface process killed, the connection lost) at any step leaves the old table
+intact and in use; what the run made (the copy, the trigger, its log) is dropped by the next
+run before anything else (:func:`clean`): the copy's files may hold rows erased since, and the
+next run's checkpoint unlinks them. Only one server runs it at a time (the maintenance's
+advisory lock).
 
-:func:`unsupported` says why a database's ``records`` cannot be rewritten so (a publication,
-row security, inheritance, a trigger of the operator's, a view on it): the maintenance then
-uses ``VACUUM FULL`` as before.
+:func:`unsupported` says why a database's table cannot be rewritten so (a publication, row
+security, inheritance, a trigger of the operator's, a view on it): the maintenance then uses
+``VACUUM FULL`` as before.
 """
 
 from __future__ import annotations
