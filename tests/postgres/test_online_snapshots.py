@@ -236,6 +236,14 @@ def test_a_column_index_and_generated_column_added_to_records_are_carried_by_the
                 "SELECT size, octet_length(text) FROM efface.records ORDER BY id DESC LIMIT 1"
             ).fetchone()
             assert size[0] is not None and size[0] == size[1]  # still generated
+            # analysed before the swap: statements planned on the new table have statistics
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM pg_stats WHERE schemaname = 'efface' AND tablename = 'records'"
+                    " AND attname = 'tenant'"
+                ).fetchone()[0]
+                == 1
+            )
         assert s.verify(receipt.handle).level == "erased"
 
 

@@ -29,7 +29,8 @@ the manner of pg_repack but in plain SQL, for each table of :data:`TABLES`:
    where the old one stood, the foreign keys added back (``NOT VALID``, validated after,
    without the lock), its grants; one transaction, so a crash anywhere in it leaves the old
    table as it was;
-7. ``ANALYZE``, the trigger's function and log dropped.
+7. the foreign keys validated, the trigger's function and log dropped (the copy was analysed
+   before the swap: its statistics stay with it).
 
 **What a snapshot sees of the new table.** Unlike ``VACUUM FULL``, which keeps each row's
 transaction ids, the copy's rows are new rows, and the rows changed between the last
@@ -251,6 +252,11 @@ def rewrite(
             break
     took["catch_up_s"] = _lap(t)
     t = time.monotonic()
+    # the copy's statistics before the swap (they stay with it, renamed): a statement planned
+    # on the new table meanwhile has them (without, recall's plans were slower: 1.3 s at 100k)
+    conn.execute(f"ANALYZE {s}.{copy}")
+    took["analyze_s"] = _lap(t)
+    t = time.monotonic()
     # foreign keys naming the table (dropped, added back to the copy) and the table's own
     # (dropped with it, added to the copy), all NOT VALID in the swap, validated after it
     refs = conn.execute(
@@ -329,7 +335,6 @@ def rewrite(
         conn.execute(f'ALTER TABLE {other_table} VALIDATE CONSTRAINT "{con}"')
     for con, _target, _ddl in outs:
         conn.execute(f'ALTER TABLE {rel} VALIDATE CONSTRAINT "{con}"')
-    conn.execute(f"ANALYZE {rel}")
     with conn.transaction():
         conn.execute(f"DROP TABLE IF EXISTS {s}.{log}")
         conn.execute(f"DROP FUNCTION IF EXISTS {s}.{trigger}()")
