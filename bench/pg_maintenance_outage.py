@@ -1,17 +1,18 @@
 #!/usr/bin/env python
 """What a second server sees while the PostgreSQL maintenance runs (issue #34): the outage.
 
-    PYTHONPATH=src python bench/pg_maintenance_outage.py --sizes 30000 > out.json
+    PYTHONPATH=src python bench/pg_maintenance_outage.py --sizes 30000 --modes full,online > out.json
 
 Starts PostgreSQL 18 + pgvector from the wheel (bench/pg_local.py, the settings of
 bench/pg_maintenance.py), grows one store (hashing embedder, one tenant, batches of 1,000) to
-each size, then (``--rounds`` times) forgets one subject from store A and runs A's maintenance
-(``VACUUM FULL`` of every touched table, src/efface/origin/postgres/maintenance.py) while
-store B, a second handle on the same database (its own pool, as another server would have),
-runs recalls, reads and writes in three threads, back to back. Each operation's start,
-latency and error (its type and efface's message class) is kept; reported per kind: count,
-the longest latency (the stall), the median outside the maintenance, the errors. One JSON
-document on stdout; nothing here asserts a time.
+each size, then for each ``--modes`` in turn (alternated, so both see the same load): forgets one
+subject from store A, and runs A's maintenance (``full``: ``VACUUM FULL`` of every touched table,
+the design before; ``online``: ``records`` rewritten online, src/efface/origin/postgres/online.py)
+while store B, a second handle on the same database (its own pool, as another server would have),
+runs recalls, reads and writes in three threads, back to back. Each operation's start, latency
+and error (its type and efface's message class) is kept; reported per kind: count, the longest
+latency (the stall), the median outside the maintenance, the errors. One JSON document on
+stdout; nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class Load:
 
 def one_run(a, b, url: str, corpus: Corpus, n: int, mode: str, subject: str) -> dict:
     o = a._origin
+    o._maint.online = mode == "online"
     receipt = a.forget(tenant=TENANT, subject=subject)
     load = Load(b, corpus, n, mode)
     with load:
@@ -175,7 +177,7 @@ def one_run(a, b, url: str, corpus: Corpus, n: int, mode: str, subject: str) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="30000")
-    ap.add_argument("--modes", default="full", help="a label for the runs (the maintenance is VACUUM FULL)")
+    ap.add_argument("--modes", default="full,online", help="maintenance designs, run alternately at each size")
     ap.add_argument("--rounds", type=int, default=1, help="times each mode runs at each size")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]

@@ -287,8 +287,9 @@ def _round_trips(monkeypatch, conn_cls):
 
 
 def test_a_recall_begins_its_snapshot_with_the_vector_statement(pg_db, kek, tmp_path, monkeypatch):
-    """Recall's snapshot begins with its first statement (DeferredSnapshot): BEGIN, the
-    snapshot's epoch and the vector statement in one round trip, the final rows and COMMIT
+    """Recall's snapshot begins with its first statement (DeferredSnapshot): BEGIN, the lock
+    on records and claims (taken before the snapshot: online.reader_lock), the snapshot's
+    epoch and the vector statement in one round trip, the final rows and COMMIT
     in the other; nothing else is sent. The words were ranked before it began, at the index's
     own epoch: nothing was committed since, so they are not ranked again."""
     import psycopg
@@ -305,7 +306,7 @@ def test_a_recall_begins_its_snapshot_with_the_vector_statement(pg_db, kek, tmp_
         hits = s.recall("weekly report", tenant=T, purpose="p", k=3)
         monkeypatch.undo()
         assert hits[0].key == "x" and "fts" in hits[0].via
-        assert [w for w, _ in sent] == ["BEGIN", "SELECT", "(SELECT", "SELECT", "COMMIT"], sent
+        assert [w for w, _ in sent] == ["BEGIN", "LOCK", "SELECT", "(SELECT", "SELECT", "COMMIT"], sent
         assert all(inside for _, inside in sent) and len(trips) == 2
 
 

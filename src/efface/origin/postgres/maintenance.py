@@ -10,11 +10,15 @@ work to the holder, whose recorded epoch covers it):
 1. **Rotates the key-encryption key** when data keys were destroyed since the last rotation
    (:meth:`.keys.Keys.rotate`), so every wrapped copy of a destroyed key, wherever it lies
    (heap pages, WAL, replicas, backups), is useless. Needs the KEK file writable here.
-2. **Rewrites the relations an erasure touches** (:data:`TOUCHED`) with ``VACUUM FULL``:
-   a new file for each table, its TOAST table and every index (the pgvector HNSW index of
-   ``records`` included: VACUUM FULL rebuilds indexes, so no separate ``REINDEX``). Needs
-   the tables' owner (efface's role is). Takes an ``ACCESS EXCLUSIVE`` lock on each table
-   for its rewrite: reads and writes of every server wait for it.
+2. **Rewrites the relations an erasure touches** (:data:`TOUCHED`): a new file for each
+   table, its TOAST table and every index. ``records`` (and its pgvector HNSW index) and
+   ``claims`` online (:mod:`.online`: copied in one snapshot while reads and writes go on,
+   their indexes built on the copy, swapped in under a lock held for a moment); the others,
+   small, with ``VACUUM FULL`` (which rebuilds indexes), each under an ``ACCESS EXCLUSIVE``
+   lock for its rewrite; ``records`` and ``claims`` too where :func:`.online.unsupported`
+   says why not (the note's ``records_offline``, ``claims_offline``), or when a transaction
+   older than the copy stays open or the table changed meanwhile (:class:`.online.Stalled`).
+   Needs the tables' owner (efface's role is).
 3. ``CHECKPOINT``, so the old files are unlinked and the pages are on disk. Needs superuser
    or the ``pg_checkpoint`` role (PostgreSQL 15+).
 4. **Switches the WAL past its retention**: rounds of (a small write, ``pg_switch_wal()``,
@@ -41,12 +45,12 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...model import Check, CopyState
 from ..capabilities import ScanFn
-from . import epochs
+from . import epochs, online
 from .hashsecret import MOVED_KIND, STATISTICS_DROPPED
 from .names import REWRITE_KIND
 
@@ -171,6 +175,10 @@ class Maintenance:
     schema: str
     keys: Keys
     data_dir: str | None = None
+    url: str | None = field(default=None, repr=False)
+    """Where a second connection goes (the online rewrite's); None: ``conn``'s own parameters."""
+    online: bool = True
+    """Rewrite ``records`` and ``claims`` online (:mod:`.online`); False: ``VACUUM FULL`` as the other tables."""
 
     def run(self, conn: psycopg.Connection) -> dict[str, Any] | None:
         """One maintenance run on ``conn`` (autocommit, this run's own); None when another
@@ -185,8 +193,11 @@ class Maintenance:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK,))
 
     def _run(self, conn: psycopg.Connection) -> dict[str, Any]:
+        import psycopg
+
         s = self.schema
         t0 = time.monotonic()
+        online.clean(conn, s)  # what a run killed during the online rewrite left, first
         target = epochs.current(conn, schema=s)
         done = maintained(conn, s)
         if target <= done:
@@ -221,6 +232,20 @@ class Maintenance:
                 if moved is not None:
                     report["lacking"] += _rewrite_statistics(conn, s)
                 for table in tables:
+                    if table not in online.TABLES:
+                        _rewrite(conn, f"{s}.{table}")
+                        continue
+                    why = online.unsupported(conn, s, table) if self.online else "not asked"
+                    if why is None:
+                        try:
+                            with self._second(conn) as other:
+                                report.setdefault("online", {})[table] = online.rewrite(conn, other, s, table)
+                            continue
+                        except (online.Stalled, psycopg.errors.LockNotAvailable) as e:
+                            why = f"the online rewrite gave up: {e}"
+                            with contextlib.suppress(psycopg.Error):
+                                online.clean(conn, s)
+                    report[f"{table}_offline"] = why
                     _rewrite(conn, f"{s}.{table}")
                 report["rewritten"] = list(tables)
                 r = rights(conn, self.data_dir, s)
@@ -245,6 +270,12 @@ class Maintenance:
                 (NOTE, json.dumps(report)),
             )
         return report
+
+    def _second(self, conn: psycopg.Connection) -> psycopg.Connection:
+        """A second autocommit connection to ``conn``'s database (closed by its ``with``)."""
+        import psycopg
+
+        return psycopg.connect(self.url or conn.info.dsn, autocommit=True)
 
     def _switch_wal(self, conn: psycopg.Connection, r: Rights) -> int:
         """Rounds of (a write, a switch, a checkpoint), one more than the segments ``pg_wal``

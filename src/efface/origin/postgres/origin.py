@@ -65,7 +65,7 @@ from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from ..ledger import SECRET_META
-from . import epochs, locks, maintenance, names, schema
+from . import epochs, locks, maintenance, names, online, schema
 from .keys import Keys
 from .reads import (
     GENERIC_FROM,
@@ -144,7 +144,9 @@ class PostgresOrigin(PgReads):
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
         self._sealer = Sealer(self._keys)
-        self._maint = maintenance.Maintenance(self._s, self._keys, data_dir or os.environ.get(DATA_DIR_ENV) or None)
+        self._maint = maintenance.Maintenance(
+            self._s, self._keys, data_dir or os.environ.get(DATA_DIR_ENV) or None, url=url
+        )
         self._w = psycopg.connect(url, autocommit=True)
         try:
             schema.migrate(self._w, dim=dim, schema=self._s)
@@ -229,21 +231,27 @@ class PostgresOrigin(PgReads):
 
     def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False) -> Any:
         """Begin this thread's snapshot and read its epoch in one round trip: the transaction
-        begins and its snapshot is taken by the ``SELECT``, which also has every prepared
+        begins, ``records`` is locked (:func:`.online.reader_lock`), and its snapshot is taken by
+        the ``SELECT``, which also has every prepared
         statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
         ``then``: a statement (prepared) and its arguments sent in the same round trip, after
         them (psycopg's pipeline mode); its cursor is returned. ``generic``: the snapshot's
         prepared statements on generic plans instead (``PLANNED_GENERIC``)."""
         conn = self._local.conn
         epoch_sql = f"SELECT {PLANNED_GENERIC if generic else PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
+        # records locked before the snapshot is taken: the maintenance's online rewrite never
+        # swaps a table under a snapshot older than the swap (online.reader_lock)
+        lock_sql = online.reader_lock(self._s)
         cur = None
         self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
         if then is None:
-            got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {epoch_sql}")
-            got.nextset()  # past BEGIN's result to the SELECT's
+            got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {lock_sql}; {epoch_sql}")
+            got.nextset()  # past BEGIN's result to LOCK's
+            got.nextset()  # to the SELECT's
         else:
             with conn.pipeline():
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn.execute(lock_sql)
                 got = conn.execute(epoch_sql, prepare=True)
                 cur = conn.execute(then[0], then[1], binary=True, prepare=True)
         row = got.fetchone()
