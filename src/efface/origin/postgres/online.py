@@ -242,6 +242,7 @@ def rewrite(
         if head not in ddl:
             raise RuntimeError(f"an index of {table} has a definition efface cannot reproduce")
         _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{copy} ", 1))
+        _index_statistics(conn, s, name)
     took["indexes_s"] = _lap(t)
     t = time.monotonic()
     caught = 0
@@ -382,6 +383,18 @@ def _indexes(conn: psycopg.Connection, rel: str) -> list[tuple[str, str, str | N
             (rel,),
         ).fetchall()
     ]
+
+
+def _index_statistics(conn: psycopg.Connection, s: str, name: str) -> None:
+    """The statistics targets of index ``name``'s columns, given to its copy's index before
+    the copy is analysed: an index kept out of ``ANALYZE`` (``SET STATISTICS 0``: the vectors'
+    digests, migration 8) must stay out of ``pg_statistic``, a catalog efface cannot rewrite."""
+    for attnum, target in conn.execute(
+        "SELECT attnum, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+        " AND attstattarget IS NOT NULL AND attstattarget >= 0",
+        (f"{s}.{name}",),
+    ).fetchall():
+        conn.execute(f"ALTER INDEX {s}.{name}{SUFFIX} ALTER COLUMN {int(attnum)} SET STATISTICS {int(target)}")
 
 
 def _build(conn: psycopg.Connection, ddl: str) -> None:
