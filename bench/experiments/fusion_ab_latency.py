@@ -7,7 +7,8 @@ same queries (wall p50/p90/p99 and CPU per recall), so the host's load falls on 
 
     python bench/experiments/fusion_ab_latency.py KIND N QUERIES ROUNDS SRC_A SRC_B > out.json
 
-KIND: ``minilm`` (the query vectors looked up: search only) or ``hashing``.
+KIND: ``minilm`` (the query vectors looked up: search only) or ``hashing``. With
+``EFFACE_AB_SETTLE=S`` each child waits S seconds after its warm-up before it times.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def timing(path: Path, kind: str) -> dict:
     store = _store(path, kind, qs)
     for q in qs[:50]:
         store.recall(q, tenant=rl.TENANT, purpose=rl.PURPOSE, k=10)
+    # EFFACE_AB_SETTLE seconds after the warm-up: what the store loads in the background after
+    # open (its copy of liveness) is then done, and the timing is of a store in its steady state
+    time.sleep(float(os.environ.get("EFFACE_AB_SETTLE", "0")))
     wall = []
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     for q in qs:

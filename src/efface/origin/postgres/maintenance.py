@@ -245,6 +245,13 @@ class Maintenance:
                             why = f"the online rewrite gave up: {e}"
                             with contextlib.suppress(psycopg.Error):
                                 online.clean(conn, s)
+                        except Exception as e:
+                            # the copy holds every row in the clear (erased ones too, until the
+                            # catch-up): dropped now, and the table rewritten offline, so the
+                            # erasure is not held up round after round
+                            why = f"the online rewrite failed ({type(e).__name__})"
+                            with contextlib.suppress(psycopg.Error):
+                                online.clean(conn, s)
                     report[f"{table}_offline"] = why
                     _rewrite(conn, f"{s}.{table}")
                 report["rewritten"] = list(tables)

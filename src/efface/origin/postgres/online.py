@@ -145,6 +145,14 @@ def unsupported(conn: psycopg.Connection, schema: str, table: str = "records") -
     ).fetchone()
     if row is None:
         return f"no {table} table"
+    older = conn.execute(f"SELECT count(*) FROM {schema}.change_readers WHERE NOT snapshot_lock").fetchone()
+    if older is not None and older[0]:
+        # its snapshots do not take the reader lock: one taken before the swap commits and
+        # reading the table after it would see the copy under an older snapshot (module docstring)
+        return "a process of an earlier efface version uses the store (its snapshots do not wait for the swap)"
+    rel = f"{schema}.{table}"
+    if any(_head(name, rel) not in ddl for name, ddl, _c, _t in _indexes(conn, rel)):
+        return f"an index of {table} has a definition efface cannot reproduce (a name that needs quoting)"
     for flag, why in zip(
         row,
         (
@@ -238,11 +246,10 @@ def rewrite(
     shape = _shape(conn, rel)
     indexes = _indexes(conn, rel)
     for name, ddl, _con, _type in indexes:
-        head = f"INDEX {name} ON {rel} "
+        head = _head(name, rel)
         if head not in ddl:
             raise RuntimeError(f"an index of {table} has a definition efface cannot reproduce")
-        _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{copy} ", 1))
-        _index_statistics(conn, s, name)
+        _build(conn, ddl.replace(head, f"INDEX {name}{SUFFIX} ON {s}.{copy} ", 1), _index_statistics(conn, s, name))
     took["indexes_s"] = _lap(t)
     t = time.monotonic()
     caught = 0
@@ -385,32 +392,47 @@ def _indexes(conn: psycopg.Connection, rel: str) -> list[tuple[str, str, str | N
     ]
 
 
-def _index_statistics(conn: psycopg.Connection, s: str, name: str) -> None:
-    """The statistics targets of index ``name``'s columns, given to its copy's index before
-    the copy is analysed: an index kept out of ``ANALYZE`` (``SET STATISTICS 0``: the vectors'
-    digests, migration 8) must stay out of ``pg_statistic``, a catalog efface cannot rewrite."""
-    for attnum, target in conn.execute(
-        "SELECT attnum, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
-        " AND attstattarget IS NOT NULL AND attstattarget >= 0",
-        (f"{s}.{name}",),
-    ).fetchall():
-        conn.execute(f"ALTER INDEX {s}.{name}{SUFFIX} ALTER COLUMN {int(attnum)} SET STATISTICS {int(target)}")
+def _head(name: str, rel: str) -> str:
+    """What ``pg_get_indexdef`` writes before an index's method, for an index this module can
+    give the copy (a name that needs quoting is written otherwise: :func:`unsupported`)."""
+    return f"INDEX {name} ON {rel} "
 
 
-def _build(conn: psycopg.Connection, ddl: str) -> None:
-    """One index of the copy; a parallel build that finds no dynamic shared memory (a
-    container's small ``/dev/shm``) is built again in this session's memory, as
-    :func:`.maintenance._rewrite` does."""
+def _index_statistics(conn: psycopg.Connection, s: str, name: str) -> list[str]:
+    """The statements giving index ``name``'s copy its columns' statistics targets: an index
+    kept out of ``ANALYZE`` (``SET STATISTICS 0``: the vectors' digests, migration 8) must stay
+    out of ``pg_statistic``, a catalog efface cannot rewrite."""
+    return [
+        f"ALTER INDEX {s}.{name}{SUFFIX} ALTER COLUMN {int(attnum)} SET STATISTICS {int(target)}"
+        for attnum, target in conn.execute(
+            "SELECT attnum, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+            " AND attstattarget IS NOT NULL AND attstattarget >= 0",
+            (f"{s}.{name}",),
+        ).fetchall()
+    ]
+
+
+def _build(conn: psycopg.Connection, ddl: str, then: list[str]) -> None:
+    """One index of the copy and ``then`` (its statistics targets) in one transaction, so no
+    ``ANALYZE`` (autovacuum's) samples it in between; a parallel build that finds no dynamic
+    shared memory (a container's small ``/dev/shm``) is built again in this session's memory,
+    as :func:`.maintenance._rewrite` does."""
     import psycopg
 
     try:
-        conn.execute(ddl)
-    except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
-        conn.execute("SET max_parallel_maintenance_workers = 0")
-        try:
-            conn.execute(ddl)
-        finally:
-            conn.execute("RESET max_parallel_maintenance_workers")
+        for attempt in (0, 1):
+            try:
+                with conn.transaction():
+                    conn.execute(ddl)
+                    for statement in then:
+                        conn.execute(statement)
+                return
+            except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
+                if attempt:
+                    raise
+                conn.execute("SET max_parallel_maintenance_workers = 0")
+    finally:
+        conn.execute("RESET max_parallel_maintenance_workers")
 
 
 def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None, *, table: str = "records") -> int:

@@ -384,7 +384,7 @@ class PostgresOrigin(PgReads):
                 kept = {key: str(now) for key in LOCAL_EPOCHS}
                 saved = now
             self._w.execute(
-                f"INSERT INTO {self._s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)",
+                f"INSERT INTO {self._s}.change_readers(reader, upto, seen_at, snapshot_lock) VALUES (%s, %s, %s, true)",
                 (self.instance, saved, time.time()),
             )
         self._local_meta = kept
@@ -433,8 +433,9 @@ class PostgresOrigin(PgReads):
         upto = min(upto, self.text.applied())  # this process's word index replays the log too
         with self._maintenance() as conn:
             conn.execute(
-                f"INSERT INTO {s}.change_readers(reader, upto, seen_at) VALUES (%s, %s, %s)"
-                " ON CONFLICT (reader) DO UPDATE SET upto = excluded.upto, seen_at = excluded.seen_at",
+                f"INSERT INTO {s}.change_readers(reader, upto, seen_at, snapshot_lock) VALUES (%s, %s, %s, true)"
+                " ON CONFLICT (reader) DO UPDATE SET upto = excluded.upto, seen_at = excluded.seen_at,"
+                " snapshot_lock = true",
                 (self.instance, upto, now),
             )
             # One process prunes at a time; one that finds another pruning has said where it

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "efface"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """1: records, claims, subjects, lineage, mentions, quarantine, policies, reasons, purposes,
 the change log, epochs, receipts, evidence, the ledger, keys, API keys, backups.
 2: what the origin (:mod:`.origin`) needs beyond them: a data key found by its subject
@@ -365,6 +365,13 @@ _V8 = (
     "CREATE INDEX IF NOT EXISTS data_keys_by_subject ON {s}.data_keys(subject)",
 )
 
+_V9 = (
+    # a process of this version takes the reader lock (online.reader_lock) before every
+    # snapshot and says so when it registers; a row without it is a process of an earlier
+    # version, whose snapshots an online swap could pass under (online.unsupported)
+    "ALTER TABLE {s}.change_readers ADD COLUMN IF NOT EXISTS snapshot_lock boolean NOT NULL DEFAULT false",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the first schema", _V1),
     Migration(2, "the origin: data keys by subject, the change log's order", _V2),
@@ -374,6 +381,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "no subject name or record key in clear: keyed hashes and sealed copies", _V6),
     Migration(7, "the hash secret out of the database, into the KEK file", _V7),
     Migration(8, "records found by a digest of their vector's bytes, rows by a name hash alone", _V8),
+    Migration(9, "the change log's readers say whether their snapshots take the reader lock", _V9),
 )
 
 TABLES = (
