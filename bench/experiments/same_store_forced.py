@@ -47,6 +47,8 @@ for q in c.queries[:n]:
 assert (live._ready) == (opts.get("live") == "1") and (text._post is not None) == (opts.get("post") == "1")
 rel = c.relevant[:n]
 r10 = sum(bool(set(r) & set(o)) for r, o in zip(rel, out, strict=True)) / len(out)
-mrr = sum(next((1 / (i + 1) for i, x in enumerate(o) if x in set(r)), 0.0) for r, o in zip(rel, out, strict=True)) / len(out)
+mrr = sum(
+    next((1 / (i + 1) for i, x in enumerate(o) if x in set(r)), 0.0) for r, o in zip(rel, out, strict=True)
+) / len(out)
 print(json.dumps({"opts": opts, "recall@10": r10, "mrr@10": round(mrr, 4), "lists": out, "ms": wall}))
 store.close()

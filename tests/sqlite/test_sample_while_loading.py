@@ -16,9 +16,9 @@ import pytest
 import efface
 from efface.origin.sqlite import liveness as liveness_mod
 from efface.paths.scores import SAMPLE
+from test_embed import minilm  # noqa: F401  (the MiniLM fixture: loaded offline, skipped or failed as there)
 
 from conftest import FakeClock
-from test_embed import minilm  # noqa: F401  (the MiniLM fixture: loaded offline, skipped or failed as there)
 
 pytestmark = pytest.mark.sqlite_only("the SQLite origin's copy of liveness")
 
@@ -40,7 +40,10 @@ def _fill(path, clock, embedder="hashing") -> None:
         s.write_many(items[300:340], tenant=T, subject="bob", purpose=P, ttl=30)
         s.write_many(items[340:380], tenant=T, subject="carol", purpose="billing")
         s.write_many(
-            [{"key": "src", "text": "the source of a derived note"}, {"key": "der", "text": "derived", "sources": ["src"]}],
+            [
+                {"key": "src", "text": "the source of a derived note"},
+                {"key": "der", "text": "derived", "sources": ["src"]},
+            ],
             tenant=T,
             subject="dan",
             purpose=P,

@@ -31,7 +31,9 @@ after a forget was acknowledged finds the erased records gone here too.
 
 A store of at most :data:`LOAD_HERE` records loads the copy as it opens; a larger one in the
 background from its first recall (about 1 s at 100k records), and recalls check in SQLite
-meanwhile. A subject-scoped recall always checks in SQLite (subjects are not kept here).
+meanwhile, the sample of a tenant's vectors (:meth:`Liveness.sample`) drawn from the file
+alike (:func:`drawn`): the copy's state changes how fast a recall is, never its answer. A
+subject-scoped recall always checks in SQLite (subjects are not kept here).
 """
 
 from __future__ import annotations
