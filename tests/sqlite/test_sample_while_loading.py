@@ -117,3 +117,26 @@ def test_recall_answers_alike_before_and_after_the_copy_loads(tmp_path, monkeypa
     loaded = answers()
     monkeypatch.setattr(liveness_mod, "LOAD_HERE", 10)
     assert answers() == loaded
+
+
+def test_a_draw_a_commit_overtook_serves_its_recall_and_is_not_kept(tmp_path, monkeypatch):
+    """A forget that commits while a sample is drawn (from the file here) may have erased one
+    of its records: the draw is used once, never kept for the next recall."""
+    clock = FakeClock()
+    _fill(tmp_path / "s", clock)
+    monkeypatch.setattr(liveness_mod, "LOAD_HERE", 10)
+    with efface.open(tmp_path / "s", embedder="hashing", background=False, clock=clock) as s:
+        o, tid = s._origin, s._tenant(T)
+        draw = o._sample_here
+
+        def overtaken(*args):
+            got = draw(*args)
+            s.forget(tenant=T, subject="alice")  # commits after the draw read its records
+            return got
+
+        monkeypatch.setattr(o, "_sample_here", overtaken)
+        first = o.vector_sample(tid, P, clock.now, SAMPLE)
+        assert len(first) and o.liveness._samples == {}
+        monkeypatch.setattr(o, "_sample_here", draw)
+        again = o.vector_sample(tid, P, clock.now, SAMPLE)
+        assert len(again) == 150 and [v for _w, v in o.liveness._samples.values()] == [again]  # frank's, kept

@@ -122,6 +122,9 @@ class Liveness:
         """Commits applied to the copy (a tenant's sample is drawn again after one)."""
         self._samples: dict[tuple[str, str, int], tuple[int, np.ndarray]] = {}
         """Per tenant, purpose and size: the write count it was drawn at, and the vectors drawn."""
+        self._samples_mu = threading.Lock()
+        """Guards :attr:`_samples` with the write count (never :attr:`_mu`, which a load holds
+        while it puts a chunk: a commit does not wait for that)."""
         self._pending: set[int] | None = None
         """While a load runs: ids committed meanwhile, read again once it ends."""
         self._later = False
@@ -201,8 +204,9 @@ class Liveness:
             made = {rid: row for rid, row in (fresh or {}).items() if rid not in touched}
             if not touched and not made:
                 return
-            self._writes += 1
-            self._samples = {}  # drawn again at the next recall; no erased record's vector kept
+            with self._samples_mu:  # a draw made meanwhile is not kept (:meth:`sample`)
+                self._writes += 1
+                self._samples = {}  # drawn again at the next recall; no erased record's vector kept
             if self._pending is not None:
                 self._pending |= touched | made.keys()
                 return
@@ -350,10 +354,11 @@ class Liveness:
             vectors = elsewhere()
         else:
             return empty
-        samples = self._samples
-        if len(samples) >= MAX_SAMPLED:
-            samples.clear()
-        samples[key] = (writes, vectors)
+        with self._samples_mu:
+            if self._writes == writes:  # else a commit came meanwhile (a forget?): serves this recall only
+                if len(self._samples) >= MAX_SAMPLED:
+                    self._samples.clear()
+                self._samples[key] = (writes, vectors)
         return vectors
 
     @property
