@@ -336,7 +336,9 @@ class Liveness:
         from the tenant's records once per commit, and kept until the next (a recall's
         background: :class:`efface.origin.base.VectorSample`; a claim that expires in between
         leaves it at the next commit). While the copy is not loaded, ``elsewhere`` draws it
-        (the origin, from the file: the same draw, :func:`drawn`), kept alike; without it, empty."""
+        (the origin, from the file: the same draw, :func:`drawn`), kept alike; without it, empty.
+        Every commit drops the kept draws, and a draw a commit overtook is not kept: no kept
+        draw holds the vector of a record erased since (the erasure contract, as the copy's)."""
         empty = np.empty((0, 0), dtype=np.float32)
         if n <= 0:
             return empty
