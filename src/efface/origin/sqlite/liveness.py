@@ -31,7 +31,9 @@ after a forget was acknowledged finds the erased records gone here too.
 
 A store of at most :data:`LOAD_HERE` records loads the copy as it opens; a larger one in the
 background from its first recall (about 1 s at 100k records), and recalls check in SQLite
-meanwhile. A subject-scoped recall always checks in SQLite (subjects are not kept here).
+meanwhile, the sample of a tenant's vectors (:meth:`Liveness.sample`) drawn from the file
+alike (:func:`drawn`): the copy's state changes how fast a recall is, never its answer. A
+subject-scoped recall always checks in SQLite (subjects are not kept here).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import apsw
@@ -83,6 +85,16 @@ row's statement once a trigger can fire: an import ran 4.2k records/s with them,
 without); a delete, an update of an id or tenant (none is made) and quarantine are rare."""
 
 
+def drawn(ids: np.ndarray, n: int) -> np.ndarray:
+    """At most ``n`` of ``ids`` (a tenant's records counted live for some purpose: ascending,
+    distinct), at random, ascending: numpy's generator seeded by their count, so the same
+    records draw the same sample whoever lists them (this copy, or the origin while it
+    loads: :meth:`.origin.SQLiteOrigin.vector_sample`; the PostgreSQL origin draws alike)."""
+    if len(ids) <= n:
+        return ids
+    return np.sort(np.random.default_rng(len(ids)).choice(ids, n, replace=False))
+
+
 class Liveness:
     """The in-memory copy of which records are live (see the module docstring)."""
 
@@ -110,6 +122,9 @@ class Liveness:
         """Commits applied to the copy (a tenant's sample is drawn again after one)."""
         self._samples: dict[tuple[str, str, int], tuple[int, np.ndarray]] = {}
         """Per tenant, purpose and size: the write count it was drawn at, and the vectors drawn."""
+        self._samples_mu = threading.Lock()
+        """Guards :attr:`_samples` with the write count (never :attr:`_mu`, which a load holds
+        while it puts a chunk: a commit does not wait for that)."""
         self._pending: set[int] | None = None
         """While a load runs: ids committed meanwhile, read again once it ends."""
         self._later = False
@@ -189,7 +204,9 @@ class Liveness:
             made = {rid: row for rid, row in (fresh or {}).items() if rid not in touched}
             if not touched and not made:
                 return
-            self._writes += 1
+            with self._samples_mu:  # a draw made meanwhile is not kept (:meth:`sample`)
+                self._writes += 1
+                self._samples = {}  # drawn again at the next recall; no erased record's vector kept
             if self._pending is not None:
                 self._pending |= touched | made.keys()
                 return
@@ -312,25 +329,44 @@ class Liveness:
         self._tenant[ids] = codes
 
     # -- vectors -------------------------------------------------------------------------------
-    def sample(self, tenant: str, purpose: str, now: float, n: int) -> np.ndarray:
+    def sample(
+        self, tenant: str, purpose: str, now: float, n: int, elsewhere: Callable[[], np.ndarray] | None = None
+    ) -> np.ndarray:
         """At most ``n`` vectors of ``tenant``'s records live for ``purpose``, drawn at random
-        from the tenant's records once per commit applied here, and kept until the next (a
-        recall's background: :class:`efface.origin.base.VectorSample`; a claim that expires
-        in between leaves it at the next commit); empty while not loaded."""
-        code = self._tenants.get(tenant)
-        if not self._ready or code is None or n <= 0:
-            return np.empty((0, 0), dtype=np.float32)
-        writes = self._writes
-        got = self._samples.get((tenant, purpose, n))
-        if got is None or got[0] != writes:
-            mine = np.flatnonzero(self._tenant == code)
-            if len(mine) > n:  # seeded by the tenant's size: the same store draws the same sample
-                mine = np.sort(np.random.default_rng(len(mine)).choice(mine, n, replace=False))
-            got = (writes, self.vectors(self.live(mine.tolist(), tenant, purpose, now))[1])
-            if len(self._samples) >= MAX_SAMPLED:
-                self._samples.clear()
-            self._samples[(tenant, purpose, n)] = got
-        return got[1]
+        from the tenant's records once per commit, and kept until the next (a recall's
+        background: :class:`efface.origin.base.VectorSample`; a claim that expires in between
+        leaves it at the next commit). While the copy is not loaded, ``elsewhere`` draws it
+        (the origin, from the file: the same draw, :func:`drawn`), kept alike; without it, empty.
+        Every commit drops the kept draws, and a draw a commit overtook is not kept: no kept
+        draw holds the vector of a record erased since (the erasure contract, as the copy's)."""
+        empty = np.empty((0, 0), dtype=np.float32)
+        if n <= 0:
+            return empty
+        writes, key = self._writes, (tenant, purpose, n)
+        got = self._samples.get(key)
+        if got is not None and got[0] == writes:
+            return got[1]
+        if self._ready:
+            code = self._tenants.get(tenant)
+            if code is None:
+                return empty
+            mine = drawn(np.flatnonzero(self._tenant == code), n)
+            vectors = self.vectors(self.live(mine.tolist(), tenant, purpose, now))[1]
+        elif elsewhere is not None:
+            vectors = elsewhere()
+        else:
+            return empty
+        with self._samples_mu:
+            if self._writes == writes:  # else a commit came meanwhile (a forget?): serves this recall only
+                if len(self._samples) >= MAX_SAMPLED:
+                    self._samples.clear()
+                self._samples[key] = (writes, vectors)
+        return vectors
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the copy is loaded and kept up (never starts a load: :meth:`usable` does)."""
+        return self._ready
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``ids`` whose vector is held here (records counted live), in the order
