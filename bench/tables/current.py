@@ -44,7 +44,7 @@ SOURCES = {
         "postgres/scale-100k.json",
     ],
     "postgres_residue": "postgres/scale-100k-5d70974.json",
-    "postgres_quality": "postgres/quality-8445b34.json",
+    "postgres_quality": "postgres/quality-e31ae6b.json",
 }
 """Table -> the result file(s) it is printed from, relative to bench/results/."""
 
