@@ -419,7 +419,7 @@ def _judgements(
             mine = [(rid, x) for rid, x in scored[p.name].items() if rid in live]
         else:
             mine = [(rid, 1.0 / (RRF_K + r + 1)) for r, rid in enumerate(i for i in ranked[p.name] if i in live)]
-        rids, xs = zip(*mine) if mine else ((), ())
+        rids, xs = zip(*mine, strict=True) if mine else ((), ())
         out.append((p, np.array(rids, dtype=np.int64), np.array(xs, dtype=np.float64)))
     return out
 
