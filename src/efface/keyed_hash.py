@@ -10,7 +10,6 @@ of parts share an encoding.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 
 __all__ = ["encode", "keyed_hash"]
@@ -28,4 +27,4 @@ def encode(*parts: str) -> bytes:
 
 def keyed_hash(secret: bytes, *parts: str) -> str:
     """HMAC-SHA256 of :func:`encode` (``parts``) under ``secret``, as 32 hex digits."""
-    return hmac.new(secret, encode(*parts), hashlib.sha256).hexdigest()[:32]
+    return hmac.digest(secret, encode(*parts), "sha256").hex()[:32]

@@ -131,6 +131,10 @@ def _cosine(
         sims = dict(zip(held.tolist(), (m @ query).tolist(), strict=True))
         rest = [i for i in rest if i not in sims]
     if cosines:  # computed where the vectors are (the origin's own index: LiveVectorSearch)
+        if not sims:
+            given = [cosines.get(i) for i in rest]
+            if None not in given:  # every one (the usual case): in the order asked already
+                return ids, np.array(given, dtype=np.float64)
         sims.update((i, cosines[i]) for i in rest if i in cosines)
         rest = [i for i in rest if i not in sims]
     blobs = {i: known[i] for i in rest if i in known}

@@ -419,8 +419,8 @@ def _judgements(
             mine = [(rid, x) for rid, x in scored[p.name].items() if rid in live]
         else:
             mine = [(rid, 1.0 / (RRF_K + r + 1)) for r, rid in enumerate(i for i in ranked[p.name] if i in live)]
-        ids = np.fromiter((rid for rid, _ in mine), dtype=np.int64, count=len(mine))
-        out.append((p, ids, np.fromiter((x for _, x in mine), dtype=np.float64, count=len(mine))))
+        rids, xs = zip(*mine, strict=True) if mine else ((), ())
+        out.append((p, np.array(rids, dtype=np.int64), np.array(xs, dtype=np.float64)))
     return out
 
 

@@ -214,7 +214,8 @@ class Postings:
             code = self._codes.get(tenant)
             if code is None:
                 return ids[:0]
-            ids = ids[self.tenant[ids] == code]
+            if self._per_tenant[code] < len(self.doc_terms):  # else every record held is the tenant's
+                ids = ids[self.tenant[ids] == code]
         if pinned is not None and self.newest > pinned:
             ids = ids[self.epoch[ids] <= pinned]
         return ids
