@@ -69,9 +69,6 @@ from .reading import absorb_new_content, known_purpose, quarantined
 
 __all__ = ["ERASE_BOUND_S", "SETTLED_STATES", "Store"]
 
-TENANTS_SEEN = 10_000
-"""Tenant names whose keyed hash a store remembers at most (forgotten all at once past it)."""
-
 
 @typed_calls
 class Store:
@@ -111,7 +108,6 @@ class Store:
             erase_bound_s=erase_bound_s,
         )
         self._secret, self._hash, self.embedder, self._lexical = parts.secret, parts.hash, parts.embedder, parts.lexical
-        self._tenant_ids: dict[str, str] = {}  # name -> keyed hash (_tenant): a hash costs tens of µs cold
         self._derivations, self._fts, self._ann, self._paths = parts.derivations, parts.fts, parts.ann, parts.paths
         self._propagation, self._evidence, self._verifier = parts.propagation, parts.evidence, parts.verifier
         self._releaser, self._compactor = parts.releaser, parts.compactor
@@ -168,14 +164,7 @@ class Store:
     def _tenant(self, name: Any) -> str:
         """The id that stands for tenant ``name`` everywhere below the facade: a keyed hash
         (the receipts' ``tenant_h``), so no row, file or ledger entry holds the name."""
-        known = self._tenant_ids.get(name) if isinstance(name, str) else None
-        if known is not None:
-            return known
-        got = self._hash("tenant", v.name(name, "tenant"))
-        if len(self._tenant_ids) >= TENANTS_SEEN:
-            self._tenant_ids.clear()
-        self._tenant_ids[name] = got
-        return got
+        return self._hash("tenant", v.name(name, "tenant"))
 
     # -- the chokepoint ----------------------------------------------------------------
     def _mutate(
