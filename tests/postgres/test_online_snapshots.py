@@ -17,6 +17,7 @@ generated column), and a change of ``records`` during the rewrite makes it give 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -87,18 +88,26 @@ def _lock_waiter(pg_db) -> None:
             time.sleep(0.01)
 
 
+@contextlib.contextmanager
+def _at_the_swap(pg_db, kek, tmp_path, monkeypatch):
+    """Two stores on one database: ``a``'s maintenance (in a thread, ``t``, its outcome in
+    ``out``) paused before its swap (``swap``), after ``b`` wrote a late row acknowledged at
+    epoch ``acked``. Yields ``(a, b, swap, out, t, acked)``."""
+    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
+        _setup(a)
+        swap, out = Swap(monkeypatch), {}
+        t = _maintain_in_thread(a, out)
+        assert swap.ready.wait(GUARD), out.get("error")
+        yield a, b, swap, out, t, _late(b, pg_db)
+
+
 @pytest.mark.parametrize("when", ["before_the_lock", "inside_the_swap"])
 def test_a_snapshot_whose_first_read_of_records_follows_the_swap_misses_a_late_row(
     pg_db, kek, tmp_path, monkeypatch, when
 ):
     """The gap, on PostgreSQL, for a reader that takes its snapshot without locking
     ``records`` first (efface's before :func:`online.reader_lock`)."""
-    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
-        _setup(a)
-        swap, out = Swap(monkeypatch), {}
-        t = _maintain_in_thread(a, out)
-        assert swap.ready.wait(GUARD), out.get("error")
-        acked = _late(b, pg_db)
+    with _at_the_swap(pg_db, kek, tmp_path, monkeypatch) as (_a, b, swap, out, t, acked):
         with pg_db.connect() as reader:
             if when == "inside_the_swap":
                 swap.go.set()
@@ -136,12 +145,8 @@ def _read_in_snapshot(b, deferred: bool, out: dict) -> None:
 def test_a_snapshot_begun_while_the_swap_holds_its_lock_waits_for_it_and_sees_the_late_row(
     pg_db, kek, tmp_path, monkeypatch, deferred
 ):
-    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
-        _setup(a)
-        swap, out, seen = Swap(monkeypatch), {}, {}
-        t = _maintain_in_thread(a, out)
-        assert swap.ready.wait(GUARD), out.get("error")
-        acked = _late(b, pg_db)
+    with _at_the_swap(pg_db, kek, tmp_path, monkeypatch) as (_a, b, swap, out, t, acked):
+        seen: dict = {}
         swap.go.set()
         assert swap.locked.wait(GUARD), out.get("error")
         r = threading.Thread(target=_read_in_snapshot, args=(b, deferred, seen), daemon=True)
@@ -164,12 +169,7 @@ def test_a_snapshot_begun_before_the_swap_holds_it_off_and_reads_the_old_table_w
     """``first``: what the snapshot reads before the swap is let go: only its epoch (its
     first read of ``records`` comes after: the gap, were ``records`` not locked first), a
     count of ``records``, or a count that begins it (a deferred snapshot)."""
-    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
-        _setup(a)
-        swap, out = Swap(monkeypatch), {}
-        t = _maintain_in_thread(a, out)
-        assert swap.ready.wait(GUARD), out.get("error")
-        acked = _late(b, pg_db)
+    with _at_the_swap(pg_db, kek, tmp_path, monkeypatch) as (_a, b, swap, out, t, acked):
         o = b._origin
         with o.snapshot_deferred() if first == "deferred" else o.snapshot():
             counts = [] if first == "epoch" else [o._snapshot_rows(COUNT + " WHERE id > %s", (0,))[0][0]]
@@ -314,12 +314,8 @@ def test_claims_written_and_erased_during_their_copy_are_as_committed_after_the_
 def test_a_statement_outside_a_snapshot_that_waits_for_the_swap_sees_the_late_row(pg_db, kek, tmp_path, monkeypatch):
     """An autocommit statement (``READ COMMITTED``: its snapshot taken after its locks) whose
     lock wait ends with the swap's commit reads the new table whole."""
-    with _open(pg_db.url, kek, tmp_path / "a") as a, _open(pg_db.url, kek, tmp_path / "b") as b:
-        _setup(a)
-        swap, out, seen = Swap(monkeypatch), {}, {}
-        t = _maintain_in_thread(a, out)
-        assert swap.ready.wait(GUARD), out.get("error")
-        _late(b, pg_db)
+    with _at_the_swap(pg_db, kek, tmp_path, monkeypatch) as (_a, _b, swap, out, t, _acked):
+        seen: dict = {}
         swap.go.set()
         assert swap.locked.wait(GUARD), out.get("error")
 
