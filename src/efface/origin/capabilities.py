@@ -141,12 +141,15 @@ class NearestVectors(Protocol):
         subject: str | None,
         now: float,
         also: Sequence[int],
+        ahead: Sequence[int] = (),
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
         """:meth:`nearest` (up to ``n``; an origin may ask its index for fewer, as PostgreSQL's
         half: ``efface.origin.postgres.reads.NEAR_SHARE``), and which of ``also`` (another
         leg's candidates) are live, in one round trip: each id with its vector's dot product
         with ``vector`` (the cosine recall judges it by: stored vectors are unit length)
-        instead of the vector, None for a record without one. Inside a snapshot, read in it."""
+        instead of the vector, None for a record without one. Inside a snapshot, read in it;
+        there the rows of ``ahead`` (some of ``also``: those recall expects to return) may be
+        read in the same round trip, for the snapshot's :class:`ClosingRead`."""
         ...
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
@@ -235,5 +238,6 @@ class ClosingRead(Protocol):
     def records_by_id_closing(self, ids: Sequence[int]) -> Mapping[int, Any]:
         """:meth:`~efface.origin.base.Reads.records_by_id`, read in this thread's snapshot,
         which ends with it: a read after it in the same snapshot block raises (it would no
-        longer see the snapshot). Outside a snapshot, :meth:`records_by_id`."""
+        longer see the snapshot). Rows the snapshot read ahead (``nearest_scored``'s ``ahead``)
+        are not read again. Outside a snapshot, :meth:`records_by_id`."""
         ...

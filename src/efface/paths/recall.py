@@ -217,6 +217,8 @@ def _hybrid(
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
         legs: dict[str, _Leg] = {}
+        # the last read of the snapshot when no window follows: it ends with it (one round trip)
+        closing = memo is None and window <= 0 and capable(snap, ClosingRead)
 
         def leg_of(p: Scoring) -> _Leg:
             if p.name not in legs:
@@ -256,7 +258,9 @@ def _hybrid(
                     )
                     if i not in checked
                 ]
-                near, others = cast(LiveVectorSearch, p).live_scored(q, n, also)
+                # the rows recall expects to return, read in the same look-up for its closing read
+                ahead = also[: (k if lexical else COORDINATED * k)] if closing else ()
+                near, others = cast(LiveVectorSearch, p).live_scored(q, n, also, ahead)
                 if deferred and cast(DeferredSnapshot, snap).words_stale():
                     legs.clear()  # ranked before the snapshot began at a newer epoch: again, in it
                 checked.update(also)
@@ -349,8 +353,6 @@ def _hybrid(
             best, rows = _confirmed(snap, q, fused, best_of, wide)
         else:
             best = _keeping(fused, best_of, wide)
-            # the last read of the snapshot when no window follows: it ends with it (one round trip)
-            closing = window <= 0 and capable(snap, ClosingRead)
             rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
         if wide > k and best:
             at = np.searchsorted(union, np.asarray(best, dtype=np.int64))

@@ -48,7 +48,6 @@ database that several efface processes may share.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -67,16 +66,8 @@ from ..capabilities import ScanFn
 from ..ledger import SECRET_META
 from . import epochs, locks, maintenance, names, online, schema
 from .keys import Keys
-from .reads import (
-    GENERIC_FROM,
-    HNSW_SETTINGS,
-    PLANNED_GENERIC,
-    PLANNED_IN_SNAPSHOT,
-    REC_COLS,
-    PgReads,
-    id_array,
-    unseal_record,
-)
+from .reads import GENERIC_FROM, HNSW_SETTINGS, PLANNED_GENERIC, PLANNED_IN_SNAPSHOT, PgReads, id_array
+from .rows import CLOSING_SQL, opened
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -217,6 +208,7 @@ class PostgresOrigin(PgReads):
         with self._pool.connection() as conn:
             self._local.conn, self._local.closed, self._local.begun = conn, False, False
             self._local.epoch = self._local.assumed = None
+            self._local.ahead = {}
             try:
                 if not deferred:
                     self._begin()
@@ -225,6 +217,7 @@ class PostgresOrigin(PgReads):
             finally:
                 begun = self._local.begun
                 self._local.conn = self._local.epoch = self._local.assumed = None
+                self._local.ahead = {}
                 if begun and not self._local.closed:  # else ended by its closing read already
                     conn.execute("COMMIT")
                 self._local.closed = False
@@ -269,6 +262,9 @@ class PostgresOrigin(PgReads):
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
 
+    def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:
+        return self._local.ahead if getattr(self._local, "conn", None) is not None else None
+
     def _dominant(self, tenant: str) -> bool:
         total = self.text.doc_count()
         return total >= GENERIC_FROM and 2 * self.text.tenant_count(tenant) >= total
@@ -297,27 +293,25 @@ class PostgresOrigin(PgReads):
         """:meth:`records_by_id` as the last read of this thread's snapshot, whose ``COMMIT``
         goes with it in one round trip (psycopg's pipeline mode):
         :class:`~efface.origin.capabilities.ClosingRead`. Each row comes with its data key
-        as wrapped (read in the snapshot too), so no key is fetched after the commit."""
+        as wrapped (read in the snapshot too), so no key is fetched after the commit. Rows
+        read ahead in this snapshot (:mod:`.rows`) are not read again: with all of them held,
+        the ``COMMIT`` goes alone, and they are opened while the server answers it."""
         conn = getattr(self._local, "conn", None)
         if conn is None or self._local.closed or not ids:
             return self.records_by_id(ids)
         if not self._local.begun:
             self._begin()
-        s = self._s
+        held = self._local.ahead
+        rest = [i for i in ids if i not in held]
         with conn.pipeline():
-            cur = conn.execute(
-                f"SELECT {REC_COLS}, r.sealed_by, k.wrapped, k.kek_id FROM {s}.records r"
-                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])",
-                (id_array(ids),),
-            )
+            cur = conn.execute(CLOSING_SQL.format(s=self._s), (id_array(rest),)) if rest else None
             conn.execute("COMMIT")
-        rows = cur.fetchall()
-        self._local.closed = True
-        for row in rows:
-            if row[8] is not None:
-                kid = bytes(row[7])
-                self._sealer.hold(kid, functools.partial(self._keys.unwrap_row, row[9], kid, bytes(row[8])))
-        return {int(r[0]): unseal_record(self._sealer, conn, r[:7]) for r in rows}
+            self._local.closed = True
+            # no read after this: the rows held are opened before the pipeline's end waits for the server
+            got = opened(self._sealer, self._keys, conn, (held[i] for i in ids if i in held))
+        if cur is not None:
+            got.update(opened(self._sealer, self._keys, conn, cur.fetchall()))
+        return got
 
     def snapshot_epoch(self) -> int | None:
         """The epoch of this thread's snapshot, inside :meth:`snapshot` (a deferred one begins

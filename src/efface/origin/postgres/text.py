@@ -30,7 +30,7 @@ from ...text import index_text
 from ..base import CHANGES_PRUNED
 from ..memory.state import bm25_ceiling
 from .postings import Postings
-from .reads import REC_COLS, unseal_record
+from .rows import REC_COLS, unseal_record
 
 if TYPE_CHECKING:
     from .tx import PostgresTx

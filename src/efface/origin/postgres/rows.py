@@ -1,0 +1,85 @@
+"""A record's row as the PostgreSQL origin stores it, opened; and recall's final rows, read
+ahead with its vector statement where it can.
+
+A recall reads the sealed rows of the records it returns last, in its snapshot, with the
+snapshot's ``COMMIT`` (:meth:`~.origin.PostgresOrigin.records_by_id_closing`). Most of those
+records are known before the snapshot begins (with the hashing embedder, whose cosine does not
+vote, the first ``k`` the words rank are the ``k`` returned whenever they are live), so recall
+names them (``ahead``), and the vector statement (:meth:`~.reads.PgReads.nearest_scored`)
+checks them live in a branch of its own (:func:`ahead_branch`) that also returns their sealed
+columns and wrapped data keys: read in the same snapshot, in its first round trip. The closing
+read then asks the database only for the chosen records that were not read ahead; where there
+are none it sends the ``COMMIT`` alone and opens the rows while the server answers.
+
+A record read ahead was live in the snapshot the whole recall reads (its branch checks it as
+the others do), so a forget committed before the snapshot is never served from it; one
+committed after it is seen by no read of the recall, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..base import RecordRow
+from .names import key_aad
+from .sealing import Sealer
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .keys import Keys
+
+REC_COLS = "r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.updated_at"
+KEY_COLS = "r.sealed_by, k.wrapped, k.kek_id"
+"""A row's data key: its kid and its wrapped copy (``k``: ``data_keys`` joined on the kid)."""
+CLOSING_SQL = (
+    f"SELECT {REC_COLS}, {KEY_COLS} FROM {{s}}.records r"
+    " LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])"
+)
+"""The closing read's rows: :data:`REC_COLS`, then :data:`KEY_COLS` (:func:`opened` takes them)."""
+AHEAD_COLS = REC_COLS.removeprefix("r.id, ") + ", " + KEY_COLS
+"""What a record read ahead comes with beyond the vector statement's ``id, dot, is_near``."""
+AHEAD_NONE = ", NULL" * (AHEAD_COLS.count(",") + 1)
+"""The same columns empty, in the vector statement's other branches (typed by the ahead branch)."""
+
+
+def ahead_branch(s: str, live: str) -> str:
+    """The vector statement's branch for the records read ahead (``%(ahead)s``, an id array),
+    under the same live conditions (``live``: :func:`~.reads.live_claim`, named) as its others."""
+    return (
+        f" UNION ALL (SELECT r.id, -(r.embedding <#> %(q)s), false, {AHEAD_COLS} FROM {s}.records r"
+        f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%(ahead)s::bigint[]) AND {live})"
+    )
+
+
+def record_aad(column: str, tenant: str, key: str) -> str:
+    return f"records.{column}|{tenant}|{key}"
+
+
+def unseal_record(sealer: Sealer, conn: psycopg.Connection, row: Sequence[Any]) -> RecordRow:
+    """A :class:`RecordRow` from ``(id, tenant, key_sealed, text, metadata, sources, updated_at)`` as stored."""
+    rid, tenant, key_sealed, text, metadata, sources, updated_at = row
+    key = sealer.open(conn, key_sealed, key_aad(tenant))
+    return RecordRow(
+        int(rid),
+        tenant,
+        key,
+        sealer.open(conn, text, record_aad("text", tenant, key)),
+        sealer.open(conn, metadata, record_aad("metadata", tenant, key)),
+        sealer.open(conn, sources, record_aad("sources", tenant, key)),
+        float(updated_at),
+    )
+
+
+def opened(sealer: Sealer, keys: Keys, conn: psycopg.Connection, rows: Iterable[Sequence[Any]]) -> dict[int, RecordRow]:
+    """Rows of :data:`CLOSING_SQL`'s form opened, each one's data key held from its wrapped
+    copy first (so none is read from the database after the snapshot's ``COMMIT``)."""
+    out: dict[int, RecordRow] = {}
+    for row in rows:
+        if row[8] is not None:
+            kid = bytes(row[7])
+            sealer.hold(kid, functools.partial(keys.unwrap_row, row[9], kid, bytes(row[8])))
+        out[int(row[0])] = unseal_record(sealer, conn, row[:7])
+    return out
