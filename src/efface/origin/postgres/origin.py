@@ -302,15 +302,17 @@ class PostgresOrigin(PgReads):
         if not self._local.begun:
             self._begin()
         held = self._local.ahead
+        got = opened(self._sealer, self._keys, conn, (held[i] for i in ids if i in held))
         rest = [i for i in ids if i not in held]
-        with conn.pipeline():
-            cur = conn.execute(CLOSING_SQL.format(s=self._s), (id_array(rest),)) if rest else None
-            conn.execute("COMMIT")
+        if not rest:  # every row read ahead: COMMIT alone (no pipeline: one message less)
             self._local.closed = True
-            # no read after this: the rows held are opened before the pipeline's end waits for the server
-            got = opened(self._sealer, self._keys, conn, (held[i] for i in ids if i in held))
-        if cur is not None:
-            got.update(opened(self._sealer, self._keys, conn, cur.fetchall()))
+            conn.execute("COMMIT")
+            return got
+        with conn.pipeline():
+            cur = conn.execute(CLOSING_SQL.format(s=self._s), (id_array(rest),))
+            conn.execute("COMMIT")
+        self._local.closed = True
+        got.update(opened(self._sealer, self._keys, conn, cur.fetchall()))
         return got
 
     def snapshot_epoch(self) -> int | None:
