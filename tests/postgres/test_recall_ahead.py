@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 
 import efface
+from efface.origin.capabilities import SnapshotEnded
 from efface.origin.postgres import origin as pg_origin
 from efface.paths.base import Query
 from efface.paths.indexed import OriginVectors
+
+from .test_recall import _round_trips
 
 T = "acme"
 
@@ -45,21 +49,45 @@ def _write(s) -> None:
     s.write("n4", "the weekly report goes out on fridays", tenant=T, subject="bob", purpose="p")
 
 
-def test_a_recall_whose_rows_were_read_ahead_reads_none_at_its_close(pg_db, kek, tmp_path, opened_calls):
+def test_a_recall_whose_rows_were_read_ahead_ends_in_one_round_trip(pg_db, kek, tmp_path, opened_calls, monkeypatch):
+    """The words' first k, read ahead with the vector statement, are the k returned: the
+    snapshot ended with that statement (its COMMIT in the same round trip), and the closing
+    read opened the rows held, asking the database nothing."""
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         s.compact()
+        s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)  # the statement prepared
         opened_calls.clear()
+        sent, trips = _round_trips(monkeypatch, psycopg.Connection)
         hits = s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)
+        monkeypatch.undo()
+        assert [w for w, _ in sent] == ["BEGIN", "LOCK", "SELECT", "(SELECT", "COMMIT"], sent
+        assert len(trips) == 1  # one round trip in all
         assert [h.key for h in hits] == ["n1", "n2"]
         assert hits[0].text == "a vermilion kettle whistles on the zebra stove" and "fts" in hits[0].via
-        # one opening, of the two rows read ahead; the closing read's statement sent nothing but COMMIT
-        assert opened_calls == [2]
+        assert opened_calls == [2]  # one opening, of the two rows read ahead
+        assert s._origin._early == [0, 0]  # no snapshot had to be read again
+        ann = {p.name: p for p in s._paths}["ann"]
+        assert isinstance(ann, OriginVectors)
+        tenant = s._tenant(T)
+        ids = sorted(rid for rid, _ in s._origin.records_of_tenant(tenant))
+        q = Query(tenant, "stove", s.embedder.embed(["stove"])[0], "p", None, time.time())
+        with s._origin.snapshot_deferred():
+            ann.live_scored(q, 10, ids, ids[:1])
+            with pytest.raises(SnapshotEnded):  # a read it needs beyond what it read ahead
+                s._origin.records_by_id_closing(ids)
+        assert s._origin._early == [1, 1]  # the next snapshot does not end early
+        with s._origin.snapshot_deferred():
+            ann.live_scored(q, 10, ids, ids[:1])
+            assert s._origin.snapshot_epoch() is not None
+            assert len(s._origin.records_by_id_closing(ids)) == 4
+        assert s._origin._early == [0, 1]
 
 
 def test_a_record_not_read_ahead_is_read_at_the_close(pg_db, kek, tmp_path, opened_calls):
-    """One record read ahead, four chosen: the closing statement reads the three others, in
-    the same snapshot; the rows are those a snapshot that reads nothing ahead reads."""
+    """In a snapshot begun before the statement that reads ahead (so not ended by it), one
+    record read ahead, four chosen: the closing statement reads the three others, in the
+    same snapshot; the rows are those a snapshot that reads nothing ahead reads."""
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         s.compact()
@@ -69,7 +97,7 @@ def test_a_record_not_read_ahead_is_read_at_the_close(pg_db, kek, tmp_path, open
         vec = s.embedder.embed(["stove"])[0]
         q = Query(tenant, "stove", vec, "p", None, time.time())
         ids = {rid for rid, _ in s._origin.records_of_tenant(tenant)}
-        with s._origin.snapshot_deferred():
+        with s._origin.snapshot():
             ann.live_scored(q, 10, sorted(ids), [min(ids)])  # one record read ahead
             opened_calls.clear()
             rows = s._origin.records_by_id_closing(sorted(ids))
@@ -83,18 +111,20 @@ def test_a_record_not_read_ahead_is_read_at_the_close(pg_db, kek, tmp_path, open
 def test_a_forget_committed_just_before_a_recall_is_never_served(pg_db, kek, tmp_path, opened_calls):
     """Another store forgets the words' best record just before this one recalls: its word
     index still ranks it first (it has not read the change log yet), so it is named to be read
-    ahead, but the statement's live check leaves it out, and recall serves the next one, read
-    at the close. And a record read ahead in a snapshot, forgotten after, is still what that
-    snapshot saw (one consistent state); the next recall never serves it."""
+    ahead, but the statement's live check leaves it out; the snapshot began past the index's
+    epoch, so the words are ranked again, a read past the snapshot's early end: the recall runs
+    again, in a new snapshot, and serves the next record. And a record read ahead in a
+    snapshot, forgotten after, is still what that snapshot saw (one consistent state); the
+    next recall never serves it."""
     with _open(pg_db, kek, tmp_path / "a") as a, _open(pg_db, kek, tmp_path / "b") as b:
         _write(a)
         a.compact()
         assert [h.key for h in b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=1)] == ["n1"]
+        assert b._origin._early == [0, 0]
         a.forget(tenant=T, subject="alice")  # n1, committed by the other store
-        opened_calls.clear()
         hits = b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=1)
         assert [h.key for h in hits] == ["n2"]
-        assert sum(opened_calls) == 1  # n2 only, read ahead or at the close
+        assert b._origin._early[1] == 1  # it ran again
         assert all(h.key != "n1" for h in b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=4))
 
         # read ahead in a snapshot, then forgotten by the other store: the snapshot's own state
@@ -104,9 +134,10 @@ def test_a_forget_committed_just_before_a_recall_is_never_served(pg_db, kek, tmp
         assert isinstance(ann, OriginVectors)
         vec = b.embedder.embed(["vermilion kettle zebra"])[0]
         q = Query(tenant, "vermilion kettle zebra", vec, "p", None, time.time())
+        ids = sorted(rid for rid, _ in b._origin.records_of_tenant(tenant))
+        b._origin._early[:] = [0, 0]
         with b._origin.snapshot_deferred():
-            ids = {rid for rid, _ in b._origin.records_of_tenant(tenant)}
-            _near, others = ann.live_scored(q, 10, sorted(ids), sorted(ids))
+            _near, others = ann.live_scored(q, 10, ids, ids)
             a.forget(tenant=T, subject="carol")
             rows = b._origin.records_by_id_closing(sorted(others))
         assert "n5" in {r.key for r in rows.values()}  # what the snapshot saw: live when it began

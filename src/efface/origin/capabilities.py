@@ -211,13 +211,25 @@ class SharedByProcesses(Protocol):
         ...
 
 
+class SnapshotEnded(Exception):
+    """A read in a snapshot its origin ended early: its first statement read ahead the rows the
+    caller expected to return and committed with them (:class:`DeferredSnapshot`), and the
+    caller needs more than that. The caller runs its reads again, in a new snapshot, asking
+    for nothing ahead."""
+
+
 @runtime_checkable
 class DeferredSnapshot(Protocol):
     """An origin whose read snapshot can begin with its first statement instead of a round
     trip of its own (PostgreSQL: ``BEGIN`` and the snapshot's epoch sent with recall's vector
     statement). Its word index answers before the snapshot begins, at the index's own epoch;
     recall asks :meth:`words_stale` after that statement and ranks the words again in the
-    snapshot when it began at a newer epoch (another process committed meanwhile)."""
+    snapshot when it began at a newer epoch (another process committed meanwhile).
+
+    Where that first statement is :meth:`NearestVectors.nearest_scored` with records ``ahead``,
+    the origin may read their rows with it and end the snapshot in the same round trip: its
+    :class:`ClosingRead` then serves those rows, and any other read in the snapshot raises
+    :class:`SnapshotEnded`."""
 
     def snapshot_deferred(self) -> AbstractContextManager[Any]:
         """:meth:`~efface.origin.base.Origin.snapshot`, begun by its first read."""

@@ -62,7 +62,7 @@ import numpy as np
 
 from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
-from ..capabilities import ScanFn
+from ..capabilities import ScanFn, SnapshotEnded
 from ..ledger import SECRET_META
 from . import epochs, locks, maintenance, names, online, schema
 from .keys import Keys
@@ -131,6 +131,9 @@ class PostgresOrigin(PgReads):
         self._local = threading.local()
         self._purposes_seen = set()
         self._closed = False
+        self._early = [0, 0]
+        """Snapshots left to end at their closing read, and how many to leave after the next
+        early end that fails (:meth:`_ends_early`)."""
         self._tx: PostgresTx | None = None
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
@@ -171,6 +174,8 @@ class PostgresOrigin(PgReads):
         held = getattr(self._local, "conn", None)
         if held is not None:
             if self._local.closed:
+                if self._local.early:
+                    raise self._ended()
                 raise RuntimeError("a read after the snapshot's closing read (records_by_id_closing)")
             if not self._local.begun:
                 self._begin()
@@ -208,7 +213,7 @@ class PostgresOrigin(PgReads):
         with self._pool.connection() as conn:
             self._local.conn, self._local.closed, self._local.begun = conn, False, False
             self._local.epoch = self._local.assumed = None
-            self._local.ahead = {}
+            self._local.ahead, self._local.early = {}, False
             try:
                 if not deferred:
                     self._begin()
@@ -217,19 +222,20 @@ class PostgresOrigin(PgReads):
             finally:
                 begun = self._local.begun
                 self._local.conn = self._local.epoch = self._local.assumed = None
-                self._local.ahead = {}
+                self._local.ahead, self._local.early = {}, False
                 if begun and not self._local.closed:  # else ended by its closing read already
                     conn.execute("COMMIT")
                 self._local.closed = False
 
-    def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False) -> Any:
+    def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False, last: bool = False) -> Any:
         """Begin this thread's snapshot and read its epoch in one round trip: the transaction
         begins, ``records`` is locked (:func:`.online.reader_lock`), and its snapshot is taken by
         the ``SELECT``, which also has every prepared
         statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
         ``then``: a statement (prepared) and its arguments sent in the same round trip, after
         them (psycopg's pipeline mode); its cursor is returned. ``generic``: the snapshot's
-        prepared statements on generic plans instead (``PLANNED_GENERIC``)."""
+        prepared statements on generic plans instead (``PLANNED_GENERIC``). ``last``: ``then``
+        is the snapshot's last statement, and its ``COMMIT`` goes in the same round trip."""
         conn = self._local.conn
         epoch_sql = f"SELECT {PLANNED_GENERIC if generic else PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
         # records locked before the snapshot is taken: the maintenance's online rewrite never
@@ -247,20 +253,42 @@ class PostgresOrigin(PgReads):
                 conn.execute(lock_sql)
                 got = conn.execute(epoch_sql, prepare=True)
                 cur = conn.execute(then[0], then[1], binary=True, prepare=True)
+                if last:
+                    conn.execute("COMMIT")
+            self._local.closed = self._local.early = last
         row = got.fetchone()
         self._local.epoch = 0 if row is None else int(row[1])
         return cur
 
-    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:
+    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False, last: bool = False) -> list[Any]:
         """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
         there), in the round trip that begins it if it has not begun (a deferred snapshot; on
-        a generic plan if ``generic``); outside a snapshot, on a pooled connection, never
+        a generic plan if ``generic``; ended in the same round trip if ``last``, as far as
+        :meth:`_ends_early` lets it); outside a snapshot, on a pooled connection, never
         prepared."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and not self._local.begun and not self._local.closed:
-            return self._begin((sql, args), generic=generic).fetchall()
+            return self._begin((sql, args), generic=generic, last=last and self._ends_early()).fetchall()
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
+
+    def _ends_early(self) -> bool:
+        """Whether a snapshot whose first statement reads ahead ends with it (:mod:`.rows`):
+        yes, but for a while after one that did and had to be read again
+        (:class:`~efface.origin.capabilities.SnapshotEnded`: another process's commits made
+        the words stale, a candidate was no longer live), a while that doubles with each such
+        one in a row, up to 256 snapshots; the races of threads on these counts only move it."""
+        left, _after = self._early
+        if left > 0:
+            self._early[0] = left - 1
+            return False
+        return True
+
+    def _ended(self) -> SnapshotEnded:
+        """The signal of a read in a snapshot ended early; the next ones do not end early for a while."""
+        after = min(256, 2 * self._early[1] or 1)
+        self._early[:] = [after, after]
+        return SnapshotEnded()
 
     def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:
         return self._local.ahead if getattr(self._local, "conn", None) is not None else None
@@ -297,11 +325,16 @@ class PostgresOrigin(PgReads):
         read ahead in this snapshot (:mod:`.rows`) are not read again: with all of them held,
         the ``COMMIT`` goes alone, and they are opened while the server answers it."""
         conn = getattr(self._local, "conn", None)
+        held = getattr(self._local, "ahead", {})
+        if conn is not None and self._local.early:  # ended with its first statement
+            if any(i not in held for i in ids):
+                raise self._ended()
+            self._early[1] //= 2
+            return opened(self._sealer, self._keys, conn, (held[i] for i in ids))
         if conn is None or self._local.closed or not ids:
             return self.records_by_id(ids)
         if not self._local.begun:
             self._begin()
-        held = self._local.ahead
         got = opened(self._sealer, self._keys, conn, (held[i] for i in ids if i in held))
         rest = [i for i in ids if i not in held]
         if not rest:  # every row read ahead: COMMIT alone (no pipeline: one message less)

@@ -158,15 +158,17 @@ class PgReads:
         """The epoch of this thread's snapshot, inside one; else None (the origin's)."""
         raise NotImplementedError
 
-    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:  # pragma: no cover
+    def _snapshot_rows(  # pragma: no cover
+        self, sql: str, args: Any, *, generic: bool = False, last: bool = False
+    ) -> list[Any]:
         """Rows of ``sql``: prepared in this thread's snapshot (with its ``BEGIN`` if it has not
         begun: a deferred snapshot, whose statements then run on generic plans if ``generic``:
-        :data:`PLANNED_GENERIC`), else unprepared on a pooled connection (the origin's)."""
+        :data:`PLANNED_GENERIC`, and which may end with it if ``last``), else unprepared on a
+        pooled connection (the origin's)."""
         raise NotImplementedError
 
     def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:  # pragma: no cover
-        """Where this thread's snapshot keeps rows read ahead for its closing read (:mod:`.rows`);
-        None outside a snapshot (nothing is read ahead there: the origin's)."""
+        """Rows read ahead for this thread's snapshot's closing read (:mod:`.rows`); None outside one."""
         raise NotImplementedError
 
     def _dominant(self, tenant: str) -> bool:  # pragma: no cover
@@ -301,7 +303,7 @@ class PgReads:
         # prepared only in a snapshot (planned for its own arguments, PLANNED_IN_SNAPSHOT, or for
         # a dominant tenant generically, PLANNED_GENERIC), elsewhere never, as :meth:`nearest`;
         # sent with the snapshot's BEGIN in one round trip where recall deferred it (DeferredSnapshot)
-        rows = self._snapshot_rows(sql, args, generic=self._dominant(tenant))
+        rows = self._snapshot_rows(sql, args, generic=self._dominant(tenant), last=bool(ahead))
         near: dict[int, float | None] = {}
         others: dict[int, float | None] = {}
         for rid, dot, is_near, *row in rows:
