@@ -22,7 +22,7 @@ from ..base import RECORD_TABLES, ClaimRow, RecordRow
 from ..fields import turn_fields
 from . import epochs
 from .names import claim_cols, claim_row, key_aad, subject_name
-from .rows import AHEAD_NONE, REC_COLS, ahead_branch, record_aad, unseal_record
+from .rows import AHEAD_NONE, REC_COLS, ahead_branch, ahead_row, record_aad, unseal_record
 from .sealing import Sealer
 
 if TYPE_CHECKING:
@@ -308,8 +308,8 @@ class PgReads:
         others: dict[int, float | None] = {}
         for rid, dot, is_near, *row in rows:
             (near if is_near else others)[int(rid)] = None if dot is None else float(dot)
-            if row and row[0] is not None and held is not None:  # read ahead (a live record has a tenant)
-                held[int(rid)] = (rid, *row)
+            if row and row[0] is not None and held is not None:  # read ahead
+                held[int(rid)] = ahead_row(int(rid), tenant, row[0])
         return near, others
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:

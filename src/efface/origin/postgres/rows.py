@@ -19,6 +19,7 @@ committed after it is seen by no read of the recall, as before.
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,18 +40,43 @@ CLOSING_SQL = (
     " LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])"
 )
 """The closing read's rows: :data:`REC_COLS`, then :data:`KEY_COLS` (:func:`opened` takes them)."""
-AHEAD_COLS = REC_COLS.removeprefix("r.id, ") + ", " + KEY_COLS
-"""What a record read ahead comes with beyond the vector statement's ``id, dot, is_near``."""
-AHEAD_NONE = ", NULL" * (AHEAD_COLS.count(",") + 1)
-"""The same columns empty, in the vector statement's other branches (typed by the ahead branch)."""
+AHEAD_COL = (
+    "ARRAY[r.key_sealed, r.text, r.metadata, r.sources, float8send(r.updated_at), r.sealed_by, k.wrapped,"
+    " convert_to(k.kek_id, 'UTF8')]"
+)
+"""What a record read ahead comes with beyond the vector statement's ``id, dot, is_near``, in one
+column (the other branches' rows carry a NULL there, which costs less to load than one per
+field): its sealed fields, ``updated_at`` as 8 bytes, and its data key's kid, wrapped copy and
+KEK id (:func:`ahead_row` makes a row of :data:`CLOSING_SQL`'s form of it). Its tenant is the
+query's (the branch's live filter)."""
+AHEAD_NONE = ", NULL"
+"""The column, empty, in the vector statement's other branches (typed by the ahead branch)."""
 
 
 def ahead_branch(s: str, live: str) -> str:
     """The vector statement's branch for the records read ahead (``%(ahead)s``, an id array),
     under the same live conditions (``live``: :func:`~.reads.live_claim`, named) as its others."""
     return (
-        f" UNION ALL (SELECT r.id, -(r.embedding <#> %(q)s), false, {AHEAD_COLS} FROM {s}.records r"
+        f" UNION ALL (SELECT r.id, -(r.embedding <#> %(q)s), false, {AHEAD_COL} FROM {s}.records r"
         f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%(ahead)s::bigint[]) AND {live})"
+    )
+
+
+def ahead_row(rid: int, tenant: str, col: Sequence[Any]) -> tuple[Any, ...]:
+    """A row of :data:`CLOSING_SQL`'s form from the ahead branch's column (:data:`AHEAD_COL`)."""
+    key_sealed, text, metadata, sources, updated_at, sealed_by, wrapped, kek_id = col
+    when = struct.unpack(">d", updated_at)[0]
+    return (
+        rid,
+        tenant,
+        key_sealed,
+        text,
+        metadata,
+        sources,
+        when,
+        sealed_by,
+        wrapped,
+        kek_id and bytes(kek_id).decode(),
     )
 
 
