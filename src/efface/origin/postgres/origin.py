@@ -64,7 +64,7 @@ from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn, SnapshotEnded
 from ..ledger import SECRET_META
-from . import epochs, locks, maintenance, names, online, schema
+from . import epochs, locks, maintenance, names, online, pipeline, schema
 from .keys import Keys
 from .reads import GENERIC_FROM, HNSW_SETTINGS, PLANNED_GENERIC, PLANNED_IN_SNAPSHOT, PgReads, id_array
 from .rows import CLOSING_SQL, opened
@@ -233,7 +233,7 @@ class PostgresOrigin(PgReads):
         the ``SELECT``, which also has every prepared
         statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
         ``then``: a statement (prepared) and its arguments sent in the same round trip, after
-        them (psycopg's pipeline mode); its cursor is returned. ``generic``: the snapshot's
+        them (libpq's pipeline mode: :mod:`.pipeline`); its rows are returned. ``generic``: the snapshot's
         prepared statements on generic plans instead (``PLANNED_GENERIC``). ``last``: ``then``
         is the snapshot's last statement, and its ``COMMIT`` goes in the same round trip."""
         conn = self._local.conn
@@ -241,24 +241,23 @@ class PostgresOrigin(PgReads):
         # records locked before the snapshot is taken: the maintenance's online rewrite never
         # swaps a table under a snapshot older than the swap (online.reader_lock)
         lock_sql = online.reader_lock(self._s)
-        cur = None
+        rows = None
         self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
         if then is None:
             got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {lock_sql}; {epoch_sql}")
             got.nextset()  # past BEGIN's result to LOCK's
             got.nextset()  # to the SELECT's
+            row = got.fetchone()
         else:
-            with conn.pipeline():
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                conn.execute(lock_sql)
-                got = conn.execute(epoch_sql, prepare=True)
-                cur = conn.execute(then[0], then[1], binary=True, prepare=True)
-                if last:
-                    conn.execute("COMMIT")
+            try:
+                begin_sql = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", lock_sql)
+                row, rows = pipeline.begin(conn, begin_sql, epoch_sql, then, last=last)
+            except BaseException:
+                self._local.closed = conn.closed  # a connection closed half way is not committed
+                raise
             self._local.closed = self._local.early = last
-        row = got.fetchone()
         self._local.epoch = 0 if row is None else int(row[1])
-        return cur
+        return rows
 
     def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False, last: bool = False) -> list[Any]:
         """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
@@ -268,7 +267,7 @@ class PostgresOrigin(PgReads):
         prepared."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and not self._local.begun and not self._local.closed:
-            return self._begin((sql, args), generic=generic, last=last and self._ends_early()).fetchall()
+            return self._begin((sql, args), generic=generic, last=last and self._ends_early())
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
 
