@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -143,3 +144,23 @@ def test_a_forget_committed_just_before_a_recall_is_never_served(pg_db, kek, tmp
         assert "n5" in {r.key for r in rows.values()}  # what the snapshot saw: live when it began
         assert all(h.key != "n5" for h in b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=4))
         assert all(h.key != "n5" for h in a.recall("vermilion kettle zebra", tenant=T, purpose="p", k=4))
+
+
+def test_a_statement_failing_in_the_first_round_trip_raises_and_leaves_the_store_usable(pg_db, kek, tmp_path):
+    """The first round trip goes through libpq's pipeline directly (efface.origin.postgres.pipeline):
+    a statement of it that fails raises psycopg's error for it, as psycopg's pipeline did, the
+    snapshot's transaction is rolled back, and the connection goes back to the pool usable."""
+    with _open(pg_db, kek, tmp_path / "a") as s:
+        _write(s)
+        s.compact()
+        tenant = s._tenant(T)
+        o = s._origin
+        wrong = np.ones(s.embedder.dim + 1, dtype=np.float32)  # not the column's dimension
+        for _ in range(2):  # the statement prepared by the first, failing, or not
+            with pytest.raises(psycopg.errors.DataException), o.snapshot_deferred():
+                o.nearest_scored(wrong, 10, tenant, "p", None, time.time(), [1, 2], [1])
+            assert o._local.conn is None
+        with o._pool.connection() as conn:  # back in the pool idle, out of pipeline mode
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == ["n1", "n2"]
