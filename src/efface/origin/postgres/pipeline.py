@@ -37,22 +37,24 @@ from psycopg.adapt import Transformer
 if TYPE_CHECKING:
     import psycopg
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-_converted: dict[str, tuple[bytes, bytes, tuple[str, ...]]] = {}
-"""Each statement's text in libpq's form, its prepared name and its parameters' names in order."""
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s")
+_converted: dict[str, tuple[bytes, bytes, tuple[str | int, ...]]] = {}
+"""Each statement's text in libpq's form, its prepared name and its parameters in order (names,
+or places for positional ``%s``)."""
 _prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
 """The statements prepared on each connection (by name)."""
 
 
-def _convert(sql: str) -> tuple[bytes, bytes, tuple[str, ...]]:
+def _convert(sql: str) -> tuple[bytes, bytes, tuple[str | int, ...]]:
     got = _converted.get(sql)
     if got is None:
-        names: list[str] = []
+        names: list[str | int] = []
 
         def number(m: re.Match[str]) -> str:
-            if m.group(1) not in names:
-                names.append(m.group(1))
-            return f"${names.index(m.group(1)) + 1}"
+            name = m.group(1) or len(names)  # a positional %s: its place
+            if name not in names:
+                names.append(name)
+            return f"${names.index(name) + 1}"
 
         text = _PLACEHOLDER.sub(number, sql)
         name = b"efface_" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest().encode()
@@ -68,21 +70,28 @@ def _param(value: Any) -> tuple[bytes | None, int]:
         return None, 0
     if isinstance(value, np.ndarray):  # pgvector's binary form: dimension, unused, big-endian float32s
         return struct.pack(">HH", len(value), 0) + np.asarray(value, dtype=">f4").tobytes(), 1
+    if isinstance(value, bytes):
+        return value, 1
     if isinstance(value, float):
         return repr(value).encode(), 0
-    return str(value).encode(), 0
+    if isinstance(value, (list, tuple)):  # of ints: an array literal (the statement casts it)
+        return ("{" + ",".join(str(int(v)) for v in value) + "}").encode(), 0
+    if isinstance(value, bool | int | str):
+        return str(value).encode(), 0
+    raise TypeError(f"no text form here for a parameter of type {type(value).__name__}")
 
 
 def begin(
     conn: psycopg.Connection,
     begin_sql: Sequence[str],
     epoch_sql: str,
-    then: tuple[str, Mapping[str, Any]],
+    then: tuple[str, Mapping[str, Any] | Sequence[Any]],
     *,
     last: bool,
 ) -> tuple[Any, list[tuple[Any, ...]]]:
     """Send ``begin_sql`` (statements without parameters), ``epoch_sql`` and ``then`` (both
-    prepared; ``then`` with named placeholders), and ``COMMIT`` if ``last``, in one pipeline;
+    prepared; ``then`` with named or positional placeholders and their arguments), and
+    ``COMMIT`` if ``last``, in one pipeline;
     the epoch statement's first row and ``then``'s rows (results in binary)."""
     pg = conn.pgconn
     held = _prepared.setdefault(conn, set())
@@ -98,7 +107,7 @@ def begin(
                 if name not in held:
                     pg.send_prepare(name, text)
                     sent.append(False)
-                values = [_param(then[1][n]) for n in names]
+                values = [_param(then[1][n]) for n in names]  # type: ignore[index]
                 params, formats = [v for v, _f in values] or None, [f for _v, f in values] or None
                 pg.send_query_prepared(name, params, param_formats=formats, result_format=1)
                 sent.append(True)
