@@ -96,7 +96,7 @@ def begin(
     pg = conn.pgconn
     held = _prepared.setdefault(conn, set())
     statements = [_convert(epoch_sql), _convert(then[0])]
-    sent: list[bool] = []  # per result to come: whether it holds rows wanted
+    sent: list[bool | bytes] = []  # per result to come: True for rows wanted, a name for its prepare
     try:
         pg.enter_pipeline_mode()
         try:
@@ -106,7 +106,7 @@ def begin(
             for text, name, names in statements:
                 if name not in held:
                     pg.send_prepare(name, text)
-                    sent.append(False)
+                    sent.append(name)
                 values = [_param(then[1][n]) for n in names]  # type: ignore[index]
                 params, formats = [v for v, _f in values] or None, [f for _v, f in values] or None
                 pg.send_query_prepared(name, params, param_formats=formats, result_format=1)
@@ -122,12 +122,15 @@ def begin(
     except BaseException:
         conn.close()  # interrupted half way: never back to the pool like this
         raise
+    # prepared on the session whatever became of the transaction
+    held.update(
+        w for r, w in zip(results, sent, strict=True) if isinstance(w, bytes) and r.status == pq.ExecStatus.COMMAND_OK
+    )
     failed = next((r for r in results if r.status in (pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.PIPELINE_ABORTED)), None)
     if failed is not None:
         first = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), failed)
         raise errors.error_from_result(first, encoding=conn.info.encoding)
-    held.update(name for _t, name, _n in statements)
-    rows = [r for r, wanted in zip(results, sent, strict=True) if wanted]
+    rows = [r for r, wanted in zip(results, sent, strict=True) if wanted is True]
     tx = Transformer(conn)
     tx.set_pgresult(rows[0])
     epoch_row = tx.load_row(0, tuple) if rows[0].ntuples else None
