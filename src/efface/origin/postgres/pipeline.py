@@ -16,8 +16,13 @@ once, and the two results that hold rows are loaded without a cursor
   the statement, as it did for psycopg's).
 * **Errors.** A statement that fails raises psycopg's own error for it (as psycopg's pipeline
   did) once every result up to the pipeline's end is read, the connection back out of pipeline
-  mode (its transaction then aborted: the snapshot's end rolls it back). Anything else that
-  interrupts the exchange closes the connection, so the pool never hands out one left half way.
+  mode (its transaction then aborted: the snapshot's end rolls it back). psycopg deallocates
+  every prepared statement of a connection that rolls back (or runs a ``DROP``, an ``ALTER``, a
+  ``DISCARD ALL``) while it holds prepared statements of its own: a statement found gone raises
+  :class:`~efface.origin.capabilities.SnapshotEnded` (nothing was read: recall runs again, in
+  a new snapshot), and after any failure the connection's statements are prepared again, each
+  closed first. Anything else that interrupts the exchange closes the connection, so the pool
+  never hands out one left half way.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psycopg import errors, pq
 from psycopg.adapt import Transformer
+
+from ..capabilities import SnapshotEnded
 
 if TYPE_CHECKING:
     import psycopg
@@ -104,9 +111,10 @@ def begin(
                 pg.send_query_params(sql.encode(), None)
                 sent.append(False)
             for text, name, names in statements:
-                if name not in held:
+                if name not in held:  # closed first: one left from before is not an error then
+                    pg.send_close_prepared(name)
                     pg.send_prepare(name, text)
-                    sent.append(name)
+                    sent += [False, name]
                 values = [_param(then[1][n]) for n in names]  # type: ignore[index]
                 params, formats = [v for v, _f in values] or None, [f for _v, f in values] or None
                 pg.send_query_prepared(name, params, param_formats=formats, result_format=1)
@@ -122,14 +130,16 @@ def begin(
     except BaseException:
         conn.close()  # interrupted half way: never back to the pool like this
         raise
-    # prepared on the session whatever became of the transaction
-    held.update(
-        w for r, w in zip(results, sent, strict=True) if isinstance(w, bytes) and r.status == pq.ExecStatus.COMMAND_OK
-    )
     failed = next((r for r in results if r.status in (pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.PIPELINE_ABORTED)), None)
     if failed is not None:
+        # the transaction's end (a rollback) may have psycopg deallocate every statement: prepared again
+        held.clear()
         first = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), failed)
+        if first.error_field(pq.DiagnosticField.SQLSTATE) == b"26000":  # gone (psycopg's DEALLOCATE ALL)
+            _prepared.clear()  # any connection's may be: each prepares them again, closing them first
+            raise SnapshotEnded()  # the snapshot read nothing: run again, in a new one
         raise errors.error_from_result(first, encoding=conn.info.encoding)
+    held.update(w for w in sent if isinstance(w, bytes))
     rows = [r for r, wanted in zip(results, sent, strict=True) if wanted is True]
     tx = Transformer(conn)
     tx.set_pgresult(rows[0])
