@@ -234,8 +234,8 @@ class PgText:
         """The records ``words`` find (of ``tenant``, if given) and their BM25 over ``words``
         and ``scoring`` (:meth:`.postings.Postings.scores`)."""
         with self._mu:
-            found = self._matches(self._terms(words), tenant)
-            return Ranking(found, self._post.scores(found, self._terms([*words, *scoring])))
+            pinned = self._o.words_epoch()
+            return Ranking(*self._post.ranking(self._terms(words), self._terms([*words, *scoring]), tenant, pinned))
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int
