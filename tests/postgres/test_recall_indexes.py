@@ -1,10 +1,11 @@
-"""Claims' liveness answered from an index (schema migration 10, issue #34 item 6).
+"""Recall's indexes of schema migration 10 (issue #34 item 6): claims' liveness answered from
+an index, and the HNSW graph built with fewer neighbours a node (``schema.HNSW_BUILD``).
 
 Recall checks each of its ~150 candidates for a live claim (a subquery per record:
 ``reads.live_claim``). Through the index by ``record_id`` alone each check read the claim's
 row too; the index by record and purpose carrying the subject and the expiry answers it from
 the index alone where the table's pages are all-visible. A store made before it gets it when
-this efface opens it, and recalls the same records with the same scores."""
+this efface opens it (its graph rebuilt), and recalls the same records with the same scores."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _open(pg_db, kek, cache):
 
 def _indexes(conn) -> set[str]:
     return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'efface' AND tablename = 'claims'")}
+
+
+def _graph(conn) -> str:
+    return conn.execute("SELECT pg_get_indexdef(to_regclass('efface.records_embedding'))").fetchone()[0]
 
 
 def _recalls(store, queries, **kw) -> list[list[tuple[str, float]]]:
@@ -54,12 +59,15 @@ def test_a_store_at_schema_9_is_migrated_and_recalls_the_same(pg_db, kek, tmp_pa
         with pg_db.connect() as conn:
             assert schema.schema_version(conn) == 9
             assert "claims_record" in _indexes(conn) and CLAIMS_LIVE_INDEX not in _indexes(conn)
+            assert "m=" not in _graph(conn).replace(" ", "")  # pgvector's defaults
     assert all(before) and all(before_subject)
     with _open(pg_db, kek, tmp_path / "c") as s:
         with pg_db.connect() as conn:
             assert schema.schema_version(conn) == 10 == schema.SCHEMA_VERSION
             have = _indexes(conn)
             assert CLAIMS_LIVE_INDEX in have and "claims_record" not in have, have
+            graph = _graph(conn).replace(" ", "")
+            assert "hnsw" in graph and "m='8'" in graph and "ef_construction='128'" in graph, graph
         assert _recalls(s, queries) == before
         assert _recalls(s, queries, subject="s1") == before_subject
         assert "k3" not in {k for hits in _recalls(s, queries) for k, _ in hits}
