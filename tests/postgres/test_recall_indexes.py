@@ -9,8 +9,6 @@ this efface opens it (its graph rebuilt), and recalls the same records with the 
 
 from __future__ import annotations
 
-import numpy as np
-
 import efface
 from efface.origin.postgres import schema
 from efface.origin.postgres.reads import live_claim
@@ -25,7 +23,10 @@ def _open(pg_db, kek, cache):
 
 
 def _indexes(conn) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'efface' AND tablename = 'claims'")}
+    return {
+        r[0]
+        for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'efface' AND tablename = 'claims'")
+    }
 
 
 def _graph(conn) -> str:
@@ -39,7 +40,11 @@ def _recalls(store, queries, **kw) -> list[list[tuple[str, float]]]:
 def test_a_store_at_schema_9_is_migrated_and_recalls_the_same(pg_db, kek, tmp_path, monkeypatch):
     words = ["river", "stone", "lamp", "paper", "cloud", "garden", "engine", "violin"]
     items = [
-        {"key": f"k{i}", "text": f"note {i} about the {words[i % 8]} and the {words[(i * 3) % 8]}", "subject": f"s{i % 3}"}
+        {
+            "key": f"k{i}",
+            "text": f"note {i} about the {words[i % 8]} and the {words[(i * 3) % 8]}",
+            "subject": f"s{i % 3}",
+        }
         for i in range(60)
     ]
     queries = ["the river and the stone", "a lamp in the garden", "engine", "violin paper cloud"]

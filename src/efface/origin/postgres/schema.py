@@ -390,11 +390,12 @@ It leads with ``record_id``, so it serves every look-up of a record's claims the
 HNSW_BUILD = "m = 8, ef_construction = 128"
 """The build parameters of the HNSW index of ``records.embedding`` (migration 10; pgvector's
 defaults are ``m = 16, ef_construction = 64``). Measured at 100k records (hashing vectors,
-recall's statement, 1GB of buffers): the search's CPU 13-18 % less at the same
-``hnsw.ef_search``; an insert's about 14 % less; against an exact scan, 49 % of the 50 nearest
-found, where a graph built with the defaults in one ``CREATE INDEX`` (as the maintenance's
-rewrite builds it) finds 47 % and one grown by inserts 52 % (docs/postgres.md, *Recall*).
-The maintenance's rewrite of ``records`` keeps them (it copies each index's definition)."""
+recall's statement, 1GB of buffers): the graph walk's CPU about 12 % less at the same
+``hnsw.ef_search``, an insert's about 14 % less (into 20k records); against an exact scan,
+49 % of the 50 nearest found, where a graph built with the defaults in one ``CREATE INDEX``
+(as the maintenance's rewrite builds it) finds 47 % and one grown by inserts 52 %; ``m = 8``
+with pgvector's ``ef_construction`` 64 found 41 % (docs/postgres.md, *Recall*). The
+maintenance's rewrite of ``records`` keeps them (it copies each index's definition)."""
 
 _V10 = (
     f"CREATE INDEX IF NOT EXISTS {CLAIMS_LIVE_INDEX} ON {{s}}.claims(record_id, purpose) INCLUDE (subject, expires_at)",
