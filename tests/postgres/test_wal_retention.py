@@ -149,6 +149,24 @@ def test_a_slot_that_keeps_the_wal_ends_the_pass_with_its_name(small_wal, kek, t
             wal = v.copies["postgres.primary.wal"]
             assert wal.state == "present" and "efface_wal_held" in wal.reason, wal
             assert v.copies["postgres.replica.slot:efface_wal_held"].state == "cannot_verify"
+            assert "a new pass over the WAL is owed" in wal.reason
+            assert s._origin.erased_epoch() < receipt.epoch, "the compactor owes the erasure a new pass"
+            assert s._origin.maintain() is True  # the slot still holds it: ends at once again
+            with small_wal.connect() as conn:
+                conn.execute("SELECT pg_drop_replication_slot('efface_wal_held')")
+            # the slot gone, a verification finds the WAL still holding the erasure and owes it a
+            # pass, which the compactor's rounds run without a new forget
+            assert s.verify(receipt.handle).copies["postgres.primary.wal"].state == "present"
+            assert s.wait(receipt.handle, 120, until="erased").erased
+            with s._origin._pool.connection() as conn:
+                noted = maintenance.note(conn, "efface")
+            assert noted["retaken"] == receipt.epoch and noted["lacking"] == [], noted
+            v = s.verify(receipt.handle)
+            assert v.copies["postgres.primary.wal"].state == "erased", v.copies["postgres.primary.wal"]
+            assert v.level == "erased", [c for c in v.checks if c.outcome != "pass"]
     finally:
         with small_wal.connect() as conn:
-            conn.execute("SELECT pg_drop_replication_slot('efface_wal_held')")
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                ("efface_wal_held",),
+            )

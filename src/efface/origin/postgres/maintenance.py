@@ -99,7 +99,7 @@ again, until :data:`LOCK_PATIENCE`."""
 LOCK_PATIENCE = 30.0
 """Seconds a run keeps trying to rewrite a table (a long read holds it) before it gives up
 (the compactor's next round tries again)."""
-SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+SEGMENT = walpass.SEGMENT
 GRAPH_MEM_MAX = 2 * 2**30
 """The most ``maintenance_work_mem`` this maintenance raises its own session to (bytes), so that
 the rewrite of ``records`` rebuilds its HNSW graph in memory (:func:`index_memory`). Past it,
@@ -201,7 +201,8 @@ class Maintenance:
         online.clean(conn, s)  # what a run killed during the online rewrite left, first
         target = epochs.current(conn, schema=s)
         done = maintained(conn, s)
-        if target <= done:
+        retake = walpass.owed(conn, s)  # a verification found an erasure still in the WAL
+        if target <= done and not retake:
             return note(conn, s)
         pending = walpass.load(conn, s)  # a WAL pass that an earlier run began (its rewrite done)
         rewritten = max(done, pending.epoch) if pending is not None else done
@@ -221,7 +222,13 @@ class Maintenance:
             report = pending.report
         else:
             report = {"epoch": target, "erasures": False, "lacking": []}
+            if retake and r.checkpoint and r.switch_wal:
+                report["retaken"] = retake
+                pending = walpass.begin(conn, r.data_dir, target, report)
         report["epoch"] = target
+        if pending is not None and not (r.checkpoint and r.switch_wal):
+            report["lacking"] += list(r.lacking)  # begun by a role with the rights: this one cannot go on
+            pending = None
         if pending is not None:
             ended = walpass.run(conn, s, r.data_dir, pending, self.slice_s)
             report["wal_rounds"] = pending.rounds

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import psycopg
 
+SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+"""A WAL segment file's name in ``pg_wal`` (not its status folders)."""
 PROGRESS = "maintenance.wal"
 """Meta key: the pass under way (JSON of :class:`Pass`), absent when none is."""
+OWED = "maintenance.wal_owed"
+"""Meta key: the oldest epoch a verification found still in the WAL after the maintenance that
+covered it had ended (:func:`owe`): a new pass is owed, and the origin's erased epoch stays
+below it until one ends."""
 TICK = "maintenance.tick"
 """Meta key written before each switch (a switch needs WAL written since the last one)."""
 SLICE_S = 10.0
@@ -97,8 +104,6 @@ def segment_number(name: str, segsize: int) -> int:
 
 def _files(data_dir: str, segsize: int) -> dict[int, tuple[int, str]]:
     """The segment files in ``pg_wal`` now: inode -> (segment number, name)."""
-    from .maintenance import SEGMENT
-
     out: dict[int, tuple[int, str]] = {}
     with os.scandir(os.path.join(data_dir, "pg_wal")) as it:
         for e in it:
@@ -149,7 +154,26 @@ def save(conn: psycopg.Connection, schema: str, p: Pass) -> None:
 
 
 def clear(conn: psycopg.Connection, schema: str) -> None:
-    conn.execute(f"DELETE FROM {schema}.meta WHERE k = %s", (PROGRESS,))
+    """The pass ended: no progress kept, no pass owed (it covered what was found)."""
+    conn.execute(f"DELETE FROM {schema}.meta WHERE k = ANY(%s)", ([PROGRESS, OWED],))
+
+
+def owe(conn: psycopg.Connection, schema: str, epoch: int) -> None:
+    """A verification found the erasure at ``epoch`` in the WAL after its maintenance ended (a
+    pass that a slot held, a database maintained by an older efface whose rounds stopped at 256):
+    the next maintenance runs a new pass (the compactor's next round, as the erased epoch falls
+    below ``epoch``)."""
+    conn.execute(
+        f"INSERT INTO {schema}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
+        f" SET v = least({schema}.meta.v::bigint, excluded.v::bigint)::text",
+        (OWED, str(epoch)),
+    )
+
+
+def owed(conn: psycopg.Connection, schema: str) -> int:
+    """The epoch :func:`owe` recorded; 0: no pass is owed."""
+    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (OWED,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def progress(conn: psycopg.Connection, schema: str) -> str | None:
