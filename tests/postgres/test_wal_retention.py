@@ -127,9 +127,22 @@ def test_a_pass_goes_on_in_slices_and_the_verification_says_how_far_it_is(small_
         with s._origin._pool.connection() as conn:
             second = walpass.load(conn, "efface")
         assert second is not None and second.rounds == 2, "the second run went on from the first's progress"
+        # an erasure while the pass goes on: the pass ends first (covering its own epoch), the
+        # next run rewrites for the new one and begins a pass of its own
+        s.write("n2", OTHER, tenant=T, subject="ob2", purpose="support")
+        later = s.forget(tenant=T, subject="ob2")
         s._origin._maint.slice_s = 60.0
+        assert s._origin.maintain() is False, "the run ended the pass under way, not the new erasure's"
+        assert receipt.epoch <= s._origin.erased_epoch() < later.epoch
+        # (not verified here: the later write, after this pass began, wrote the tenant's data key
+        # row again, whose name hash the first erasure deleted; its pass is the next one)
+        with s._origin._pool.connection() as conn:
+            assert walpass.load(conn, "efface") is None
+            assert maintenance.note(conn, "efface")["wal"]["left"] == 0
         assert s._origin.maintain() is True
-        assert s.verify(receipt.handle).copies["postgres.primary.wal"].state == "erased"
+        assert s._origin.erased_epoch() >= later.epoch
+        for handle in (receipt.handle, later.handle):
+            assert s.verify(handle).copies["postgres.primary.wal"].state == "erased"
 
 
 def test_a_slot_that_keeps_the_wal_ends_the_pass_with_its_name(small_wal, kek, tmp_path):

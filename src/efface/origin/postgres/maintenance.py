@@ -214,6 +214,10 @@ class Maintenance:
             (rewritten, target, [REWRITE_KIND, MOVED_KIND], rewritten, target),
         ).fetchone()
         r = rights(conn, self.data_dir, s)
+        if pending is not None and owed is not None:
+            # erasures since the pass began: it ends first (covering its own epoch), the next run
+            # rewrites for them, so a stream of erasures cannot keep every pass from ending
+            target, owed = pending.epoch, None
         if owed is not None:
             report = self._rewrite_all(conn, r, rewritten, target)
             # a pass over the WAL as the server holds it now (an earlier pass's segments among it)
@@ -229,19 +233,8 @@ class Maintenance:
         if pending is not None and not (r.checkpoint and r.switch_wal):
             report["lacking"] += list(r.lacking)  # begun by a role with the rights: this one cannot go on
             pending = None
-        if pending is not None:
-            ended = walpass.run(conn, s, r.data_dir, pending, self.slice_s)
-            report["wal_rounds"] = pending.rounds
-            report["wal_slices"] = report.get("wal_slices", 0) + 1
-            if ended is None:  # segments left: the next run (the compactor's next round) goes on
-                report["seconds"] = round(report.get("seconds", 0) + time.monotonic() - t0, 3)
-                pending.report = report
-                with conn.transaction():
-                    walpass.save(conn, s, pending)
-                return report
-            report["wal"] = {"noted": pending.noted, "rounds": pending.rounds, "left": pending.remaining()}
-            if ended:
-                report["lacking"].append(ended)
+        if pending is not None and not walpass.go_on(conn, s, r.data_dir, pending, report, self.slice_s, t0):
+            return report  # segments left: the next run (the compactor's next round) goes on
         report["seconds"] = round(report.get("seconds", 0) + time.monotonic() - t0, 3)
         with conn.transaction():
             conn.execute(

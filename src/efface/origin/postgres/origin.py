@@ -494,7 +494,12 @@ class PostgresOrigin(PgReads):
         kept below an epoch a verification found still in the WAL until a new pass ends. That
         it ran is not a byte proof: :meth:`copy_checks` says, per copy, what was checked."""
         with self._reading() as conn:
-            done, retake = maintenance.maintained(conn, self._s), walpass.owed(conn, self._s)
+            row = conn.execute(
+                f"SELECT max(v) FILTER (WHERE k = %s), max(v) FILTER (WHERE k = %s) FROM {self._s}.meta"
+                " WHERE k = ANY(%s)",
+                (maintenance.EPOCH, walpass.OWED, [maintenance.EPOCH, walpass.OWED]),
+            ).fetchone()
+        done, retake = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
         return min(done, retake - 1) if retake else done
 
     def maintain(self) -> bool:

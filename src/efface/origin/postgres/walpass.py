@@ -213,6 +213,33 @@ def _held(conn: psycopg.Connection, p: Pass, kept: list[int], segsize: int, acti
     return None
 
 
+def go_on(
+    conn: psycopg.Connection,
+    schema: str,
+    data_dir: str | None,
+    p: Pass,
+    report: dict[str, Any],
+    budget_s: float,
+    t0: float,
+) -> bool:
+    """A slice of the pass ``p`` (:func:`run`), noted in the maintenance's ``report`` (its run
+    began at ``t0``, ``time.monotonic``). True: the pass ended (why early, if it did, among
+    ``report["lacking"]``); False: it goes on, its progress saved in meta."""
+    ended = run(conn, schema, data_dir, p, budget_s)
+    report["wal_rounds"] = p.rounds
+    report["wal_slices"] = report.get("wal_slices", 0) + 1
+    if ended is None:
+        report["seconds"] = round(report.get("seconds", 0) + time.monotonic() - t0, 3)
+        p.report = report
+        with conn.transaction():
+            save(conn, schema, p)
+        return False
+    report["wal"] = {"noted": p.noted, "rounds": p.rounds, "left": p.remaining()}
+    if ended:
+        report["lacking"].append(ended)
+    return True
+
+
 def run(conn: psycopg.Connection, schema: str, data_dir: str | None, p: Pass, budget_s: float = SLICE_S) -> str | None:
     """Rounds of the pass ``p`` (updated in place) for up to ``budget_s`` seconds. Returns
     None while segments are left (the pass goes on later); ``""`` when it is done; else why
