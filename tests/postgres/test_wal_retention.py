@@ -134,8 +134,8 @@ def test_a_pass_goes_on_in_slices_and_the_verification_says_how_far_it_is(small_
         s._origin._maint.slice_s = 60.0
         assert s._origin.maintain() is False, "the run ended the pass under way, not the new erasure's"
         assert receipt.epoch <= s._origin.erased_epoch() < later.epoch
-        # (not verified here: the later write, after this pass began, wrote the tenant's data key
-        # row again, whose name hash the first erasure deleted; its pass is the next one)
+        # (not verified here: the later write, after this pass began, wrote a data_keys row
+        # again whose name hash the first erasure had deleted; the next pass covers it)
         with s._origin._pool.connection() as conn:
             assert walpass.load(conn, "efface") is None
             assert maintenance.note(conn, "efface")["wal"]["left"] == 0
