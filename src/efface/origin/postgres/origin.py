@@ -66,7 +66,7 @@ from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from ..ledger import SECRET_META
-from . import epochs, locks, maintenance, names, online, schema, walpass
+from . import buffers, epochs, locks, maintenance, names, online, schema, walpass
 from .keys import Keys
 from .reads import (
     GENERIC_FROM,
@@ -157,6 +157,8 @@ class PostgresOrigin(PgReads):
                     names.rewrite_clear_names(self._w, self._sealer, self._s, time.time())
             epochs.backfill_lsns(self._w, schema=self._s)
             _configure(self._w)
+            if (hint := buffers.check(self._w, self._s)) is not None:
+                log.warning(hint)
             self._pool = ConnectionPool(
                 url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, configure=_configure, open=True
             )
