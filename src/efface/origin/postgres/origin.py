@@ -48,6 +48,7 @@ database that several efface processes may share.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -65,7 +66,7 @@ from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from ..ledger import SECRET_META
-from . import epochs, locks, maintenance, names, online, schema
+from . import buffers, epochs, locks, maintenance, names, online, schema, walpass
 from .keys import Keys
 from .reads import (
     GENERIC_FROM,
@@ -156,6 +157,8 @@ class PostgresOrigin(PgReads):
                     names.rewrite_clear_names(self._w, self._sealer, self._s, time.time())
             epochs.backfill_lsns(self._w, schema=self._s)
             _configure(self._w)
+            if (hint := buffers.check(self._w, self._s)) is not None:
+                log.warning(hint)
             self._pool = ConnectionPool(
                 url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, configure=_configure, open=True
             )
@@ -488,15 +491,23 @@ class PostgresOrigin(PgReads):
         return seq, digest
 
     def erased_epoch(self) -> int:
-        """The newest epoch the last finished maintenance covered (:mod:`.maintenance`),
-        as the database records it for every server. That it ran is not a byte proof:
-        :meth:`copy_checks` says, per copy, what was checked."""
+        """The newest epoch the last finished maintenance covered (:mod:`.maintenance`; its
+        WAL pass included, :mod:`.walpass`), as the database records it for every server,
+        kept below an epoch a verification found still in the WAL until a new pass ends. That
+        it ran is not a byte proof: :meth:`copy_checks` says, per copy, what was checked."""
         with self._reading() as conn:
-            return maintenance.maintained(conn, self._s)
+            row = conn.execute(
+                f"SELECT max(v) FILTER (WHERE k = %s), max(v) FILTER (WHERE k = %s) FROM {self._s}.meta"
+                " WHERE k = ANY(%s)",
+                (maintenance.EPOCH, walpass.OWED, [maintenance.EPOCH, walpass.OWED]),
+            ).fetchone()
+        done, retake = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        return min(done, retake - 1) if retake else done
 
     def maintain(self) -> bool:
         """One maintenance run (:class:`~efface.origin.base.Maintained`); False when another
-        server runs it now or it failed (the compactor's next round tries again)."""
+        server runs it now, it failed, or its WAL pass goes on (the compactor's next round
+        goes on with it)."""
         if self._closed:
             return False
         target = self.current_epoch()
@@ -535,7 +546,19 @@ class PostgresOrigin(PgReads):
         """Per copy on the server (the primary's files and WAL, each replica), its state for
         the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
         with self._reading() as conn:
-            return maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+            out = maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+        wal = [
+            i for i, (name, state, _) in enumerate(out) if name == "postgres.primary.wal" and state.state == "present"
+        ]
+        if wal and not self._closed:
+            # the maintenance covered this erasure, yet the WAL still holds it (a pass a slot held,
+            # a database maintained by an older efface): a new pass, owed to the compactor
+            with self._pool.connection() as conn:
+                walpass.owe(conn, self._s, epoch)
+            name, state, check = out[wal[0]]
+            state = CopyState(state.state, f"{state.reason}; a new pass over the WAL is owed to the maintenance")
+            out[wal[0]] = (name, state, dataclasses.replace(check, detail=f"{state.state}: {state.reason}"))
+        return out
 
     def copy_names(self) -> list[str]:
         """The copies on the server now (:func:`.maintenance.copy_names`)."""
