@@ -9,6 +9,8 @@ this efface opens it (its graph rebuilt), and recalls the same records with the 
 
 from __future__ import annotations
 
+import pytest
+
 import efface
 from efface.origin.postgres import schema
 from efface.origin.postgres.reads import live_claim
@@ -106,3 +108,40 @@ def test_the_live_claim_check_reads_the_index_only(pg_db):
                 if i % 3 != 0 and i % 7 != 0 and (subject is None)  # no claim has subject 'x'
             }
             assert live == want
+
+
+def test_migration_10_never_locks_reads_while_it_builds(pg_db, kek, tmp_path, monkeypatch):
+    """Migration 10 builds its two indexes (the graph about 50 s at 100k records) before it drops
+    the old ones: a ``DROP INDEX`` locks its table against every read until the migration's
+    commit, so a drop before a build would stop every other server's reads for the build's
+    length. Each of its statements is run in one open transaction; after each one up to the
+    graph's build, another connection still reads ``records`` and ``claims`` at once."""
+    import psycopg
+
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+        m.setattr(schema, "SCHEMA_VERSION", 9)
+        with _open(pg_db, kek, tmp_path / "c") as s:
+            s.write_many(
+                [{"key": f"k{i}", "text": f"note {i}", "subject": "s"} for i in range(20)], tenant=T, purpose=P
+            )
+    v10 = next(m for m in schema.MIGRATIONS if m.version == 10).statements
+    build = next(i for i, st in enumerate(v10) if "USING hnsw" in st)
+    probe = [
+        "SELECT count(*) FROM efface.records WHERE embedding IS NOT NULL",
+        "SELECT count(*) FROM efface.claims WHERE purpose = 'assistant'",
+    ]
+    with psycopg.connect(pg_db.url, autocommit=True) as mig, psycopg.connect(pg_db.url, autocommit=True) as reader:
+        reader.execute("SET lock_timeout = '2s'")
+        with mig.transaction():
+            for stmt in v10[: build + 1]:
+                mig.execute(stmt.format(s="efface"))
+                for q in probe:
+                    assert reader.execute(q).fetchone()[0] >= 1
+            for stmt in v10[build + 1 :]:
+                mig.execute(stmt.format(s="efface"))
+            # from the first drop on, reads wait for the commit (the order is the point)
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                reader.execute(probe[0])
+    with _open(pg_db, kek, tmp_path / "c") as s:
+        assert len(s.recall("note 3", tenant=T, purpose=P, k=3)) == 3

@@ -99,7 +99,7 @@ index by record alone: recall's check of each candidate's live claim (:func:`.re
 reads the index only, not the claim's row. And the HNSW graph of ``records.embedding`` built
 again with :data:`HNSW_BUILD` (8 neighbours a node instead of pgvector's 16): a search visits
 about half the vectors for the same width; the index is rebuilt in the migration (about 50 s
-of one core at 100k records here, writes to ``records`` wait for it)."""
+of one core at 100k records here; writes to ``records`` wait for it, reads do not)."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
@@ -398,10 +398,14 @@ with pgvector's ``ef_construction`` 64 found 41 % (docs/postgres.md, *Recall*). 
 maintenance's rewrite of ``records`` keeps them (it copies each index's definition)."""
 
 _V10 = (
+    # Both new indexes built first (a SHARE lock: reads go on, writes wait), the old ones
+    # dropped last: a DROP INDEX locks its table against every read until the migration's
+    # commit, which must not span the build of a graph (about 50 s at 100k records).
     f"CREATE INDEX IF NOT EXISTS {CLAIMS_LIVE_INDEX} ON {{s}}.claims(record_id, purpose) INCLUDE (subject, expires_at)",
-    "DROP INDEX IF EXISTS {s}.claims_record",
+    f"CREATE INDEX records_embedding_v10 ON {{s}}.records USING hnsw (embedding vector_cosine_ops) WITH ({HNSW_BUILD})",
     "DROP INDEX IF EXISTS {s}.records_embedding",
-    f"CREATE INDEX records_embedding ON {{s}}.records USING hnsw (embedding vector_cosine_ops) WITH ({HNSW_BUILD})",
+    "ALTER INDEX {s}.records_embedding_v10 RENAME TO records_embedding",
+    "DROP INDEX IF EXISTS {s}.claims_record",
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
