@@ -317,9 +317,15 @@ def _wait_ready(server: Server, timeout: float) -> None:
 
 
 def start_primary(
-    base: Path, *, settings: dict[str, str] | None = None, timeout: float = 60.0, name: str = "primary"
+    base: Path,
+    *,
+    settings: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    name: str = "primary",
+    initdb_args: tuple[str, ...] = (),
 ) -> Server:
-    """``initdb`` a new cluster under ``base`` and start it; ``settings`` override :data:`TEST_SETTINGS`."""
+    """``initdb`` a new cluster under ``base`` and start it; ``settings`` override :data:`TEST_SETTINGS`;
+    ``initdb_args`` go to ``initdb`` (``--wal-segsize=1``, say)."""
     t0 = time.monotonic()
     who = run_as()
     inst = install(who)
@@ -339,6 +345,7 @@ def start_primary(
             "--locale=C",
             "--no-sync",
             "--no-instructions",
+            *initdb_args,
         ],
         who,
         "initdb",

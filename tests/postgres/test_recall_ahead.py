@@ -68,7 +68,7 @@ def test_a_recall_whose_rows_were_read_ahead_ends_in_one_round_trip(pg_db, kek, 
         assert [h.key for h in hits] == ["n1", "n2"]
         assert hits[0].text == "a vermilion kettle whistles on the zebra stove" and "fts" in hits[0].via
         assert opened_calls == [2]  # one opening, of the two rows read ahead
-        assert s._origin._early == [0, 0]  # no snapshot had to be read again
+        assert (s._origin._early.left, s._origin._early.after) == (0, 0)  # no snapshot had to be read again
         ann = {p.name: p for p in s._paths}["ann"]
         assert isinstance(ann, OriginVectors)
         tenant = s._tenant(T)
@@ -78,12 +78,12 @@ def test_a_recall_whose_rows_were_read_ahead_ends_in_one_round_trip(pg_db, kek, 
             ann.live_scored(q, 10, ids, ids[:1])
             with pytest.raises(SnapshotEnded):  # a read it needs beyond what it read ahead
                 s._origin.records_by_id_closing(ids)
-        assert s._origin._early == [1, 1]  # the next snapshot does not end early
+        assert (s._origin._early.left, s._origin._early.after) == (1, 1)  # the next snapshot does not end early
         with s._origin.snapshot_deferred():
             ann.live_scored(q, 10, ids, ids[:1])
             assert s._origin.snapshot_epoch() is not None
             assert len(s._origin.records_by_id_closing(ids)) == 4
-        assert s._origin._early == [0, 1]
+        assert (s._origin._early.left, s._origin._early.after) == (0, 1)
 
 
 def test_a_record_not_read_ahead_is_read_at_the_close(pg_db, kek, tmp_path, opened_calls):
@@ -122,11 +122,11 @@ def test_a_forget_committed_just_before_a_recall_is_never_served(pg_db, kek, tmp
         _write(a)
         a.compact()
         assert [h.key for h in b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=1)] == ["n1"]
-        assert b._origin._early == [0, 0]
+        assert (b._origin._early.left, b._origin._early.after) == (0, 0)
         a.forget(tenant=T, subject="alice")  # n1, committed by the other store
         hits = b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=1)
         assert [h.key for h in hits] == ["n2"]
-        assert b._origin._early[1] == 1  # it ran again
+        assert b._origin._early.after == 1  # it ran again
         assert all(h.key != "n1" for h in b.recall("vermilion kettle zebra", tenant=T, purpose="p", k=4))
 
         # read ahead in a snapshot, then forgotten by the other store: the snapshot's own state
@@ -137,7 +137,7 @@ def test_a_forget_committed_just_before_a_recall_is_never_served(pg_db, kek, tmp
         vec = b.embedder.embed(["vermilion kettle zebra"])[0]
         q = Query(tenant, "vermilion kettle zebra", vec, "p", None, time.time())
         ids = sorted(rid for rid, _ in b._origin.records_of_tenant(tenant))
-        b._origin._early[:] = [0, 0]
+        b._origin._early.left = b._origin._early.after = 0
         with b._origin.snapshot_deferred():
             _near, others = ann.live_scored(q, 10, ids, ids)
             a.forget(tenant=T, subject="carol")

@@ -21,15 +21,19 @@ work to the holder, whose recorded epoch covers it):
    Needs the tables' owner (efface's role is).
 3. ``CHECKPOINT``, so the old files are unlinked and the pages are on disk. Needs superuser
    or the ``pg_checkpoint`` role (PostgreSQL 15+).
-4. **Switches the WAL past its retention**: rounds of (a small write, ``pg_switch_wal()``,
-   ``CHECKPOINT``), one more than the segments in ``pg_wal`` (a recycled segment keeps its
-   old bytes until it is written over and switched out of). Needs ``EXECUTE`` on
-   ``pg_switch_wal()`` (superuser, or granted) and the checkpoint right.
+4. **Switches the WAL past its retention** (:mod:`.walpass`): rounds of (a small write,
+   ``pg_switch_wal()``, ``CHECKPOINT``) until every segment ``pg_wal`` held is gone or written
+   anew and switched out of (a recycled segment keeps its old bytes until then), however many
+   the server keeps; in slices of :data:`.walpass.SLICE_S` seconds, the lock let go between
+   them, the pass kept in meta: the epoch is covered only when it ends, so the compactor's
+   next rounds go on with it. Needs ``EXECUTE`` on ``pg_switch_wal()`` (superuser, or
+   granted) and the checkpoint right.
 
 What it could not do it records with the epoch it covered (meta :data:`EPOCH`,
-:data:`NOTE`), shared by every server: the ladder then says ``cannot_verify`` for the copies
-that needed it, with the reason. It never claims: :meth:`Copies.checks` scans the server's
-files (when this process can read them) after it, and says per copy what it found.
+:data:`NOTE`; a replication slot that keeps the WAL, say), shared by every server: the
+ladder then says ``cannot_verify`` for the copies that needed it, or names it beside what a
+scan finds. It never claims: :meth:`Copies.checks` scans the server's files (when this
+process can read them) after it, and says per copy what it found.
 
 ``GRANT pg_checkpoint TO efface; GRANT EXECUTE ON FUNCTION pg_switch_wal() TO efface;``
 gives a non-superuser role what steps 3 and 4 need; reading the data directory needs the
@@ -50,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...model import Check, CopyState
 from ..capabilities import ScanFn
-from . import epochs, online
+from . import epochs, online, walpass
 from .hashsecret import MOVED_KIND, STATISTICS_DROPPED
 from .names import REWRITE_KIND
 
@@ -83,9 +87,6 @@ EPOCH = "maintenance.epoch"
 """Meta key: the newest epoch the last finished maintenance covered."""
 NOTE = "maintenance.note"
 """Meta key: what that maintenance did and could not do (JSON: counts and reasons)."""
-TICK = "maintenance.tick"
-"""Meta key written between WAL switches (a switch needs WAL written since the last one)."""
-MAX_ROUNDS = 256
 LOCK_TIMEOUT = "30s"
 """How long a statement of a maintenance run waits for a lock before this run gives up."""
 REWRITE_ATTEMPT = "1s"
@@ -98,7 +99,7 @@ again, until :data:`LOCK_PATIENCE`."""
 LOCK_PATIENCE = 30.0
 """Seconds a run keeps trying to rewrite a table (a long read holds it) before it gives up
 (the compactor's next round tries again)."""
-SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+SEGMENT = walpass.SEGMENT
 GRAPH_MEM_MAX = 2 * 2**30
 """The most ``maintenance_work_mem`` this maintenance raises its own session to (bytes), so that
 the rewrite of ``records`` rebuilds its HNSW graph in memory (:func:`index_memory`). Past it,
@@ -179,6 +180,8 @@ class Maintenance:
     """Where a second connection goes (the online rewrite's); None: ``conn``'s own parameters."""
     online: bool = True
     """Rewrite ``records`` and ``claims`` online (:mod:`.online`); False: ``VACUUM FULL`` as the other tables."""
+    slice_s: float = walpass.SLICE_S
+    """Seconds of WAL rounds one run does at most before it lets the lock go (:mod:`.walpass`)."""
 
     def run(self, conn: psycopg.Connection) -> dict[str, Any] | None:
         """One maintenance run on ``conn`` (autocommit, this run's own); None when another
@@ -193,79 +196,46 @@ class Maintenance:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK,))
 
     def _run(self, conn: psycopg.Connection) -> dict[str, Any]:
-        import psycopg
-
         s = self.schema
         t0 = time.monotonic()
         online.clean(conn, s)  # what a run killed during the online rewrite left, first
         target = epochs.current(conn, schema=s)
         done = maintained(conn, s)
-        if target <= done:
+        retake = walpass.owed(conn, s)  # a verification found an erasure still in the WAL
+        if target <= done and not retake:
             return note(conn, s)
+        pending = walpass.load(conn, s)  # a WAL pass that an earlier run began (its rewrite done)
+        rewritten = max(done, pending.epoch) if pending is not None else done
         # an erasure, the rewrite of a database's clear names (schema migration 6) or the move of
         # its hash secret out of meta (migration 7) left old bytes
         owed = conn.execute(
             f"SELECT 1 FROM {s}.receipts WHERE epoch > %s AND epoch <= %s UNION ALL SELECT 1 FROM {s}.mutations"
             " WHERE kind = ANY(%s) AND epoch > %s AND epoch <= %s LIMIT 1",
-            (done, target, [REWRITE_KIND, MOVED_KIND], done, target),
+            (rewritten, target, [REWRITE_KIND, MOVED_KIND], rewritten, target),
         ).fetchone()
-        moved = conn.execute(
-            f"SELECT 1 FROM {s}.mutations WHERE kind = %s AND epoch > %s AND epoch <= %s LIMIT 1",
-            (MOVED_KIND, done, target),
-        ).fetchone()
-        tables = TOUCHED + (("meta",) if moved is not None else ())
-        report: dict[str, Any] = {"epoch": target, "erasures": owed is not None, "lacking": []}
+        r = rights(conn, self.data_dir, s)
+        if pending is not None and owed is not None:
+            # erasures since the pass began: it ends first (covering its own epoch), the next run
+            # rewrites for them, so a stream of erasures cannot keep every pass from ending
+            target, owed = pending.epoch, None
         if owed is not None:
-            # only this run waits no longer than LOCK_TIMEOUT for a table: the setting must not
-            # stay on the pooled connection (a reader given it later would fail, not wait)
-            conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-            try:
-                index_memory(conn, s)  # the rebuild of records' HNSW graph in memory
-                if self.keys.pending_destroyed(conn):
-                    try:
-                        rotation = self.keys.rotate(conn)
-                        report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
-                    except OSError as e:
-                        report["lacking"].append(
-                            f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
-                        )
-                if moved is not None:
-                    report["lacking"] += _rewrite_statistics(conn, s)
-                for table in tables:
-                    if table not in online.TABLES:
-                        _rewrite(conn, f"{s}.{table}")
-                        continue
-                    why = online.unsupported(conn, s, table) if self.online else "not asked"
-                    if why is None:
-                        try:
-                            with self._second(conn) as other:
-                                report.setdefault("online", {})[table] = online.rewrite(conn, other, s, table)
-                            continue
-                        except (online.Stalled, psycopg.errors.LockNotAvailable) as e:
-                            why = f"the online rewrite gave up: {e}"
-                            with contextlib.suppress(psycopg.Error):
-                                online.clean(conn, s)
-                        except Exception as e:
-                            # the copy holds every row in the clear (erased ones too, until the
-                            # catch-up): dropped now, and the table rewritten offline, so the
-                            # erasure is not held up round after round
-                            why = f"the online rewrite failed ({type(e).__name__})"
-                            with contextlib.suppress(psycopg.Error):
-                                online.clean(conn, s)
-                    report[f"{table}_offline"] = why
-                    _rewrite(conn, f"{s}.{table}")
-                report["rewritten"] = list(tables)
-                r = rights(conn, self.data_dir, s)
-                report["lacking"] += list(r.lacking)
-                if r.checkpoint:
-                    conn.execute("CHECKPOINT")
-                    report["checkpoint"] = True
-                    if r.switch_wal:
-                        report["wal_rounds"] = self._switch_wal(conn, r)
-            finally:
-                conn.execute("RESET lock_timeout")
-                conn.execute("RESET maintenance_work_mem")
-        report["seconds"] = round(time.monotonic() - t0, 3)
+            report = self._rewrite_all(conn, r, rewritten, target)
+            # a pass over the WAL as the server holds it now (an earlier pass's segments among it)
+            pending = walpass.begin(conn, r.data_dir, target, report) if r.checkpoint and r.switch_wal else None
+        elif pending is not None:
+            report = pending.report
+        else:
+            report = {"epoch": target, "erasures": False, "lacking": []}
+            if retake and r.checkpoint and r.switch_wal:
+                report["retaken"] = retake
+                pending = walpass.begin(conn, r.data_dir, target, report)
+        report["epoch"] = target
+        if pending is not None and not (r.checkpoint and r.switch_wal):
+            report["lacking"] += list(r.lacking)  # begun by a role with the rights: this one cannot go on
+            pending = None
+        if pending is not None and not walpass.go_on(conn, s, r.data_dir, pending, report, self.slice_s, t0):
+            return report  # segments left: the next run (the compactor's next round) goes on
+        report["seconds"] = round(report.get("seconds", 0) + time.monotonic() - t0, 3)
         with conn.transaction():
             conn.execute(
                 f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
@@ -276,6 +246,67 @@ class Maintenance:
                 f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                 (NOTE, json.dumps(report)),
             )
+            walpass.clear(conn, s)
+        return report
+
+    def _rewrite_all(self, conn: psycopg.Connection, r: Rights, since: int, target: int) -> dict[str, Any]:
+        """Steps 1-3: the KEK rotated, every touched relation rewritten, a checkpoint; what it
+        did, as the report of the run (the WAL pass comes after)."""
+        import psycopg
+
+        s = self.schema
+        moved = conn.execute(
+            f"SELECT 1 FROM {s}.mutations WHERE kind = %s AND epoch > %s AND epoch <= %s LIMIT 1",
+            (MOVED_KIND, since, target),
+        ).fetchone()
+        tables = TOUCHED + (("meta",) if moved is not None else ())
+        report: dict[str, Any] = {"epoch": target, "erasures": True, "lacking": []}
+        # only this run waits no longer than LOCK_TIMEOUT for a table: the setting must not
+        # stay on the pooled connection (a reader given it later would fail, not wait)
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        try:
+            index_memory(conn, s)  # the rebuild of records' HNSW graph in memory
+            if self.keys.pending_destroyed(conn):
+                try:
+                    rotation = self.keys.rotate(conn)
+                    report["rotated"] = {"rewrapped": rotation.rewrapped, "covered": rotation.covered}
+                except OSError as e:
+                    report["lacking"].append(
+                        f"the KEK could not be rotated: its file is not writable here ({e.strerror})"
+                    )
+            if moved is not None:
+                report["lacking"] += _rewrite_statistics(conn, s)
+            for table in tables:
+                if table not in online.TABLES:
+                    _rewrite(conn, f"{s}.{table}")
+                    continue
+                why = online.unsupported(conn, s, table) if self.online else "not asked"
+                if why is None:
+                    try:
+                        with self._second(conn) as other:
+                            report.setdefault("online", {})[table] = online.rewrite(conn, other, s, table)
+                        continue
+                    except (online.Stalled, psycopg.errors.LockNotAvailable) as e:
+                        why = f"the online rewrite gave up: {e}"
+                        with contextlib.suppress(psycopg.Error):
+                            online.clean(conn, s)
+                    except Exception as e:
+                        # the copy holds every row in the clear (erased ones too, until the
+                        # catch-up): dropped now, and the table rewritten offline, so the
+                        # erasure is not held up round after round
+                        why = f"the online rewrite failed ({type(e).__name__})"
+                        with contextlib.suppress(psycopg.Error):
+                            online.clean(conn, s)
+                report[f"{table}_offline"] = why
+                _rewrite(conn, f"{s}.{table}")
+            report["rewritten"] = list(tables)
+            report["lacking"] += list(r.lacking)
+            if r.checkpoint:
+                conn.execute("CHECKPOINT")
+                report["checkpoint"] = True
+        finally:
+            conn.execute("RESET lock_timeout")
+            conn.execute("RESET maintenance_work_mem")
         return report
 
     def _second(self, conn: psycopg.Connection) -> psycopg.Connection:
@@ -283,28 +314,6 @@ class Maintenance:
         import psycopg
 
         return psycopg.connect(self.url or conn.info.dsn, autocommit=True)
-
-    def _switch_wal(self, conn: psycopg.Connection, r: Rights) -> int:
-        """Rounds of (a write, a switch, a checkpoint), one more than the segments ``pg_wal``
-        holds now (counted from the directory, else from ``max_wal_size``)."""
-        if r.data_dir is not None:
-            segments = len(wal_files(r.data_dir))
-        else:
-            row = conn.execute(
-                "SELECT ceil(pg_size_bytes(current_setting('max_wal_size'))::numeric"
-                " / pg_size_bytes(current_setting('wal_segment_size')))"
-            ).fetchone()
-            segments = int(row[0]) if row and row[0] is not None else 64
-        rounds = min(MAX_ROUNDS, segments + 1)
-        s = self.schema
-        for n in range(rounds):
-            conn.execute(
-                f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                (TICK, str(n)),
-            )
-            conn.execute("SELECT pg_switch_wal()")
-            conn.execute("CHECKPOINT")
-        return rounds
 
 
 def index_memory(conn: psycopg.Connection, schema: str) -> int:
@@ -478,8 +487,9 @@ def copy_checks(
         if done < epoch:
             state = CopyState(
                 "cannot_verify",
-                f"the maintenance that removes the bytes has not run past this erasure yet (it covers epoch {done}): "
-                "run compact(), or wait(handle)",
+                walpass.progress(conn, s)
+                or f"the maintenance that removes the bytes has not run past this erasure yet (it covers epoch {done})"
+                ": run compact(), or wait(handle)",
             )
         elif r.data_dir is None or r.db_dir is None:
             state = unscanned(items, covered, where)

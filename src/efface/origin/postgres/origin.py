@@ -48,6 +48,7 @@ database that several efface processes may share.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -62,12 +63,12 @@ import numpy as np
 
 from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
-from ..capabilities import ScanFn, SnapshotEnded
+from ..capabilities import ScanFn
 from ..ledger import SECRET_META
-from . import epochs, locks, maintenance, names, online, pipeline, schema
+from . import buffers, epochs, locks, maintenance, names, online, pipeline, schema, walpass
 from .keys import Keys
 from .reads import GENERIC_FROM, HNSW_SETTINGS, PLANNED_GENERIC, PLANNED_IN_SNAPSHOT, PgReads, id_array
-from .rows import CLOSING_SQL, opened
+from .rows import CLOSING_SQL, EarlyEnds, opened
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -131,9 +132,7 @@ class PostgresOrigin(PgReads):
         self._local = threading.local()
         self._purposes_seen = set()
         self._closed = False
-        self._early = [0, 0]
-        """Snapshots left to end at their closing read, and how many to leave after the next
-        early end that fails (:meth:`_ends_early`)."""
+        self._early = EarlyEnds()
         self._tx: PostgresTx | None = None
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
@@ -150,6 +149,8 @@ class PostgresOrigin(PgReads):
                     names.rewrite_clear_names(self._w, self._sealer, self._s, time.time())
             epochs.backfill_lsns(self._w, schema=self._s)
             _configure(self._w)
+            if (hint := buffers.check(self._w, self._s)) is not None:
+                log.warning(hint)
             self._pool = ConnectionPool(
                 url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, configure=_configure, open=True
             )
@@ -175,7 +176,7 @@ class PostgresOrigin(PgReads):
         if held is not None:
             if self._local.closed:
                 if self._local.early:
-                    raise self._ended()
+                    raise self._early.ended()
                 raise RuntimeError("a read after the snapshot's closing read (records_by_id_closing)")
             if not self._local.begun:
                 self._begin()
@@ -263,31 +264,13 @@ class PostgresOrigin(PgReads):
         """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
         there), in the round trip that begins it if it has not begun (a deferred snapshot; on
         a generic plan if ``generic``; ended in the same round trip if ``last``, as far as
-        :meth:`_ends_early` lets it); outside a snapshot, on a pooled connection, never
+        :class:`.rows.EarlyEnds` lets it); outside a snapshot, on a pooled connection, never
         prepared."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and not self._local.begun and not self._local.closed:
-            return self._begin((sql, args), generic=generic, last=last and self._ends_early())
+            return self._begin((sql, args), generic=generic, last=last and self._early.ends_early())
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
-
-    def _ends_early(self) -> bool:
-        """Whether a snapshot whose first statement reads ahead ends with it (:mod:`.rows`):
-        yes, but for a while after one that did and had to be read again
-        (:class:`~efface.origin.capabilities.SnapshotEnded`: another process's commits made
-        the words stale, a candidate was no longer live), a while that doubles with each such
-        one in a row, up to 256 snapshots; the races of threads on these counts only move it."""
-        left, _after = self._early
-        if left > 0:
-            self._early[0] = left - 1
-            return False
-        return True
-
-    def _ended(self) -> SnapshotEnded:
-        """The signal of a read in a snapshot ended early; the next ones do not end early for a while."""
-        after = min(256, 2 * self._early[1] or 1)
-        self._early[:] = [after, after]
-        return SnapshotEnded()
 
     def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:
         return self._local.ahead if getattr(self._local, "conn", None) is not None else None
@@ -321,14 +304,13 @@ class PostgresOrigin(PgReads):
         goes with it in one round trip (psycopg's pipeline mode):
         :class:`~efface.origin.capabilities.ClosingRead`. Each row comes with its data key
         as wrapped (read in the snapshot too), so no key is fetched after the commit. Rows
-        read ahead in this snapshot (:mod:`.rows`) are not read again: with all of them held,
-        the ``COMMIT`` goes alone, and they are opened while the server answers it."""
+        read ahead in this snapshot are not read again (:mod:`.rows`)."""
         conn = getattr(self._local, "conn", None)
         held = getattr(self._local, "ahead", {})
         if conn is not None and self._local.early:  # ended with its first statement
             if any(i not in held for i in ids):
-                raise self._ended()
-            self._early[1] //= 2
+                raise self._early.ended()
+            self._early.served()
             return opened(self._sealer, self._keys, conn, (held[i] for i in ids))
         if conn is None or self._local.closed or not ids:
             return self.records_by_id(ids)
@@ -516,15 +498,23 @@ class PostgresOrigin(PgReads):
         return seq, digest
 
     def erased_epoch(self) -> int:
-        """The newest epoch the last finished maintenance covered (:mod:`.maintenance`),
-        as the database records it for every server. That it ran is not a byte proof:
-        :meth:`copy_checks` says, per copy, what was checked."""
+        """The newest epoch the last finished maintenance covered (:mod:`.maintenance`; its
+        WAL pass included, :mod:`.walpass`), as the database records it for every server,
+        kept below an epoch a verification found still in the WAL until a new pass ends. That
+        it ran is not a byte proof: :meth:`copy_checks` says, per copy, what was checked."""
         with self._reading() as conn:
-            return maintenance.maintained(conn, self._s)
+            row = conn.execute(
+                f"SELECT max(v) FILTER (WHERE k = %s), max(v) FILTER (WHERE k = %s) FROM {self._s}.meta"
+                " WHERE k = ANY(%s)",
+                (maintenance.EPOCH, walpass.OWED, [maintenance.EPOCH, walpass.OWED]),
+            ).fetchone()
+        done, retake = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        return min(done, retake - 1) if retake else done
 
     def maintain(self) -> bool:
         """One maintenance run (:class:`~efface.origin.base.Maintained`); False when another
-        server runs it now or it failed (the compactor's next round tries again)."""
+        server runs it now, it failed, or its WAL pass goes on (the compactor's next round
+        goes on with it)."""
         if self._closed:
             return False
         target = self.current_epoch()
@@ -563,7 +553,19 @@ class PostgresOrigin(PgReads):
         """Per copy on the server (the primary's files and WAL, each replica), its state for
         the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
         with self._reading() as conn:
-            return maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+            out = maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+        wal = [
+            i for i, (name, state, _) in enumerate(out) if name == "postgres.primary.wal" and state.state == "present"
+        ]
+        if wal and not self._closed:
+            # the maintenance covered this erasure, yet the WAL still holds it (a pass a slot held,
+            # a database maintained by an older efface): a new pass, owed to the compactor
+            with self._pool.connection() as conn:
+                walpass.owe(conn, self._s, epoch)
+            name, state, check = out[wal[0]]
+            state = CopyState(state.state, f"{state.reason}; a new pass over the WAL is owed to the maintenance")
+            out[wal[0]] = (name, state, dataclasses.replace(check, detail=f"{state.state}: {state.reason}"))
+        return out
 
     def copy_names(self) -> list[str]:
         """The copies on the server now (:func:`.maintenance.copy_names`)."""

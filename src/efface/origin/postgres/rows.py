@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import RecordRow
+from ..capabilities import SnapshotEnded
 from .names import key_aad
 from .sealing import Sealer
 
@@ -109,3 +110,34 @@ def opened(sealer: Sealer, keys: Keys, conn: psycopg.Connection, rows: Iterable[
             sealer.hold(kid, functools.partial(keys.unwrap_row, row[9], kid, bytes(row[8])))
         out[int(row[0])] = unseal_record(sealer, conn, row[:7])
     return out
+
+
+class EarlyEnds:
+    """Whether a snapshot whose first statement reads ahead ends with it: yes, but for a while
+    after one that did and had to be read again (:class:`~efface.origin.capabilities.SnapshotEnded`:
+    another process's commits made the words stale, a candidate was no longer live), a while
+    that doubles with each such one in a row, up to :attr:`MOST` snapshots, and halves with each
+    one served. Threads racing on these counts only move the while."""
+
+    MOST = 256
+
+    def __init__(self) -> None:
+        self.left = 0
+        """Snapshots still to leave open at their first statement."""
+        self.after = 0
+        """How many to leave after the next early end that had to be read again."""
+
+    def ends_early(self) -> bool:
+        if self.left > 0:
+            self.left -= 1
+            return False
+        return True
+
+    def ended(self) -> SnapshotEnded:
+        """The signal of a read in a snapshot ended early (the next ones do not end early for a while)."""
+        self.after = self.left = min(self.MOST, 2 * self.after or 1)
+        return SnapshotEnded()
+
+    def served(self) -> None:
+        """A snapshot ended early served all its caller asked."""
+        self.after //= 2

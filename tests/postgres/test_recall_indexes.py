@@ -1,0 +1,147 @@
+"""Recall's indexes of schema migration 10 (issue #34 item 6): claims' liveness answered from
+an index, and the HNSW graph built with fewer neighbours a node (``schema.HNSW_BUILD``).
+
+Recall checks each of its ~150 candidates for a live claim (a subquery per record:
+``reads.live_claim``). Through the index by ``record_id`` alone each check read the claim's
+row too; the index by record and purpose carrying the subject and the expiry answers it from
+the index alone where the table's pages are all-visible. A store made before it gets it when
+this efface opens it (its graph rebuilt), and recalls the same records with the same scores."""
+
+from __future__ import annotations
+
+import pytest
+
+import efface
+from efface.origin.postgres import schema
+from efface.origin.postgres.reads import live_claim
+from efface.origin.postgres.schema import CLAIMS_LIVE_INDEX
+
+T, P = "acme", "assistant"
+DIM = 384
+
+
+def _open(pg_db, kek, cache):
+    return efface.open(pg_db.url, embedder="hashing", kek_file=kek, cache_dir=cache, background=False)
+
+
+def _indexes(conn) -> set[str]:
+    return {
+        r[0]
+        for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'efface' AND tablename = 'claims'")
+    }
+
+
+def _graph(conn) -> str:
+    return conn.execute("SELECT pg_get_indexdef(to_regclass('efface.records_embedding'))").fetchone()[0]
+
+
+def _recalls(store, queries, **kw) -> list[list[tuple[str, float]]]:
+    return [[(h.key, round(h.score, 9)) for h in store.recall(q, tenant=T, purpose=P, k=5, **kw)] for q in queries]
+
+
+def test_a_store_at_schema_9_is_migrated_and_recalls_the_same(pg_db, kek, tmp_path, monkeypatch):
+    words = ["river", "stone", "lamp", "paper", "cloud", "garden", "engine", "violin"]
+    items = [
+        {
+            "key": f"k{i}",
+            "text": f"note {i} about the {words[i % 8]} and the {words[(i * 3) % 8]}",
+            "subject": f"s{i % 3}",
+        }
+        for i in range(60)
+    ]
+    queries = ["the river and the stone", "a lamp in the garden", "engine", "violin paper cloud"]
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+        m.setattr(schema, "SCHEMA_VERSION", 9)
+        with _open(pg_db, kek, tmp_path / "c") as s:
+            s.write_many(items, tenant=T, purpose=P)
+            s.write_many(
+                [{"key": "other", "text": "the river and the stone, for billing", "subject": "s1"}],
+                tenant=T,
+                purpose="billing",
+            )
+            s.forget(tenant=T, key="k3")
+            before = _recalls(s, queries)
+            before_subject = _recalls(s, queries, subject="s1")
+        with pg_db.connect() as conn:
+            assert schema.schema_version(conn) == 9
+            assert "claims_record" in _indexes(conn) and CLAIMS_LIVE_INDEX not in _indexes(conn)
+            assert "m=" not in _graph(conn).replace(" ", "")  # pgvector's defaults
+    assert all(before) and all(before_subject)
+    with _open(pg_db, kek, tmp_path / "c") as s:
+        with pg_db.connect() as conn:
+            assert schema.schema_version(conn) == 10 == schema.SCHEMA_VERSION
+            have = _indexes(conn)
+            assert CLAIMS_LIVE_INDEX in have and "claims_record" not in have, have
+            graph = _graph(conn).replace(" ", "")
+            assert "hnsw" in graph and "m='8'" in graph and "ef_construction='128'" in graph, graph
+        assert _recalls(s, queries) == before
+        assert _recalls(s, queries, subject="s1") == before_subject
+        assert "k3" not in {k for hits in _recalls(s, queries) for k, _ in hits}
+
+
+def test_the_live_claim_check_reads_the_index_only(pg_db):
+    """At 20,000 claims, vacuumed (as autovacuum keeps a table), recall's check of a record's
+    live claim, with and without a subject, is an index-only scan of the new index."""
+    with pg_db.connect() as conn:
+        schema.migrate(conn, dim=DIM)
+        conn.execute("DROP INDEX efface.records_embedding")  # the HNSW graph: not this test's, and slow to fill
+        conn.execute(
+            "INSERT INTO efface.records(tenant, key, text, metadata, sources, sealed_by, created_at, updated_at)"
+            " SELECT 't', 'k' || g, '', '', '', '', 0, 0 FROM generate_series(1, 20000) AS g"
+        )
+        conn.execute(
+            "INSERT INTO efface.claims(record_id, subject, purpose, basis, created_at, expires_at)"
+            " SELECT id, md5('s' || id % 50), CASE WHEN id % 3 = 0 THEN 'billing' ELSE 'assistant' END, 'b', 0,"
+            " CASE WHEN id % 7 = 0 THEN 100 END FROM efface.records"
+        )
+        conn.execute("VACUUM ANALYZE efface.records, efface.claims")
+        for subject in (None, "x"):
+            sql = f"SELECT r.id FROM efface.records r WHERE r.id = ANY(%s) AND {live_claim('efface', subject)}"
+            args = [list(range(1, 200, 2)), "t", "assistant", 150.0] + ([subject] if subject else [])
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, args))
+            assert f"Index Only Scan using {CLAIMS_LIVE_INDEX} on claims" in plan, plan
+            live = {r[0] for r in conn.execute(sql, args)}
+            want = {
+                i
+                for i in range(1, 200, 2)
+                if i % 3 != 0 and i % 7 != 0 and (subject is None)  # no claim has subject 'x'
+            }
+            assert live == want
+
+
+def test_migration_10_never_locks_reads_while_it_builds(pg_db, kek, tmp_path, monkeypatch):
+    """Migration 10 builds its two indexes (the graph about 50 s at 100k records) before it drops
+    the old ones: a ``DROP INDEX`` locks its table against every read until the migration's
+    commit, so a drop before a build would stop every other server's reads for the build's
+    length. Each of its statements is run in one open transaction; after each one up to the
+    graph's build, another connection still reads ``records`` and ``claims`` at once."""
+    import psycopg
+
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+        m.setattr(schema, "SCHEMA_VERSION", 9)
+        with _open(pg_db, kek, tmp_path / "c") as s:
+            s.write_many(
+                [{"key": f"k{i}", "text": f"note {i}", "subject": "s"} for i in range(20)], tenant=T, purpose=P
+            )
+    v10 = next(m for m in schema.MIGRATIONS if m.version == 10).statements
+    build = next(i for i, st in enumerate(v10) if "USING hnsw" in st)
+    probe = [
+        "SELECT count(*) FROM efface.records WHERE embedding IS NOT NULL",
+        "SELECT count(*) FROM efface.claims WHERE purpose = 'assistant'",
+    ]
+    with psycopg.connect(pg_db.url, autocommit=True) as mig, psycopg.connect(pg_db.url, autocommit=True) as reader:
+        reader.execute("SET lock_timeout = '2s'")
+        with mig.transaction():
+            for stmt in v10[: build + 1]:
+                mig.execute(stmt.format(s="efface"))
+                for q in probe:
+                    assert reader.execute(q).fetchone()[0] >= 1
+            for stmt in v10[build + 1 :]:
+                mig.execute(stmt.format(s="efface"))
+            # from the first drop on, reads wait for the commit (the order is the point)
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                reader.execute(probe[0])
+    with _open(pg_db, kek, tmp_path / "c") as s:
+        assert len(s.recall("note 3", tenant=T, purpose=P, k=3)) == 3
