@@ -127,3 +127,49 @@ def bm25_walk(cands, ids, tf, norm, idf, k1p, total, order):  # pragma: no cover
                 total[j] += (idf * (t * k1p)) / (t + norm[j])
             else:
                 total[j] += ((idf * t) * k1p) / (t + norm[j])
+
+
+def _warm_union(f) -> None:
+    """The layout the PostgreSQL word index passes (ids int64, counts float64, tenants int32)."""
+    ids, tf = np.array([1, 3, 2, 3], np.int64), np.ones(4)
+    starts, idf = np.array([0, 2, 4], np.int64), np.ones(2)
+    length, tenant, epoch = np.ones(4), np.zeros(4, np.int32), np.zeros(4, np.int64)
+    for order in (TF_FIRST, LEFT_TO_RIGHT):
+        f(ids, tf, starts, idf, 2.2, length, 1.0, 1.2, 0.25, 0.75, tenant, 0, epoch, 0, np.empty(4, np.int64),
+          np.empty(4), np.empty(4), order)  # fmt: skip
+
+
+@compiled.loop(_warm_union)
+def union_bm25(ids, tf, starts, idf, k1p, length, avg, k1, one_minus_b, b, tenant, code, epoch, pinned,
+               out_ids, out_total, out_norm, order):  # fmt: skip  # pragma: no cover - run compiled, not traced
+    """The records any of several terms hold (term ``t``'s ids and counts at
+    ``ids[starts[t]:starts[t + 1]]``, each sorted), each once, in order, with its BM25 over
+    those terms, in one walk of the lists together: what :func:`union` and one
+    :data:`bm25_walk` per term give, to the last bit (each record's length norm
+    ``k1 * (one_minus_b + b * length / avg)`` and its terms' shares in the terms' order, as
+    ``bm25_walk`` adds them). Only records of tenant ``code`` (all, if negative) put at or before
+    epoch ``pinned`` (any, if negative) are kept: into ``out_ids``, ``out_total`` and their norms
+    ``out_norm``; how many is returned."""
+    terms = len(starts) - 1
+    pos = starts[:-1].copy()
+    n = 0
+    while True:
+        v = -1
+        for t in range(terms):
+            if pos[t] < starts[t + 1] and (v < 0 or ids[pos[t]] < v):
+                v = ids[pos[t]]
+        if v < 0:
+            return n
+        norm = k1 * (one_minus_b + b * length[v] / avg)
+        s = 0.0
+        for t in range(terms):
+            if pos[t] < starts[t + 1] and ids[pos[t]] == v:
+                x = np.float64(tf[pos[t]])
+                if order == TF_FIRST:
+                    s += (idf[t] * (x * k1p)) / (x + norm)
+                else:
+                    s += ((idf[t] * x) * k1p) / (x + norm)
+                pos[t] += 1
+        if (code < 0 or tenant[v] == code) and (pinned < 0 or epoch[v] <= pinned):
+            out_ids[n], out_total[n], out_norm[n] = v, s, norm
+            n += 1

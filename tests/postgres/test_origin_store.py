@@ -12,7 +12,7 @@ import pytest
 import efface
 from efface.origin.postgres import DataKeyDestroyed, KeyFileCreated, KeyFileMissing
 from efface.origin.postgres.keys import ENV, Keys
-from efface.origin.postgres.reads import record_aad
+from efface.origin.postgres.rows import record_aad
 from efface.origin.postgres.schema import TABLES
 from efface.origin.postgres.sealing import Sealer
 

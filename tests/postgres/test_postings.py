@@ -64,6 +64,8 @@ def _same(p: Postings, m: Model, rng: random.Random) -> None:
         expect = bm25_scores(want, m.docs, post, m.total(), scoring)
         scores = p.scores(got, scoring)
         assert dict(zip(got.tolist(), scores.tolist(), strict=True)) == expect  # bit for bit
+        ids, together = p.ranking(finders, scoring, tenant, pinned)  # in one walk where compiled
+        assert ids.tolist() == got.tolist() and together.tolist() == scores.tolist()
         every = set(post.get(finders[0], set())).intersection(*(post.get(t, set()) for t in finders[1:]))
         assert p.holding_all(finders).tolist() == sorted(every)
 

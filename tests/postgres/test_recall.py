@@ -281,8 +281,20 @@ def _round_trips(monkeypatch, conn_cls):
         trips.append(1)
         return pipeline(self)
 
+    from efface.origin.postgres import pipeline as libpq_pipeline
+
+    begin = libpq_pipeline.begin
+
+    def spy_begin(conn, begin_sql, epoch_sql, then, *, last):
+        """The first round trip, sent through libpq's pipeline (efface.origin.postgres.pipeline)."""
+        trips.append(1)
+        for sql in [*begin_sql, epoch_sql, then[0], *(["COMMIT"] if last else [])]:
+            sent.append((sql.split()[0], True))
+        return begin(conn, begin_sql, epoch_sql, then, last=last)
+
     monkeypatch.setattr(conn_cls, "execute", spy_execute)
     monkeypatch.setattr(conn_cls, "pipeline", spy_pipeline)
+    monkeypatch.setattr(libpq_pipeline, "begin", spy_begin)
     return sent, trips
 
 

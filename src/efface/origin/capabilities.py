@@ -141,12 +141,15 @@ class NearestVectors(Protocol):
         subject: str | None,
         now: float,
         also: Sequence[int],
+        ahead: Sequence[int] = (),
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
         """:meth:`nearest` (up to ``n``; an origin may ask its index for fewer, as PostgreSQL's
         half: ``efface.origin.postgres.reads.NEAR_SHARE``), and which of ``also`` (another
         leg's candidates) are live, in one round trip: each id with its vector's dot product
         with ``vector`` (the cosine recall judges it by: stored vectors are unit length)
-        instead of the vector, None for a record without one. Inside a snapshot, read in it."""
+        instead of the vector, None for a record without one. Inside a snapshot, read in it;
+        there the rows of ``ahead`` (some of ``also``: those recall expects to return) may be
+        read in the same round trip, for the snapshot's :class:`ClosingRead`."""
         ...
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:
@@ -208,13 +211,25 @@ class SharedByProcesses(Protocol):
         ...
 
 
+class SnapshotEnded(Exception):
+    """A read in a snapshot its origin ended early: its first statement read ahead the rows the
+    caller expected to return and committed with them (:class:`DeferredSnapshot`), and the
+    caller needs more than that. The caller runs its reads again, in a new snapshot, asking
+    for nothing ahead."""
+
+
 @runtime_checkable
 class DeferredSnapshot(Protocol):
     """An origin whose read snapshot can begin with its first statement instead of a round
     trip of its own (PostgreSQL: ``BEGIN`` and the snapshot's epoch sent with recall's vector
     statement). Its word index answers before the snapshot begins, at the index's own epoch;
     recall asks :meth:`words_stale` after that statement and ranks the words again in the
-    snapshot when it began at a newer epoch (another process committed meanwhile)."""
+    snapshot when it began at a newer epoch (another process committed meanwhile).
+
+    Where that first statement is :meth:`NearestVectors.nearest_scored` with records ``ahead``,
+    the origin may read their rows with it and end the snapshot in the same round trip: its
+    :class:`ClosingRead` then serves those rows, and any other read in the snapshot raises
+    :class:`SnapshotEnded`."""
 
     def snapshot_deferred(self) -> AbstractContextManager[Any]:
         """:meth:`~efface.origin.base.Origin.snapshot`, begun by its first read."""
@@ -235,5 +250,6 @@ class ClosingRead(Protocol):
     def records_by_id_closing(self, ids: Sequence[int]) -> Mapping[int, Any]:
         """:meth:`~efface.origin.base.Reads.records_by_id`, read in this thread's snapshot,
         which ends with it: a read after it in the same snapshot block raises (it would no
-        longer see the snapshot). Outside a snapshot, :meth:`records_by_id`."""
+        longer see the snapshot). Rows the snapshot read ahead (``nearest_scored``'s ``ahead``)
+        are not read again. Outside a snapshot, :meth:`records_by_id`."""
         ...

@@ -154,11 +154,13 @@ class LiveVectorSearch(Protocol):
         ...
 
     def live_scored(
-        self, query: Query, n: int, also: Sequence[int]
+        self, query: Query, n: int, also: Sequence[int], ahead: Sequence[int] = ()
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
         """:meth:`live_candidates` with each record's cosine to the query instead of its
         vector (None: it has none), and which of ``also`` (other legs' candidates, not yet
-        checked) are live, with theirs: both in one look-up in the recall's snapshot."""
+        checked) are live, with theirs: both in one look-up in the recall's snapshot.
+        ``ahead``: those of ``also`` recall expects to return, whose rows the origin may
+        read in the same look-up for the snapshot's closing read (:class:`ClosingRead`)."""
         ...
 
 

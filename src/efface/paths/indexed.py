@@ -88,12 +88,14 @@ class OriginVectors:
         return self._index.nearest(query.vector, n, query.tenant, query.purpose, query.subject, query.now)
 
     def live_scored(
-        self, query: Query, n: int, also: Sequence[int]
+        self, query: Query, n: int, also: Sequence[int], ahead: Sequence[int] = ()
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
         """:meth:`live_candidates` with cosines instead of vectors, and which of ``also`` (the
         other legs' candidates) are live with theirs, in one statement in the recall's
-        snapshot (:class:`~efface.paths.base.LiveVectorSearch`)."""
-        return self._index.nearest_scored(query.vector, n, query.tenant, query.purpose, query.subject, query.now, also)
+        snapshot (:class:`~efface.paths.base.LiveVectorSearch`); ``ahead``'s rows read with
+        them for the snapshot's closing read."""
+        q = query
+        return self._index.nearest_scored(q.vector, n, q.tenant, q.purpose, q.subject, q.now, also, ahead)
 
     def size(self, tenant: str) -> int:
         return self._index.vector_count(tenant)

@@ -99,7 +99,7 @@ import numpy as np
 from .. import foreground
 from ..capable import capable
 from ..model import Hit
-from ..origin.capabilities import ClosingRead, DeferredSnapshot
+from ..origin.capabilities import ClosingRead, DeferredSnapshot, SnapshotEnded
 from ..ranking import Ranking, live_first
 from .base import LiveVectorSearch, Query, ReadPath, Scoring, VectorSearch
 from .candidates import _all_eligible, _Checks, _cosine, _windows
@@ -166,7 +166,10 @@ def hybrid(
     while the full-text leg already runs. ``q.where`` narrows the records that count as live
     and ``window`` adds each hit's neighbouring turns (:mod:`efface.paths.turns`)."""
     with foreground.reading():  # background loops give way meanwhile (efface.foreground)
-        return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window)
+        try:
+            return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window)
+        except SnapshotEnded:  # it read ahead and ended its snapshot, and needed more: again, in a new one
+            return _hybrid(origin, paths, q, k, lexical=lexical, vector=vector, window=window, ahead=False)
 
 
 def _hybrid(
@@ -178,6 +181,7 @@ def _hybrid(
     lexical: bool,
     vector: Callable[[], np.ndarray] | None,
     window: int = 0,
+    ahead: bool = True,
 ) -> list[Hit]:
     n = max(DEPTH * k, MIN_DEPTH)
     early: dict[str, Future] = {}
@@ -217,6 +221,8 @@ def _hybrid(
         ranked: dict[str, list[int]] = {}
         ceilings: dict[str, float] = {}
         legs: dict[str, _Leg] = {}
+        # the last read of the snapshot when no window follows: it ends with it (one round trip)
+        closing = memo is None and window <= 0 and capable(snap, ClosingRead)
 
         def leg_of(p: Scoring) -> _Leg:
             if p.name not in legs:
@@ -256,7 +262,11 @@ def _hybrid(
                     )
                     if i not in checked
                 ]
-                near, others = cast(LiveVectorSearch, p).live_scored(q, n, also)
+                # With a lexical embedder the words' first k live ones are the k returned: named
+                # to be read in the same look-up, for the closing read (the snapshot may end there:
+                # a read it needs after it then raises SnapshotEnded, and the recall runs again)
+                expected = also[:k] if closing and lexical and ahead and len(also) >= k else ()
+                near, others = cast(LiveVectorSearch, p).live_scored(q, n, also, expected)
                 if deferred and cast(DeferredSnapshot, snap).words_stale():
                     legs.clear()  # ranked before the snapshot began at a newer epoch: again, in it
                 checked.update(also)
@@ -349,8 +359,6 @@ def _hybrid(
             best, rows = _confirmed(snap, q, fused, best_of, wide)
         else:
             best = _keeping(fused, best_of, wide)
-            # the last read of the snapshot when no window follows: it ends with it (one round trip)
-            closing = window <= 0 and capable(snap, ClosingRead)
             rows = snap.records_by_id_closing(best) if closing else snap.records_by_id(best)
         if wide > k and best:
             at = np.searchsorted(union, np.asarray(best, dtype=np.int64))

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -66,18 +65,10 @@ from ...model import Check, CopyState
 from ..base import RecordRow, require_epoch
 from ..capabilities import ScanFn
 from ..ledger import SECRET_META
-from . import buffers, epochs, locks, maintenance, names, online, schema, walpass
+from . import buffers, epochs, locks, maintenance, names, online, pipeline, schema, walpass
 from .keys import Keys
-from .reads import (
-    GENERIC_FROM,
-    HNSW_SETTINGS,
-    PLANNED_GENERIC,
-    PLANNED_IN_SNAPSHOT,
-    REC_COLS,
-    PgReads,
-    id_array,
-    unseal_record,
-)
+from .reads import GENERIC_FROM, HNSW_SETTINGS, PLANNED_GENERIC, PLANNED_IN_SNAPSHOT, PgReads, id_array
+from .rows import CLOSING_SQL, EarlyEnds, opened
 from .sample import PgSample
 from .sealing import Sealer
 from .text import PRUNED, PgText
@@ -141,6 +132,7 @@ class PostgresOrigin(PgReads):
         self._local = threading.local()
         self._purposes_seen = set()
         self._closed = False
+        self._early = EarlyEnds()
         self._tx: PostgresTx | None = None
         self._tx_thread: int | None = None
         self._keys = Keys(kek_file, schema=self._s)
@@ -183,6 +175,8 @@ class PostgresOrigin(PgReads):
         held = getattr(self._local, "conn", None)
         if held is not None:
             if self._local.closed:
+                if self._local.early:
+                    raise self._early.ended()
                 raise RuntimeError("a read after the snapshot's closing read (records_by_id_closing)")
             if not self._local.begun:
                 self._begin()
@@ -220,6 +214,7 @@ class PostgresOrigin(PgReads):
         with self._pool.connection() as conn:
             self._local.conn, self._local.closed, self._local.begun = conn, False, False
             self._local.epoch = self._local.assumed = None
+            self._local.ahead, self._local.early = {}, False
             try:
                 if not deferred:
                     self._begin()
@@ -228,49 +223,57 @@ class PostgresOrigin(PgReads):
             finally:
                 begun = self._local.begun
                 self._local.conn = self._local.epoch = self._local.assumed = None
+                self._local.ahead, self._local.early = {}, False
                 if begun and not self._local.closed:  # else ended by its closing read already
                     conn.execute("COMMIT")
                 self._local.closed = False
 
-    def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False) -> Any:
+    def _begin(self, then: tuple[str, Any] | None = None, *, generic: bool = False, last: bool = False) -> Any:
         """Begin this thread's snapshot and read its epoch in one round trip: the transaction
         begins, ``records`` is locked (:func:`.online.reader_lock`), and its snapshot is taken by
         the ``SELECT``, which also has every prepared
         statement of the snapshot planned for its own arguments (``PLANNED_IN_SNAPSHOT``).
         ``then``: a statement (prepared) and its arguments sent in the same round trip, after
-        them (psycopg's pipeline mode); its cursor is returned. ``generic``: the snapshot's
-        prepared statements on generic plans instead (``PLANNED_GENERIC``)."""
+        them (libpq's pipeline mode: :mod:`.pipeline`); its rows are returned. ``generic``: the snapshot's
+        prepared statements on generic plans instead (``PLANNED_GENERIC``). ``last``: ``then``
+        is the snapshot's last statement, and its ``COMMIT`` goes in the same round trip."""
         conn = self._local.conn
         epoch_sql = f"SELECT {PLANNED_GENERIC if generic else PLANNED_IN_SNAPSHOT}, epoch FROM {self._s}.epoch_counter"
         # records locked before the snapshot is taken: the maintenance's online rewrite never
         # swaps a table under a snapshot older than the swap (online.reader_lock)
         lock_sql = online.reader_lock(self._s)
-        cur = None
+        rows = None
         self._local.begun = True  # from here the block's end sends COMMIT (a failed one's: a rollback)
         if then is None:
             got = conn.execute(f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {lock_sql}; {epoch_sql}")
             got.nextset()  # past BEGIN's result to LOCK's
             got.nextset()  # to the SELECT's
+            row = got.fetchone()
         else:
-            with conn.pipeline():
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                conn.execute(lock_sql)
-                got = conn.execute(epoch_sql, prepare=True)
-                cur = conn.execute(then[0], then[1], binary=True, prepare=True)
-        row = got.fetchone()
+            try:
+                begin_sql = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", lock_sql)
+                row, rows = pipeline.begin(conn, begin_sql, epoch_sql, then, last=last)
+            except BaseException:
+                self._local.closed = conn.closed  # a connection closed half way is not committed
+                raise
+            self._local.closed = self._local.early = last
         self._local.epoch = 0 if row is None else int(row[1])
-        return cur
+        return rows
 
-    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:
+    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False, last: bool = False) -> list[Any]:
         """Rows of ``sql`` in this thread's snapshot (prepared: planned for its own arguments
         there), in the round trip that begins it if it has not begun (a deferred snapshot; on
-        a generic plan if ``generic``); outside a snapshot, on a pooled connection, never
+        a generic plan if ``generic``; ended in the same round trip if ``last``, as far as
+        :class:`.rows.EarlyEnds` lets it); outside a snapshot, on a pooled connection, never
         prepared."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and not self._local.begun and not self._local.closed:
-            return self._begin((sql, args), generic=generic).fetchall()
+            return self._begin((sql, args), generic=generic, last=last and self._early.ends_early())
         with self._reading() as conn:
             return conn.execute(sql, args, binary=True, prepare=self.snapshot_epoch() is not None).fetchall()
+
+    def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:
+        return self._local.ahead if getattr(self._local, "conn", None) is not None else None
 
     def _dominant(self, tenant: str) -> bool:
         total = self.text.doc_count()
@@ -300,27 +303,31 @@ class PostgresOrigin(PgReads):
         """:meth:`records_by_id` as the last read of this thread's snapshot, whose ``COMMIT``
         goes with it in one round trip (psycopg's pipeline mode):
         :class:`~efface.origin.capabilities.ClosingRead`. Each row comes with its data key
-        as wrapped (read in the snapshot too), so no key is fetched after the commit."""
+        as wrapped (read in the snapshot too), so no key is fetched after the commit. Rows
+        read ahead in this snapshot are not read again (:mod:`.rows`)."""
         conn = getattr(self._local, "conn", None)
+        held = getattr(self._local, "ahead", {})
+        if conn is not None and self._local.early:  # ended with its first statement
+            if any(i not in held for i in ids):
+                raise self._early.ended()
+            self._early.served()
+            return opened(self._sealer, self._keys, conn, (held[i] for i in ids))
         if conn is None or self._local.closed or not ids:
             return self.records_by_id(ids)
         if not self._local.begun:
             self._begin()
-        s = self._s
-        with conn.pipeline():
-            cur = conn.execute(
-                f"SELECT {REC_COLS}, r.sealed_by, k.wrapped, k.kek_id FROM {s}.records r"
-                f" LEFT JOIN {s}.data_keys k ON k.kid = r.sealed_by WHERE r.id = ANY(%s::bigint[])",
-                (id_array(ids),),
-            )
+        got = opened(self._sealer, self._keys, conn, (held[i] for i in ids if i in held))
+        rest = [i for i in ids if i not in held]
+        if not rest:  # every row read ahead: COMMIT alone (no pipeline: one message less)
+            self._local.closed = True
             conn.execute("COMMIT")
-        rows = cur.fetchall()
+            return got
+        with conn.pipeline():
+            cur = conn.execute(CLOSING_SQL.format(s=self._s), (id_array(rest),))
+            conn.execute("COMMIT")
         self._local.closed = True
-        for row in rows:
-            if row[8] is not None:
-                kid = bytes(row[7])
-                self._sealer.hold(kid, functools.partial(self._keys.unwrap_row, row[9], kid, bytes(row[8])))
-        return {int(r[0]): unseal_record(self._sealer, conn, r[:7]) for r in rows}
+        got.update(opened(self._sealer, self._keys, conn, cur.fetchall()))
+        return got
 
     def snapshot_epoch(self) -> int | None:
         """The epoch of this thread's snapshot, inside :meth:`snapshot` (a deferred one begins

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ... import compiled
-from ...sorted_ids import LEFT_TO_RIGHT, bm25_walk, by_id, found, gather, inserted, union
+from ...sorted_ids import LEFT_TO_RIGHT, bm25_walk, by_id, found, gather, inserted, union, union_bm25
 from ..memory.state import BM25_B, BM25_K1, bm25_idf, bm25_term
 
 TAIL = 4096
@@ -229,6 +229,44 @@ class Postings:
             ids = self.terms[t].merged()[0]
             out = ids if out is None else np.intersect1d(out, ids, assume_unique=True)
         return np.empty(0, dtype=np.int64) if out is None else out
+
+    def ranking(
+        self, finders: Sequence[str], terms: Sequence[str], tenant: str | None = None, pinned: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`matches` of ``finders`` and their :meth:`scores` over ``terms``: once the loops
+        are compiled, in one walk of the finders' lists together (:data:`~efface.sorted_ids.union_bm25`;
+        0.4 ms of a recall's CPU at 100k records before, for the about 6,000 records a query's words
+        find), then the other terms' walks, so the same ids and the same scores to the last bit."""
+        order = [t for t in dict.fromkeys(terms) if t in self.terms]
+        finding = [t for t in dict.fromkeys(finders) if t in self.terms]
+        loop, walk = (union_bm25.compiled, bm25_walk.compiled) if compiled.ready() else (None, None)
+        n = len(self.doc_terms)
+        if loop is None or walk is None or not finding or order[: len(finding)] != finding:  # finders not first
+            got = self.matches(finders, tenant, pinned)
+            return got, self.scores(got, terms)
+        code = -1
+        if tenant is not None:
+            code = self._codes.get(tenant, -2)
+            if code == -2:
+                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+            if self._per_tenant[code] == n:  # every record held is the tenant's
+                code = -1
+        lists = [self.terms[t].merged() for t in finding]
+        starts = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum([len(i) for i, _tf in lists], out=starts[1:])
+        size = int(starts[-1])
+        ids, total, norm = np.empty(size, np.int64), np.empty(size, np.float64), np.empty(size, np.float64)
+        idf = np.array([bm25_idf(n, self.terms[t].count()) for t in finding], dtype=np.float64)
+        got = loop(
+            np.concatenate([i for i, _tf in lists]), np.concatenate([tf for _i, tf in lists]), starts, idf,
+            BM25_K1 + 1, self.length, self.len_total / n, BM25_K1, 1 - BM25_B, BM25_B, self.tenant, code,
+            self.epoch, -1 if pinned is None or self.newest <= pinned else pinned, ids, total, norm, LEFT_TO_RIGHT,
+        )  # fmt: skip
+        ids, total, norm = ids[:got], total[:got], norm[:got]
+        for term in order[len(finding) :]:
+            t = self.terms[term]
+            walk(ids, *t.merged(), norm, bm25_idf(n, t.count()), BM25_K1 + 1, total, LEFT_TO_RIGHT)
+        return ids, total
 
     def scores(self, cands: np.ndarray, terms: Sequence[str]) -> np.ndarray:
         """BM25 of each of ``cands`` (held, sorted) over ``terms`` (each distinct term once, in

@@ -22,6 +22,7 @@ from ..base import RECORD_TABLES, ClaimRow, RecordRow
 from ..fields import turn_fields
 from . import epochs
 from .names import claim_cols, claim_row, key_aad, subject_name
+from .rows import AHEAD_NONE, REC_COLS, ahead_branch, ahead_row, record_aad, unseal_record
 from .sealing import Sealer
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 LIVE = "(c.expires_at IS NULL OR c.expires_at > %s)"
 NOT_QUARANTINED = "NOT EXISTS (SELECT 1 FROM {s}.quarantine q WHERE q.record_id = r.id)"
-REC_COLS = "r.id, r.tenant, r.key_sealed, r.text, r.metadata, r.sources, r.updated_at"
 
 PURPOSES_SEEN = 100_000
 """(tenant, purpose) pairs :meth:`PgReads.knows_purpose` remembers at most (forgotten all at once past it)."""
@@ -115,25 +115,6 @@ def to_vector(stored: bytes) -> np.ndarray | None:
     return np.frombuffer(stored, dtype="<f4")  # a float32 row of a store written before half precision
 
 
-def record_aad(column: str, tenant: str, key: str) -> str:
-    return f"records.{column}|{tenant}|{key}"
-
-
-def unseal_record(sealer: Sealer, conn: psycopg.Connection, row: Sequence[Any]) -> RecordRow:
-    """A :class:`RecordRow` from ``(id, tenant, key_sealed, text, metadata, sources, updated_at)`` as stored."""
-    rid, tenant, key_sealed, text, metadata, sources, updated_at = row
-    key = sealer.open(conn, key_sealed, key_aad(tenant))
-    return RecordRow(
-        int(rid),
-        tenant,
-        key,
-        sealer.open(conn, text, record_aad("text", tenant, key)),
-        sealer.open(conn, metadata, record_aad("metadata", tenant, key)),
-        sealer.open(conn, sources, record_aad("sources", tenant, key)),
-        float(updated_at),
-    )
-
-
 def live_filter(s: str, subject: str | None) -> str:
     """The conditions for a record live for a tenant and purpose (and subject): arguments
     ``ids, tenant, purpose, now[, subject's name hash]``."""
@@ -177,10 +158,17 @@ class PgReads:
         """The epoch of this thread's snapshot, inside one; else None (the origin's)."""
         raise NotImplementedError
 
-    def _snapshot_rows(self, sql: str, args: Any, *, generic: bool = False) -> list[Any]:  # pragma: no cover
+    def _snapshot_rows(  # pragma: no cover
+        self, sql: str, args: Any, *, generic: bool = False, last: bool = False
+    ) -> list[Any]:
         """Rows of ``sql``: prepared in this thread's snapshot (with its ``BEGIN`` if it has not
         begun: a deferred snapshot, whose statements then run on generic plans if ``generic``:
-        :data:`PLANNED_GENERIC`), else unprepared on a pooled connection (the origin's)."""
+        :data:`PLANNED_GENERIC`, and which may end with it if ``last``), else unprepared on a
+        pooled connection (the origin's)."""
+        raise NotImplementedError
+
+    def _holding_ahead(self) -> dict[int, tuple[Any, ...]] | None:  # pragma: no cover
+        """Rows read ahead for this thread's snapshot's closing read (:mod:`.rows`); None outside one."""
         raise NotImplementedError
 
     def _dominant(self, tenant: str) -> bool:  # pragma: no cover
@@ -274,12 +262,14 @@ class PgReads:
         subject: str | None,
         now: float,
         also: Sequence[int],
+        ahead: Sequence[int] = (),
     ) -> tuple[dict[int, float | None], dict[int, float | None]]:
         """:meth:`nearest` and the live ones of ``also`` (the words' candidates) in one
         statement (one snapshot, one round trip), each with its vector's dot product with
         ``vector`` computed by the server (pgvector's ``<#>``, in float32 as numpy's: the
         cosine recall judges it by) instead of the vector itself: 1.5 KB a row less to send
-        and convert, for the 100 to 200 rows of a recall."""
+        and convert, for the 100 to 200 rows of a recall. ``ahead`` (some of ``also``): in a
+        snapshot, their rows are read too, for its closing read (:mod:`.rows`)."""
         s = self._s
         # Named placeholders: the query's vector is sent (and parsed by the server) once for
         # its three uses; the ids as one array literal (psycopg dumps a list element by element).
@@ -292,24 +282,34 @@ class PgReads:
             "now": now,
             "subject": self._sealer.subject_h(tenant, subject) if subject else None,
         }
+        held = self._holding_ahead() if ahead else None
+        ahead = sorted(set(ahead).intersection(also)) if held is not None else []
+        pad = AHEAD_NONE if ahead else ""
         sql = (
-            f"(SELECT r.id, -(r.embedding <#> %(q)s), true FROM {s}.records r WHERE r.embedding IS NOT NULL AND {live}"
-            " ORDER BY r.embedding <=> %(q)s LIMIT %(near)s)"
+            f"(SELECT r.id, -(r.embedding <#> %(q)s), true{pad} FROM {s}.records r WHERE r.embedding IS NOT NULL"
+            f" AND {live} ORDER BY r.embedding <=> %(q)s LIMIT %(near)s)"
         )
+        if ahead:  # before the branch of ``also``: the union's columns are typed by it
+            sql += ahead_branch(s, live)
+            args["ahead"] = id_array(ahead)
+            aheads = set(ahead)
+            also = [i for i in also if i not in aheads]
         if also:
             sql += (
-                f" UNION ALL (SELECT r.id, -(r.embedding <#> %(q)s), false FROM {s}.records r"
+                f" UNION ALL (SELECT r.id, -(r.embedding <#> %(q)s), false{pad} FROM {s}.records r"
                 f" WHERE r.id = ANY(%(also)s::bigint[]) AND {live})"
             )
             args["also"] = id_array(also)
         # prepared only in a snapshot (planned for its own arguments, PLANNED_IN_SNAPSHOT, or for
         # a dominant tenant generically, PLANNED_GENERIC), elsewhere never, as :meth:`nearest`;
         # sent with the snapshot's BEGIN in one round trip where recall deferred it (DeferredSnapshot)
-        rows = self._snapshot_rows(sql, args, generic=self._dominant(tenant))
+        rows = self._snapshot_rows(sql, args, generic=self._dominant(tenant), last=bool(ahead))
         near: dict[int, float | None] = {}
         others: dict[int, float | None] = {}
-        for rid, dot, is_near in rows:
+        for rid, dot, is_near, *row in rows:
             (near if is_near else others)[int(rid)] = None if dot is None else float(dot)
+            if row and row[0] is not None and held is not None:  # read ahead
+                held[int(rid)] = ahead_row(int(rid), tenant, row[0])
         return near, others
 
     def nearest_any(self, vector: np.ndarray, n: int, tenant: str) -> list[int]:

@@ -30,7 +30,7 @@ from ...text import index_text
 from ..base import CHANGES_PRUNED
 from ..memory.state import bm25_ceiling
 from .postings import Postings
-from .reads import REC_COLS, unseal_record
+from .rows import REC_COLS, unseal_record
 
 if TYPE_CHECKING:
     from .tx import PostgresTx
@@ -234,8 +234,8 @@ class PgText:
         """The records ``words`` find (of ``tenant``, if given) and their BM25 over ``words``
         and ``scoring`` (:meth:`.postings.Postings.scores`)."""
         with self._mu:
-            found = self._matches(self._terms(words), tenant)
-            return Ranking(found, self._post.scores(found, self._terms([*words, *scoring])))
+            pinned = self._o.words_epoch()
+            return Ranking(*self._post.ranking(self._terms(words), self._terms([*words, *scoring]), tenant, pinned))
 
     def search(
         self, words: Sequence[str], tenant: str, purpose: str, subject: str | None, now: float, depth: int, limit: int

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ...text import words as text_words
 from ..base import ClaimRow, NewRecord, RecordRow
 from .names import claim_cols, claim_row, key_aad
-from .reads import REC_COLS, record_aad, to_vector, unseal_record, vector_bytes
+from .reads import to_vector, vector_bytes
+from .rows import REC_COLS, record_aad, unseal_record
 from .txmore import TxMore
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from ..base import ClaimRow
 from ..ledger import GENESIS, chain_hash
 from .keys import KID_LEN
 from .names import key_aad, subject_names
-from .reads import all_subjects, record_aad, subject_keys, vector_bytes
+from .reads import all_subjects, subject_keys, vector_bytes
+from .rows import record_aad
 from .schema import vector_digest
 from .sealing import TENANT_SUBJECT, kid_of
 
