@@ -697,6 +697,8 @@ def test_closed_store_refuses_calls(store):
         store.read("n1", tenant="acme", purpose="support")
     with pytest.raises(efface.EffaceError):
         put(store, "n2", "another")
+    with pytest.raises(efface.EffaceError, match="closed"):  # was accepted, and never called
+        store.on_quarantine(lambda receipt, items: None)
 
 
 def test_context_manager_closes(store_path, clock):

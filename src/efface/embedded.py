@@ -26,7 +26,7 @@ ORIGINS = ("sqlite", "memory")
 def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str = "sqlite", **options: Any) -> Store:
     if origin not in ORIGINS:
         raise InvalidInput(f"origin must be one of {', '.join(ORIGINS)}")
-    root = os.path.abspath(os.fspath(path))
+    root = os.path.abspath(os.path.expanduser(os.fspath(path)))
     if os.path.exists(root) and not os.path.isdir(root):
         raise InvalidInput("the store path exists and is not a directory: give a directory path")
     lockfile = lock_dir(
