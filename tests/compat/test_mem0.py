@@ -219,6 +219,37 @@ def test_filters_and_bad_input(m):
             m.search("plays", filters=filters)
 
 
+@pytest.mark.parametrize("infer", [False, True])
+def test_an_empty_or_unstorable_add_is_a_typed_error_and_stores_nothing(m, infer):
+    """add([]) and add of messages none of which has a role and a content answered
+    {"results": []} as if something had been remembered; a content that is not a string (a
+    list of content parts) raised a raw AttributeError; and a bad message after a good one
+    left the good one stored behind an error. Now each is an InvalidInput (a ValueError, as
+    mem0's own validation errors are) and nothing of the call is stored."""
+    for messages in ([], [{"role": "user"}], [{"content": "Alice plays chess"}], [{"role": "user", "content": None}]):
+        with pytest.raises(efface.InvalidInput, match="nothing|empty"):
+            m.add(messages, user_id="alice", infer=infer)
+    for messages, said in (
+        ([{"role": "user", "content": ["Alice plays chess"]}], "must be a string"),
+        ([{"role": "user", "content": "Alice plays chess"}, {"role": "user", "content": "  "}], "blank"),
+        ([{"role": "user", "content": "Alice plays chess"}, {"role": "user", "content": "a\x00b"}], "NUL"),
+        ("", "blank"),
+        ({"role": "user", "content": ""}, "blank"),
+    ):
+        with pytest.raises(efface.InvalidInput, match=said) as told:
+            m.add(messages, user_id="alice", infer=infer)
+        assert "Alice" not in str(told.value)
+    assert m.get_all(filters={"user_id": "alice"}) == {"results": []}
+    # A system message alone stores nothing, as in mem0; a tool call (no content) beside a text is skipped.
+    assert m.add([{"role": "system", "content": "be brief"}], user_id="alice", infer=False) == {"results": []}
+    out = m.add(
+        [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "user", "content": "Alice plays go"}],
+        user_id="alice",
+        infer=False,
+    )
+    assert [r["memory"] for r in out["results"]] == ["Alice plays go"]
+
+
 def test_search_takes_mems_reference_date_as_none(m):
     """mem0's search(reference_date=None) (code ported as it is) was refused as an unknown
     keyword; mem0 takes None and refuses a date, as the facade does now."""
