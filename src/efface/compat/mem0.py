@@ -31,7 +31,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 from .. import validate
@@ -256,10 +256,12 @@ class Memory:
         exp = payload.get("expiration_date")
         if exp is None:
             return None
-        end = datetime.combine(date.fromisoformat(exp) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-        left = end.timestamp() - self.clock()
+        day = date.fromisoformat(exp)
+        left = datetime.combine(day, datetime.min.time(), tzinfo=UTC).timestamp() + 86400 - self.clock()
         if left <= 0:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
+        if left > validate.MAX_TTL_S:  # the end of 9999-12-31 is past the last date (it raised OverflowError)
+            raise InvalidInput("expiration_date must be within 1000 years; for a memory that never expires, leave it out")
         return left
 
     def _order(self) -> int:
