@@ -249,6 +249,11 @@ def test_an_empty_or_unstorable_add_is_a_typed_error_and_stores_nothing(m, infer
             m.add(messages, user_id="alice", infer=infer)
         assert "Alice" not in str(told.value)
     assert m.get_all(filters={"user_id": "alice"}) == {"results": []}
+    memory_id = m.add("Alice plays chess", user_id="alice", infer=False)["results"][0]["id"]
+    with pytest.raises(efface.InvalidInput, match="text must be a string"):
+        m.update(memory_id, text=["Alice plays go"])  # was a raw AttributeError
+    assert m.get(memory_id)["memory"] == "Alice plays chess"
+    m.delete(memory_id)
     # A system message alone stores nothing, as in mem0; a tool call (no content) beside a text is skipped.
     assert m.add([{"role": "system", "content": "be brief"}], user_id="alice", infer=False) == {"results": []}
     out = m.add(

@@ -444,6 +444,8 @@ class Memory:
             text = data
         if text is None and metadata is None and expiration_date is _UNSET:
             raise InvalidInput("At least one of text, metadata, or expiration_date must be provided.")
+        if text is not None and not isinstance(text, str):  # a list raised a raw AttributeError
+            raise InvalidInput("text must be a string: the memory's new text")
         mem = self._read(memory_id)
         if mem is None:
             raise MemoryNotFound("no memory with that id: check the id add() returned")
