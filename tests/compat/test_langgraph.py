@@ -281,6 +281,9 @@ def test_bad_input_is_refused_clearly(lg):
         lg.put(("a",), "k", {"v": object()})
     with pytest.raises(efface.InvalidInput, match="template"):
         EffaceStore(object(), template=("user",))
+    for keep in (-1, 1.5, "10"):  # deque raised a raw ValueError or TypeError
+        with pytest.raises(efface.InvalidInput, match="keep_receipts"):
+            EffaceStore(object(), tenant="acme", keep_receipts=keep)
     assert lg.get(("a",), "never") is None and lg.search(("a",)) == [] and lg.list_namespaces() == []
 
 

@@ -236,7 +236,7 @@ def test_an_empty_or_unstorable_add_is_a_typed_error_and_stores_nothing(m, infer
     left the good one stored behind an error. Now each is an InvalidInput (a ValueError, as
     mem0's own validation errors are) and nothing of the call is stored."""
     for messages in ([], [{"role": "user"}], [{"content": "Alice plays chess"}], [{"role": "user", "content": None}]):
-        with pytest.raises(efface.InvalidInput, match="nothing|empty"):
+        with pytest.raises(efface.InvalidInput, match=r"nothing|empty"):
             m.add(messages, user_id="alice", infer=infer)
     for messages, said in (
         ([{"role": "user", "content": ["Alice plays chess"]}], "must be a string"),

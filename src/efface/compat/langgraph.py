@@ -55,7 +55,7 @@ from langgraph.store.base import (
 from .. import validate
 from ..errors import InvalidInput, UnknownPurpose, typed_calls
 from ..model import Memory, Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceStore"]
 
@@ -108,7 +108,7 @@ class EffaceStore(BaseStore):
         self.basis = basis
         self.key_prefix = key_prefix
         self.ttl_config = ttl_config
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of this store's deletes, forgets and TTL sweeps, oldest first."""
         self._order = itertools.count()
         self._lock = threading.Lock()
@@ -391,11 +391,15 @@ def _plain_arguments(op: Op) -> None:
     if isinstance(op, ListNamespacesOp):
         spaces += [c.path for c in op.match_conditions or ()]
     if any(isinstance(ns, str) for ns in spaces):
-        raise InvalidInput("a namespace (or a prefix or suffix of one) is a tuple of labels, such as ('alice', 'notes'), not a str")
+        raise InvalidInput(
+            "a namespace (or a prefix or suffix of one) is a tuple of labels, such as ('alice', 'notes'), not a str"
+        )
     if isinstance(op, SearchOp) and op.filter is not None and not isinstance(op.filter, dict):
         raise InvalidInput("filter must be a dict (field -> value or {'$op': value})")
     if isinstance(op, ListNamespacesOp | SearchOp):
-        numbers = [op.limit, op.offset] + ([op.max_depth] if isinstance(op, ListNamespacesOp) and op.max_depth is not None else [])
+        numbers = [op.limit, op.offset]
+        if isinstance(op, ListNamespacesOp) and op.max_depth is not None:
+            numbers.append(op.max_depth)
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in numbers):
             raise InvalidInput("limit, offset and max_depth must be whole numbers, 0 or more")
 

@@ -261,7 +261,9 @@ class Memory:
         if left <= 0:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
         if left > validate.MAX_TTL_S:  # the end of 9999-12-31 is past the last date (it raised OverflowError)
-            raise InvalidInput("expiration_date must be within 1000 years; for a memory that never expires, leave it out")
+            raise InvalidInput(
+                "expiration_date must be within 1000 years; for a memory that never expires, leave it out"
+            )
         return left
 
     def _order(self) -> int:
