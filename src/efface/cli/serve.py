@@ -57,6 +57,14 @@ def _ring() -> Ring:
     return click.get_current_context().with_resource(open_ring(_settings()))
 
 
+def _no_local_ring() -> bool:
+    """Whether ``--store DIR`` has no key ring yet (``keys list`` and ``keys revoke`` then
+    change nothing: they made ``DIR.keys.db``, and its parent directories, for a mistyped DIR)."""
+    settings = _settings()
+    where = store_location(settings)
+    return not settings.origin and not os.path.exists(key_path(where))
+
+
 def _key_doc(k: ApiKey) -> dict:
     return {"id": k.id, "tenant": k.tenant, "label": k.label, "created_at": k.created_at}
 
@@ -219,7 +227,7 @@ def keys_create(label) -> None:
 @_key_options("List only this tenant's keys.")
 def keys_list() -> None:
     """List keys (ids, tenants, labels; never the keys themselves); --tenant narrows it."""
-    found = _ring().list(tenant=_settings().tenant)
+    found = [] if _no_local_ring() else _ring().list(tenant=_settings().tenant)
 
     def human(out: Console) -> None:
         table = Table("id", "tenant", "label", "created")
@@ -235,5 +243,7 @@ def keys_list() -> None:
 @_key_options(None)
 def keys_revoke(key_id) -> None:
     """Revoke the key KEY_ID (or the key itself): it stops working at the next request."""
+    if _no_local_ring():
+        raise efface.NotFound("no key ring beside that store: it has no keys to revoke (check --store)")
     key = _ring().revoke(key_id)
     _emit({"revoked": key.id}, lambda out: out.print(f"key {key.id} revoked"))
