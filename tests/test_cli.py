@@ -380,6 +380,30 @@ def test_a_store_and_a_server_named_together_are_a_usage_error(runner, tmp_path)
     assert not os.path.exists(store)  # nothing was opened
 
 
+@pytest.mark.parametrize("command", [["serve"], ["mcp", "--transport", "http"]])
+def test_a_blank_host_is_refused_not_every_interface(runner, tmp_path, command, monkeypatch):
+    """--host "" (a variable left unset) was taken: uvicorn binds "" to every interface, so
+    the store was served to the network where the default serves this machine only. Now a
+    usage error that says what to give; efface's own refusals keep their words (they were
+    replaced by click's "must be a valid text")."""
+    import uvicorn
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(uvicorn.Server, "run", never)
+    store = os.fspath(tmp_path / "s")
+    for host in ("", "  "):
+        r = runner.invoke(cli, ["--store", store, *command, "--host", host])
+        assert r.exit_code == 2 and "must not be empty" in r.stderr and "127.0.0.1" in r.stderr
+    r = runner.invoke(cli, ["--json", "--store", store, *command, "--host", ""])
+    assert r.exit_code == 2 and one_json(r)["error"]["type"] == "BadParameter"
+    assert not os.path.exists(store)  # refused before anything was opened
+    r = runner.invoke(cli, ["--store", store, "--tenant", "", "read", "k", "--purpose", "support"])
+    assert r.exit_code == 2 and "leave --tenant out for the default one" in r.stderr
+
+
 def test_commands_on_the_store_files_offer_no_url(runner, tmp_path):
     """backup, restore, compact and sweep work on the store's own files (a client refuses
     them), yet their --help offered --url and --api-key. Now they take neither; a root --url

@@ -22,7 +22,7 @@ from efface.errors import EffaceError, InvalidInput, ScopeError
 from .render import (
     console,
 )
-from .usage import quiet
+from .usage import Refused, quiet
 
 DEFAULT_TENANT = "default"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -92,7 +92,8 @@ class EffaceGroup(click.Group):
         told = quiet(ctx, exc)
         if not ctx.meta.get("efface.json"):
             raise told from None
-        _fail(ctx, type(exc).__name__, told.format_message(), exc.exit_code)
+        kind = "BadParameter" if isinstance(exc, Refused) else type(exc).__name__  # click's name for it
+        _fail(ctx, kind, told.format_message(), exc.exit_code)
 
 
 SERVE_MODULES = ("fastapi", "uvicorn", "mcp", "starlette", "anyio")
@@ -163,8 +164,24 @@ def _tenant_setter(ctx: click.Context, param: click.Parameter, value: Any) -> No
     unset) is refused rather than taken for the default tenant, where it would act on the
     wrong tenant's records. (An empty ``EFFACE_TENANT`` is unset, as click reads it.)"""
     if isinstance(value, str) and not value.strip():
-        raise click.BadParameter("must not be empty: name a tenant, or leave --tenant out for the default one")
+        raise Refused("must not be empty: name a tenant, or leave --tenant out for the default one")
     _setter("tenant")(ctx, param, value)
+
+
+def host_option(default: str = "127.0.0.1", help: str = "Address to listen on (loopback by default).") -> Callable:
+    """A server's ``--host``. A blank one (``--host "$HOST"`` with ``HOST`` unset) is refused:
+    uvicorn and asyncio take ``""`` for every interface, so it served the store to the whole
+    network where the default serves this machine only."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise Refused(
+                "must not be empty: name the address to bind (127.0.0.1 for this machine only, "
+                "0.0.0.0 for every interface)"
+            )
+        return value
+
+    return click.option("--host", default=default, show_default=True, callback=check, help=help)
 
 
 def embedder_option() -> Callable:

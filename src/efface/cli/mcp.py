@@ -26,6 +26,7 @@ from .base import (
     _tenant_setter,
     cli,
     embedder_option,
+    host_option,
     open_store,
     origin_options,
     require_serve,
@@ -41,7 +42,7 @@ from .base import (
     show_default=True,
     help="stdio: one client (its tenant is --tenant); http: streamable HTTP, each API key acts for its tenant.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to bind.")
+@host_option(help="HTTP: the address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port to bind.")
 @click.option("--path", default="/mcp", show_default=True, help="HTTP: the MCP endpoint's path.")
 @click.option(

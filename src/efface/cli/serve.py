@@ -34,6 +34,7 @@ from .base import (
     _tenant_setter,
     cli,
     embedder_option,
+    host_option,
     open_store,
     origin_options,
     require_serve,
@@ -89,7 +90,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@host_option()
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
