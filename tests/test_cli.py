@@ -151,6 +151,26 @@ def test_recall_filters_turns_and_widens_to_their_session(js, efc):
     assert js("recall", "band", "--purpose", "support", "--window", "99", code=2)["error"]["type"] == "InvalidInput"
 
 
+def test_a_claim_that_outlives_the_calendar_is_shown(efc, tmp_path, store_dir):
+    """ttl=timedelta.max is a valid ttl (a claim kept for ever), but its expiry has no date:
+    `efface read` and `forget` raised OverflowError rendering it, and so did the certificate's
+    HTML. Now it reads "after 9999-12-31"."""
+    import datetime as dt
+
+    from efface.erasure.certificate import to_html
+
+    with efface.open(store_dir, embedder="hashing") as s:
+        s.write("k1", "Alice prefers tea", tenant="default", subject="alice", purpose="support", ttl=dt.timedelta.max)
+        s.retain("k1", tenant="default", subject="alice", purpose="billing", basis="legal_hold", ttl=1e300)
+    assert "after 9999-12-31" in efc("read", "k1", "--purpose", "support").stdout
+    out = efc("forget", "--subject", "alice").stdout
+    assert "after 9999-12-31" in out
+    handle = re.search(r"efr_[0-9a-f]+", out).group(0)
+    with efface.open(store_dir, embedder="hashing") as s:
+        assert "after 9999-12-31" in to_html(s.certificate(handle))
+    efc("ledger", "export", handle, "--html", str(tmp_path / "cert.html"))
+
+
 def test_text_dash_reads_stdin(js):
     js("write", "k", "-", "--subject", "s", "--purpose", "support", input="from a pipe\n")
     assert js("read", "k", "--purpose", "support")["memory"]["text"] == "from a pipe\n"

@@ -148,14 +148,7 @@ def ttl(value: Any) -> float | None:
             seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidInput("ttl must be a positive, finite duration; to remove a memory now use forget()")
-    if seconds > MAX_TTL_S:
-        # An expiry past year 9999 has no date: receipts, certificates and the CLI could not show it.
-        raise InvalidInput("ttl must be at most 1000 years; for a claim that never expires, leave ttl out (None)")
     return seconds
-
-
-MAX_TTL_S = 1000 * 365.25 * 86400
-"""The longest ``ttl`` (1000 years): its expiry still has a calendar date to show."""
 
 
 TURN_FIELDS = ("at", "speaker", "session")

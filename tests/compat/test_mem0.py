@@ -151,13 +151,13 @@ def test_expiration_date_erases(m, store, clock):
         m.add("too late", user_id="alice", infer=False, expiration_date=today - timedelta(days=3))
 
 
-def test_an_expiration_date_at_the_end_of_the_calendar_is_a_typed_error(m):
+def test_an_expiration_date_at_the_end_of_the_calendar_is_taken(m):
     """expiration_date="9999-12-31" raised a raw OverflowError (the day after it has no
-    date); a date more than 1000 years away is refused as a ttl that long is."""
-    for when in ("9999-12-31", "5000-01-01"):
-        with pytest.raises(efface.InvalidInput, match="expiration_date must be within 1000 years"):
-            m.add("Alice plays chess", user_id="alice", infer=False, expiration_date=when)
-    assert m.get_all(filters={"user_id": "alice"}) == {"results": []}
+    date): it is a ttl like any other now."""
+    out = m.add("Alice plays chess", user_id="alice", infer=False, expiration_date="9999-12-31")
+    memory_id = out["results"][0]["id"]
+    assert m.get(memory_id)["memory"] == "Alice plays chess"
+    assert m.update(memory_id, text="Alice plays go", expiration_date="9999-12-31")["message"]
 
 
 def test_update_can_set_and_clear_the_expiration(m, store, clock):

@@ -257,13 +257,10 @@ class Memory:
         if exp is None:
             return None
         day = date.fromisoformat(exp)
+        # In seconds: the day after 9999-12-31 has no date (date + timedelta raised OverflowError).
         left = datetime.combine(day, datetime.min.time(), tzinfo=UTC).timestamp() + 86400 - self.clock()
         if left <= 0:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
-        if left > validate.MAX_TTL_S:  # the end of 9999-12-31 is past the last date (it raised OverflowError)
-            raise InvalidInput(
-                "expiration_date must be within 1000 years; for a memory that never expires, leave it out"
-            )
         return left
 
     def _order(self) -> int:
