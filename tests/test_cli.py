@@ -424,6 +424,35 @@ def test_a_blank_host_is_refused_not_every_interface(runner, tmp_path, command, 
     assert r.exit_code == 2 and "leave --tenant out for the default one" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["mcp", "--port", "9000"], "go with --transport http"),
+        (["mcp", "--transport", "stdio", "--keys", "ring.db"], "go with --transport http"),
+        (["mcp", "--transport", "http", "--tenant", "acme"], "--tenant goes with --transport stdio"),
+    ],
+)
+def test_efface_mcp_refuses_options_its_transport_does_not_use(runner, tmp_path, args, says, monkeypatch):
+    """`efface mcp --port 9000` (stdio) and `--transport http --tenant acme` took the option
+    and ignored it; the second read as if the server were limited to one tenant, where every
+    API key's tenant is served. Now a usage error, before anything is opened."""
+    import uvicorn
+
+    import efface.service.mcp as service_mcp
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(service_mcp, "build_mcp", never)
+    store = os.fspath(tmp_path / "s")
+    r = runner.invoke(cli, ["--store", store, *args])
+    assert r.exit_code == 2 and says in r.stderr, r.output
+    assert not os.path.exists(store)
+    r = runner.invoke(cli, ["--store", store, "mcp", "--transport", "http"], env={"EFFACE_TENANT": "acme"})
+    assert "--tenant goes with" not in r.stderr  # the environment's tenant is not this server's concern
+
+
 def test_commands_on_the_store_files_offer_no_url(runner, tmp_path):
     """backup, restore, compact and sweep work on the store's own files (a client refuses
     them), yet their --help offered --url and --api-key. Now they take neither; a root --url
