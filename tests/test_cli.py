@@ -430,9 +430,11 @@ def test_a_blank_host_is_refused_not_every_interface(runner, tmp_path, command, 
         (["mcp", "--port", "9000"], "go with --transport http"),
         (["mcp", "--transport", "stdio", "--keys", "ring.db"], "go with --transport http"),
         (["mcp", "--transport", "http", "--tenant", "acme"], "--tenant goes with --transport stdio"),
+        (["--tenant", "acme", "serve"], "efface serve takes no --tenant"),
+        (["--url", "http://u:pw@h:9", "serve"], "efface serve takes no --url"),
     ],
 )
-def test_efface_mcp_refuses_options_its_transport_does_not_use(runner, tmp_path, args, says, monkeypatch):
+def test_efface_mcp_and_serve_refuse_options_they_do_not_use(runner, tmp_path, args, says, monkeypatch):
     """`efface mcp --port 9000` (stdio) and `--transport http --tenant acme` took the option
     and ignored it; the second read as if the server were limited to one tenant, where every
     API key's tenant is served. Now a usage error, before anything is opened."""
@@ -444,10 +446,11 @@ def test_efface_mcp_refuses_options_its_transport_does_not_use(runner, tmp_path,
         raise AssertionError("a server was started")
 
     monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(uvicorn.Server, "run", never)
     monkeypatch.setattr(service_mcp, "build_mcp", never)
     store = os.fspath(tmp_path / "s")
     r = runner.invoke(cli, ["--store", store, *args])
-    assert r.exit_code == 2 and says in r.stderr, r.output
+    assert r.exit_code == 2 and says in r.stderr and "pw@" not in r.stderr, r.output
     assert not os.path.exists(store)
     r = runner.invoke(cli, ["--store", store, "mcp", "--transport", "http"], env={"EFFACE_TENANT": "acme"})
     assert "--tenant goes with" not in r.stderr  # the environment's tenant is not this server's concern

@@ -154,6 +154,13 @@ def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everyth
 
     settings = _settings()
     store_location(settings)  # a usage error before anything is opened
+    for name, told in (
+        ("tenant", "--tenant: every API key acts for its own tenant (efface keys create --tenant T)"),
+        ("url", "--url: the server serves its --store or --origin"),
+    ):
+        if getattr(settings, name) and name not in settings.from_env:
+            # Taken and ignored, --tenant read as if the server were limited to that tenant.
+            raise click.UsageError(f"efface serve takes no {told}")
     logging.basicConfig(level=logging.INFO)
     serving_interpreter()
     with open_store(settings) as store, open_ring(settings) as ring:
