@@ -623,6 +623,33 @@ def test_a_destination_that_appears_meanwhile_is_not_replaced(tmp_path):
     assert (tmp_path / "new").read_bytes() == b"backup" and not (tmp_path / "tmp").exists()
 
 
+def test_a_backup_refused_at_its_last_step_leaves_no_ledger_entry(store, tmp_path, monkeypatch):
+    """A file made at dest while the backup was being written refused the backup at its last
+    step, after its ledger entry had committed: the ledger named a backup that was never
+    written. Now the name is claimed before the commit, and a refusal rolls the entry back."""
+    from efface.backups import format as fmt
+
+    store.write("k1", "Alice prefers green tea", tenant="t", subject="alice", purpose="support")
+    dest = tmp_path / "b.efb"
+    finish = fmt.BackupWriter.finish
+
+    def racing_finish(self):
+        dest.write_bytes(b"another backup's file")  # another writer takes the name meanwhile
+        return finish(self)
+
+    monkeypatch.setattr(fmt.BackupWriter, "finish", racing_finish)
+    entries = store.ledger()
+    with pytest.raises(efface.InvalidInput, match="exists already"):
+        store.backup(dest)
+    assert dest.read_bytes() == b"another backup's file"
+    assert store.ledger() == entries
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".efface-tmp")]
+    monkeypatch.setattr(fmt.BackupWriter, "finish", finish)
+    result = store.backup(tmp_path / "c.efb")
+    assert [e for e in store.ledger() if e not in entries][-1]["kind"] == "backup"
+    assert read_header(tmp_path / "c.efb")["backup_id"] == result.backup_id
+
+
 # -- CLI -------------------------------------------------------------------------------------------
 def test_cli_backup_and_restore(tmp_path):
     from click.testing import CliRunner

@@ -151,6 +151,26 @@ def test_recall_filters_turns_and_widens_to_their_session(js, efc):
     assert js("recall", "band", "--purpose", "support", "--window", "99", code=2)["error"]["type"] == "InvalidInput"
 
 
+def test_a_claim_that_outlives_the_calendar_is_shown(efc, tmp_path, store_dir):
+    """ttl=timedelta.max is a valid ttl (a claim kept for ever), but its expiry has no date:
+    `efface read` and `forget` raised OverflowError rendering it, and so did the certificate's
+    HTML. Now it reads "after 9999-12-31"."""
+    import datetime as dt
+
+    from efface.erasure.certificate import to_html
+
+    with efface.open(store_dir, embedder="hashing") as s:
+        s.write("k1", "Alice prefers tea", tenant="default", subject="alice", purpose="support", ttl=dt.timedelta.max)
+        s.retain("k1", tenant="default", subject="alice", purpose="billing", basis="legal_hold", ttl=1e300)
+    assert "after 9999-12-31" in efc("read", "k1", "--purpose", "support").stdout
+    out = efc("forget", "--subject", "alice").stdout
+    assert "after 9999-12-31" in out
+    handle = re.search(r"efr_[0-9a-f]+", out).group(0)
+    with efface.open(store_dir, embedder="hashing") as s:
+        assert "after 9999-12-31" in to_html(s.certificate(handle))
+    efc("ledger", "export", handle, "--html", str(tmp_path / "cert.html"))
+
+
 def test_text_dash_reads_stdin(js):
     js("write", "k", "-", "--subject", "s", "--purpose", "support", input="from a pipe\n")
     assert js("read", "k", "--purpose", "support")["memory"]["text"] == "from a pipe\n"
@@ -323,8 +343,139 @@ def test_ledger_export_html_prints_no_json(js, efc, tmp_path):
     assert '"handle"' not in out and "{" not in out and "written to" in out
     assert json.loads(efc("ledger", "export", handle).stdout)["handle"] == handle
     assert js("ledger", "export", handle, "--html", str(tmp_path / "two.html"))["handle"] == handle
-    both = efc("ledger", "export", handle, "--html", str(page), "--out", str(tmp_path / "c.json")).stdout
+    both = efc("ledger", "export", handle, "--html", str(page), "--out", str(tmp_path / "c.json"), "--overwrite").stdout
     assert "{" not in both and both.count("written to") == 2
+
+
+def test_ledger_export_and_audit_refuse_an_existing_file_unless_overwrite(js, efc, tmp_path):
+    """`ledger export --out/--html` and `audit --html` replaced an existing file without a
+    word, where `backup` refuses one unless --overwrite: now all three refuse it (before any
+    work, nothing written) unless --overwrite is given."""
+    js("write", "k1", "first memory", "--subject", "s", "--purpose", "support")
+    handle = js("forget", "--key", "k1")["handle"]
+    out, page = tmp_path / "cert.json", tmp_path / "cert.html"
+    out.write_text("someone's precious file")
+    page.write_text("another precious file")
+    new = str(tmp_path / "new.json")
+    for args in (["--out", str(out)], ["--html", str(page)], ["--out", new, "--html", str(page)]):
+        error = js("ledger", "export", handle, *args, code=2)["error"]
+        assert error["type"] == "InvalidInput" and "exists already" in error["message"]
+        assert "--overwrite" in error["message"]
+        assert str(tmp_path) not in error["message"]
+    assert out.read_text() == "someone's precious file" and page.read_text() == "another precious file"
+    assert not (tmp_path / "new.json").exists()  # refused before anything was written
+    js("ledger", "export", handle, "--out", str(out), "--html", str(page), "--overwrite")
+    assert json.loads(out.read_text())["handle"] == handle and "Deletion certificate" in page.read_text()
+    missing = js("ledger", "export", handle, "--out", str(tmp_path / "no" / "dir.json"), code=2)["error"]
+    assert missing["type"] == "InvalidInput" and "could not be written" in missing["message"]
+    store = tmp_path / "audited"
+    with efface.open(store, embedder="hashing") as s:
+        s.write("k1", "Alice prefers green tea", tenant="default", subject="alice", purpose="support")
+    report = tmp_path / "report.html"
+    report.write_text("an earlier report")
+    r = efc("audit", "efface", str(store), "--subject", "alice", "--html", str(report), code=2)
+    assert "exists already" in r.stderr and report.read_text() == "an earlier report"
+    efc("audit", "efface", str(store), "--subject", "alice", "--html", str(report), "--overwrite")
+    assert "<table>" in report.read_text()
+
+
+def test_a_store_and_a_server_named_together_are_a_usage_error(runner, tmp_path):
+    """--store DIR with --url URL silently used the server. Now it is a usage error that
+    never repeats the URL (it may hold a password), whichever of them came from the
+    environment."""
+    url = "http://agent:hunter2-secret@127.0.0.1:9/"
+    store = os.fspath(tmp_path / "s")
+    for args, env in (
+        (["--store", store, "--url", url], {}),
+        (["--url", url], {"EFFACE_STORE": store}),
+        (["--store", store], {"EFFACE_URL": url}),
+        (["--origin", "postgresql://u:hunter2-secret@h/db", "--url", url], {}),
+    ):
+        r = runner.invoke(cli, [*args, "read", "k1", "--purpose", "support"], env=env)
+        assert r.exit_code == 2, (args, r.output)
+        assert "not both" in r.stderr and "hunter2" not in r.output + r.stderr
+        r = runner.invoke(cli, [*args, "--json", "read", "k1", "--purpose", "support"], env=env)
+        error = one_json(r)["error"]
+        assert r.exit_code == 2 and error["type"] == "UsageError" and "hunter2" not in r.output
+    assert not os.path.exists(store)  # nothing was opened
+
+
+@pytest.mark.parametrize("command", [["serve"], ["mcp", "--transport", "http"]])
+def test_a_blank_host_is_refused_not_every_interface(runner, tmp_path, command, monkeypatch):
+    """--host "" (a variable left unset) was taken: uvicorn binds "" to every interface, so
+    the store was served to the network where the default serves this machine only. Now a
+    usage error that says what to give; efface's own refusals keep their words (they were
+    replaced by click's "must be a valid text")."""
+    import uvicorn
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(uvicorn.Server, "run", never)
+    store = os.fspath(tmp_path / "s")
+    for host in ("", "  "):
+        r = runner.invoke(cli, ["--store", store, *command, "--host", host])
+        assert r.exit_code == 2 and "must not be empty" in r.stderr and "127.0.0.1" in r.stderr
+    r = runner.invoke(cli, ["--json", "--store", store, *command, "--host", ""])
+    assert r.exit_code == 2 and one_json(r)["error"]["type"] == "BadParameter"
+    assert not os.path.exists(store)  # refused before anything was opened
+    r = runner.invoke(cli, ["--store", store, "--tenant", "", "read", "k", "--purpose", "support"])
+    assert r.exit_code == 2 and "leave --tenant out for the default one" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["mcp", "--port", "9000"], "go with --transport http"),
+        (["mcp", "--transport", "stdio", "--keys", "ring.db"], "go with --transport http"),
+        (["mcp", "--transport", "http", "--tenant", "acme"], "--tenant goes with --transport stdio"),
+        (["--tenant", "acme", "serve"], "efface serve takes no --tenant"),
+        (["--url", "http://u:pw@h:9", "serve"], "efface serve takes no --url"),
+    ],
+)
+def test_efface_mcp_and_serve_refuse_options_they_do_not_use(runner, tmp_path, args, says, monkeypatch):
+    """`efface mcp --port 9000` (stdio) and `--transport http --tenant acme` took the option
+    and ignored it; the second read as if the server were limited to one tenant, where every
+    API key's tenant is served. Now a usage error, before anything is opened."""
+    import uvicorn
+
+    import efface.service.mcp as service_mcp
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(uvicorn.Server, "run", never)
+    monkeypatch.setattr(service_mcp, "build_mcp", never)
+    store = os.fspath(tmp_path / "s")
+    r = runner.invoke(cli, ["--store", store, *args])
+    assert r.exit_code == 2 and says in r.stderr and "pw@" not in r.stderr, r.output
+    assert not os.path.exists(store)
+    r = runner.invoke(cli, ["--store", store, "mcp", "--transport", "http"], env={"EFFACE_TENANT": "acme"})
+    assert "--tenant goes with" not in r.stderr  # the environment's tenant is not this server's concern
+
+
+def test_commands_on_the_store_files_offer_no_url(runner, tmp_path):
+    """backup, restore, compact and sweep work on the store's own files (a client refuses
+    them), yet their --help offered --url and --api-key. Now they take neither; a root --url
+    with a store is the usage error, EFFACE_URL beside a store is not theirs to use."""
+    for command in (["backup"], ["restore"], ["compact"], ["sweep"]):
+        text = runner.invoke(cli, [*command, "--help"]).stdout
+        assert "--store" in text and "--url" not in text and "--api-key" not in text, command
+    for command in (["read"], ["forget"], ["ledger", "export"]):
+        assert "--url" in runner.invoke(cli, [*command, "--help"]).stdout, command
+    store, dest = os.fspath(tmp_path / "s"), os.fspath(tmp_path / "b.efb")
+    r = runner.invoke(cli, ["--store", store, "--url", "http://u:hunter2@h:9", "backup", dest])
+    assert r.exit_code == 2 and "not both" in r.stderr and "hunter2" not in r.output + r.stderr
+    r = runner.invoke(
+        cli, ["--store", store, "--embedder", "hashing", "backup", dest], env={"EFFACE_URL": "http://h:9"}
+    )
+    assert r.exit_code == 0, r.output
+    assert os.path.isfile(dest)
+    r = runner.invoke(cli, ["--json", "compact"], env={"EFFACE_URL": "http://h:9"})
+    error = one_json(r)["error"]
+    assert r.exit_code == 1 and error["type"] == "RemoteUnsupported" and "where the store is" in error["message"]
 
 
 @pytest.mark.parametrize(

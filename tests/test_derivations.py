@@ -535,7 +535,7 @@ def test_a_raising_callback_neither_undoes_nor_hides_the_forget(digests, caplog)
     seen = []
 
     def boom(receipt, items):
-        raise RuntimeError("agent crashed")
+        raise KeyError(items[0].key)  # the log printed its traceback: "KeyError: 'digest:zq'"
 
     store.on_quarantine(boom)
     store.on_quarantine(lambda receipt, items: seen.append(receipt.handle))
@@ -544,6 +544,7 @@ def test_a_raising_callback_neither_undoes_nor_hides_the_forget(digests, caplog)
     assert receipt.erased == ("zq:1",) and receipt.quarantined == ("digest:zq",)
     assert seen == [receipt.handle]  # later callbacks still run
     assert any("on_quarantine" in r.getMessage() for r in caplog.records)
+    assert "digest:zq" not in caplog.text and all(r.exc_info is None for r in caplog.records)
     assert store.read("zq:1", tenant=T, purpose="support") is None
     assert store.read("digest:zq", tenant=T, purpose="analytics") is None
     assert [i.key for i in store.quarantined(tenant=T)] == ["digest:zq"]

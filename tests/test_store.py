@@ -697,6 +697,8 @@ def test_closed_store_refuses_calls(store):
         store.read("n1", tenant="acme", purpose="support")
     with pytest.raises(efface.EffaceError):
         put(store, "n2", "another")
+    with pytest.raises(efface.EffaceError, match="closed"):  # was accepted, and never called
+        store.on_quarantine(lambda receipt, items: None)
 
 
 def test_context_manager_closes(store_path, clock):
@@ -772,3 +774,30 @@ def test_a_libpq_connection_string_is_refused_not_taken_for_a_directory(tmp_path
     # a directory whose name merely holds '=' further on is still a directory
     with efface.open(tmp_path / "notes=v2", embedder="hashing", background=False) as store:
         assert store.stats() is not None
+
+
+def test_a_failed_compactor_round_is_logged_by_type_only(store_path, caplog):
+    """A compactor round that raised was logged with its traceback, whose last line is the
+    exception's message: it can quote data (here a key). Now its type only, as every other
+    log line of efface; the worker lives on and the next round retries."""
+    import logging
+    import threading
+
+    with efface.open(store_path, embedder="hashing", compact_interval=0.01) as s:
+        failed = threading.Event()
+        expire = s._compactor._expire
+
+        def once():
+            if not failed.is_set():
+                failed.set()
+                raise ValueError("no claim for key alice@example.com:diary")
+            expire()
+
+        with caplog.at_level(logging.ERROR, logger="efface"):
+            s._compactor._expire = once
+            s._compactor.wake()
+            assert failed.wait(30)
+            s.write("k1", "Alice prefers tea", tenant="acme", subject="alice", purpose="support")
+            s.wait(s.forget(tenant="acme", key="k1").handle, timeout=30, until="absorbed")  # rounds go on
+    assert any("compactor round failed (ValueError)" in r.getMessage() for r in caplog.records)
+    assert "alice@example.com" not in caplog.text and all(r.exc_info is None for r in caplog.records)

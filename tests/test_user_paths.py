@@ -37,6 +37,20 @@ def test_open_backup_and_restore_expand_a_leading_tilde(home):
     assert (home / "s").is_dir() and os.listdir(".") == []  # no directory named "~" here
 
 
+def test_a_store_made_directly_expands_a_leading_tilde_as_open_does(home):
+    """``Store(path, origin=...)`` took ``~/s`` literally (a directory named ``~`` here for
+    its index files) where ``efface.open`` expanded it."""
+    from efface.origin.memory import MemoryOrigin
+
+    store = efface.Store("~/s", "hashing", origin=MemoryOrigin(), background=False)
+    try:
+        assert store.path == os.fspath(home / "s")
+        store.write("k1", "Alice prefers green tea", tenant="t", subject="alice", purpose="support")
+    finally:
+        store.close()
+    assert os.listdir(".") == []  # no directory named "~" here
+
+
 def test_cli_expands_a_tilde_in_store_and_file_options(home):
     runner = CliRunner(env={"EFFACE_STORE": None, "EFFACE_TENANT": None, "EFFACE_ORIGIN": None})
 

@@ -457,6 +457,9 @@ def test_open_refuses_bad_targets(tmp_path):
     a_file.write_text("x")
     with pytest.raises(efface.InvalidInput):
         efface.open(a_file, embedder="hashing", background=False)
+    for inside in (a_file / "s", a_file / "deeper" / "s"):  # was StoreDamaged: nothing is damaged
+        with pytest.raises(efface.InvalidInput, match="a part of the store path is a file"):
+            efface.open(inside, embedder="hashing", background=False)
     with pytest.raises(efface.OriginUnreachable) as unreachable:
         efface.open("postgresql://user:secret-pw@db.invalid/efface", embedder="hashing")
     assert "secret-pw" not in str(unreachable.value)

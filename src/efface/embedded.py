@@ -26,9 +26,14 @@ ORIGINS = ("sqlite", "memory")
 def open_embedded(path: str | os.PathLike, embedder: Any = None, *, origin: str = "sqlite", **options: Any) -> Store:
     if origin not in ORIGINS:
         raise InvalidInput(f"origin must be one of {', '.join(ORIGINS)}")
-    root = os.path.abspath(os.fspath(path))
+    root = os.path.abspath(os.path.expanduser(os.fspath(path)))
     if os.path.exists(root) and not os.path.isdir(root):
         raise InvalidInput("the store path exists and is not a directory: give a directory path")
+    above = os.path.dirname(root)
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):  # was StoreDamaged ("restore the store from a backup"): nothing is damaged
+        raise InvalidInput("a part of the store path is a file, not a directory: give a directory path")
     lockfile = lock_dir(
         root,
         "this store is open already (in another process, or another handle in this one): "

@@ -144,8 +144,9 @@ class Erasures:
             for callback in list(self.on_quarantine):
                 try:
                     callback(receipt, items)
-                except Exception:  # the erasure is committed; a failing callback must not hide that
-                    log.exception("on_quarantine callback failed")
+                except Exception as exc:  # the erasure is committed; a failing callback must not hide that
+                    # Its type only: its message and traceback could hold the keys it was given.
+                    log.error("on_quarantine callback failed (%s); the forget itself is committed", type(exc).__name__)
 
     def receipt(self, epoch: int, out: Outcome, name: str | None) -> Receipt:
         """The receipt returned to the caller, its selector naming the tenant as the caller

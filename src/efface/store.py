@@ -87,7 +87,7 @@ class Store:
         erase_bound_s: float = ERASE_BOUND_S,
         on_close: Callable[[], None] | None = None,
     ):
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))  # as efface.open does
         self._origin = origin
         self._on_close = on_close
         self._clock = clock
@@ -398,6 +398,7 @@ class Store:
     def on_quarantine(self, callback: Callable[[Receipt, list[QuarantineItem]], None]) -> None:
         """Call ``callback(receipt, items)`` after a forget quarantines derived records, so the
         agent learns what to re-derive. It runs after the commit; its errors are logged."""
+        self._check_open()
         if not callable(callback):
             raise InvalidInput("callback must be callable")
         self._erasures.on_quarantine.append(callback)

@@ -281,7 +281,39 @@ def test_bad_input_is_refused_clearly(lg):
         lg.put(("a",), "k", {"v": object()})
     with pytest.raises(efface.InvalidInput, match="template"):
         EffaceStore(object(), template=("user",))
+    for keep in (-1, 1.5, "10"):  # deque raised a raw ValueError or TypeError
+        with pytest.raises(efface.InvalidInput, match="keep_receipts"):
+            EffaceStore(object(), tenant="acme", keep_receipts=keep)
     assert lg.get(("a",), "never") is None and lg.search(("a",)) == [] and lg.list_namespaces() == []
+
+
+def test_a_str_namespace_and_other_misread_arguments_are_refused(lg, store):
+    """A str namespace passed LangGraph's own check (each character a label): put("alice",
+    ...) stored the item under subject "a", out of reach of forget_subject("alice"), and
+    forget_namespace("alice") answered a receipt that erased nothing. A filter that is not a
+    dict raised a raw AttributeError, and list_namespaces(limit=-1) sliced from the end."""
+    lg.put(("alice",), "k", {"text": "Alice plays chess"})
+    for call in (
+        lambda: lg.put("alice", "k2", {"text": "Alice plays go"}),
+        lambda: lg.get("alice", "k"),
+        lambda: lg.delete("alice", "k"),
+        lambda: lg.search("alice"),
+        lambda: lg.list_namespaces(prefix="alice"),
+        lambda: lg.forget_namespace("alice"),
+        lambda: lg.forget_key("alice", "k"),
+    ):
+        with pytest.raises(efface.InvalidInput, match="tuple of labels"):
+            call()
+    with pytest.raises(efface.InvalidInput, match="filter must be a dict"):
+        lg.search(("alice",), filter="chess")
+    for kwargs in ({"limit": -1}, {"offset": -1}, {"max_depth": -1}):
+        with pytest.raises(efface.InvalidInput, match="0 or more"):
+            lg.list_namespaces(**kwargs)
+    with pytest.raises(efface.InvalidInput, match="0 or more"):
+        lg.search(("alice",), limit=1.5)
+    assert lg.list_namespaces() == [("alice",)] and list(lg.receipts) == []
+    assert [m.key for m in store.scan(tenant="acme", purpose="memory", subject="a")] == []
+    assert lg.get(("alice",), "k").value == {"text": "Alice plays chess"}
 
 
 @pytest.mark.parametrize(

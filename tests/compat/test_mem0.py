@@ -151,6 +151,15 @@ def test_expiration_date_erases(m, store, clock):
         m.add("too late", user_id="alice", infer=False, expiration_date=today - timedelta(days=3))
 
 
+def test_an_expiration_date_at_the_end_of_the_calendar_is_taken(m):
+    """expiration_date="9999-12-31" raised a raw OverflowError (the day after it has no
+    date): it is a ttl like any other now."""
+    out = m.add("Alice plays chess", user_id="alice", infer=False, expiration_date="9999-12-31")
+    memory_id = out["results"][0]["id"]
+    assert m.get(memory_id)["memory"] == "Alice plays chess"
+    assert m.update(memory_id, text="Alice plays go", expiration_date="9999-12-31")["message"]
+
+
 def test_update_can_set_and_clear_the_expiration(m, store, clock):
     today = datetime.fromtimestamp(clock.now, tz=UTC).date()
     memory_id = m.add("Alice visits Porto", user_id="alice", infer=False)["results"][0]["id"]
@@ -217,6 +226,42 @@ def test_filters_and_bad_input(m):
             m.get_all(filters=filters)
         with pytest.raises(efface.InvalidInput, match="filters must be a dict"):
             m.search("plays", filters=filters)
+
+
+@pytest.mark.parametrize("infer", [False, True])
+def test_an_empty_or_unstorable_add_is_a_typed_error_and_stores_nothing(m, infer):
+    """add([]) and add of messages none of which has a role and a content answered
+    {"results": []} as if something had been remembered; a content that is not a string (a
+    list of content parts) raised a raw AttributeError; and a bad message after a good one
+    left the good one stored behind an error. Now each is an InvalidInput (a ValueError, as
+    mem0's own validation errors are) and nothing of the call is stored."""
+    for messages in ([], [{"role": "user"}], [{"content": "Alice plays chess"}], [{"role": "user", "content": None}]):
+        with pytest.raises(efface.InvalidInput, match=r"nothing|empty"):
+            m.add(messages, user_id="alice", infer=infer)
+    for messages, said in (
+        ([{"role": "user", "content": ["Alice plays chess"]}], "must be a string"),
+        ([{"role": "user", "content": "Alice plays chess"}, {"role": "user", "content": "  "}], "blank"),
+        ([{"role": "user", "content": "Alice plays chess"}, {"role": "user", "content": "a\x00b"}], "NUL"),
+        ("", "blank"),
+        ({"role": "user", "content": ""}, "blank"),
+    ):
+        with pytest.raises(efface.InvalidInput, match=said) as told:
+            m.add(messages, user_id="alice", infer=infer)
+        assert "Alice" not in str(told.value)
+    assert m.get_all(filters={"user_id": "alice"}) == {"results": []}
+    memory_id = m.add("Alice plays chess", user_id="alice", infer=False)["results"][0]["id"]
+    with pytest.raises(efface.InvalidInput, match="text must be a string"):
+        m.update(memory_id, text=["Alice plays go"])  # was a raw AttributeError
+    assert m.get(memory_id)["memory"] == "Alice plays chess"
+    m.delete(memory_id)
+    # A system message alone stores nothing, as in mem0; a tool call (no content) beside a text is skipped.
+    assert m.add([{"role": "system", "content": "be brief"}], user_id="alice", infer=False) == {"results": []}
+    out = m.add(
+        [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "user", "content": "Alice plays go"}],
+        user_id="alice",
+        infer=False,
+    )
+    assert [r["memory"] for r in out["results"]] == ["Alice plays go"]
 
 
 def test_search_takes_mems_reference_date_as_none(m):

@@ -141,6 +141,26 @@ def test_bad_arguments_from_the_model_are_retried_not_raised(tools, store):
     assert recalled.outcome == "retried" and result.output == "done"
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"k": -1}, "k must be"),  # dropped the best hit
+        ({"k": 2000}, "k must be"),  # every recall failed, told to the model as a retry
+        ({"tenant": ""}, "tenant"),
+        ({"purpose": "customer support"}, "purpose"),
+        ({"basis": "whim"}, "basis"),
+        ({"subject": 5}, "subject"),
+        ({"keep_receipts": -1}, "keep_receipts"),  # a raw ValueError from deque
+    ],
+)
+def test_a_bad_toolset_option_is_refused_when_it_is_made(store, options, said):
+    """The toolset's own options were checked only when a tool ran, and an InvalidInput there
+    goes back to the model as a retry it cannot mend; now they are refused at construction."""
+    kwargs = {"tenant": "acme", "subject": "carol", **options}
+    with pytest.raises(efface.InvalidInput, match=said):
+        EffaceToolset(store, **kwargs)
+
+
 def test_forget_everything_of_the_subject(store):
     tools = EffaceToolset(store, tenant="acme", subject="carol", instructions=None)
     model = FunctionModel(

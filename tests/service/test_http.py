@@ -113,6 +113,30 @@ def test_a_body_that_is_not_json_and_a_wrong_method_say_what_to_do(served):
     assert served.store.stats()["epoch"] == 0  # nothing was written
 
 
+def test_head_answers_as_get_and_a_trailing_slash_is_a_typed_404(served):
+    """HEAD /v1/health answered 405 (HTTP asks for GET's answer without its body), and a
+    trailing slash answered a 307 redirect on every route (a POST redirected, with its body,
+    to a route it may not reach) where any other wrong path gets a typed 404. Now HEAD works
+    where GET does, and '/v1/health/' is a 404 with the error body, like every wrong path."""
+    key = served.key(TENANT)
+    get = httpx.get(served.url + "/v1/health")
+    head = httpx.head(served.url + "/v1/health")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"] == "application/json"
+    assert httpx.head(served.url + "/openapi.json").status_code == 200
+    r = httpx.head(served.url + "/v1/read", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = httpx.request("OPTIONS", served.url + "/v1/health")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+    wrong = (("GET", "/v1/health/"), ("POST", "/v1/read/"), ("POST", "/v1/write/"), ("GET", "/openapi.json/"))
+    for method, path in wrong:
+        body = {"key": "k1", "text": TEXT, "subject": SUBJECT, "purpose": "support"} if method == "POST" else None
+        r = httpx.request(method, served.url + path, json=body, headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 404 and "location" not in r.headers, (path, r.status_code)
+        assert r.json()["error"]["type"] == "NotFound" and "'/'" in r.json()["error"]["message"]
+    assert served.store.stats()["epoch"] == 0  # nothing was written
+
+
 def test_a_body_over_the_limit_is_refused_before_it_is_parsed(served, tmp_path):
     key = served.key(TENANT)
     app = create_app(served.store, served.ring, max_body=1000)

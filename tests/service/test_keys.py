@@ -4,6 +4,7 @@ revocation at once, and the CLI works beside a running server without opening th
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import pytest
@@ -71,6 +72,22 @@ def test_cli_keys_beside_a_running_server_and_revocation_at_once(served):
     assert httpx.post(served.url + "/v1/receipts", json={}, headers=headers).status_code == 401
     out = runner.invoke(cli, ["keys", "create", "--store", store, "--json"])
     assert out.exit_code != 0 and json.loads(out.output)["error"]["type"] == "UsageError"
+
+
+def test_keys_list_and_revoke_make_no_ring_for_a_store_that_has_none(tmp_path):
+    """`efface keys list --store DIR` (and `revoke`) with a mistyped DIR made DIR.keys.db and
+    every missing parent directory; they now change nothing: an empty list, a NotFound."""
+    runner = CliRunner(env={"EFFACE_STORE": None, "EFFACE_URL": None, "EFFACE_ORIGIN": None})
+    typo = tmp_path / "no" / "such" / "store"
+    out = runner.invoke(cli, ["keys", "list", "--store", str(typo), "--json"])
+    assert out.exit_code == 0 and json.loads(out.output) == {"keys": []}
+    out = runner.invoke(cli, ["keys", "revoke", "0123456789ab", "--store", str(typo), "--json"])
+    assert out.exit_code == 1 and json.loads(out.output)["error"]["type"] == "NotFound"
+    assert os.listdir(tmp_path) == []
+    out = runner.invoke(cli, ["keys", "create", "--store", str(typo), "--tenant", "acme", "--json"])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(cli, ["keys", "list", "--store", str(typo), "--json"])
+    assert [k["tenant"] for k in json.loads(out.output)["keys"]] == ["acme"]
 
 
 def test_a_damaged_ring_is_a_typed_error(tmp_path):

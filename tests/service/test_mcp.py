@@ -242,6 +242,11 @@ def test_arguments_outside_the_schema_come_back_in_effaces_error_shape(store):
         ("remember", {"key": "k", "text": "t", "subject": "s", "sources": ["a", 5]}, "sources[1]"),
         ("recall", {"query": "alice-secret-query", "k": 5000}, "k: Input should be less than or equal to 1000"),
         ("wait_erasure", {"handle": "h", "until": "alice-secret-until"}, "until"),
+        # an argument the tool does not take was dropped: a misnamed ttl kept the memory for ever,
+        # a tenant named another than the server's wrote in the server's, without a word
+        ("remember", {"key": "k", "text": "t", "subject": "s", "ttl": 60}, "an argument this tool does not take"),
+        ("remember", {"key": "k", "text": "t", "subject": "s", "tenant": "globex"}, "does not take"),
+        ("forget", {"subject": "s", "alice-secret-name": True}, "does not take"),
     ]
 
     async def body():

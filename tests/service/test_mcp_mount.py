@@ -62,3 +62,7 @@ def test_the_real_mcp_server_answers_at_mcp_with_the_same_keys(served):
         headers["Authorization"] = f"Bearer {served.key('acme')}"
         r = httpx.post(server.url + "/mcp", json=init, headers=headers)
         assert r.status_code == 200 and "serverInfo" in r.text
+        # '/mcp/' (a client configured with the slash) is redirected to '/mcp', as the MCP
+        # SDK's own servers do, while the API's routes answer a trailing slash with a 404.
+        r = httpx.post(server.url + "/mcp/", json=init, headers=headers, follow_redirects=True)
+        assert r.status_code == 200 and "serverInfo" in r.text

@@ -56,6 +56,8 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike, *, overwrite: bool
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(parent, name))
     tmp: list[str] = []
+    placed: list[str] = []
+    committed: list[bool] = []
 
     def body(tx, now):
         # Subjects of stores made before keys existed get theirs now.
@@ -135,13 +137,18 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike, *, overwrite: bool
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the backup
         tx.record_backup(backup_id, path_h, seq, now, written, len(keys))
+        if not overwrite:
+            # The name is claimed before the commit: a file that took it meanwhile refuses
+            # the backup here, which rolls back its ledger entry (the ledger names only
+            # backups that were written).
+            _place_new(tmp[0], dest)
+            placed.append(dest)
         return fmt.BackupResult(dest, backup_id, tx.epoch, seq, written, len(keys), size), [], [], {}
 
     def after(_result):
+        committed.append(True)
         if overwrite:
             os.replace(tmp[0], dest)
-        else:
-            _place_new(tmp[0], dest)
         fsync_dir(parent)
 
     try:
@@ -150,6 +157,10 @@ def write_backup(ctx: BackupContext, dest: str | os.PathLike, *, overwrite: bool
         for path in tmp:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if not committed:  # a file this backup placed, whose ledger entry did not commit
+            for path in placed:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         raise
     return result
 

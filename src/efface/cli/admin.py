@@ -8,7 +8,20 @@ import json
 import click
 from rich.console import Console
 
-from .base import EXIT_FAILED, UserPath, _common_options, _emit, _open, _settings, _stdin_text, _tenant, cli
+from .base import (
+    EXIT_FAILED,
+    UserPath,
+    _common_options,
+    _emit,
+    _open,
+    _open_local,
+    _settings,
+    _stdin_text,
+    _tenant,
+    cli,
+    refuse_existing,
+    write_out,
+)
 from .render import (
     console,
     data,
@@ -75,21 +88,25 @@ def ledger_verify() -> None:
     type=UserPath(dir_okay=False, writable=True),
     help="Write a readable HTML certificate to this file (the JSON one then goes only to --out, if given).",
 )
+@click.option(
+    "--overwrite", is_flag=True, default=False, help="Replace the --out and --html files if they exist (else refused)."
+)
 @_common_options()
-def ledger_export(handle, out_path, html_path) -> None:
+def ledger_export(handle, out_path, html_path, overwrite) -> None:
     """Export the deletion certificate of erasure HANDLE: what was asked, when, the epoch,
     each verification check with its outcome and time, and what was retained and why.
     It goes to standard output as JSON, or to the files --out (JSON) and --html (HTML) name;
-    with --json, standard output holds the JSON certificate either way."""
+    with --json, standard output holds the JSON certificate either way. An existing file is
+    refused unless --overwrite is given."""
     from efface.erasure.certificate import to_html
 
+    refuse_existing(out_path, overwrite=overwrite, what="the --out file")
+    refuse_existing(html_path, overwrite=overwrite, what="the --html file")
     cert = _open().certificate(handle, tenant=_tenant())
     if html_path:
-        with open(html_path, "w", encoding="utf-8") as f:
-            f.write(to_html(cert))
+        write_out(html_path, to_html(cert), overwrite=overwrite, what="the --html file")
     if out_path:
-        with open(out_path, "w", encoding="utf-8") as f:
-            json.dump(cert, f, indent=2, sort_keys=True)
+        write_out(out_path, json.dumps(cert, indent=2, sort_keys=True), overwrite=overwrite, what="the --out file")
 
     def human(out: Console) -> None:
         if not out_path and not html_path:
@@ -118,10 +135,10 @@ def verify(handle) -> None:
 
 
 @cli.command()
-@_common_options()
+@_common_options(remote=False)
 def compact() -> None:
     """Bring every derived read path up to the newest epoch and save it."""
-    store = _open()
+    store = _open_local()
     epoch = store.compact()
     stats = store.stats()
 
@@ -135,12 +152,12 @@ def compact() -> None:
 @cli.command()
 @click.argument("dest", type=UserPath(dir_okay=False))
 @click.option("--overwrite", is_flag=True, default=False, help="Replace DEST if it exists (else it is refused).")
-@_common_options()
+@_common_options(remote=False)
 def backup(dest, overwrite) -> None:
     """Write an encrypted backup of every live record to the file DEST. Each subject's part
     is sealed with a key only this store holds; forgetting the subject destroys it. An
     existing DEST is refused unless --overwrite is given."""
-    result = _open().backup(dest, overwrite=overwrite).to_dict()
+    result = _open_local().backup(dest, overwrite=overwrite).to_dict()
 
     def human(out: Console) -> None:
         out.print(
@@ -162,11 +179,11 @@ def backup(dest, overwrite) -> None:
 
 @cli.command()
 @click.argument("src", type=UserPath(dir_okay=False))
-@_common_options()
+@_common_options(remote=False)
 def restore(src) -> None:
     """Restore the records of the backup SRC that are missing from the store, after replaying
     the erasure ledger: nothing erased since the backup comes back."""
-    result = _open().restore(src).to_dict()
+    result = _open_local().restore(src).to_dict()
 
     def human(out: Console) -> None:
         out.print(
@@ -186,10 +203,10 @@ def restore(src) -> None:
 
 
 @cli.command()
-@_common_options()
+@_common_options(remote=False)
 def sweep() -> None:
     """Expire every claim whose TTL has passed now, and print the expiry receipts."""
-    docs = [r.to_dict() for r in _open().sweep()]
+    docs = [r.to_dict() for r in _open_local().sweep()]
 
     def human(out: Console) -> None:
         if not docs:

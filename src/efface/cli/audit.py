@@ -12,7 +12,7 @@ from ..audit.model import Selection
 from ..audit.report import render, to_html, to_json
 from ..audit.run import run_audit
 from ..errors import InvalidInput
-from .base import UserPath
+from .base import UserPath, refuse_existing, write_out
 from .render import console
 
 
@@ -33,13 +33,26 @@ from .render import console
     "--html",
     "html_file",
     type=UserPath(dir_okay=False, path_type=Path),
-    help="Also write an HTML report to this file.",
+    help="Also write an HTML report to this file (an existing one is refused unless --overwrite).",
 )
+@click.option("--overwrite", is_flag=True, help="Replace the --html file if it exists.")
 @click.option("--id-field", default=None, help="LanceDB: the id column (default: id).")
 @click.option("--text-field", default=None, help="LanceDB / Qdrant: the text column or payload key (default: text).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document instead of tables.")
 def audit(
-    kind, path, subject, ids, subject_field, collection, in_place, maintenance, html_file, id_field, text_field, as_json
+    kind,
+    path,
+    subject,
+    ids,
+    subject_field,
+    collection,
+    in_place,
+    maintenance,
+    html_file,
+    overwrite,
+    id_field,
+    text_field,
+    as_json,
 ) -> None:
     """Check what a store's delete really proves: forget a subject (or ids) in a copy of
     the store at PATH through the store's own API, probe every read path it exposes, scan
@@ -53,6 +66,7 @@ def audit(
     if (subject is None) == (id_list is None):
         raise InvalidInput("name exactly one of --subject or --ids")
     field = subject_field or ("user_id" if kind == "mem0" else "subject")
+    refuse_existing(html_file, overwrite=overwrite, what="the --html file")  # before the audit's work
     report = run_audit(
         kind,
         path,
@@ -64,7 +78,7 @@ def audit(
         text_field=text_field,
     )
     if html_file is not None:
-        html_file.write_text(to_html(report), encoding="utf-8")
+        write_out(str(html_file), to_html(report), overwrite=overwrite, what="the --html file")
     # `efface --json audit ...` is noticed by the root group and kept in ctx.meta.
     if as_json or click.get_current_context().meta.get("efface.json"):
         click.echo(to_json(report))

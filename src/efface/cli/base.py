@@ -9,10 +9,11 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 import efface
@@ -21,7 +22,7 @@ from efface.errors import EffaceError, InvalidInput, ScopeError
 from .render import (
     console,
 )
-from .usage import quiet
+from .usage import Refused, quiet
 
 DEFAULT_TENANT = "default"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -41,6 +42,8 @@ class Settings:
     tenant: str | None = None
     embedder: str | None = None
     json: bool = False
+    from_env: set[str] = field(default_factory=set)
+    """The fields whose value came from an environment variable (EFFACE_URL, ...)."""
 
 
 # -- the edge: errors -> exit codes ---------------------------------------------------------
@@ -89,7 +92,8 @@ class EffaceGroup(click.Group):
         told = quiet(ctx, exc)
         if not ctx.meta.get("efface.json"):
             raise told from None
-        _fail(ctx, type(exc).__name__, told.format_message(), exc.exit_code)
+        kind = "BadParameter" if isinstance(exc, Refused) else type(exc).__name__  # click's name for it
+        _fail(ctx, kind, told.format_message(), exc.exit_code)
 
 
 SERVE_MODULES = ("fastapi", "uvicorn", "mcp", "starlette", "anyio")
@@ -140,13 +144,17 @@ PATH_FIELDS = ("store", "kek_file")
 """The settings that name a file or directory: a leading ``~`` is expanded (:class:`UserPath`)."""
 
 
-def _setter(field: str) -> Callable:
-    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+def _setter(name: str) -> Callable:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         settings = ctx.ensure_object(Settings)
         if value is not None and value is not False:
-            if field in PATH_FIELDS and isinstance(value, str):
+            if name in PATH_FIELDS and isinstance(value, str):
                 value = os.path.expanduser(value)
-            setattr(settings, field, value)
+            setattr(settings, name, value)
+            if param.name is not None and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+                settings.from_env.add(name)
+            else:
+                settings.from_env.discard(name)
 
     return callback
 
@@ -156,8 +164,24 @@ def _tenant_setter(ctx: click.Context, param: click.Parameter, value: Any) -> No
     unset) is refused rather than taken for the default tenant, where it would act on the
     wrong tenant's records. (An empty ``EFFACE_TENANT`` is unset, as click reads it.)"""
     if isinstance(value, str) and not value.strip():
-        raise click.BadParameter("must not be empty: name a tenant, or leave --tenant out for the default one")
+        raise Refused("must not be empty: name a tenant, or leave --tenant out for the default one")
     _setter("tenant")(ctx, param, value)
+
+
+def host_option(default: str = "127.0.0.1", help: str = "Address to listen on (loopback by default).") -> Callable:
+    """A server's ``--host``. A blank one (``--host "$HOST"`` with ``HOST`` unset) is refused:
+    uvicorn and asyncio take ``""`` for every interface, so it served the store to the whole
+    network where the default serves this machine only."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise Refused(
+                "must not be empty: name the address to bind (127.0.0.1 for this machine only, "
+                "0.0.0.0 for every interface)"
+            )
+        return value
+
+    return click.option("--host", default=default, show_default=True, callback=check, help=help)
 
 
 def embedder_option() -> Callable:
@@ -213,9 +237,10 @@ def _origin_options(*, root: bool = False) -> list[Callable]:
     ]
 
 
-def _common_options(*, root: bool = False, store: bool = True) -> Callable:
+def _common_options(*, root: bool = False, store: bool = True, remote: bool = True) -> Callable:
     """The shared options. On the root group they read the environment; on a command they
-    override what the root was given."""
+    override what the root was given. ``remote=False``: a command that works on the store's
+    own files only (``backup``, ``compact``, ...) offers no ``--url`` or ``--api-key``."""
 
     def env(name: str) -> dict:
         return {"envvar": name, "show_envvar": True} if root else {}
@@ -243,6 +268,9 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     **env("EFFACE_STORE"),
                 ),
                 *_origin_options(root=root),
+            ]
+        if store and remote:
+            options += [
                 click.option(
                     "--url",
                     metavar="URL",
@@ -259,6 +287,9 @@ def _common_options(*, root: bool = False, store: bool = True) -> Callable:
                     help="The API key for --url (from `efface keys create`).",
                     **env("EFFACE_API_KEY"),
                 ),
+            ]
+        if store:
+            options += [
                 click.option(
                     "--tenant",
                     metavar="TENANT",
@@ -290,11 +321,44 @@ def _tenant() -> Any:
 def _open() -> Any:
     """Open the store for this one command; it is closed (and compacted) when the command ends.
     With ``--url`` (``EFFACE_URL``) it is a client of that server instead: the same methods,
-    no model loaded, the store left to the server."""
+    no model loaded, the store left to the server. A server and a store named together
+    (``--url`` with ``--store`` or ``--origin``, from the command line or the environment) is
+    a usage error: which one was meant cannot be guessed, and the URL is never repeated."""
     settings = _settings()
     ctx = click.get_current_context()
     if settings.url:
+        if settings.store or settings.origin:
+            raise click.UsageError(
+                "give either --url URL (a running server) or --store DIR / --origin URL (a store opened here), "
+                "not both: the environment counts too (EFFACE_URL, EFFACE_STORE, EFFACE_ORIGIN); unset the one "
+                "you do not mean"
+            )
         return ctx.with_resource(efface.Client(settings.url, api_key=settings.api_key))
+    return ctx.with_resource(open_store(settings, background=False))
+
+
+def _open_local() -> efface.Store:
+    """:func:`_open` for a command that works on the store's own files (``backup``, ``restore``,
+    ``compact``, ``sweep``), which a server's client cannot do, so it offers no ``--url``. A
+    server named with no store (``EFFACE_URL``, or the root's ``--url``) is refused with where
+    to run it (``RemoteUnsupported``, as the client refuses it); a root ``--url`` given with a
+    store is the usage error :func:`_open` gives; ``EFFACE_URL`` beside a store is not its
+    concern (it opens the store)."""
+    from efface.service.wire import RemoteUnsupported
+
+    settings = _settings()
+    ctx = click.get_current_context()
+    name = ctx.command_path.removeprefix(ctx.find_root().info_name or "efface").strip()
+    if settings.url and not (settings.store or settings.origin):
+        raise RemoteUnsupported(
+            f"{name} works on the store's own files: run it where the store is "
+            "(`efface --store DIR ...` on the server's machine), not through a server's --url or EFFACE_URL"
+        )
+    if settings.url and "url" not in settings.from_env:
+        raise click.UsageError(
+            f"give either --url URL or --store DIR / --origin URL, not both; {name} works on the store's own "
+            "files, so it takes --store DIR (or --origin URL) only"
+        )
     return ctx.with_resource(open_store(settings, background=False))
 
 
@@ -322,6 +386,27 @@ def open_store(settings: Settings, **options: Any) -> efface.Store:
     if settings.origin:
         options["kek_file"] = settings.kek_file
     return efface.open(where, embedder=settings.embedder, **options)
+
+
+def write_out(path: str, text: str, *, overwrite: bool, what: str) -> None:
+    """Write ``text`` to the file ``path`` given on the command line: an existing file is
+    refused unless ``overwrite`` (as ``efface backup`` refuses one), and a file that cannot be
+    written is a typed error naming ``what`` (not a traceback, not the path)."""
+    try:
+        with open(path, "w" if overwrite else "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise InvalidInput(f"{what} exists already: choose another file, or pass --overwrite to replace it") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{what} is a directory: give a file path") from None
+    except OSError as exc:
+        raise InvalidInput(f"{what} could not be written ({exc.strerror or type(exc).__name__})") from None
+
+
+def refuse_existing(path: str | os.PathLike | None, *, overwrite: bool, what: str) -> None:
+    """Refuse, before any work, an output file that exists (see :func:`write_out`)."""
+    if path is not None and not overwrite and os.path.lexists(path):
+        raise InvalidInput(f"{what} exists already: choose another file, or pass --overwrite to replace it")
 
 
 def _stdin_text() -> str:

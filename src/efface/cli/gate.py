@@ -4,6 +4,7 @@ logs go to stderr and name tools, never their arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -76,6 +77,8 @@ def proxy(state, settle, map_file, upstream_url, headers, command) -> None:
         raise click.UsageError(
             "give the upstream as a command (after a double dash) or as --upstream-url URL, one of them"
         )
+    if headers and not upstream_url:
+        raise click.UsageError("--header goes with --upstream-url: an upstream command is spoken to over stdio")
     parsed = {}
     for header in headers:
         name, sep, value = header.partition(":")
@@ -123,7 +126,14 @@ async def _serve_stdio(upstream: Any, state_path: str, *, settle_s: float, mappi
 
     from efface.gate.proxy import GateProxy
 
-    async with upstream:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(upstream)
+        except Exception:  # a raw traceback (an ExceptionGroup of the SDK's task groups) before
+            raise click.ClickException(
+                "the upstream MCP server could not be reached, or closed the connection before it answered: "
+                "check the command (it must speak MCP over stdio) or --upstream-url, and its headers"
+            ) from None
         proxy = GateProxy(upstream, state_path, settle_s=settle_s, mapping=mapping)
         try:
             await proxy.load_tools()

@@ -14,6 +14,7 @@ import signal
 import sys
 
 import click
+from click.core import ParameterSource
 
 from efface.service.keys import KeyRing
 
@@ -26,6 +27,7 @@ from .base import (
     _tenant_setter,
     cli,
     embedder_option,
+    host_option,
     open_store,
     origin_options,
     require_serve,
@@ -41,7 +43,7 @@ from .base import (
     show_default=True,
     help="stdio: one client (its tenant is --tenant); http: streamable HTTP, each API key acts for its tenant.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to bind.")
+@host_option(help="HTTP: the address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port to bind.")
 @click.option("--path", default="/mcp", show_default=True, help="HTTP: the MCP endpoint's path.")
 @click.option(
@@ -89,6 +91,19 @@ def mcp(transport, host, port, path, purpose, keys_file, forget_everything) -> N
     require_serve("efface mcp")
     settings = _settings()
     store_location(settings)  # a usage error before anything starts
+    ctx = click.get_current_context()
+    given = [
+        n for n in ("host", "port", "path", "keys_file") if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE
+    ]
+    if transport == "stdio" and given:
+        # They were taken and ignored: a stdio server binds nothing.
+        raise click.UsageError("--host, --port, --path and --keys go with --transport http")
+    if transport == "http" and settings.tenant and "tenant" not in settings.from_env:
+        # Taken and ignored, it read as if the server were limited to that tenant: every key's works.
+        raise click.UsageError(
+            "--tenant goes with --transport stdio: over HTTP each API key acts for its own tenant "
+            "(make keys with efface keys create --tenant T)"
+        )
     if settings.origin and keys_file:
         raise click.UsageError(
             "--keys names an embedded store's key ring; an --origin store's keys are in its database"

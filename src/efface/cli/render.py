@@ -48,7 +48,10 @@ def fmt_time(ts: float | None) -> str:
     """A timestamp as ``YYYY-MM-DD HH:MM:SS UTC`` (``never`` for None)."""
     if ts is None:
         return "never"
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a ttl of timedelta.max: past the calendar's end
+        return "after 9999-12-31" if ts > 0 else "before 0001-01-01"
 
 
 def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:

@@ -34,6 +34,7 @@ from .base import (
     _tenant_setter,
     cli,
     embedder_option,
+    host_option,
     open_store,
     origin_options,
     require_serve,
@@ -55,6 +56,14 @@ def open_ring(settings: Settings) -> Ring:
 
 def _ring() -> Ring:
     return click.get_current_context().with_resource(open_ring(_settings()))
+
+
+def _no_local_ring() -> bool:
+    """Whether ``--store DIR`` has no key ring yet (``keys list`` and ``keys revoke`` then
+    change nothing: they made ``DIR.keys.db``, and its parent directories, for a mistyped DIR)."""
+    settings = _settings()
+    where = store_location(settings)
+    return not settings.origin and not os.path.exists(key_path(where))
 
 
 def _key_doc(k: ApiKey) -> dict:
@@ -81,7 +90,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@host_option()
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -145,6 +154,13 @@ def serve(host, port, max_body, max_wait, no_access_log, purpose, forget_everyth
 
     settings = _settings()
     store_location(settings)  # a usage error before anything is opened
+    for name, told in (
+        ("tenant", "--tenant: every API key acts for its own tenant (efface keys create --tenant T)"),
+        ("url", "--url: the server serves its --store or --origin"),
+    ):
+        if getattr(settings, name) and name not in settings.from_env:
+            # Taken and ignored, --tenant read as if the server were limited to that tenant.
+            raise click.UsageError(f"efface serve takes no {told}")
     logging.basicConfig(level=logging.INFO)
     serving_interpreter()
     with open_store(settings) as store, open_ring(settings) as ring:
@@ -219,7 +235,7 @@ def keys_create(label) -> None:
 @_key_options("List only this tenant's keys.")
 def keys_list() -> None:
     """List keys (ids, tenants, labels; never the keys themselves); --tenant narrows it."""
-    found = _ring().list(tenant=_settings().tenant)
+    found = [] if _no_local_ring() else _ring().list(tenant=_settings().tenant)
 
     def human(out: Console) -> None:
         table = Table("id", "tenant", "label", "created")
@@ -235,5 +251,7 @@ def keys_list() -> None:
 @_key_options(None)
 def keys_revoke(key_id) -> None:
     """Revoke the key KEY_ID (or the key itself): it stops working at the next request."""
+    if _no_local_ring():
+        raise efface.NotFound("no key ring beside that store: it has no keys to revoke (check --store)")
     key = _ring().revoke(key_id)
     _emit({"revoked": key.id}, lambda out: out.print(f"key {key.id} revoked"))

@@ -14,6 +14,12 @@ import re
 import click
 
 
+class Refused(click.BadParameter):
+    """A bad value refused by efface's own check, whose message says what to do and never
+    repeats the value: :func:`quiet` keeps it (click's own messages it replaces, as they quote
+    the value)."""
+
+
 def _described(param: click.Parameter | None) -> str:
     """What a parameter's value must be, from its type alone (never from the value)."""
     kind = None if param is None else param.type
@@ -57,9 +63,8 @@ def quiet(ctx: click.Context, exc: click.ClickException) -> click.ClickException
     kept = ctx.meta.get("efface.args", [])  # every argument, as the root group was given them
     if isinstance(exc, click.BadParameter):
         hint = exc.param.get_error_hint(exc.ctx) if exc.param is not None and exc.ctx is not None else exc.param_hint
-        message = (
-            f"Invalid value for {hint or 'a parameter'}: {_described(exc.param)} (the value is not repeated here)."
-        )
+        said = exc.message if isinstance(exc, Refused) else _described(exc.param)
+        message = f"Invalid value for {hint or 'a parameter'}: {said} (the value is not repeated here)."
     elif isinstance(exc, (click.NoSuchOption, click.exceptions.NoSuchCommand)):
         what = "option" if isinstance(exc, click.NoSuchOption) else "command"
         near = f" Did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""

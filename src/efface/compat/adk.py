@@ -47,7 +47,7 @@ import efface
 
 from ..errors import InvalidInput, UnknownPurpose
 from ..model import Memory, Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["SCHEME", "EffaceMemoryService", "register"]
 
@@ -108,7 +108,7 @@ class EffaceMemoryService(BaseMemoryService):
         self.basis = basis
         self.key_prefix = key_prefix
         self.agents_dir = agents_dir
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of this service's deletes and forgets, oldest first."""
         self._lock = threading.Lock()
 

@@ -38,7 +38,7 @@ from crewai.memory.types import MemoryRecord, ScopeInfo
 
 from ..errors import InvalidInput
 from ..model import Memory, Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceStorage"]
 
@@ -82,7 +82,7 @@ class EffaceStorage:
         self.purpose = purpose
         self.basis = basis
         self.key_prefix = key_prefix
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of this storage's deletes, resets and replacing updates, oldest first."""
         self.last_deletion: list[Receipt] = []
         """The receipts of the newest ``delete`` or ``reset``."""

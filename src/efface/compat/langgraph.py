@@ -55,7 +55,7 @@ from langgraph.store.base import (
 from .. import validate
 from ..errors import InvalidInput, UnknownPurpose, typed_calls
 from ..model import Memory, Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceStore"]
 
@@ -108,7 +108,7 @@ class EffaceStore(BaseStore):
         self.basis = basis
         self.key_prefix = key_prefix
         self.ttl_config = ttl_config
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of this store's deletes, forgets and TTL sweeps, oldest first."""
         self._order = itertools.count()
         self._lock = threading.Lock()
@@ -122,6 +122,7 @@ class EffaceStore(BaseStore):
 
     def forget_key(self, namespace: tuple[str, ...], key: str) -> Receipt:
         """Forget one item (what ``delete`` does) and return the receipt."""
+        _plain_arguments(GetOp(namespace, str(key)))
         validate_op_namespace(GetOp(tuple(namespace), str(key)))
         scope = self._scope(tuple(namespace))
         return self._keep(self.store.forget(tenant=scope["tenant"], key=self._key(tuple(namespace), str(key))))
@@ -129,6 +130,7 @@ class EffaceStore(BaseStore):
     def forget_namespace(self, prefix: tuple[str, ...]) -> Receipt:
         """Forget every item whose namespace starts with ``prefix`` (literal labels, no
         wildcards), whoever the subject: the namespace delete LangGraph has no call for."""
+        _plain_arguments(GetOp(prefix, ""))  # a str would forget its characters' namespace: nothing
         prefix = tuple(prefix)
         if not prefix or "*" in prefix:
             raise InvalidInput("forget_namespace needs a prefix of one or more literal labels (no '*')")
@@ -163,6 +165,7 @@ class EffaceStore(BaseStore):
         then the puts and deletes, one per (namespace, key), the last one winning."""
         ops = list(ops)
         for op in ops:
+            _plain_arguments(op)
             validate_op_namespace(op)
         results: list[Result] = []
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -375,6 +378,30 @@ class EffaceStore(BaseStore):
         if op.max_depth is not None:
             spaces = {ns[: op.max_depth] for ns in spaces}
         return sorted(spaces)[op.offset : op.offset + op.limit]
+
+
+def _plain_arguments(op: Op) -> None:
+    """Refuse what LangGraph's own checks let through and this store would misread: a str
+    namespace (its characters taken as labels: ``"alice"`` became subject ``"a"``, out of
+    reach of ``forget_subject("alice")``), a filter that is not a dict (a raw AttributeError),
+    a negative limit, offset or max_depth (slicing from the end)."""
+    spaces = [op.namespace] if isinstance(op, GetOp | PutOp) else []
+    if isinstance(op, SearchOp):
+        spaces.append(op.namespace_prefix)
+    if isinstance(op, ListNamespacesOp):
+        spaces += [c.path for c in op.match_conditions or ()]
+    if any(isinstance(ns, str) for ns in spaces):
+        raise InvalidInput(
+            "a namespace (or a prefix or suffix of one) is a tuple of labels, such as ('alice', 'notes'), not a str"
+        )
+    if isinstance(op, SearchOp) and op.filter is not None and not isinstance(op.filter, dict):
+        raise InvalidInput("filter must be a dict (field -> value or {'$op': value})")
+    if isinstance(op, ListNamespacesOp | SearchOp):
+        numbers = [op.limit, op.offset]
+        if isinstance(op, ListNamespacesOp) and op.max_depth is not None:
+            numbers.append(op.max_depth)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in numbers):
+            raise InvalidInput("limit, offset and max_depth must be whole numbers, 0 or more")
 
 
 def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

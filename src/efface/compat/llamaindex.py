@@ -48,7 +48,7 @@ from pydantic import PrivateAttr
 
 from ..errors import InvalidInput, UnknownPurpose
 from ..model import Memory, Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceVectorStore"]
 
@@ -88,7 +88,7 @@ class EffaceVectorStore(BasePydanticVectorStore):
         if not self.key_prefix:
             raise InvalidInput("key_prefix must be a non-empty string, e.g. 'llamaindex/'")
         self._store = store
-        self._receipts = collections.deque(maxlen=keep_receipts)
+        self._receipts = receipt_log(keep_receipts)
         self._lock = threading.Lock()
 
     @classmethod

@@ -31,7 +31,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 from .. import validate
@@ -188,6 +188,8 @@ class Memory:
             messages = [messages]
         elif not isinstance(messages, list):
             raise InvalidInput("messages must be str, dict, or list[dict]")
+        if not messages:
+            raise InvalidInput("messages is empty: give the text to remember (a str, or messages with a 'content')")
         base = {k: v for k, v in (metadata or {}).items() if k not in IDS}
         base.update(ids)
         if expires is not None:
@@ -206,15 +208,33 @@ class Memory:
                     stacklevel=2,
                 )
             todo = []
+            skipped = 0
             for m in messages:
                 if not isinstance(m, dict) or m.get("role") is None or m.get("content") is None:
-                    continue  # mem0 skips malformed messages too
+                    skipped += 1  # mem0 skips malformed messages too (an assistant's tool call has no content)
+                    continue
                 if m["role"] == "system":
                     continue
                 extra = {"role": m["role"]}
                 if m.get("name"):
                     extra["actor_id"] = m["name"]
                 todo.append((m["content"], extra))
+            if skipped == len(messages):
+                raise InvalidInput(
+                    "no message has both a 'role' and a 'content': nothing was stored; "
+                    "give messages like {'role': 'user', 'content': 'text'}"
+                )
+        # Every text is checked before the first is written: a bad one stores none of them.
+        for text, _extra in todo:
+            if not isinstance(text, str):
+                raise InvalidInput(
+                    "a message's content must be a string (efface stores text; images and content "
+                    "parts are not taken): nothing was stored"
+                )
+            try:
+                validate.text(text)
+            except InvalidInput as exc:
+                raise InvalidInput(f"a message's content is not storable, so nothing was stored: {exc}") from None
         results = []
         for text, extra in todo:
             memory_id = self._create(text, {**base, **extra})
@@ -236,8 +256,9 @@ class Memory:
         exp = payload.get("expiration_date")
         if exp is None:
             return None
-        end = datetime.combine(date.fromisoformat(exp) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-        left = end.timestamp() - self.clock()
+        day = date.fromisoformat(exp)
+        # In seconds: the day after 9999-12-31 has no date (date + timedelta raised OverflowError).
+        left = datetime.combine(day, datetime.min.time(), tzinfo=UTC).timestamp() + 86400 - self.clock()
         if left <= 0:
             raise InvalidInput("expiration_date has passed already: nothing would be kept; use delete() to remove")
         return left
@@ -422,6 +443,8 @@ class Memory:
             text = data
         if text is None and metadata is None and expiration_date is _UNSET:
             raise InvalidInput("At least one of text, metadata, or expiration_date must be provided.")
+        if text is not None and not isinstance(text, str):  # a list raised a raw AttributeError
+            raise InvalidInput("text must be a string: the memory's new text")
         mem = self._read(memory_id)
         if mem is None:
             raise MemoryNotFound("no memory with that id: check the id add() returned")

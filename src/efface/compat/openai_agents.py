@@ -38,7 +38,7 @@ from agents.memory.session_settings import resolve_session_limit
 
 from ..errors import InvalidInput
 from ..model import Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceSession"]
 
@@ -83,7 +83,7 @@ class EffaceSession(SessionABC):
         self.ttl = ttl
         self.prefix = key_prefix + quote(session_id, safe="") + "/"
         """Every item of this session, and only them, has a key starting with this."""
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of this session's clears, pops and forgets, oldest first."""
         # Appends through this object must not take the same item number; the numbers come
         # from the store (its last key) and the clock, so a session made again continues.

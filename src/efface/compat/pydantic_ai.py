@@ -46,9 +46,10 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.toolsets import FunctionToolset
 
+from .. import validate
 from ..errors import InvalidInput, UnknownPurpose
 from ..model import Receipt
-from ._listing import scan_all
+from ._listing import receipt_log, scan_all
 
 __all__ = ["EffaceConversationStore", "EffaceToolset"]
 
@@ -87,6 +88,16 @@ class EffaceToolset(FunctionToolset[Any]):
         super().__init__(id=id, instructions=instructions)
         if not isinstance(key_prefix, str) or not key_prefix:
             raise InvalidInput("key_prefix must be a non-empty string, e.g. 'pydantic-ai/'")
+        # Checked here: at a tool call, an InvalidInput goes back to the model as a ModelRetry,
+        # and no retry of the model's can mend the toolset's own configuration.
+        validate.name(tenant, "tenant")
+        validate.purpose(purpose)
+        validate.basis(basis)
+        if isinstance(subject, str):
+            validate.name(subject, "subject")
+        elif not callable(subject):
+            raise InvalidInput("subject must be a string, or a function of the run's context giving one")
+        k = validate.k(k)  # k=-1 dropped the best hit, k=2000 failed every recall
         self.store = store
         self.tenant = tenant
         self.subject = subject
@@ -94,7 +105,7 @@ class EffaceToolset(FunctionToolset[Any]):
         self.basis = basis
         self.key_prefix = key_prefix
         self.k = k
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of the forgets the tools made, oldest first."""
         self.add_function(self._remember, takes_ctx=True, name="remember")
         self.add_function(self._recall, takes_ctx=True, name="recall")
@@ -213,7 +224,7 @@ class EffaceConversationStore(ConversationStore):
         self.purpose = purpose
         self.basis = basis
         self.key_prefix = key_prefix
-        self.receipts: collections.deque[Receipt] = collections.deque(maxlen=keep_receipts)
+        self.receipts: collections.deque[Receipt] = receipt_log(keep_receipts)
         """Receipts of the deletes' forgets, oldest first: a delete makes one for the record
         and one for each entry it releases."""
         self.last_deletion: list[Receipt] = []

@@ -94,7 +94,10 @@ def build(receipt: dict, entries: list[dict], store_id: str, now: float) -> dict
 def _t(ts: float | None) -> str:
     if ts is None:
         return "—"
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    except (OverflowError, OSError, ValueError):  # a ttl of timedelta.max: past the calendar's end
+        return "after 9999-12-31" if ts > 0 else "before 0001-01-01"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -286,7 +286,8 @@ class Compactor:
                     self._changes.alive(min(p.replay_epoch() for p in self._async))
                 if not self._wake.is_set():
                     self.tidy()
-            except Exception:  # keep the worker alive; the next round retries
+            except Exception as exc:  # keep the worker alive; the next round retries
                 if self._stop.is_set():
                     return
-                log.exception("compactor round failed")
+                # Its type only, as everywhere in efface's logs: a message could quote data.
+                log.error("compactor round failed (%s); the next round retries", type(exc).__name__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import Request
@@ -109,6 +109,34 @@ class ServerTiming:
         await self.app(scope, receive, timed)
 
 
+class HeadAsGet:
+    """``HEAD`` on a route that takes ``GET`` (``/v1/health``, ``/openapi.json``, ``/docs``) is
+    answered as ``GET`` is, without the body, as HTTP asks; FastAPI's routes answered it 405.
+    ``gets()`` gives the paths of those routes (read once the app has all of them)."""
+
+    def __init__(self, app: ASGIApp, gets: Callable[[], set[str]]) -> None:
+        self.app = app
+        self.gets = gets
+        self._paths: set[str] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        if self._paths is None:
+            self._paths = self.gets()
+        if scope["path"] not in self._paths:
+            await self.app(scope, receive, send)
+            return
+
+        async def bodiless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, bodiless)
+
+
 def _too_large(limit: int) -> JSONResponse:
     return _error_response(413, "PayloadTooLarge", f"the request body is over this server's limit of {limit} bytes")
 
@@ -153,12 +181,17 @@ def validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error_response(422, "InvalidInput", "the request body does not fit this route: " + "; ".join(problems))
 
 
-def http_error(_request: Request, exc: Exception) -> JSONResponse:
+def http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 404:
+        if len(request.url.path) > 1 and request.url.path.endswith("/"):  # no redirect: one answer for all
+            return _error_response(404, "NotFound", "no such route (no route ends with '/'): see /openapi.json")
         return _error_response(404, "NotFound", "no such route: see /openapi.json")
     if exc.status_code == 405:  # the Allow header stays (HTTP requires it on a 405)
         allow = (exc.headers or {}).get("Allow", "")
+        if allow == "GET":  # HEAD is answered there too (HeadAsGet)
+            allow = "GET, HEAD"
+            exc.headers = {**(exc.headers or {}), "Allow": allow}
         told = f"this route takes {allow} only" if allow else "this route does not take that method"
         return _error_response(405, "MethodNotAllowed", f"{told}: see /openapi.json", headers=exc.headers)
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":  # FastAPI's own

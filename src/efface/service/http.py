@@ -45,7 +45,7 @@ from ..errors import EffaceError, InvalidInput
 from ..model import Hit, Memory, QuarantineItem, Receipt, Status, Verification
 from ..store import Store
 from . import wire as w
-from .edges import PHASES, BodyLimit, QuietErrors, ServerTiming, efface_error, http_error, validation_error
+from .edges import PHASES, BodyLimit, HeadAsGet, QuietErrors, ServerTiming, efface_error, http_error, validation_error
 from .keys import Ring
 
 try:
@@ -162,11 +162,13 @@ def create_app(
         ),
         lifespan=lifespan,
         responses=w.ERROR_RESPONSES,
+        redirect_slashes=False,  # '/v1/health/' is a 404 with the error body, as on every route
     )
     app.add_exception_handler(EffaceError, efface_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(HeadAsGet, gets=lambda: _get_paths(app))
     app.add_middleware(QuietErrors)  # around everything of ours, /mcp included
     app.add_middleware(ServerTiming)  # outermost: a 413 and a 500 are timed too
 
@@ -463,7 +465,15 @@ def create_app(
         # method, the path still /mcp, no trailing-slash redirect); a Mount would hand the
         # app the path after its prefix. It stays out of the OpenAPI document.
         app.router.routes.append(Route("/mcp", mcp[0], include_in_schema=False))
+        # '/mcp/' goes to the MCP app too, which redirects it to '/mcp' as the MCP SDK's own
+        # servers do (MCP clients follow it; one configured with the slash keeps working).
+        app.router.routes.append(Route("/mcp/", mcp[0], include_in_schema=False))
     return app
+
+
+def _get_paths(app: FastAPI) -> set[str]:
+    """The paths of ``app``'s routes that take GET (HEAD answers there as GET does)."""
+    return {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or ())}
 
 
 def _html(cert: dict) -> HTMLResponse:

@@ -159,6 +159,12 @@ class EffaceTool(Tool):
             return self.fn_metadata.convert_result(result) if convert_result else result
 
 
+EVERYTHING_OFF = (
+    "forget must name a subject, purpose, prefix or key; forgetting the whole tenant is "
+    "off on this server (its operator can allow it: --allow-forget-everything)"
+)
+
+
 class EffaceServer(MCPServer):
     """The SDK's ``MCPServer`` that answers a call of a tool it does not have in efface's
     error shape (``NotFound``), without the name asked for (the SDK's answer, "Unknown tool:
@@ -166,10 +172,15 @@ class EffaceServer(MCPServer):
 
     tool_names: frozenset[str] = frozenset()
     """The names of the tools :func:`build_mcp` registered."""
+    forget_everything: bool = False
+    """Whether the forget tool takes ``everything`` (see :func:`build_mcp`)."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         if name not in self.tool_names:
             return _tool_error("NotFound", "this server has no tool of that name: tools/list gives the ones it has")
+        if name == "forget" and not self.forget_everything and "everything" in (arguments or {}):
+            # Said in words the agent can act on, rather than "an argument this tool does not take".
+            return _tool_error("ScopeError", EVERYTHING_OFF)
         return await super().call_tool(name, arguments, context)
 
 
@@ -179,6 +190,9 @@ def _misfit(exc: ValidationError, fields: set[str]) -> str:
     problems = []
     for e in exc.errors(include_input=False, include_url=False)[:5]:
         loc = e.get("loc", ())
+        if e.get("type") == "extra_forbidden":  # its name is the caller's: not repeated
+            problems.append("an argument this tool does not take (tools/list gives the ones it takes)")
+            continue
         name = loc[0] if loc and loc[0] in fields else "an argument"
         where = "".join(f"[{p}]" for p in loc[1:] if isinstance(p, int))
         problems.append(f"{name}{where}: {e.get('msg', 'invalid')}")
@@ -409,10 +423,7 @@ def build_mcp(
             key: ForgetKey = None,
         ) -> ReceiptOut:
             if (subject, purpose, prefix, key) == (None, None, None, None):
-                raise ScopeError(
-                    "forget must name a subject, purpose, prefix or key; forgetting the whole tenant is "
-                    "off on this server (its operator can allow it: --allow-forget-everything)"
-                )
+                raise ScopeError(EVERYTHING_OFF)
             return await receipt_of(subject=subject, purpose=purpose, prefix=prefix, key=key)
 
     @tool(title="Where an erasure stands", annotations=READ_ONLY)
@@ -469,16 +480,21 @@ def build_mcp(
         tools=tools,
     )
     server.tool_names = frozenset(t.name for t in tools)
+    server.forget_everything = forget_everything
     return server
 
 
 def _hide_inputs(registered: Tool) -> Tool:
     """Arguments that do not fit a tool's input schema are refused by the SDK with pydantic's
     message, which quotes each rejected value by default; keep the field and the rule, never the
-    value (it may be a memory's text or a key)."""
+    value (it may be a memory's text or a key). An argument the tool does not take is refused."""
     model = registered.fn_metadata.arg_model
     model.model_config["hide_input_in_errors"] = True
+    # An argument the tool does not take is refused, not dropped: {"ttl": 60} for ttl_s kept
+    # the memory with no expiry, {"tenant": "globex"} wrote in the server's tenant, silently.
+    model.model_config["extra"] = "forbid"
     model.model_rebuild(force=True)
+    registered.parameters["additionalProperties"] = False
     return registered
 
 
