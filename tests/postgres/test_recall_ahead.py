@@ -167,50 +167,54 @@ def test_a_statement_failing_in_the_first_round_trip_raises_and_leaves_the_store
         assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == ["n1", "n2"]
 
 
-def test_a_recall_whose_prepared_statements_were_deallocated_runs_again(pg_db, kek, tmp_path, monkeypatch):
+def test_a_recall_whose_prepared_statements_were_deallocated_sends_its_round_trip_again(
+    pg_db, kek, tmp_path, monkeypatch
+):
     """psycopg deallocates every prepared statement of a connection that rolls back while it
     holds some of its own: the first round trip, sent through libpq with statements prepared
-    under names of its own, finds them gone, and the recall runs again in a new snapshot,
-    preparing them anew; its answer is the same."""
-    import weakref
+    under names of its own, finds them gone (nothing read yet), rolls back and is sent once
+    more on the same connection, preparing them under new names; the recall runs once and its
+    answer is the same."""
+    import contextlib
 
     from efface.origin.postgres import pipeline as libpq_pipeline
 
     with _open(pg_db, kek, tmp_path / "a") as s:
         _write(s)
         s.compact()
-        want = [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)]
-        assert want == ["n1", "n2"]
-        names = set().union(*libpq_pipeline._prepared.values())
-        assert len(names) == 2  # the epoch's statement and the vector statement
-        for c in list(libpq_pipeline._prepared):
-            c.execute("DEALLOCATE ALL")  # as psycopg does after a rollback
+        pool = s._origin._pool
+        c = pool.getconn()
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(pool, "connection", lambda *a, **kw: contextlib.nullcontext(c))  # every read on c
+                want = [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)]
+                assert want == ["n1", "n2"]
+                names = libpq_pipeline._prepared[c].names.copy()
+                assert len(names) == 2  # the epoch's statement and the vector statement
+                c.execute("DEALLOCATE ALL")  # as psycopg does after a rollback
+                runs: list[bool] = []
+                hybrid = recall_module._hybrid
 
-        class Gone(weakref.WeakKeyDictionary):
-            """Every connection taken for one that prepared them (whichever the pool hands out),
-            until the pipeline finds them gone and forgets them all."""
+                def counted(*args, **kwargs):
+                    runs.append(kwargs.get("ahead", True))
+                    return hybrid(*args, **kwargs)
 
-            told = False
+                sends: list[object] = []
+                exchange = libpq_pipeline._exchange
 
-            def setdefault(self, conn, default=None):
-                return super().setdefault(conn, set() if self.told else set(names))
+                def sent(conn, *args, **kwargs):
+                    sends.append(conn)
+                    return exchange(conn, *args, **kwargs)
 
-            def clear(self):
-                self.told = True
-                super().clear()
-
-        monkeypatch.setattr(libpq_pipeline, "_prepared", Gone())
-        runs: list[bool] = []
-        hybrid = recall_module._hybrid
-
-        def counted(*args, **kwargs):
-            runs.append(kwargs.get("ahead", True))
-            return hybrid(*args, **kwargs)
-
-        monkeypatch.setattr(recall_module, "_hybrid", counted)
-        assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == want
-        assert runs == [True, False]  # found gone, then run again, on a connection told so
-        assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == want
-        with s._origin._pool.connection() as conn:
-            held = {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")}
-        assert {n.decode() for n in libpq_pipeline._prepared.get(conn, set())} <= held
+                m.setattr(recall_module, "_hybrid", counted)
+                m.setattr(libpq_pipeline, "_exchange", sent)
+                assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == want
+                assert runs == [True]  # not run again: no signal left the origin
+                assert sends == [c, c]  # found gone, then sent again on the same connection
+                assert [h.key for h in s.recall("vermilion kettle zebra stove", tenant=T, purpose="p", k=2)] == want
+                held = {r[0] for r in c.execute("SELECT name FROM pg_prepared_statements")}
+                now = libpq_pipeline._prepared[c].names
+                assert len(now) == 2 and not now & names  # under new names
+                assert {n.decode() for n in now} == held
+        finally:
+            pool.putconn(c)

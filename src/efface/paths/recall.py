@@ -264,8 +264,9 @@ def _hybrid(
                 ]
                 # With a lexical embedder the words' first k live ones are the k returned: named
                 # to be read in the same look-up, for the closing read (the snapshot may end there:
-                # a read it needs after it then raises SnapshotEnded, and the recall runs again)
-                expected = also[:k] if closing and lexical and ahead and len(also) >= k else ()
+                # a read it needs after it then raises SnapshotEnded, and the recall runs again).
+                # Not with a turn filter: its eligibility is read after that statement.
+                expected = also[:k] if closing and lexical and ahead and q.where is None and len(also) >= k else ()
                 near, others = cast(LiveVectorSearch, p).live_scored(q, n, also, expected)
                 if deferred and cast(DeferredSnapshot, snap).words_stale():
                     legs.clear()  # ranked before the snapshot began at a newer epoch: again, in it
