@@ -231,28 +231,31 @@ def owe(conn: psycopg.Connection, schema: str, data_dir: str | None, epoch: int,
             "found only in .partial segments, which a promotion left and PostgreSQL never removes: no pass over "
             "the WAL can remove them (remove them by hand once no standby needs them); no new pass is owed"
         )
-    nums = [segment_number(n, segsize) for n in whole]
-    for name, active, first in _slots(conn, segsize):
-        if first <= max(nums):
-            return (
-                f"replication slot {name!r} ({'active' if active else 'inactive'}) keeps WAL from before this "
-                "erasure's maintenance: it leaves pg_wal once the slot advances past it or is dropped; no new pass "
-                "is owed while it does"
-            )
-    status = os.path.join(data_dir, "pg_wal", "archive_status") if data_dir else None
-    if status is not None and any(os.path.exists(os.path.join(status, n + ".ready")) for n in whole):
-        return (
-            "segments holding it are not archived yet (archive_command): they leave pg_wal once archived; "
-            "no new pass is owed while they wait"
-        )
     now = _insert_segment(conn, segsize)
+    nums = {n: segment_number(n, segsize) for n in whole}
     noted = _json_note(conn, schema)
-    start = noted.get("wal", {}).get("start") if isinstance(noted.get("wal"), dict) else None
-    if isinstance(start, int) and all(start < n < now for n in nums):
-        return (
-            "found only in WAL written after the maintenance's last pass began: a later write put these bytes "
-            "there again (a live row holding the same value), not this erasure's old records; no new pass is owed"
+    start = noted["wal"].get("start") if isinstance(noted.get("wal"), dict) else None
+    slots = _slots(conn, segsize)
+    status = os.path.join(data_dir, "pg_wal", "archive_status") if data_dir else None
+    why: dict[str, str] = {}  # per segment found, why no pass can take it now
+    for name, n in nums.items():
+        holder = next(
+            (f"{sl!r} ({'active' if on else 'inactive'})" for sl, on, first in slots if first <= n <= now), None
         )
+        if holder is not None:  # not ahead of the insert position (no recycled one): kept for the slot
+            why[name] = (
+                f"replication slot {holder} keeps WAL from before this erasure's maintenance: it leaves pg_wal "
+                "once the slot advances past it or is dropped"
+            )
+        elif status is not None and os.path.exists(os.path.join(status, name + ".ready")):
+            why[name] = "segments holding it are not archived yet (archive_command): they leave pg_wal once archived"
+        elif isinstance(start, int) and start < n < now:
+            why[name] = (
+                "found in WAL written after the maintenance's last pass began: a later write put these bytes there "
+                "again (a live row holding the same value), not this erasure's old records"
+            )
+    if len(why) == len(nums):  # a pass cannot help with any of them
+        return "; ".join(sorted(set(why.values()))) + "; no new pass is owed"
     last = _json(conn, schema, RETAKEN).get(epoch)
     if last is not None and last.get("find") == names and now <= int(last.get("end", -1)):
         return (
