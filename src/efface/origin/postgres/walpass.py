@@ -25,6 +25,13 @@ ends. A pass ends early, with the reason, where more rounds cannot help: segment
 inactive replication slot (at once: more switches only add WAL the slot holds too), or
 segments from before the pass still kept after the rounds ``wal_keep_size`` accounts for
 (an active slot that does not advance, an archiver behind), so a pass never loops for ever.
+A promotion's ``.partial`` segments are left out (never written over).
+
+A verification that finds an erasure still in the WAL after its maintenance ended owes that
+erasure alone a new pass (:func:`owe`, :data:`OWED`): its erased epoch falls below it
+(:func:`erased`), not the later erasures'. None is owed where no pass can help now (a slot or
+the archiver keeps the segments, ``.partial`` ones, WAL written after the last pass began), nor
+twice for the same find before new WAL is written (:data:`RETAKEN`).
 """
 
 from __future__ import annotations
