@@ -162,14 +162,24 @@ def test_a_slot_that_keeps_the_wal_ends_the_pass_with_its_name(small_wal, kek, t
             wal = v.copies["postgres.primary.wal"]
             assert wal.state == "present" and "efface_wal_held" in wal.reason, wal
             assert v.copies["postgres.replica.slot:efface_wal_held"].state == "cannot_verify"
-            assert "a new pass over the WAL is owed" in wal.reason
-            assert s._origin.erased_epoch() < receipt.epoch, "the compactor owes the erasure a new pass"
-            assert s._origin.maintain() is True  # the slot still holds it: ends at once again
+            # the slot still keeps it: no pass is owed (it would end at once, its end would clear
+            # what is owed and the next verification owe it again, round after round)
+            assert "efface_wal_held" in wal.reason and "no new pass is owed" in wal.reason, wal
+            assert "a new pass over the WAL is owed" not in wal.reason
+            assert s._origin.erased_epoch_for(receipt.epoch) >= receipt.epoch
+            assert not s._origin.owes()
+            with s._origin._pool.connection() as conn:
+                assert walpass.owed(conn, "efface") == []
+            assert s.verify(receipt.handle).copies["postgres.primary.wal"].state == "present"
+            assert not s._origin.owes(), "a second verification owes nothing either"
             with small_wal.connect() as conn:
                 conn.execute("SELECT pg_drop_replication_slot('efface_wal_held')")
             # the slot gone, a verification finds the WAL still holding the erasure and owes it a
             # pass, which the compactor's rounds run without a new forget
-            assert s.verify(receipt.handle).copies["postgres.primary.wal"].state == "present"
+            wal = s.verify(receipt.handle).copies["postgres.primary.wal"]
+            assert wal.state == "present" and "a new pass over the WAL is owed" in wal.reason, wal
+            assert s._origin.erased_epoch_for(receipt.epoch) < receipt.epoch, "the compactor owes it a new pass"
+            assert s._origin.owes()
             assert s.wait(receipt.handle, 120, until="erased").erased
             with s._origin._pool.connection() as conn:
                 noted = maintenance.note(conn, "efface")
@@ -183,3 +193,151 @@ def test_a_slot_that_keeps_the_wal_ends_the_pass_with_its_name(small_wal, kek, t
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
                 ("efface_wal_held",),
             )
+
+
+def _name(server: Server, n: int) -> str:
+    """The file name of segment number ``n`` on ``server``'s timeline (1MB segments)."""
+    per = 2**32 // 2**20
+    return f"{1:08X}{n // per:08X}{n % per:08X}"
+
+
+def _insert(s) -> int:
+    with s._origin._pool.connection() as conn:
+        return walpass._insert_segment(conn, walpass._segsize(conn))
+
+
+def test_a_pass_owed_to_one_erasure_leaves_the_later_ones_erased(small_wal, kek, tmp_path):
+    """A pass owed to the erasure a verification found in the WAL lowers that erasure's status
+    alone: later receipts, proven erased, stay erased and raise no alarm; the compactor runs the
+    pass and the owed erasure is erased again."""
+    with _open(small_wal, kek, tmp_path / "d") as s:
+        s.write("n1", TEXT, tenant=T, subject="zq4", purpose="support")
+        s.write("n2", OTHER, tenant=T, subject="ob4", purpose="support")
+        first = s.forget(tenant=T, subject="zq4")
+        later = s.forget(tenant=T, subject="ob4")
+        assert s.wait(later.handle, 120, until="erased").erased
+        assert s.verify(later.handle).level == "erased"
+        # the first erasure found in a segment the server kept for reuse (numbered past the one
+        # written now, so it holds old bytes): what a verification after a held pass finds
+        ahead = _name(small_wal, _insert(s) + 3)
+        with s._origin._pool.connection() as conn:
+            why = walpass.owe(conn, "efface", str(small_wal.datadir), first.epoch, [f"pg_wal/{ahead}"])
+            assert walpass.owed(conn, "efface") == [first.epoch]
+        assert why == "a new pass over the WAL is owed to the maintenance"
+        assert s._origin.erased_epoch() >= later.epoch, "the epoch the maintenance covered stays"
+        st = s.status(later.handle)
+        assert st.erased and st.level == "erased" and st.alarms == (), st
+        assert not s.status(first.handle).erased, "the erasure owed a pass waits for it"
+        assert s._origin.owes()
+        assert s.wait(first.handle, 120, until="erased").erased
+        with s._origin._pool.connection() as conn:
+            noted = maintenance.note(conn, "efface")
+            assert walpass.owed(conn, "efface") == []
+        assert noted["retaken"] == first.epoch and noted["wal"]["left"] == 0, noted
+        assert s.status(later.handle).erased and not s._origin.owes()
+
+
+def test_a_find_no_pass_can_help_owes_none(small_wal, kek, tmp_path):
+    """Bounded: the same find is not owed a pass again until new WAL is written past it; a find
+    only in WAL written after the last pass began (a later write put the bytes back) and one
+    only in a promotion's .partial segments owe none."""
+    with _open(small_wal, kek, tmp_path / "e") as s:
+        s.write("n1", TEXT, tenant=T, subject="zq5", purpose="support")
+        receipt = s.forget(tenant=T, subject="zq5")
+        assert s.wait(receipt.handle, 120, until="erased").erased
+        data_dir = str(small_wal.datadir)
+        found = [f"pg_wal/{_name(small_wal, _insert(s) + 1000)}"]  # far ahead: a recycled name
+        with s._origin._pool.connection() as conn:
+            assert walpass.owe(conn, "efface", data_dir, receipt.epoch, found).startswith("a new pass")
+        assert s._origin.maintain() is True  # the owed pass, run
+        with s._origin._pool.connection() as conn:
+            assert walpass.owed(conn, "efface") == []
+            start = maintenance.note(conn, "efface")["wal"]["start"]
+            again = walpass.owe(conn, "efface", data_dir, receipt.epoch, found)
+            assert "already ran" in again and walpass.owed(conn, "efface") == [], again
+            # written since the last pass began: not the erasure's old records
+            later = walpass.owe(conn, "efface", data_dir, receipt.epoch, [f"pg_wal/{_name(small_wal, start + 1)}"])
+            assert "a later write put these bytes there again" in later, later
+            partial = walpass.owe(conn, "efface", data_dir, receipt.epoch, ["pg_wal/" + found[0][7:] + ".partial"])
+            assert ".partial" in partial and walpass.owed(conn, "efface") == [], partial
+            conn.execute(
+                "INSERT INTO efface.meta(k, v) VALUES ('test.tick', '1') ON CONFLICT (k) DO UPDATE SET v = '2'"
+            )
+            conn.execute("SELECT pg_switch_wal()")
+            conn.execute(
+                "INSERT INTO efface.meta(k, v) VALUES ('test.tick', '3') ON CONFLICT (k) DO UPDATE SET v = '4'"
+            )
+            # new WAL written past the last pass's end: the same find is owed once more
+            assert walpass.owe(conn, "efface", data_dir, receipt.epoch, found).startswith("a new pass")
+            assert walpass.owed(conn, "efface") == [receipt.epoch]
+
+
+def test_a_retake_without_the_rights_keeps_what_the_last_note_said(small_wal, kek, tmp_path, monkeypatch):
+    """A run owed a pass by a role that cannot switch the WAL keeps the last note's reasons (a
+    slot that held the pass) and its own, and the pass stays owed (for that erasure alone, and
+    not retried by the compactor) until a run with the rights runs it."""
+    with small_wal.connect() as conn:
+        conn.execute("SELECT pg_create_physical_replication_slot('efface_wal_held2', true)")
+    try:
+        with _open(small_wal, kek, tmp_path / "f") as s:
+            s.write("n1", TEXT, tenant=T, subject="zq6", purpose="support")
+            receipt = s.forget(tenant=T, subject="zq6")
+            assert s._origin.maintain() is True
+            with s._origin._pool.connection() as conn:
+                held = maintenance.note(conn, "efface")["lacking"]
+            assert any("efface_wal_held2" in x for x in held), held
+            with small_wal.connect() as conn:
+                conn.execute("SELECT pg_drop_replication_slot('efface_wal_held2')")
+            assert "a new pass over the WAL is owed" in s.verify(receipt.handle).copies["postgres.primary.wal"].reason
+            real = maintenance.rights
+
+            def without(conn, data_dir, schema):
+                r = real(conn, data_dir, schema)
+                return maintenance.Rights(False, False, r.data_dir, r.db_dir, ("no pg_checkpoint (test)",))
+
+            monkeypatch.setattr(maintenance, "rights", without)
+            s._origin.maintain()
+            with s._origin._pool.connection() as conn:
+                noted = maintenance.note(conn, "efface")
+                assert walpass.owed(conn, "efface") == [receipt.epoch], "not run: still owed"
+            assert noted["lacking"] == [*held, "no pg_checkpoint (test)"], noted
+            assert "wal" not in noted
+            assert not s._origin.owes(), "blocked: the compactor does not retry it round after round"
+            assert s._origin.erased_epoch_for(receipt.epoch) < receipt.epoch
+            monkeypatch.setattr(maintenance, "rights", real)
+            s.write("n2", OTHER, tenant=T, subject="ob6", purpose="support")
+            later = s.forget(tenant=T, subject="ob6")
+            assert s.wait(later.handle, 120, until="erased").erased
+            assert s.status(receipt.handle).erased, "the next run with the rights ran the pass owed"
+    finally:
+        with small_wal.connect() as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                ("efface_wal_held2",),
+            )
+
+
+def test_a_promotions_partial_segment_is_not_waited_for(small_wal, kek, tmp_path):
+    """A ``.partial`` segment (a promotion's) is never written over: the pass leaves it out (the
+    note says so) instead of waiting for it, round after round, and a verification that finds an
+    erasure only there owes no pass (test above). Here it bears a number ahead of the insert
+    position, where the server keeps it (measured: one behind the checkpoint's cutoff is removed
+    when nothing archives it)."""
+    wal = Path(small_wal.datadir) / "pg_wal"
+    some = sorted(p for p in wal.iterdir() if walpass.SEGMENT.match(p.name))[0]
+    with _open(small_wal, kek, tmp_path / "g") as s:
+        partial = wal / f"{_name(small_wal, _insert(s) + 1000).replace('00000001', '00000009', 1)}.partial"
+        shutil.copy2(some, partial)
+        shutil.chown(partial, some.owner(), some.group())
+        try:
+            s.write("n1", TEXT, tenant=T, subject="zq7", purpose="support")
+            receipt = s.forget(tenant=T, subject="zq7")
+            assert s.wait(receipt.handle, 120, until="erased").erased
+            with s._origin._pool.connection() as conn:
+                noted = maintenance.note(conn, "efface")
+            assert noted["lacking"] == [] and noted["wal"]["left"] == 0, noted
+            assert noted["wal"]["rounds"] < 1000, "the pass did not wait for the .partial segment"
+            assert ".partial" in noted.get("wal_partial", ""), noted
+            assert partial.exists()
+        finally:
+            partial.unlink(missing_ok=True)

@@ -136,7 +136,10 @@ class Compactor:
         saving round, with the epoch they absorbed at its start, so one behind means the
         round began before that erasure committed (or failed): the next round owes it."""
         owed = any(p.erased_epoch() < self._owed for p in self._async or self._paths)
-        return owed or (isinstance(self._origin, Maintained) and self._origin.erased_epoch() < self._owed)
+        if owed or not isinstance(self._origin, Maintained):
+            return owed
+        # a verification can owe the maintenance more work for an erasure it covered already
+        return self._origin.erased_epoch() < self._owed or self._origin.owes()
 
     @property
     def rounds(self) -> int:

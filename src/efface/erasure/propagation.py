@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..model import CopyState, PathState, Status
 from ..origin.base import Origin
+from ..origin.capabilities import Maintained
 from ..paths.base import ReadPath
 
 ERASE_BOUND_S = 60.0
@@ -55,9 +56,15 @@ class Propagation:
     def origin_files_erased(self, epoch: int) -> bool:
         """Whether the erasure at ``epoch`` is gone from the origin's own files: the origin's
         and every synchronous path's (they live in those files) erased epochs reached it."""
-        if self._origin.erased_epoch() < epoch:
+        if self._origin_erased(epoch) < epoch:
             return False
         return all(p.erased_epoch() >= epoch for p in self._paths if p.synchronous)
+
+    def _origin_erased(self, epoch: int) -> int:
+        """The origin's erased epoch for the erasure at ``epoch`` (a maintained origin may owe
+        that erasure alone more work: the later ones it proved stay erased)."""
+        o = self._origin
+        return o.erased_epoch_for(epoch) if isinstance(o, Maintained) else o.erased_epoch()
 
     def erased_epochs(self) -> dict[str, int]:
         """Per path (the origin included), the newest epoch whose erased bytes are gone."""
@@ -67,7 +74,8 @@ class Propagation:
 
     def paths(self, epoch: int) -> dict[str, PathState]:
         """Every read path's state for an erasure at ``epoch``, now."""
-        erased = self.erased_epochs()
+        erased = {"origin": self._origin_erased(epoch)}
+        erased.update({p.name: p.erased_epoch() for p in self._paths})
         with self._mu:
             m = {k: dict(v) for k, v in self._measured.items()}
         states = {

@@ -81,6 +81,17 @@ class Maintained(Protocol):
         (False: another process runs it now, or it failed; the next round tries again)."""
         ...
 
+    def erased_epoch_for(self, epoch: int) -> int:
+        """The origin's erased epoch as the erasure at ``epoch`` sees it: below ``epoch`` while
+        the maintenance owes that erasure alone more work (a verification found it still in
+        storage the maintenance had covered), whatever later erasures it proved."""
+        ...
+
+    def owes(self) -> bool:
+        """Whether the maintenance owes work to erasures it already covered (the compactor
+        runs it then, as for a new erasure)."""
+        ...
+
 
 @runtime_checkable
 class CopyChecks(Protocol):

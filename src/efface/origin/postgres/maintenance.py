@@ -85,7 +85,7 @@ subject names in clear): the maintenance rewrites them; ``meta`` too after the m
 older database's hash secret out of it (:data:`.hashsecret.MOVED_KIND`)."""
 EPOCH = "maintenance.epoch"
 """Meta key: the newest epoch the last finished maintenance covered."""
-NOTE = "maintenance.note"
+NOTE = walpass.NOTE
 """Meta key: what that maintenance did and could not do (JSON: counts and reasons)."""
 LOCK_TIMEOUT = "30s"
 """How long a statement of a maintenance run waits for a lock before this run gives up."""
@@ -201,7 +201,7 @@ class Maintenance:
         online.clean(conn, s)  # what a run killed during the online rewrite left, first
         target = epochs.current(conn, schema=s)
         done = maintained(conn, s)
-        retake = walpass.owed(conn, s)  # a verification found an erasure still in the WAL
+        retake = walpass.owed(conn, s)  # a verification found erasures still in the WAL
         if target <= done and not retake:
             return note(conn, s)
         pending = walpass.load(conn, s)  # a WAL pass that an earlier run began (its rewrite done)
@@ -226,9 +226,11 @@ class Maintenance:
             report = pending.report
         else:
             report = {"epoch": target, "erasures": False, "lacking": []}
-            if retake and r.checkpoint and r.switch_wal:
-                report["retaken"] = retake
-                pending = walpass.begin(conn, r.data_dir, target, report)
+            if retake:  # what the last run could not do still holds (no rewrite now), and which erasures
+                passing = r.checkpoint and r.switch_wal
+                report.update(lacking=walpass.kept(note(conn, s), passing), retaken=retake[0], owed=retake)
+                pending = walpass.begin(conn, r.data_dir, target, report) if passing else None
+                report["lacking"] += [] if passing else [x for x in r.lacking if x not in report["lacking"]]
         report["epoch"] = target
         if pending is not None and not (r.checkpoint and r.switch_wal):
             report["lacking"] += list(r.lacking)  # begun by a role with the rights: this one cannot go on
@@ -246,7 +248,7 @@ class Maintenance:
                 f"INSERT INTO {s}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                 (NOTE, json.dumps(report)),
             )
-            walpass.clear(conn, s)
+            walpass.settle(conn, s, passed="wal" in report)
         return report
 
     def _rewrite_all(self, conn: psycopg.Connection, r: Rights, since: int, target: int) -> dict[str, Any]:
@@ -468,8 +470,10 @@ def copy_checks(
     epoch: int,
     items: Mapping[str, int] | None,
     scan: ScanFn | None,
+    found: list[str] | None = None,
 ) -> list[tuple[str, CopyState, Check]]:
-    """Where each copy on the server stands for the erasure at ``epoch`` (module docstring)."""
+    """Where each copy on the server stands for the erasure at ``epoch`` (module docstring);
+    the WAL files a scan found it in are added to ``found``."""
     t0 = time.time()
     s = schema
     done = maintained(conn, s)
@@ -504,7 +508,9 @@ def copy_checks(
             lacking = [x for x in noted.get("lacking", []) if isinstance(x, str)]
             if live is None:  # read once for both copies
                 live = live_names(conn, s, erasure_tenant(conn, s, epoch))
-            state = _scanned(conn, s, r, name, scan, lacking, live)
+            state = _scanned(
+                conn, r, name, scan, lacking, live, found if name.endswith(".wal") and found is not None else []
+            )
         out.append((name, state, _check(name, state, t0)))
     for replica in replicas(conn):
         where = f"replica {replica}"
@@ -549,7 +555,7 @@ def erasure_tenant(conn: psycopg.Connection, schema: str, epoch: int) -> str | N
 
 
 def _scanned(
-    conn: psycopg.Connection, schema: str, r: Rights, name: str, scan: ScanFn, lacking: list[str], live: list[bytes]
+    conn: psycopg.Connection, r: Rights, name: str, scan: ScanFn, lacking: list[str], live: list[bytes], into: list
 ) -> CopyState:
     assert r.data_dir is not None and r.db_dir is not None
     if name.endswith(".wal"):
@@ -557,6 +563,7 @@ def _scanned(
     else:
         files, root = db_files(r.db_dir), r.data_dir
     found, scanned = scan(files, root, live)
+    into.extend(found)
     if not found:
         return CopyState("erased", f"none found in {len(files)} files, {scanned:,} bytes scanned")
     where = ", ".join(

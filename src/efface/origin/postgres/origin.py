@@ -499,17 +499,20 @@ class PostgresOrigin(PgReads):
 
     def erased_epoch(self) -> int:
         """The newest epoch the last finished maintenance covered (:mod:`.maintenance`; its
-        WAL pass included, :mod:`.walpass`), as the database records it for every server,
-        kept below an epoch a verification found still in the WAL until a new pass ends. That
-        it ran is not a byte proof: :meth:`copy_checks` says, per copy, what was checked."""
+        WAL pass included), as the database records it for every server. That it ran is not
+        a byte proof: :meth:`copy_checks` says, per copy, what was checked."""
+        return self.erased_epoch_for(None)
+
+    def erased_epoch_for(self, epoch: int | None) -> int:
+        """:meth:`erased_epoch` as the erasure at ``epoch`` sees it: below ``epoch`` while a
+        verification found that erasure still in the WAL and a new pass is owed to it alone."""
         with self._reading() as conn:
-            row = conn.execute(
-                f"SELECT max(v) FILTER (WHERE k = %s), max(v) FILTER (WHERE k = %s) FROM {self._s}.meta"
-                " WHERE k = ANY(%s)",
-                (maintenance.EPOCH, walpass.OWED, [maintenance.EPOCH, walpass.OWED]),
-            ).fetchone()
-        done, retake = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
-        return min(done, retake - 1) if retake else done
+            return walpass.erased(conn, self._s, maintenance.EPOCH, epoch)
+
+    def owes(self) -> bool:
+        """Whether a pass over the WAL is owed that the compactor should run (:func:`.walpass.owes`)."""
+        with self._reading() as conn:
+            return walpass.owes(conn, self._s)
 
     def maintain(self) -> bool:
         """One maintenance run (:class:`~efface.origin.base.Maintained`); False when another
@@ -552,18 +555,19 @@ class PostgresOrigin(PgReads):
     ) -> list[tuple[str, CopyState, Check]]:
         """Per copy on the server (the primary's files and WAL, each replica), its state for
         the erasure at ``epoch`` (:func:`.maintenance.copy_checks`)."""
+        found: list[str] = []  # the WAL segments a scan found the erasure in
         with self._reading() as conn:
-            out = maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan)
+            out = maintenance.copy_checks(conn, self._s, self._maint.data_dir, epoch, items, scan, found)
         wal = [
             i for i, (name, state, _) in enumerate(out) if name == "postgres.primary.wal" and state.state == "present"
         ]
         if wal and not self._closed:
-            # the maintenance covered this erasure, yet the WAL still holds it (a pass a slot held,
-            # a database maintained by an older efface): a new pass, owed to the compactor
+            # the maintenance covered this erasure, yet the WAL still holds it: a new pass owed to
+            # the compactor, unless no pass can help now (walpass.owe says why)
             with self._pool.connection() as conn:
-                walpass.owe(conn, self._s, epoch)
+                why = walpass.owe(conn, self._s, self._maint.data_dir, epoch, found)
             name, state, check = out[wal[0]]
-            state = CopyState(state.state, f"{state.reason}; a new pass over the WAL is owed to the maintenance")
+            state = CopyState(state.state, f"{state.reason}; {why}")
             out[wal[0]] = (name, state, dataclasses.replace(check, detail=f"{state.state}: {state.reason}"))
         return out
 

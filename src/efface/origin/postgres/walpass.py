@@ -25,6 +25,13 @@ ends. A pass ends early, with the reason, where more rounds cannot help: segment
 inactive replication slot (at once: more switches only add WAL the slot holds too), or
 segments from before the pass still kept after the rounds ``wal_keep_size`` accounts for
 (an active slot that does not advance, an archiver behind), so a pass never loops for ever.
+A promotion's ``.partial`` segments are left out (never written over).
+
+A verification that finds an erasure still in the WAL after its maintenance ended owes that
+erasure alone a new pass (:func:`owe`, :data:`OWED`): its erased epoch falls below it
+(:func:`erased`), not the later erasures'. None is owed where no pass can help now (a slot or
+the archiver keeps the segments, ``.partial`` ones, WAL written after the last pass began), nor
+twice for the same find before new WAL is written (:data:`RETAKEN`).
 """
 
 from __future__ import annotations
@@ -45,9 +52,19 @@ SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
 PROGRESS = "maintenance.wal"
 """Meta key: the pass under way (JSON of :class:`Pass`), absent when none is."""
 OWED = "maintenance.wal_owed"
-"""Meta key: the oldest epoch a verification found still in the WAL after the maintenance that
-covered it had ended (:func:`owe`): a new pass is owed, and the origin's erased epoch stays
-below it until one ends."""
+"""Meta key: the erasures a verification found still in the WAL after the maintenance that
+covered them had ended (:func:`owe`), as JSON ``{epoch: {"find": [segment names], "blocked":
+bool}}``: a new pass is owed to each, and the origin's erased epoch *for that erasure alone*
+stays below it until one ends (:func:`erased`); ``blocked``: a run without the rights to switch
+the WAL could not run it (the compactor does not retry it; the next run with them does)."""
+RETAKEN = "maintenance.wal_retaken"
+"""Meta key: per epoch, the find an owed pass was run for and the segment being written when it
+ended (``{epoch: {"find": [...], "end": n}}``): the same find is not owed again until new WAL
+is written past it (:func:`owe`)."""
+NOTE = "maintenance.note"
+"""Meta key: the last finished maintenance run's report (:mod:`.maintenance`)."""
+KEPT_RETAKEN = 64
+"""Epochs :data:`RETAKEN` remembers (the newest)."""
 TICK = "maintenance.tick"
 """Meta key written before each switch (a switch needs WAL written since the last one)."""
 SLICE_S = 10.0
@@ -121,7 +138,16 @@ def begin(conn: psycopg.Connection, data_dir: str | None, epoch: int, report: di
     start = _insert_segment(conn, segsize)
     if data_dir is not None:
         files = _files(data_dir, segsize)
-        return Pass(epoch, "files", start, dirty=sorted(files), noted=len(files), report=report)
+        # a promotion's .partial segment: the server never writes over it nor removes it, so no
+        # round can pass it (left out; a verification that finds an erasure there says so)
+        partial = sorted(n for _, n in files.values() if n.endswith(".partial"))
+        if partial:
+            report["wal_partial"] = (
+                f"{len(partial)} .partial WAL segments (left by a promotion) are not switched past: PostgreSQL "
+                "never removes them; remove them by hand once no standby needs them"
+            )
+        dirty = sorted(ino for ino, (_, n) in files.items() if not n.endswith(".partial"))
+        return Pass(epoch, "files", start, dirty=dirty, noted=len(dirty), report=report)
     listed: int | None = None
     if conn.execute("SELECT pg_has_role(current_user, 'pg_monitor', 'MEMBER')").fetchone() in ((True,),):
         row = conn.execute("SELECT count(*) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'").fetchone()
@@ -153,27 +179,135 @@ def save(conn: psycopg.Connection, schema: str, p: Pass) -> None:
     )
 
 
-def clear(conn: psycopg.Connection, schema: str) -> None:
-    """The pass ended: no progress kept, no pass owed (it covered what was found)."""
-    conn.execute(f"DELETE FROM {schema}.meta WHERE k = ANY(%s)", ([PROGRESS, OWED],))
+def _json(conn: psycopg.Connection, schema: str, key: str) -> dict[int, dict[str, Any]]:
+    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (key,)).fetchone()
+    if row is None:
+        return {}
+    try:
+        v = json.loads(row[0])
+    except ValueError:
+        return {}
+    if isinstance(v, int):  # an older efface's OWED: the oldest epoch owed
+        return {v: {}} if v > 0 else {}
+    return {int(k): dict(e) for k, e in v.items()} if isinstance(v, dict) else {}
 
 
-def owe(conn: psycopg.Connection, schema: str, epoch: int) -> None:
-    """A verification found the erasure at ``epoch`` in the WAL after its maintenance ended (a
-    pass that a slot held, a database maintained by an older efface whose rounds stopped at 256):
-    the next maintenance runs a new pass (the compactor's next round, as the erased epoch falls
-    below ``epoch``)."""
+def _put(conn: psycopg.Connection, schema: str, key: str, value: dict[int, dict[str, Any]]) -> None:
+    if not value:
+        conn.execute(f"DELETE FROM {schema}.meta WHERE k = %s", (key,))
+        return
     conn.execute(
-        f"INSERT INTO {schema}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE"
-        f" SET v = least({schema}.meta.v::bigint, excluded.v::bigint)::text",
-        (OWED, str(epoch)),
+        f"INSERT INTO {schema}.meta(k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+        (key, json.dumps({str(k): v for k, v in sorted(value.items())})),
     )
 
 
-def owed(conn: psycopg.Connection, schema: str) -> int:
-    """The epoch :func:`owe` recorded; 0: no pass is owed."""
-    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (OWED,)).fetchone()
-    return int(row[0]) if row else 0
+def settle(conn: psycopg.Connection, schema: str, passed: bool) -> None:
+    """A maintenance run ended (in its transaction that records its note): no progress kept.
+    ``passed``: it ended a pass over the WAL as the server held it, which covered every pass
+    owed (each find remembered in :data:`RETAKEN` with the segment being written now); else
+    (a run without the rights to switch the WAL) the passes owed stay owed, blocked."""
+    conn.execute(f"DELETE FROM {schema}.meta WHERE k = %s", (PROGRESS,))
+    owing = _json(conn, schema, OWED)
+    if not owing:
+        return
+    if not passed:
+        _put(conn, schema, OWED, {k: {**e, "blocked": True} for k, e in owing.items()})
+        return
+    end = _insert_segment(conn, _segsize(conn))
+    history = _json(conn, schema, RETAKEN)
+    history.update({k: {"find": e.get("find", []), "end": end} for k, e in owing.items()})
+    _put(conn, schema, RETAKEN, dict(sorted(history.items())[-KEPT_RETAKEN:]))
+    _put(conn, schema, OWED, {})
+
+
+def owe(conn: psycopg.Connection, schema: str, data_dir: str | None, epoch: int, found: list[str]) -> str:
+    """A verification found the erasure at ``epoch`` in the WAL segments ``found`` after the
+    maintenance that covered it had ended (a pass a slot held, a database maintained by an older
+    efface whose rounds stopped at 256). Owes it a new pass (the compactor's next round runs it:
+    the erased epoch *for this erasure* falls below it, :func:`erased`) unless no pass can help
+    now: a replication slot or the archiver keeps those segments, they are a promotion's
+    ``.partial`` segments, they were written after the last pass began (a later write put the
+    bytes there again), or a pass owed to the same find already ran and no WAL was written
+    since. Returns what the WAL copy's reason adds, in words."""
+    names = sorted({os.path.basename(f) for f in found})
+    segsize = _segsize(conn)
+    whole = [n for n in names if not n.endswith(".partial")]
+    if not whole:
+        return (
+            "found only in .partial segments, which a promotion left and PostgreSQL never removes: no pass over "
+            "the WAL can remove them (remove them by hand once no standby needs them); no new pass is owed"
+        )
+    now = _insert_segment(conn, segsize)
+    nums = {n: segment_number(n, segsize) for n in whole}
+    noted = _json_note(conn, schema)
+    start = noted["wal"].get("start") if isinstance(noted.get("wal"), dict) else None
+    slots = _slots(conn, segsize)
+    status = os.path.join(data_dir, "pg_wal", "archive_status") if data_dir else None
+    why: dict[str, str] = {}  # per segment found, why no pass can take it now
+    for name, n in nums.items():
+        holder = next(
+            (f"{sl!r} ({'active' if on else 'inactive'})" for sl, on, first in slots if first <= n <= now), None
+        )
+        if holder is not None:  # not ahead of the insert position (no recycled one): kept for the slot
+            why[name] = (
+                f"replication slot {holder} keeps WAL from before this erasure's maintenance: it leaves pg_wal "
+                "once the slot advances past it or is dropped"
+            )
+        elif status is not None and os.path.exists(os.path.join(status, name + ".ready")):
+            why[name] = "segments holding it are not archived yet (archive_command): they leave pg_wal once archived"
+        elif isinstance(start, int) and start < n < now:
+            why[name] = (
+                "found in WAL written after the maintenance's last pass began: a later write put these bytes there "
+                "again (a live row holding the same value), not this erasure's old records"
+            )
+    if len(why) == len(nums):  # a pass cannot help with any of them
+        return "; ".join(sorted(set(why.values()))) + "; no new pass is owed"
+    last = _json(conn, schema, RETAKEN).get(epoch)
+    if last is not None and last.get("find") == names and now <= int(last.get("end", -1)):
+        return (
+            "a pass over the WAL owed to this erasure already ran, and the same segments still hold it: "
+            "no new pass is owed until new WAL is written past them"
+        )
+    with conn.transaction():
+        conn.execute(f"SELECT pg_advisory_xact_lock(hashtext({schema!r} || '.' || %s))", (OWED,))
+        owing = _json(conn, schema, OWED)
+        owing[epoch] = {"find": names}
+        _put(conn, schema, OWED, owing)
+    return "a new pass over the WAL is owed to the maintenance"
+
+
+def _json_note(conn: psycopg.Connection, schema: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT v FROM {schema}.meta WHERE k = %s", (NOTE,)).fetchone()
+    try:
+        v = json.loads(row[0]) if row else {}
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def owed(conn: psycopg.Connection, schema: str) -> list[int]:
+    """The epochs :func:`owe` recorded, oldest first (empty: no pass is owed)."""
+    return sorted(_json(conn, schema, OWED))
+
+
+def owes(conn: psycopg.Connection, schema: str) -> bool:
+    """Whether a pass is owed that the compactor should run now (not one a run without the
+    rights could not run: the next run with them does)."""
+    return any(not e.get("blocked") for e in _json(conn, schema, OWED).values())
+
+
+def erased(conn: psycopg.Connection, schema: str, key: str, epoch: int | None) -> int:
+    """The epoch the last finished maintenance covered (meta ``key``), as the erasure at ``epoch``
+    sees it: below it while a pass is owed to that erasure; None: for every erasure at once."""
+    row = conn.execute(
+        f"SELECT max(v) FILTER (WHERE k = %s), max(v) FILTER (WHERE k = %s) FROM {schema}.meta WHERE k = ANY(%s)",
+        (key, OWED, [key, OWED]),
+    ).fetchone()
+    done = int(row[0] or 0) if row else 0
+    if epoch is None or row is None or row[1] is None:
+        return done
+    return min(done, epoch - 1) if epoch in _json(conn, schema, OWED) else done
 
 
 def progress(conn: psycopg.Connection, schema: str) -> str | None:
@@ -234,10 +368,19 @@ def go_on(
         with conn.transaction():
             save(conn, schema, p)
         return False
-    report["wal"] = {"noted": p.noted, "rounds": p.rounds, "left": p.remaining()}
+    report["wal"] = {"noted": p.noted, "rounds": p.rounds, "left": p.remaining(), "start": p.start}
     if ended:
         report["lacking"].append(ended)
+        report["wal_held"] = ended  # a retake's new pass supersedes it (:func:`kept`)
     return True
+
+
+def kept(noted: dict[str, Any], passing: bool) -> list[str]:
+    """What the last run's note (``noted``) said it could not do that a retake run (no rewrite,
+    only a pass over the WAL) still cannot: all of it, but for the last pass's early end when
+    this run makes a new pass (``passing``)."""
+    held = noted.get("wal_held") if passing else None
+    return [x for x in noted.get("lacking", []) if isinstance(x, str) and x != held]
 
 
 def run(conn: psycopg.Connection, schema: str, data_dir: str | None, p: Pass, budget_s: float = SLICE_S) -> str | None:
