@@ -102,7 +102,10 @@ index by record alone: recall's check of each candidate's live claim (:func:`.re
 reads the index only, not the claim's row. And the HNSW graph of ``records.embedding`` built
 again with :data:`HNSW_BUILD` (8 neighbours a node instead of pgvector's 16): a search visits
 about half the vectors for the same width; the index is rebuilt in the migration (about 50 s
-of one core at 100k records here; writes to ``records`` wait for it, reads do not)."""
+of one core at 100k records here; writes to ``records`` and ``claims`` wait for it, reads do
+not), with the maintenance's memory for it (:func:`.indexbuild.rebuild_graph`). Its locks are
+taken in a write's order (``records``, then ``claims``), and a run ended by a deadlock anyway
+is run again (:data:`MIGRATE_ATTEMPTS`)."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
