@@ -317,3 +317,40 @@ def test_migration_10_builds_the_graph_with_the_maintenance_s_memory_and_says_so
     said = [r.getMessage() for r in caplog.records if "HNSW graph" in r.getMessage()]
     assert len(said) == 1 and "about 20 records" in said[0] and "maintenance_work_mem" in said[0], said
     assert "efface" not in said[0] and "note" not in said[0]  # sizes only: no schema, table or text
+
+
+def test_migration_10_waiting_to_drop_the_old_indexes_stops_no_read(pg_db, kek, tmp_path, monkeypatch):
+    """Built, the new indexes replace the old under ACCESS EXCLUSIVE on both tables. A request
+    for it waiting in the lock queue (here behind a long read transaction) would stop every read
+    queued after it; migration 10 tries it without queueing until it is granted, so other reads
+    go on meanwhile, and it finishes once the long read ends."""
+    import threading
+    import time
+
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    with (
+        psycopg.connect(pg_db.url, autocommit=True) as long,
+        psycopg.connect(pg_db.url, autocommit=True) as m,
+        psycopg.connect(pg_db.url, autocommit=True) as other,
+    ):
+        long.execute("BEGIN")
+        long.execute("SELECT count(*) FROM efface.records")  # holds records until its commit
+        out: dict[str, object] = {}
+        t = threading.Thread(target=lambda: out.update(v=schema.migrate(m, dim=DIM)))
+        t.start()
+        pid = m.info.backend_pid
+        q = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query LIKE %s"
+        while t.is_alive() and other.execute(q, (pid, "%ACCESS EXCLUSIVE MODE NOWAIT")).fetchone() is None:
+            time.sleep(0.01)  # until the migration tries for the swap's lock
+        assert t.is_alive()
+        other.execute("SET lock_timeout = '2s'")
+        for _ in range(3):  # reads of another server go on while it tries
+            assert other.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 20
+            assert other.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 20
+        long.execute("COMMIT")
+        t.join()
+        assert out == {"v": 10}
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 10 and CLAIMS_LIVE_INDEX in _indexes(conn)

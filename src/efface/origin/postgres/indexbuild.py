@@ -2,12 +2,14 @@
 (:mod:`.maintenance`, :mod:`.online`) and schema migration 10 (:mod:`.schema`): enough
 ``maintenance_work_mem`` to build the graph in memory (:func:`index_memory`), and a second,
 serial try when a parallel build finds no dynamic shared memory (:func:`parallel_or_serial`);
-both, and a line in the log, for the graph's rebuild in a migration (:func:`rebuild_graph`).
+both, and a line in the log, for the graph's rebuild in a migration (:func:`rebuild_graph`),
+and the lock its swap takes without stopping reads while it waits (:func:`lock_unqueued`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("efface")
 
+SWAP_PATIENCE = 30.0
+"""Seconds :func:`lock_unqueued` tries for its lock without queueing before it waits in the queue."""
 GRAPH_MEM_MAX = 2 * 2**30
 """The most ``maintenance_work_mem`` efface raises its own session to (bytes), so that a rebuild
 of ``records``' HNSW graph is built in memory (:func:`index_memory`). Past it, set
@@ -95,3 +99,23 @@ def rebuild_graph(conn: psycopg.Connection, s: str, ddl: str) -> None:
             conn.execute(ddl)
 
     parallel_or_serial(conn, build)
+
+
+def lock_unqueued(conn: psycopg.Connection, lock: str, patience: float = SWAP_PATIENCE) -> None:
+    """``lock`` (a ``LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`` in the caller's transaction), tried
+    with ``NOWAIT`` in a savepoint until it is granted or ``patience`` seconds have passed, then
+    waited for. A request waiting in a table's lock queue stops every read queued behind it,
+    for as long as the longest transaction holding the table runs; and a transaction holding
+    one of the tables and asking for the other deadlocks with it. Tried without queueing, it
+    does neither: a failed try takes nothing (its savepoint lets go of what it took)."""
+    import psycopg
+
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        try:
+            with conn.transaction():
+                conn.execute(f"{lock} NOWAIT")
+            return
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(0.02)
+    conn.execute(lock)

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import EmbedderMismatch, InvalidInput, StoreUnwritable
 from .errors import SchemaTooNew
-from .indexbuild import rebuild_graph
+from .indexbuild import lock_unqueued, rebuild_graph
 
 if TYPE_CHECKING:
     import psycopg
@@ -415,7 +415,8 @@ _V10 = (
     # writes. SHARE for the builds (reads go on, writes wait), the new indexes built first, the
     # old ones dropped last under ACCESS EXCLUSIVE: a DROP INDEX locks its table against every
     # read until the migration's commit, which must not span the build of a graph (about 50 s
-    # at 100k records). The graph's build gets the maintenance's memory (:func:`.indexbuild.rebuild_graph`).
+    # at 100k records); it is tried without queueing first (:func:`.indexbuild.lock_unqueued`).
+    # The graph's build gets the maintenance's memory (:func:`.indexbuild.rebuild_graph`).
     "LOCK TABLE {s}.records, {s}.claims IN SHARE MODE",
     f"CREATE INDEX IF NOT EXISTS {CLAIMS_LIVE_INDEX} ON {{s}}.claims(record_id, purpose) INCLUDE (subject, expires_at)",
     f"CREATE INDEX records_embedding_v10 ON {{s}}.records USING hnsw (embedding vector_cosine_ops) WITH ({HNSW_BUILD})",
@@ -570,6 +571,8 @@ def _migrate(conn: psycopg.Connection, s: str, dim: int) -> None:
             sql = stmt.format(s=s, dim=dim)
             if m.version > 1 and "USING hnsw" in sql:
                 rebuild_graph(conn, s, sql)
+            elif sql.endswith("IN ACCESS EXCLUSIVE MODE"):
+                lock_unqueued(conn, sql)
             else:
                 conn.execute(sql)
         conn.execute(
