@@ -341,16 +341,21 @@ def test_migration_10_waiting_to_drop_the_old_indexes_stops_no_read(pg_db, kek, 
         t = threading.Thread(target=lambda: out.update(v=schema.migrate(m, dim=DIM)))
         t.start()
         pid = m.info.backend_pid
-        q = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query LIKE %s"
-        while t.is_alive() and other.execute(q, (pid, "%ACCESS EXCLUSIVE MODE NOWAIT")).fetchone() is None:
-            time.sleep(0.01)  # until the migration tries for the swap's lock
-        assert t.is_alive()
-        other.execute("SET lock_timeout = '2s'")
-        for _ in range(3):  # reads of another server go on while it tries
-            assert other.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 20
-            assert other.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 20
-        long.execute("COMMIT")
-        t.join()
+        q = (
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query LIKE '%%ACCESS EXCLUSIVE MODE%%'"
+            " UNION ALL SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted"
+        )
+        while t.is_alive() and other.execute(q, (pid, pid)).fetchone() is None:
+            time.sleep(0.01)  # until the migration tries for the swap's lock, or waits for it
+        try:
+            assert t.is_alive()
+            other.execute("SET lock_timeout = '2s'")
+            for _ in range(3):  # reads of another server go on while it tries
+                assert other.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 20
+                assert other.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 20
+        finally:
+            long.execute("COMMIT")
+            t.join()
         assert out == {"v": 10}
     with pg_db.connect() as conn:
         assert schema.schema_version(conn) == 10 and CLAIMS_LIVE_INDEX in _indexes(conn)
