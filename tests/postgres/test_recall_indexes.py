@@ -243,9 +243,9 @@ def test_migration_10_ended_by_a_deadlock_is_run_again(pg_db, kek, tmp_path, mon
 
 
 def test_migration_10_runs_under_a_role_statement_timeout(pg_db):
-    """A ``statement_timeout`` set for efface's role (here: for it in this database) is shorter
-    than the graph's rebuild; the migration sets none for itself, so it still succeeds, with
-    the role's setting in force around it."""
+    """A ``statement_timeout`` (and PostgreSQL 17's ``transaction_timeout``) set for efface's
+    role (here: for it in this database) is shorter than the graph's rebuild; the migration
+    sets none for itself, so it still succeeds, with the role's setting in force around it."""
     import psycopg
 
     with pg_db.connect() as conn:
@@ -263,6 +263,7 @@ def test_migration_10_runs_under_a_role_statement_timeout(pg_db):
             " FROM generate_series(1, 4000) g"
         )
         conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET statement_timeout = '300ms'")
+        conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET transaction_timeout = '400ms'")
     with psycopg.connect(pg_db.url, autocommit=True) as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "300ms"
         with pytest.raises(psycopg.errors.QueryCanceled):  # what the graph's build would meet

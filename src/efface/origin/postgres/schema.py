@@ -546,8 +546,9 @@ def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA)
 
 def _migrate(conn: psycopg.Connection, s: str, dim: int) -> None:
     # a migration may build an index for minutes (migration 10's graph): a statement_timeout
-    # set for efface's role would fail it on every open
+    # (or PostgreSQL 17's transaction_timeout) set for efface's role would fail it on every open
     conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name = 'transaction_timeout'")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
     # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
     # schema exists, and an operator may have made it for a role that has no such right
