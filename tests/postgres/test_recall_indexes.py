@@ -145,3 +145,218 @@ def test_migration_10_never_locks_reads_while_it_builds(pg_db, kek, tmp_path, mo
                 reader.execute(probe[0])
     with _open(pg_db, kek, tmp_path / "c") as s:
         assert len(s.recall("note 3", tenant=T, purpose=P, k=3)) == 3
+
+
+def _at_schema_9(pg_db, kek, cache, monkeypatch, n: int = 20) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+        m.setattr(schema, "SCHEMA_VERSION", 9)
+        with _open(pg_db, kek, cache) as s:
+            s.write_many([{"key": f"k{i}", "text": f"note {i}", "subject": "s"} for i in range(n)], tenant=T, purpose=P)
+
+
+def _migrating(pg_db, conn):
+    """schema.migrate on ``conn`` in a thread; the thread, its result (or error), and a wait
+    until the migration waits for a lock (its connection's lock request not granted)."""
+    import threading
+    import time
+
+    import psycopg
+
+    pid, out = conn.info.backend_pid, {}
+
+    def run() -> None:
+        try:
+            out["v"] = schema.migrate(conn, dim=DIM)
+        except Exception as e:
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    with psycopg.connect(pg_db.url, autocommit=True) as watch:
+        q = "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'relation'"
+        while t.is_alive() and watch.execute(q, (pid,)).fetchone() is None:
+            time.sleep(0.01)
+    return t, out
+
+
+_INSERT_RECORD = (
+    "INSERT INTO efface.records(tenant, key, text, metadata, sources, sealed_by, created_at, updated_at)"
+    " VALUES ('t', 'w', '', '', '', '', 0, 0)"
+)
+_INSERT_CLAIM = (
+    "INSERT INTO efface.claims(record_id, subject, purpose, basis, created_at)"
+    " SELECT id, 's', 'assistant', 'b', 0 FROM efface.records WHERE key = 'w'"
+)
+
+
+def test_migration_10_and_a_write_of_a_server_still_running_both_finish(pg_db, kek, tmp_path, monkeypatch):
+    """A write of a server of the previous version, running during the upgrade, holds
+    ``records`` (its insert) and then inserts into ``claims``. Migration 10 takes its locks in
+    that order: it waits for the write, the write finishes, then the migration does. (Taken in
+    its builds' order, claims then records, the two deadlocked.)"""
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    with psycopg.connect(pg_db.url, autocommit=True) as w, psycopg.connect(pg_db.url, autocommit=True) as m:
+        w.execute("BEGIN")
+        w.execute(_INSERT_RECORD)
+        t, out = _migrating(pg_db, m)  # waits for the writer's lock on records
+        w.execute(_INSERT_CLAIM)
+        w.execute("COMMIT")
+        t.join()
+        assert out == {"v": 10}, out
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 10
+        assert CLAIMS_LIVE_INDEX in _indexes(conn) and "claims_record" not in _indexes(conn)
+        n = conn.execute("SELECT count(*) FROM efface.claims c JOIN efface.records r ON r.id = c.record_id")
+        assert n.fetchone()[0] == 21
+
+
+def test_migration_10_ended_by_a_deadlock_is_run_again(pg_db, kek, tmp_path, monkeypatch, caplog):
+    """A transaction that takes the tables in the other order (claims, then records) can still
+    deadlock with the migration; the migration's transaction is atomic, so it is rolled back
+    whole and run again, and both finish. The order is forced: the migration is the one that
+    detects the deadlock (its deadlock_timeout fires first; the other's never does)."""
+    import logging
+
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    with psycopg.connect(pg_db.url, autocommit=True) as w, psycopg.connect(pg_db.url, autocommit=True) as m:
+        w.execute("SET deadlock_timeout = '1h'")
+        m.execute("SET deadlock_timeout = '2s'")
+        w.execute("BEGIN")
+        w.execute("LOCK TABLE efface.claims IN ROW EXCLUSIVE MODE")  # as an insert into claims
+        with caplog.at_level(logging.WARNING, logger="efface"):
+            t, out = _migrating(pg_db, m)  # holds records SHARE, waits for claims
+            w.execute(_INSERT_RECORD)  # waits for the migration's SHARE: a deadlock, the migration's to find
+            w.execute(_INSERT_CLAIM)
+            w.execute("COMMIT")
+            t.join()
+        assert out == {"v": 10}, out
+    retried = [r.getMessage() for r in caplog.records if "schema migration" in r.getMessage()]
+    assert any("DeadlockDetected" in r and "attempt 2 of" in r for r in retried), retried
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 10
+        assert conn.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 21
+
+
+def test_migration_10_runs_under_a_role_statement_timeout(pg_db):
+    """A ``statement_timeout`` (and PostgreSQL 17's ``transaction_timeout``) set for efface's
+    role (here: for it in this database) is shorter than the graph's rebuild; the migration
+    sets none for itself, so it still succeeds, with the role's setting in force around it."""
+    import psycopg
+
+    with pg_db.connect() as conn:
+        full = schema.MIGRATIONS
+        try:
+            schema.MIGRATIONS = full[:9]
+            schema.migrate(conn, dim=DIM)
+        finally:
+            schema.MIGRATIONS = full
+        conn.execute("DROP INDEX efface.records_embedding")  # filled without it, built by the migration
+        conn.execute(
+            "INSERT INTO efface.records(tenant, key, text, metadata, sources, sealed_by, created_at, updated_at,"
+            " embedding) SELECT 't', 'k' || g, '', '', '', '', 0, 0,"
+            f" (SELECT array_agg(random() + g * 0 + d * 0)::vector({DIM}) FROM generate_series(1, {DIM}) d)"
+            " FROM generate_series(1, 4000) g"
+        )
+        conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET statement_timeout = '300ms'")
+        conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET transaction_timeout = '400ms'")
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "300ms"
+        with pytest.raises(psycopg.errors.QueryCanceled):  # what the graph's build would meet
+            conn.execute("SELECT pg_sleep(1)")
+        assert schema.migrate(conn, dim=DIM) == 10
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "300ms"  # the role's, after
+        assert "m='8'" in _graph(conn).replace(" ", "")
+        assert conn.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 4000
+
+
+def test_migration_10_builds_the_graph_with_the_maintenance_s_memory_and_says_so(
+    pg_db, kek, tmp_path, monkeypatch, caplog
+):
+    """The graph's rebuild gets the maintenance's ``maintenance_work_mem`` (for the migration's
+    transaction only), is built once more serially when a parallel build finds no shared
+    memory (injected: this host's /dev/shm is large; the connection is real, only the first
+    build fails), and says in the log how big it is, without a name."""
+    import logging
+
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    seen: list[tuple[str, int]] = []
+    with psycopg.connect(pg_db.url, autocommit=True) as real:
+        server = real.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem'))").fetchone()[0]
+
+        class FirstGraphFails:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def execute(self, sql, *args):
+                if "USING hnsw" in str(sql):
+                    row = real.execute(
+                        "SELECT current_setting('max_parallel_maintenance_workers'),"
+                        " pg_size_bytes(current_setting('maintenance_work_mem'))"
+                    ).fetchone()
+                    seen.append((row[0], int(row[1])))
+                    if row[0] != "0":
+                        raise psycopg.errors.DiskFull("could not resize shared memory segment")
+                return real.execute(sql, *args)
+
+        with caplog.at_level(logging.INFO, logger="efface"):
+            assert schema.migrate(FirstGraphFails(), dim=DIM) == 10
+        assert [w for w, _ in seen] == ["2", "0"]  # PostgreSQL's default, then serially
+        assert all(mem > server for _, mem in seen), (seen, server)  # the maintenance's, not the server's 64MB
+        after = real.execute(
+            "SELECT current_setting('max_parallel_maintenance_workers'),"
+            " pg_size_bytes(current_setting('maintenance_work_mem'))"
+        ).fetchone()
+        assert after == ("2", server)  # neither setting outlives the migration
+        assert "m='8'" in _graph(real).replace(" ", "")
+    said = [r.getMessage() for r in caplog.records if "HNSW graph" in r.getMessage()]
+    assert len(said) == 1 and "about 20 records" in said[0] and "maintenance_work_mem" in said[0], said
+    assert "efface" not in said[0] and "note" not in said[0]  # sizes only: no schema, table or text
+
+
+def test_migration_10_waiting_to_drop_the_old_indexes_stops_no_read(pg_db, kek, tmp_path, monkeypatch):
+    """Built, the new indexes replace the old under ACCESS EXCLUSIVE on both tables. A request
+    for it waiting in the lock queue (here behind a long read transaction) would stop every read
+    queued after it; migration 10 tries it without queueing until it is granted, so other reads
+    go on meanwhile, and it finishes once the long read ends."""
+    import threading
+    import time
+
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    with (
+        psycopg.connect(pg_db.url, autocommit=True) as long,
+        psycopg.connect(pg_db.url, autocommit=True) as m,
+        psycopg.connect(pg_db.url, autocommit=True) as other,
+    ):
+        long.execute("BEGIN")
+        long.execute("SELECT count(*) FROM efface.records")  # holds records until its commit
+        out: dict[str, object] = {}
+        t = threading.Thread(target=lambda: out.update(v=schema.migrate(m, dim=DIM)))
+        t.start()
+        pid = m.info.backend_pid
+        q = (
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query LIKE '%%ACCESS EXCLUSIVE MODE%%'"
+            " UNION ALL SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted"
+        )
+        while t.is_alive() and other.execute(q, (pid, pid)).fetchone() is None:
+            time.sleep(0.01)  # until the migration tries for the swap's lock, or waits for it
+        try:
+            assert t.is_alive()
+            other.execute("SET lock_timeout = '2s'")
+            for _ in range(3):  # reads of another server go on while it tries
+                assert other.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 20
+                assert other.execute("SELECT count(*) FROM efface.claims").fetchone()[0] == 20
+        finally:
+            long.execute("COMMIT")
+            t.join()
+        assert out == {"v": 10}
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 10 and CLAIMS_LIVE_INDEX in _indexes(conn)

@@ -56,6 +56,8 @@ from ...model import Check, CopyState
 from ..capabilities import ScanFn
 from . import epochs, online, walpass
 from .hashsecret import MOVED_KIND, STATISTICS_DROPPED
+from .indexbuild import GRAPH_MEM_MAX as GRAPH_MEM_MAX  # re-exported: the maintenance's cap
+from .indexbuild import index_memory, parallel_or_serial
 from .names import REWRITE_KIND
 
 if TYPE_CHECKING:
@@ -100,10 +102,6 @@ LOCK_PATIENCE = 30.0
 """Seconds a run keeps trying to rewrite a table (a long read holds it) before it gives up
 (the compactor's next round tries again)."""
 SEGMENT = walpass.SEGMENT
-GRAPH_MEM_MAX = 2 * 2**30
-"""The most ``maintenance_work_mem`` this maintenance raises its own session to (bytes), so that
-the rewrite of ``records`` rebuilds its HNSW graph in memory (:func:`index_memory`). Past it,
-set ``maintenance_work_mem`` for efface's role: efface never lowers the server's setting."""
 
 
 @dataclass(frozen=True)
@@ -318,26 +316,6 @@ class Maintenance:
         return psycopg.connect(self.url or conn.info.dsn, autocommit=True)
 
 
-def index_memory(conn: psycopg.Connection, schema: str) -> int:
-    """Raise this session's ``maintenance_work_mem`` to what the rebuild of ``records``' HNSW
-    index needs to build its graph in memory: pgvector's graph takes about 1.1 times the
-    index's size on disk (measured: 64MB held 29,802 of 30,000 384-dimension vectors, whose
-    index was 58 MB); past the setting, pgvector goes on inserting into the index on disk,
-    tuple by tuple, many times slower (``bench/pg_maintenance.py``). 1.25 times the index plus
-    64MB, at most :data:`GRAPH_MEM_MAX`, never below the server's own setting. Returns the
-    setting in bytes; the caller RESETs it."""
-    row = conn.execute(
-        "SELECT pg_size_bytes(current_setting('maintenance_work_mem')), coalesce(pg_relation_size(to_regclass(%s)), 0)",
-        (f"{schema}.records_embedding",),
-    ).fetchone()
-    have, index = (int(row[0]), int(row[1])) if row else (0, 0)
-    want = min(GRAPH_MEM_MAX, index * 5 // 4 + 64 * 2**20)
-    if want > have:
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{want // 1024}kB",))
-        return want
-    return have
-
-
 def _rewrite_statistics(conn: psycopg.Connection, schema: str) -> list[str]:
     """After the move of the hash secret: rewrite ``pg_statistic`` when the move dropped
     statistics sampled from ``meta`` (:data:`.hashsecret.STATISTICS_DROPPED`), so their old
@@ -364,13 +342,12 @@ def _rewrite_statistics(conn: psycopg.Connection, schema: str) -> list[str]:
 
 def _rewrite(conn: psycopg.Connection, table: str) -> None:
     """``VACUUM FULL`` of ``table``, attempts of :data:`REWRITE_ATTEMPT` each for up to
-    :data:`LOCK_PATIENCE` seconds; then the lock timeout is raised."""
+    :data:`LOCK_PATIENCE` seconds; then the lock timeout is raised. Its index builds, once
+    more serially if a parallel one finds no shared memory (:func:`.indexbuild.parallel_or_serial`)."""
     import psycopg
 
-    deadline = time.monotonic() + LOCK_PATIENCE
-    serial = False
-    conn.execute(f"SET lock_timeout = '{REWRITE_ATTEMPT}'")
-    try:
+    def vacuum() -> None:
+        deadline = time.monotonic() + LOCK_PATIENCE
         while True:
             try:
                 conn.execute(f"VACUUM (FULL) {table}")
@@ -379,18 +356,12 @@ def _rewrite(conn: psycopg.Connection, table: str) -> None:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)  # the queued reads and the transaction they serve go first
-            except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
-                # a parallel index build keeps its graph in dynamic shared memory, which a
-                # container's small /dev/shm (Docker's 64MB) cannot hold: once, build it in
-                # this process's own memory instead
-                if serial:
-                    raise
-                serial = True
-                conn.execute("SET max_parallel_maintenance_workers = 0")
+
+    conn.execute(f"SET lock_timeout = '{REWRITE_ATTEMPT}'")
+    try:
+        parallel_or_serial(conn, vacuum)
     finally:
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-        if serial:
-            conn.execute("RESET max_parallel_maintenance_workers")
 
 
 def maintained(conn: psycopg.Connection, schema: str) -> int:

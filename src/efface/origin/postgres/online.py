@@ -16,7 +16,7 @@ the manner of pg_repack but in plain SQL, for each table of :data:`TABLES`:
    defaults, generated columns, constraints, storage, from the catalog, so a column a
    migration adds is never dropped by the rewrite;
 3. the table's indexes, from the catalog, built on the copy (the HNSW graph in memory,
-   :func:`.maintenance.index_memory`); reads and writes go on;
+   :func:`.indexbuild.index_memory`); reads and writes go on;
 4. rounds of catch-up: the logged ids are consumed (``DELETE ... RETURNING``: only what is
    committed) and each one's row re-read from the table and written over the copy's (absent
    there when it is absent in the table);
@@ -70,6 +70,8 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
+
+from .indexbuild import parallel_or_serial
 
 if TYPE_CHECKING:
     import psycopg
@@ -416,23 +418,15 @@ def _build(conn: psycopg.Connection, ddl: str, then: list[str]) -> None:
     """One index of the copy and ``then`` (its statistics targets) in one transaction, so no
     ``ANALYZE`` (autovacuum's) samples it in between; a parallel build that finds no dynamic
     shared memory (a container's small ``/dev/shm``) is built again in this session's memory,
-    as :func:`.maintenance._rewrite` does."""
-    import psycopg
+    (:func:`.indexbuild.parallel_or_serial`), as :func:`.maintenance._rewrite` is."""
 
-    try:
-        for attempt in (0, 1):
-            try:
-                with conn.transaction():
-                    conn.execute(ddl)
-                    for statement in then:
-                        conn.execute(statement)
-                return
-            except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
-                if attempt:
-                    raise
-                conn.execute("SET max_parallel_maintenance_workers = 0")
-    finally:
-        conn.execute("RESET max_parallel_maintenance_workers")
+    def build() -> None:
+        with conn.transaction():
+            conn.execute(ddl)
+            for statement in then:
+                conn.execute(statement)
+
+    parallel_or_serial(conn, build)
 
 
 def _catch_up(conn: psycopg.Connection, s: str, xid: list[int] | None = None, *, table: str = "records") -> int:

@@ -50,12 +50,15 @@ advisory lock, so several servers starting at once migrate the database once; ru
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import EmbedderMismatch, InvalidInput, StoreUnwritable
 from .errors import SchemaTooNew
+from .indexbuild import lock_unqueued, rebuild_graph
 
 if TYPE_CHECKING:
     import psycopg
@@ -99,7 +102,10 @@ index by record alone: recall's check of each candidate's live claim (:func:`.re
 reads the index only, not the claim's row. And the HNSW graph of ``records.embedding`` built
 again with :data:`HNSW_BUILD` (8 neighbours a node instead of pgvector's 16): a search visits
 about half the vectors for the same width; the index is rebuilt in the migration (about 50 s
-of one core at 100k records here; writes to ``records`` wait for it, reads do not)."""
+of one core at 100k records here; writes to ``records`` and ``claims`` wait for it, reads do
+not), with the maintenance's memory for it (:func:`.indexbuild.rebuild_graph`). Its locks are
+taken in a write's order (``records``, then ``claims``), and a run ended by a deadlock anyway
+is run again (:data:`MIGRATE_ATTEMPTS`)."""
 
 NAMES_IN_CLEAR = "names.in_clear"
 """Meta key set by migration 6 on a database that has rows to rewrite; deleted once rewritten."""
@@ -108,6 +114,11 @@ _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 MIGRATE_LOCK = 0x65666661_00000001
 """Advisory lock key (``pg_advisory_xact_lock``) held while migrating: 'effa' + 1."""
+MIGRATE_ATTEMPTS = 5
+"""Runs of the migration's transaction before :func:`migrate` gives up, when each ends in a
+deadlock or a role's ``lock_timeout`` (it takes table locks: migration 10)."""
+
+log = logging.getLogger("efface")
 
 
 @dataclass(frozen=True)
@@ -398,11 +409,18 @@ with pgvector's ``ef_construction`` 64 found 41 % (docs/postgres.md, *Recall*). 
 maintenance's rewrite of ``records`` keeps them (it copies each index's definition)."""
 
 _V10 = (
-    # Both new indexes built first (a SHARE lock: reads go on, writes wait), the old ones
-    # dropped last: a DROP INDEX locks its table against every read until the migration's
-    # commit, which must not span the build of a graph (about 50 s at 100k records).
+    # The locks in a write's order (records, then its claims: a write of a server still running
+    # during the upgrade holds records and then inserts into claims), each mode on both tables
+    # at once: taken table by table in the builds' order, the migration deadlocked with such
+    # writes. SHARE for the builds (reads go on, writes wait), the new indexes built first, the
+    # old ones dropped last under ACCESS EXCLUSIVE: a DROP INDEX locks its table against every
+    # read until the migration's commit, which must not span the build of a graph (about 50 s
+    # at 100k records); it is tried without queueing first (:func:`.indexbuild.lock_unqueued`).
+    # The graph's build gets the maintenance's memory (:func:`.indexbuild.rebuild_graph`).
+    "LOCK TABLE {s}.records, {s}.claims IN SHARE MODE",
     f"CREATE INDEX IF NOT EXISTS {CLAIMS_LIVE_INDEX} ON {{s}}.claims(record_id, purpose) INCLUDE (subject, expires_at)",
     f"CREATE INDEX records_embedding_v10 ON {{s}}.records USING hnsw (embedding vector_cosine_ops) WITH ({HNSW_BUILD})",
+    "LOCK TABLE {s}.records, {s}.claims IN ACCESS EXCLUSIVE MODE",
     "DROP INDEX IF EXISTS {s}.records_embedding",
     "ALTER INDEX {s}.records_embedding_v10 RENAME TO records_embedding",
     "DROP INDEX IF EXISTS {s}.claims_record",
@@ -493,40 +511,76 @@ def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA)
     Idempotent and safe to run from several servers at once (one advisory lock, one
     transaction per run). ``dim``: the embedding dimension; a database made for another is
     refused (:class:`efface.errors.EmbedderMismatch`). ``conn`` must be in autocommit mode
-    (each step manages its own transaction)."""
+    (each step manages its own transaction). A run that ends in a deadlock or a role's
+    ``lock_timeout`` (migration 10 locks ``records`` and ``claims``) is rolled back and run
+    again, up to :data:`MIGRATE_ATTEMPTS` times; then :class:`efface.errors.StoreUnwritable`.
+    No ``statement_timeout`` applies to it."""
+    import psycopg
+
     s = check_name(schema)
     if not conn.autocommit:
         raise ValueError("migrate() needs an autocommit connection")
     _ensure_vector(conn)
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-        # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
-        # schema exists, and an operator may have made it for a role that has no such right
-        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
-            conn.execute(f"CREATE SCHEMA {s}")
-        have = schema_version(conn, s) or 0
-        if have > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"the database's efface schema is at version {have}; this efface knows up to {SCHEMA_VERSION}"
+    for attempt in range(1, MIGRATE_ATTEMPTS + 1):
+        try:
+            with conn.transaction():
+                _migrate(conn, s, int(dim))
+            return SCHEMA_VERSION
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as e:
+            # the transaction is atomic: rolled back whole, it is run again whole
+            if attempt == MIGRATE_ATTEMPTS:
+                raise StoreUnwritable(
+                    f"efface's schema migration could not take its locks in {MIGRATE_ATTEMPTS} attempts (each ended "
+                    "by a deadlock with other transactions or by the lock_timeout of efface's role): open the store "
+                    "again, at a quieter time or with a longer lock_timeout"
+                ) from None
+            log.warning(
+                "schema migration: %s with another transaction; attempt %d of %d",
+                type(e).__name__,
+                attempt + 1,
+                MIGRATE_ATTEMPTS,
             )
-        if have:
-            stored = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'embedding_dim'").fetchone()
-            if stored is not None and int(stored[0]) != dim:
-                raise EmbedderMismatch(
-                    f"the store's vectors have {stored[0]} dimensions, the embedder asked for makes {dim}"
-                )
-        for m in MIGRATIONS:
-            if m.version <= have:
-                continue
-            for stmt in m.statements:
-                conn.execute(stmt.format(s=s, dim=int(dim)))
-            conn.execute(
-                f"INSERT INTO {s}.meta(k, v) VALUES ('schema_version', %s)"
-                " ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                (str(m.version),),
-            )
-        conn.execute(
-            f"INSERT INTO {s}.meta(k, v) VALUES ('embedding_dim', %s) ON CONFLICT (k) DO NOTHING",
-            (str(int(dim)),),
+            time.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _migrate(conn: psycopg.Connection, s: str, dim: int) -> None:
+    # a migration may build an index for minutes (migration 10's graph): a statement_timeout
+    # (or PostgreSQL 17's transaction_timeout) set for efface's role would fail it on every open
+    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name = 'transaction_timeout'")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+    # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
+    # schema exists, and an operator may have made it for a role that has no such right
+    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
+        conn.execute(f"CREATE SCHEMA {s}")
+    have = schema_version(conn, s) or 0
+    if have > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"the database's efface schema is at version {have}; this efface knows up to {SCHEMA_VERSION}"
         )
-    return SCHEMA_VERSION
+    if have:
+        stored = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'embedding_dim'").fetchone()
+        if stored is not None and int(stored[0]) != dim:
+            raise EmbedderMismatch(
+                f"the store's vectors have {stored[0]} dimensions, the embedder asked for makes {dim}"
+            )
+    for m in MIGRATIONS:
+        if m.version <= have:
+            continue
+        for stmt in m.statements:
+            sql = stmt.format(s=s, dim=dim)
+            if m.version > 1 and "USING hnsw" in sql:
+                rebuild_graph(conn, s, sql)
+            elif sql.endswith("IN ACCESS EXCLUSIVE MODE"):
+                lock_unqueued(conn, sql)
+            else:
+                conn.execute(sql)
+        conn.execute(
+            f"INSERT INTO {s}.meta(k, v) VALUES ('schema_version', %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+            (str(m.version),),
+        )
+    conn.execute(
+        f"INSERT INTO {s}.meta(k, v) VALUES ('embedding_dim', %s) ON CONFLICT (k) DO NOTHING",
+        (str(dim),),
+    )
