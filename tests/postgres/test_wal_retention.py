@@ -341,3 +341,35 @@ def test_a_promotions_partial_segment_is_not_waited_for(small_wal, kek, tmp_path
             assert partial.exists()
         finally:
             partial.unlink(missing_ok=True)
+
+
+def test_a_pass_owed_while_a_run_settles_is_never_lost(small_wal, kek, tmp_path):
+    """A verification owes a pass (:func:`walpass.owe`, under its lock) while a maintenance run
+    settles what was owed in its own transaction: the run waits for that lock, so it reads the
+    new entry too (and records it covered) instead of deleting it unread with the rest."""
+    import threading
+
+    with _open(small_wal, kek, tmp_path / "r") as s:
+        pool = s._origin._pool
+        with pool.connection() as conn:
+            walpass._put(conn, "efface", walpass.OWED, {5: {"find": ["a"]}})
+        with pool.connection() as owing, pool.connection() as running:
+            owing.execute("BEGIN")
+            walpass._lock_owed(owing, "efface")  # a verification owing epoch 9, not committed yet
+            walpass._put(owing, "efface", walpass.OWED, {5: {"find": ["a"]}, 9: {"find": ["b"]}})
+            done = threading.Event()
+
+            def run() -> None:
+                with running.transaction():
+                    walpass.settle(running, "efface", passed=True)
+                done.set()
+
+            t = threading.Thread(target=run)
+            t.start()
+            assert not done.wait(1.0), "settle went on while a pass was being owed"
+            owing.execute("COMMIT")
+            t.join(30)
+            assert done.is_set()
+        with pool.connection() as conn:
+            assert walpass.owed(conn, "efface") == []
+            assert sorted(walpass._json(conn, "efface", walpass.RETAKEN)) == [5, 9], "the pass owed meanwhile was lost"

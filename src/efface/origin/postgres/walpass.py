@@ -202,11 +202,19 @@ def _put(conn: psycopg.Connection, schema: str, key: str, value: dict[int, dict[
     )
 
 
+def _lock_owed(conn: psycopg.Connection, schema: str) -> None:
+    """The transaction lock under which :data:`OWED` is read and written (:func:`owe`, :func:`settle`)."""
+    conn.execute(f"SELECT pg_advisory_xact_lock(hashtext({schema!r} || '.' || %s))", (OWED,))
+
+
 def settle(conn: psycopg.Connection, schema: str, passed: bool) -> None:
     """A maintenance run ended (in its transaction that records its note): no progress kept.
     ``passed``: it ended a pass over the WAL as the server held it, which covered every pass
     owed (each find remembered in :data:`RETAKEN` with the segment being written now); else
     (a run without the rights to switch the WAL) the passes owed stay owed, blocked."""
+    # the lock :func:`owe` records a pass under: one owed while this ran would be read here,
+    # or else deleted unread with the rest below
+    _lock_owed(conn, schema)
     conn.execute(f"DELETE FROM {schema}.meta WHERE k = %s", (PROGRESS,))
     owing = _json(conn, schema, OWED)
     if not owing:
@@ -270,7 +278,7 @@ def owe(conn: psycopg.Connection, schema: str, data_dir: str | None, epoch: int,
             "no new pass is owed until new WAL is written past them"
         )
     with conn.transaction():
-        conn.execute(f"SELECT pg_advisory_xact_lock(hashtext({schema!r} || '.' || %s))", (OWED,))
+        _lock_owed(conn, schema)
         owing = _json(conn, schema, OWED)
         owing[epoch] = {"find": names}
         _put(conn, schema, OWED, owing)
