@@ -148,9 +148,9 @@ def begin(
 class _Held:
     """The statements prepared on one connection: their names end with the connection's
     generation, which moves on whenever what it holds is no longer known (a statement found
-    gone, a name found taken), so
-    a statement is never prepared under a name the server may still hold (no ``Close`` needed:
-    libpq's ``PQsendClosePrepared`` exists only from libpq 17 on)."""
+    gone, a name found taken), so a statement is never prepared under a name the server may
+    still hold (no ``Close`` needed: libpq's ``PQsendClosePrepared`` exists only from libpq 17
+    on)."""
 
     __slots__ = ("generation", "names")
 
