@@ -106,16 +106,38 @@ def test_statements_dropped_by_the_server_are_prepared_again_in_the_same_call(pg
         assert len(held) == 2 and all(n.startswith("efface_") for n in held)
 
 
-def test_after_a_failed_statement_the_next_round_trip_prepares_under_new_names(pg_db):
-    """A failure leaves which prepares took unknown: the next round trip prepares under the
-    connection's next generation of names (no clash with one the server still holds, and no
-    ``Close``, which libpq before 17 lacks)."""
+def test_after_a_failed_statement_the_next_round_trip_uses_the_prepares_that_took(pg_db):
+    """A statement that fails after its prepare took: the next round trip runs it under the same
+    name, preparing nothing again (no clash with the name the server holds, and no ``Close``,
+    which libpq before 17 lacks)."""
     with psycopg.connect(pg_db.url, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.DivisionByZero):
             _begin(conn, ("SELECT 1 / %(a)s::int", {"a": 0}), last=False)
         conn.execute("ROLLBACK")
+        before = {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")}
+        assert len(before) == 2 and {n.decode() for n in pipeline._prepared[conn].names} == before
         assert _begin(conn, ("SELECT 1 / %(a)s::int", {"a": 1})) == ((1, 7), [(1,)])
         assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")} == before
+
+
+def test_failed_round_trips_leave_no_prepared_statements_behind(pg_db):
+    """Failures on one long-lived connection (a statement's error, as a statement_timeout or a
+    cancellation would be; a statement that does not even prepare) never grow what the server
+    holds: the two statements' names, prepared once, and nothing else."""
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        for i in range(50):
+            if i % 10 == 9:
+                with pytest.raises(psycopg.errors.UndefinedColumn):
+                    _begin(conn, ("SELECT no_such_column + %(a)s::int", {"a": 1}), last=False)
+            else:
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    _begin(conn, ("SELECT 1 / %(a)s::int", {"a": 0}), last=False)
+            conn.execute("ROLLBACK")
+        assert _begin(conn, ("SELECT 1 / %(a)s::int", {"a": 1})) == ((1, 7), [(1,)])
+        held = {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'efface%'")}
+        assert len(held) == 2
+        assert {n.decode() for n in pipeline._prepared[conn].names} == held
 
 
 def _write(s) -> None:

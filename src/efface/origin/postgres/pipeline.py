@@ -10,8 +10,11 @@ once, and the two results that hold rows are loaded without a cursor
 * **Prepared statements.** The epoch's and the vector statement's are prepared once per
   connection, in the same round trip as their first use, under a name made from their text
   (``efface_`` and a hash) and the connection's generation; the names a connection holds are
-  remembered beside it (a weak map: a connection the pool drops takes them with it). After a
-  failure which of a pipeline's prepares took is not known: the generation moves on, so the
+  remembered beside it (a weak map: a connection the pool drops takes them with it). A
+  failure is raised once every result up to the sync is read, so which prepares took is known
+  and those stay held (the server keeps them past the aborted transaction): failed round trips
+  leave nothing behind. Only when the server's statements are not the ones held (SQLSTATE
+  26000, a statement gone; 42P05, a name already taken) does the generation move on, so the
   next prepare never clashes with a name the server may still hold (no ``Close`` is sent:
   libpq has it only from 17 on, and psycopg may run on an older system libpq).
 * **Parameters.** The statement's named placeholders (``%(name)s``) become ``$n``; the query's
@@ -122,14 +125,18 @@ def begin(
             raise _lost() from e
         results, sent = _exchange(conn, held, begin_sql, statements, then[1], last=last)
         failed = _failed(results)
+    # every result up to the sync was read: the prepares that took stay held, failed or not (the
+    # server keeps a connection's prepared statements past its transaction's end)
+    held.names.update(
+        w for r, w in zip(results, sent, strict=True) if isinstance(w, bytes) and r.status == pq.ExecStatus.COMMAND_OK
+    )
     if failed is not None:
-        # which of this pipeline's prepares took is not known: the next one prepares under new names
-        held.forget()
+        if failed.error_field(pq.DiagnosticField.SQLSTATE) in _NOT_AS_HELD:
+            held.forget()  # what the server holds is not what was thought: new names from now on
         error = errors.error_from_result(failed, encoding=conn.info.encoding)
         if not _usable(conn):
             raise _lost() from error
         raise error
-    held.names.update(w for w in sent if isinstance(w, bytes))
     rows = [r for r, wanted in zip(results, sent, strict=True) if wanted is True]
     tx = Transformer(conn)
     tx.set_pgresult(rows[0])
@@ -140,9 +147,10 @@ def begin(
 
 class _Held:
     """The statements prepared on one connection: their names end with the connection's
-    generation, which moves on whenever what it holds is no longer known (after a failure), so
-    a statement is never prepared under a name the server may still hold (no ``Close`` needed:
-    libpq's ``PQsendClosePrepared`` exists only from libpq 17 on)."""
+    generation, which moves on whenever what it holds is no longer known (a statement found
+    gone, a name found taken), so a statement is never prepared under a name the server may
+    still hold (no ``Close`` needed: libpq's ``PQsendClosePrepared`` exists only from libpq 17
+    on)."""
 
     __slots__ = ("generation", "names")
 
@@ -157,6 +165,10 @@ class _Held:
         self.generation += 1
         self.names.clear()
 
+
+_NOT_AS_HELD = (b"26000", b"42P05")
+"""The SQLSTATEs of a statement gone (``invalid_sql_statement_name``) and of a name already
+prepared (``duplicate_prepared_statement``): the connection's names then move on."""
 
 _prepared: weakref.WeakKeyDictionary[Any, _Held] = weakref.WeakKeyDictionary()
 """The statements prepared on each connection."""
