@@ -360,3 +360,107 @@ def test_migration_10_waiting_to_drop_the_old_indexes_stops_no_read(pg_db, kek, 
         assert out == {"v": 10}
     with pg_db.connect() as conn:
         assert schema.schema_version(conn) == 10 and CLAIMS_LIVE_INDEX in _indexes(conn)
+
+
+def test_migration_10_waits_for_another_server_s_migration_under_a_role_lock_timeout(pg_db, kek, tmp_path, monkeypatch):
+    """Another server holds the migration's advisory lock (its run of migration 10 rebuilds the
+    graph for about 50 s at 100k records); a server opening meanwhile under a role's short
+    ``lock_timeout`` waits for it, however long (the wait queues no table lock), where it
+    failed with StoreUnwritable once its attempts had each met the ``lock_timeout``. The
+    role's setting is in force again after."""
+    import threading
+    import time
+
+    import psycopg
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    monkeypatch.setattr(schema, "MIGRATE_ATTEMPTS", 2)
+    with pg_db.connect() as conn:
+        conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET lock_timeout = '50ms'")
+    with psycopg.connect(pg_db.url) as holder, psycopg.connect(pg_db.url, autocommit=True) as m:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATE_LOCK,))  # another server migrating
+        out: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                out["v"] = schema.migrate(m, dim=DIM)
+            except Exception as e:
+                out["err"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        pid = m.info.backend_pid
+        q = "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'advisory'"
+        while t.is_alive() and holder.execute(q, (pid,)).fetchone() is None:
+            time.sleep(0.01)
+        time.sleep(0.5)  # ten times the role's lock_timeout, while the other migrates
+        holder.rollback()
+        t.join()
+        assert out == {"v": 10}, out
+        assert m.execute("SHOW lock_timeout").fetchone()[0] == "50ms"
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 10 and CLAIMS_LIVE_INDEX in _indexes(conn)
+
+
+def test_migration_10_never_queues_without_bound_behind_an_idle_transaction(pg_db, kek, tmp_path, monkeypatch, caplog):
+    """A session left idle in a transaction that read ``records`` holds it for ever. Migration 10
+    never waits in the lock queue for it without a bound (every read of another server would
+    queue behind the wait, for ever): past the patience its queued tries each end after
+    ``SWAP_QUEUED`` seconds, reads go on between them, the log says what holds the tables, and
+    past ``SWAP_LIMIT`` it gives up with StoreUnwritable saying so, the schema left at 9."""
+    import logging
+    import threading
+    import time
+
+    import psycopg
+
+    from efface.errors import StoreUnwritable
+    from efface.origin.postgres import indexbuild
+
+    _at_schema_9(pg_db, kek, tmp_path / "c", monkeypatch)
+    monkeypatch.setattr(indexbuild, "SWAP_PATIENCE", 0.2)
+    monkeypatch.setattr(indexbuild, "SWAP_QUEUED", 0.3)
+    monkeypatch.setattr(indexbuild, "SWAP_QUEUED_EVERY", 0.5)
+    monkeypatch.setattr(indexbuild, "SWAP_SAY", 0.5)
+    monkeypatch.setattr(indexbuild, "SWAP_LIMIT", 4.0)
+    with (
+        psycopg.connect(pg_db.url, autocommit=True) as idle,
+        psycopg.connect(pg_db.url, autocommit=True) as m,
+        psycopg.connect(pg_db.url, autocommit=True) as other,
+    ):
+        idle.execute("BEGIN")
+        idle.execute("SELECT count(*) FROM efface.records")  # then idle in transaction
+        out: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                out["v"] = schema.migrate(m, dim=DIM)
+            except Exception as e:
+                out["err"] = e
+
+        other.execute("SET lock_timeout = '3s'")  # ten times a queued try's bound
+        blocked = None
+        with caplog.at_level(logging.WARNING, logger="efface"):
+            t = threading.Thread(target=run)
+            t.start()
+            try:
+                reads = 0
+                while t.is_alive():
+                    try:
+                        assert other.execute("SELECT count(*) FROM efface.records").fetchone()[0] == 20
+                        reads += 1
+                    except psycopg.errors.LockNotAvailable as e:  # queued behind the migration
+                        blocked = e
+                        break
+                    time.sleep(0.02)
+            finally:
+                idle.execute("ROLLBACK")  # unblocks a migration waiting in the queue (without the bound)
+                t.join()
+        assert blocked is None and reads > 0
+        err = out.get("err")
+        assert isinstance(err, StoreUnwritable), out
+        assert "idle in transaction" in str(err) and "efface" not in str(err).replace("efface's", "")
+    said = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert said and all("idle in transaction" in s and "records" not in s for s in said), said
+    with pg_db.connect() as conn:
+        assert schema.schema_version(conn) == 9 and "claims_record" in _indexes(conn)

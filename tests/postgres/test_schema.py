@@ -78,3 +78,24 @@ def test_an_unprivileged_role_migrates_and_commits_epochs(pg_db):
         with pg_db.connect() as conn:
             conn.execute("DROP SCHEMA efface CASCADE")
             conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_current_schema_opens_while_another_server_migrates_under_a_role_lock_timeout(pg_db):
+    """Another server holds the migration's advisory lock (its migration may run for minutes);
+    a server opening a schema already current under a role's short ``lock_timeout`` reads the
+    version without the lock and goes on (it waited for the lock, failed five times, and raised
+    StoreUnwritable). The dimension is still checked."""
+    import psycopg
+
+    from efface.origin.postgres.schema import MIGRATE_LOCK
+
+    with pg_db.connect() as conn:
+        migrate(conn, dim=8)
+        conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET lock_timeout = '50ms'")
+    with psycopg.connect(pg_db.url) as holder, psycopg.connect(pg_db.url, autocommit=True) as conn:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))  # another server migrating
+        assert conn.execute("SHOW lock_timeout").fetchone()[0] == "50ms"
+        assert migrate(conn, dim=8) == SCHEMA_VERSION
+        with pytest.raises(EmbedderMismatch):
+            migrate(conn, dim=16)
+        holder.rollback()

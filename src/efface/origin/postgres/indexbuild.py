@@ -13,13 +13,25 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ...errors import StoreUnwritable
+
 if TYPE_CHECKING:
     import psycopg
 
 log = logging.getLogger("efface")
 
 SWAP_PATIENCE = 30.0
-"""Seconds :func:`lock_unqueued` tries for its lock without queueing before it waits in the queue."""
+"""Seconds :func:`lock_unqueued` tries for its lock only without queueing."""
+SWAP_QUEUED = 1.0
+"""Past :data:`SWAP_PATIENCE`, the most seconds one of :func:`lock_unqueued`'s tries waits in the queue
+(every read of the tables queued behind it waits as long)."""
+SWAP_QUEUED_EVERY = 5.0
+"""Past :data:`SWAP_PATIENCE`, seconds between two of :func:`lock_unqueued`'s queued tries (tries
+without queueing in between)."""
+SWAP_SAY = 60.0
+"""Seconds between two lines in the log while :func:`lock_unqueued` waits."""
+SWAP_LIMIT = 600.0
+"""Seconds after which :func:`lock_unqueued` gives up (:class:`efface.errors.StoreUnwritable`)."""
 GRAPH_MEM_MAX = 2 * 2**30
 """The most ``maintenance_work_mem`` efface raises its own session to (bytes), so that a rebuild
 of ``records``' HNSW graph is built in memory (:func:`index_memory`). Past it, set
@@ -101,21 +113,70 @@ def rebuild_graph(conn: psycopg.Connection, s: str, ddl: str) -> None:
     parallel_or_serial(conn, build)
 
 
-def lock_unqueued(conn: psycopg.Connection, lock: str, patience: float = SWAP_PATIENCE) -> None:
+def lock_unqueued(conn: psycopg.Connection, lock: str) -> None:
     """``lock`` (a ``LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`` in the caller's transaction), tried
-    with ``NOWAIT`` in a savepoint until it is granted or ``patience`` seconds have passed, then
-    waited for. A request waiting in a table's lock queue stops every read queued behind it,
-    for as long as the longest transaction holding the table runs; and a transaction holding
-    one of the tables and asking for the other deadlocks with it. Tried without queueing, it
-    does neither: a failed try takes nothing (its savepoint lets go of what it took)."""
+    with ``NOWAIT`` in a savepoint until it is granted. A request waiting in a table's lock queue
+    stops every read queued behind it, for as long as the transactions holding the table run
+    (an idle-in-transaction session: for ever); and a transaction holding one of the tables and
+    asking for the other deadlocks with it. Tried without queueing, it does neither: a failed
+    try takes nothing (its savepoint lets go of what it took). Past :data:`SWAP_PATIENCE`
+    seconds (a stream of overlapping reads leaves no moment free), one try in every
+    :data:`SWAP_QUEUED_EVERY` seconds waits in the queue for at most :data:`SWAP_QUEUED`
+    seconds. Every :data:`SWAP_SAY` seconds the log says what holds the tables (counts and
+    states of sessions, no names); past :data:`SWAP_LIMIT` seconds,
+    :class:`efface.errors.StoreUnwritable` saying the same (the caller's transaction is
+    rolled back whole)."""
     import psycopg
 
-    deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    said = queued_at = start
+    while True:
+        now = time.monotonic()
+        queued = now - start >= SWAP_PATIENCE and now - queued_at >= SWAP_QUEUED_EVERY
         try:
             with conn.transaction():
-                conn.execute(f"{lock} NOWAIT")
+                if queued:
+                    queued_at = now
+                    timeout = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+                    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(SWAP_QUEUED * 1000)}ms",))
+                    conn.execute(lock)
+                    conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout[0] if timeout else "0",))
+                else:
+                    conn.execute(f"{lock} NOWAIT")
             return
         except psycopg.errors.LockNotAvailable:
-            time.sleep(0.02)
-    conn.execute(lock)
+            pass
+        now = time.monotonic()
+        if now - start >= SWAP_LIMIT:
+            raise StoreUnwritable(
+                f"efface's schema migration waited {now - start:.0f} s for the tables it rebuilds indexes of: "
+                f"{_holders(conn, lock)}. End those transactions (pg_stat_activity shows them; "
+                "pg_terminate_backend ends one) and open the store again"
+            )
+        if now - said >= SWAP_SAY:
+            said = now
+            log.warning(
+                "schema migration: waiting %.0f s so far for the tables it rebuilds indexes of (reads go on, "
+                "writes wait): %s",
+                now - start,
+                _holders(conn, lock),
+            )
+        time.sleep(0.02 if now - start < SWAP_PATIENCE else 0.1)
+
+
+def _holders(conn: psycopg.Connection, lock: str) -> str:
+    """What holds the tables of ``lock`` (a ``LOCK TABLE a, b IN ... MODE``): how many other
+    sessions, in which states, the oldest transaction's age. No names, users or queries."""
+    tables = lock.removeprefix("LOCK TABLE ").split(" IN ")[0].split(", ")
+    rows = conn.execute(
+        "SELECT coalesce(a.state, a.backend_type, 'unknown'), count(DISTINCT l.pid),"
+        " coalesce(max(extract(epoch FROM now() - a.xact_start)), 0)"
+        " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation'"
+        " AND l.relation = ANY (SELECT to_regclass(t)::oid FROM unnest(%s::text[]) t)"
+        " GROUP BY 1 ORDER BY 2 DESC",
+        (tables,),
+    ).fetchall()
+    if not rows:
+        return "no session holds them now (each try met one that has since ended)"
+    return "held by " + ", ".join(f"{n} session(s) {state} (oldest transaction {age:.0f} s)" for state, n, age in rows)

@@ -508,19 +508,22 @@ def _ensure_vector(conn: psycopg.Connection) -> None:
 def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA) -> int:
     """Create or bring efface's schema up to :data:`SCHEMA_VERSION`; returns the version.
 
-    Idempotent and safe to run from several servers at once (one advisory lock, one
-    transaction per run). ``dim``: the embedding dimension; a database made for another is
-    refused (:class:`efface.errors.EmbedderMismatch`). ``conn`` must be in autocommit mode
-    (each step manages its own transaction). A run that ends in a deadlock or a role's
-    ``lock_timeout`` (migration 10 locks ``records`` and ``claims``) is rolled back and run
-    again, up to :data:`MIGRATE_ATTEMPTS` times; then :class:`efface.errors.StoreUnwritable`.
-    No ``statement_timeout`` applies to it."""
+    Idempotent and safe to run from several servers at once (one advisory lock, waited for
+    with no ``lock_timeout``; one transaction per run; a current schema is only read).
+    ``dim``: the embedding dimension; a database made for another is refused
+    (:class:`efface.errors.EmbedderMismatch`). ``conn`` must be autocommit. A run that ends in
+    a deadlock or a role's ``lock_timeout`` on a table (migration 10 locks ``records`` and
+    ``claims``) is rolled back and run again, up to :data:`MIGRATE_ATTEMPTS` times; then
+    :class:`efface.errors.StoreUnwritable`, as when other sessions hold those tables past
+    :data:`.indexbuild.SWAP_LIMIT` (:func:`.indexbuild.lock_unqueued`). No ``statement_timeout`` applies to it."""
     import psycopg
 
     s = check_name(schema)
     if not conn.autocommit:
         raise ValueError("migrate() needs an autocommit connection")
     _ensure_vector(conn)
+    if _checked(conn, s, int(dim)) == (SCHEMA_VERSION, True):
+        return SCHEMA_VERSION  # no lock: a server opening while another migrates waits for nothing
     for attempt in range(1, MIGRATE_ATTEMPTS + 1):
         try:
             with conn.transaction():
@@ -544,27 +547,38 @@ def migrate(conn: psycopg.Connection, *, dim: int, schema: str = DEFAULT_SCHEMA)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _migrate(conn: psycopg.Connection, s: str, dim: int) -> None:
-    # a migration may build an index for minutes (migration 10's graph): a statement_timeout
-    # (or PostgreSQL 17's transaction_timeout) set for efface's role would fail it on every open
-    conn.execute("SET LOCAL statement_timeout = 0")
-    conn.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name = 'transaction_timeout'")
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-    # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
-    # schema exists, and an operator may have made it for a role that has no such right
-    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
-        conn.execute(f"CREATE SCHEMA {s}")
+def _checked(conn: psycopg.Connection, s: str, dim: int) -> tuple[int, bool]:
+    """The schema's version (0: none) and whether its dimension is recorded; a newer schema or
+    another dimension refused. Read without the advisory lock too (both are committed in the
+    migration's one transaction)."""
     have = schema_version(conn, s) or 0
     if have > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"the database's efface schema is at version {have}; this efface knows up to {SCHEMA_VERSION}"
         )
-    if have:
-        stored = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'embedding_dim'").fetchone()
-        if stored is not None and int(stored[0]) != dim:
-            raise EmbedderMismatch(
-                f"the store's vectors have {stored[0]} dimensions, the embedder asked for makes {dim}"
-            )
+    stored = conn.execute(f"SELECT v FROM {s}.meta WHERE k = 'embedding_dim'").fetchone() if have else None
+    if stored is not None and int(stored[0]) != dim:
+        raise EmbedderMismatch(f"the store's vectors have {stored[0]} dimensions, the embedder asked for makes {dim}")
+    return have, stored is not None
+
+
+def _migrate(conn: psycopg.Connection, s: str, dim: int) -> None:
+    # a migration may build an index for minutes (migration 10's graph): a statement_timeout
+    # (or PostgreSQL 17's transaction_timeout) set for efface's role would fail it on every open
+    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name = 'transaction_timeout'")
+    # another server's migration holds the advisory lock for as long as it runs (minutes for
+    # migration 10's graph): waiting for it queues no table lock, so no lock_timeout of the
+    # role's bounds it; the role's setting is back in force for the table locks after it
+    role_lock_timeout = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+    conn.execute("SET LOCAL lock_timeout = 0")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (role_lock_timeout[0] if role_lock_timeout else "0",))
+    # not CREATE SCHEMA IF NOT EXISTS: that needs CREATE on the database even when the
+    # schema exists, and an operator may have made it for a role that has no such right
+    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None:
+        conn.execute(f"CREATE SCHEMA {s}")
+    have, _ = _checked(conn, s, dim)
     for m in MIGRATIONS:
         if m.version <= have:
             continue
