@@ -155,9 +155,9 @@ def _at_schema_9(pg_db, kek, cache, monkeypatch, n: int = 20) -> None:
             s.write_many([{"key": f"k{i}", "text": f"note {i}", "subject": "s"} for i in range(n)], tenant=T, purpose=P)
 
 
-def _migrating(pg_db, conn):
+def _migrating(pg_db, conn, locktype: str = "relation"):
     """schema.migrate on ``conn`` in a thread; the thread, its result (or error), and a wait
-    until the migration waits for a lock (its connection's lock request not granted)."""
+    until the migration waits for a lock of ``locktype`` (its connection's request not granted)."""
     import threading
     import time
 
@@ -174,8 +174,8 @@ def _migrating(pg_db, conn):
     t = threading.Thread(target=run)
     t.start()
     with psycopg.connect(pg_db.url, autocommit=True) as watch:
-        q = "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'relation'"
-        while t.is_alive() and watch.execute(q, (pid,)).fetchone() is None:
+        q = "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = %s"
+        while t.is_alive() and watch.execute(q, (pid, locktype)).fetchone() is None:
             time.sleep(0.01)
     return t, out
 
@@ -368,7 +368,6 @@ def test_migration_10_waits_for_another_server_s_migration_under_a_role_lock_tim
     ``lock_timeout`` waits for it, however long (the wait queues no table lock), where it
     failed with StoreUnwritable once its attempts had each met the ``lock_timeout``. The
     role's setting is in force again after."""
-    import threading
     import time
 
     import psycopg
@@ -379,20 +378,7 @@ def test_migration_10_waits_for_another_server_s_migration_under_a_role_lock_tim
         conn.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {pg_db.name} SET lock_timeout = '50ms'")
     with psycopg.connect(pg_db.url) as holder, psycopg.connect(pg_db.url, autocommit=True) as m:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATE_LOCK,))  # another server migrating
-        out: dict[str, object] = {}
-
-        def run() -> None:
-            try:
-                out["v"] = schema.migrate(m, dim=DIM)
-            except Exception as e:
-                out["err"] = e
-
-        t = threading.Thread(target=run)
-        t.start()
-        pid = m.info.backend_pid
-        q = "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'advisory'"
-        while t.is_alive() and holder.execute(q, (pid,)).fetchone() is None:
-            time.sleep(0.01)
+        t, out = _migrating(pg_db, m, "advisory")
         time.sleep(0.5)  # ten times the role's lock_timeout, while the other migrates
         holder.rollback()
         t.join()
